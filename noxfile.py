@@ -1,0 +1,77 @@
+"""nox sessions, one per feature flag; `nix/shells.nix` names the same sessions.
+
+Every session runs in the environment `uv run nox` already synced (the uv workspace with its
+one lock), so no session installs anything of its own. The hardware sessions first check that
+they run inside their Nix shell and that the device is present, and stop with a clear message
+otherwise: a missing device is "hardware unavailable", never a pass.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import nox
+
+nox.options.default_venv_backend = "none"
+nox.options.sessions = ["tests", "lint", "typecheck", "nix"]
+nox.options.error_on_missing_interpreters = True
+
+PACKAGES = ["ir", "planner", "codegen", "engine", "npu"]
+SOURCES = [f"packages/poot-{p}/src" for p in PACKAGES] + ["src"]
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The hardware-free test run: unit tests of every package and the conformance suite."""
+    session.run("pytest", "-q", "-m", "not xdna and not npu_intel", *session.posargs)
+
+
+@nox.session
+def conformance(session: nox.Session) -> None:
+    """One suite, programs x targets x devices, on every hardware-free device."""
+    session.run("pytest", "-q", "tests/conformance", "-m", "not xdna and not npu_intel", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    session.run("mypy", *SOURCES)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks: ratios against a baseline measured in the same run, never timed tests."""
+    session.run("python", "-m", "benchmarks", *session.posargs)
+
+
+def _hardware_session(session: nox.Session, shell: str, marker: str, probe: str) -> None:
+    if os.environ.get("POOT_NIX_SHELL") != shell:
+        session.error(f"run this session inside `nix develop .#{shell}` (POOT_NIX_SHELL is not {shell!r})")
+    session.run("python", "-m", "poot", "devices", "--require", probe)
+    session.run("pytest", "-q", "-m", marker, "-p", "no:randomly", *session.posargs)
+
+
+@nox.session
+def xdna(session: nox.Session) -> None:
+    """The XDNA2 hardware run (AMD Strix / Strix Halo, XRT and pyxrt), inside `nix develop .#npu`."""
+    _hardware_session(session, "npu", "xdna", "xdna")
+
+
+@nox.session
+def npu_intel(session: nox.Session) -> None:
+    """The Intel NPU4 hardware run (Lunar Lake, Level Zero), inside `nix develop .#npu-intel`."""
+    _hardware_session(session, "npu-intel", "npu_intel", "vpu")
+
+
+@nox.session
+def nix(session: nox.Session) -> None:
+    """Offline Nix checks: what can be proven about the flake without network or hardware."""
+    if shutil.which("nix") is None and shutil.which("apt-get") is not None:
+        session.run("apt-get", "install", "-y", "-qq", "nix-bin", external=True)
+    session.run("python", "tools/check_nix.py")

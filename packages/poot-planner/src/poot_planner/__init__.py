@@ -1,0 +1,1 @@
+"""poot_planner."""

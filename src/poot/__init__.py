@@ -1,0 +1,1 @@
+"""poot: the command line."""
