@@ -1,0 +1,298 @@
+"""``Builder``: build a program one typed equation at a time.
+
+Every primitive has a method of the same name. Each equation is type-checked as it is added, so
+a mistake is reported at the line that made it, naming the equation index. Binary methods take
+Python scalars (they become inline literals of the other operand's dtype) and broadcast
+numpy-style by inserting ``broadcast_in_dim`` equations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from poot_ir.core import (
+    Arg,
+    Atom,
+    BroadcastParams,
+    ConcatParams,
+    ConvertParams,
+    Eqn,
+    GatherParams,
+    IotaParams,
+    Literal,
+    NoParams,
+    Output,
+    Params,
+    Prim,
+    Program,
+    ReduceParams,
+    ReshapeParams,
+    SliceParams,
+    Storage,
+    TransposeParams,
+    Update,
+    Var,
+)
+from poot_ir.dtypes import DType, TensorType
+from poot_ir.errors import TypeCheckError
+from poot_ir.typing_rules import infer_type, validate
+
+__all__ = ["Builder", "Operand"]
+
+#: What a binary method accepts as an operand.
+Operand = Var | Literal | float | int | bool
+
+
+class Builder:
+    """Builds one ``Program``. Not thread-safe; ``build()`` may be called more than once."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._args: list[Arg] = []
+        self._eqns: list[Eqn] = []
+        self._outputs: list[Output] = []
+        self._updates: list[Update] = []
+        self._vars: dict[int, Var] = {}
+
+    # -- arguments and results --------------------------------------------------------------
+
+    def weight(self, name: str, dtype: DType, shape: Sequence[int]) -> Var:
+        """An argument uploaded once and constant across steps."""
+        return self._arg(name, dtype, shape, Storage.WEIGHT)
+
+    def slot(self, name: str, dtype: DType, shape: Sequence[int]) -> Var:
+        """A per-step input (an activation), rewritten in place before each step."""
+        return self._arg(name, dtype, shape, Storage.SLOT)
+
+    def state(self, name: str, dtype: DType, shape: Sequence[int]) -> Var:
+        """A value carried across steps; give its next value with ``update``."""
+        return self._arg(name, dtype, shape, Storage.STATE)
+
+    def output(self, name: str, value: Var) -> None:
+        self._check_own(value, f"output {name!r}")
+        self._outputs.append(Output(name, value))
+
+    def update(self, state: Var, value: Var) -> None:
+        """``value`` replaces the state argument ``state`` after each step."""
+        arg = next((a for a in self._args if a.var == state and a.storage is Storage.STATE), None)
+        if arg is None:
+            raise TypeCheckError(f"update: %{state.id} is not a state argument of {self.name!r}")
+        self._check_own(value, f"update of {arg.name!r}")
+        self._updates.append(Update(arg.name, value))
+
+    def build(self) -> Program:
+        return validate(
+            Program(
+                self.name,
+                tuple(self._args),
+                tuple(self._eqns),
+                tuple(self._outputs),
+                tuple(self._updates),
+            )
+        )
+
+    def literal(self, value: float | int | bool, dtype: DType) -> Literal:
+        return Literal.of(value, dtype)
+
+    # -- elementwise ------------------------------------------------------------------------
+
+    def neg(self, x: Var) -> Var:
+        return self._emit(Prim.NEG, (x,))
+
+    def recip(self, x: Var) -> Var:
+        return self._emit(Prim.RECIP, (x,))
+
+    def exp(self, x: Var) -> Var:
+        return self._emit(Prim.EXP, (x,))
+
+    def log(self, x: Var) -> Var:
+        return self._emit(Prim.LOG, (x,))
+
+    def tanh(self, x: Var) -> Var:
+        return self._emit(Prim.TANH, (x,))
+
+    def erf(self, x: Var) -> Var:
+        return self._emit(Prim.ERF, (x,))
+
+    def sqrt(self, x: Var) -> Var:
+        return self._emit(Prim.SQRT, (x,))
+
+    def abs(self, x: Var) -> Var:
+        return self._emit(Prim.ABS, (x,))
+
+    def add(self, a: Operand, b: Operand) -> Var:
+        return self._binary(Prim.ADD, a, b)
+
+    def sub(self, a: Operand, b: Operand) -> Var:
+        return self._binary(Prim.SUB, a, b)
+
+    def mul(self, a: Operand, b: Operand) -> Var:
+        return self._binary(Prim.MUL, a, b)
+
+    def div(self, a: Operand, b: Operand) -> Var:
+        return self._binary(Prim.DIV, a, b)
+
+    def max(self, a: Operand, b: Operand) -> Var:
+        return self._binary(Prim.MAX, a, b)
+
+    def min(self, a: Operand, b: Operand) -> Var:
+        return self._binary(Prim.MIN, a, b)
+
+    def ge(self, a: Operand, b: Operand) -> Var:
+        return self._binary(Prim.GE, a, b)
+
+    def gt(self, a: Operand, b: Operand) -> Var:
+        return self._binary(Prim.GT, a, b)
+
+    def eq(self, a: Operand, b: Operand) -> Var:
+        return self._binary(Prim.EQ, a, b)
+
+    def select(self, pred: Var, a: Operand, b: Operand) -> Var:
+        """``a`` where ``pred`` is true, else ``b``; branches broadcast to the predicate."""
+        dtype = self._dtype_of(a, b, Prim.SELECT)
+        branches = [self._atom(v, dtype) for v in (a, b)]
+        shape = np.broadcast_shapes(pred.shape, *(v.shape for v in branches if isinstance(v, Var)))
+        pred = self._broadcast_to(pred, shape)
+        branches = [self._broadcast_to(v, shape) if isinstance(v, Var) else v for v in branches]
+        return self._emit(Prim.SELECT, (pred, *branches))
+
+    def convert(self, x: Var, dtype: DType) -> Var:
+        return self._emit(Prim.CONVERT, (x,), ConvertParams(dtype))
+
+    # -- reductions -------------------------------------------------------------------------
+
+    def reduce_sum(self, x: Var, axes: int | Sequence[int]) -> Var:
+        """Sum over ``axes`` (negative axes count from the end); they leave the shape."""
+        return self._emit(Prim.REDUCE_SUM, (x,), ReduceParams(self._axes(x, axes)))
+
+    def reduce_max(self, x: Var, axes: int | Sequence[int]) -> Var:
+        return self._emit(Prim.REDUCE_MAX, (x,), ReduceParams(self._axes(x, axes)))
+
+    # -- data movement ----------------------------------------------------------------------
+
+    def gather(self, table: Var, indices: Var, axis: int = 0) -> Var:
+        """``numpy.take(table, indices, axis)`` with i32 indices."""
+        return self._emit(Prim.GATHER, (table, indices), GatherParams(self._axis(table, axis)))
+
+    def transpose(self, x: Var, perm: Sequence[int]) -> Var:
+        return self._emit(Prim.TRANSPOSE, (x,), TransposeParams(tuple(perm)))
+
+    def reshape(self, x: Var, shape: Sequence[int]) -> Var:
+        return self._emit(Prim.RESHAPE, (x,), ReshapeParams(tuple(shape)))
+
+    def broadcast_in_dim(self, x: Var, shape: Sequence[int], dims: Sequence[int]) -> Var:
+        return self._emit(Prim.BROADCAST_IN_DIM, (x,), BroadcastParams(tuple(shape), tuple(dims)))
+
+    def slice(
+        self,
+        x: Var,
+        start: Sequence[int],
+        limit: Sequence[int],
+        strides: Sequence[int] | None = None,
+    ) -> Var:
+        st = tuple(strides) if strides is not None else (1,) * len(tuple(start))
+        return self._emit(Prim.SLICE, (x,), SliceParams(tuple(start), tuple(limit), st))
+
+    def concat(self, xs: Sequence[Var], axis: int) -> Var:
+        if not xs:
+            raise TypeCheckError("takes at least one operand", len(self._eqns), Prim.CONCAT.value)
+        return self._emit(Prim.CONCAT, tuple(xs), ConcatParams(self._axis(xs[0], axis)))
+
+    def dynamic_update_slice(self, operand: Var, update: Var, starts: Sequence[Var | int]) -> Var:
+        """``operand`` with ``update`` written at ``starts`` (i32 scalars or Python ints)."""
+        st = tuple(s if isinstance(s, Var) else self._int_literal(s) for s in starts)
+        return self._emit(Prim.DYNAMIC_UPDATE_SLICE, (operand, update, *st))
+
+    def iota(self, shape: Sequence[int], dtype: DType, axis: int) -> Var:
+        """Counts 0, 1, 2, ... along ``axis`` of ``shape``."""
+        return self._emit(Prim.IOTA, (), IotaParams(tuple(shape), dtype, axis))
+
+    # -- contraction ------------------------------------------------------------------------
+
+    def matmul(self, a: Var, b: Var) -> Var:
+        """Batched matrix product over the last two axes; batch axes must be equal."""
+        return self._emit(Prim.MATMUL, (a, b))
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _arg(self, name: str, dtype: DType, shape: Sequence[int], storage: Storage) -> Var:
+        if any(a.name == name for a in self._args):
+            raise TypeCheckError(f"argument {name!r} is declared twice")
+        v = self._fresh(TensorType(tuple(shape), dtype), name)
+        self._args.append(Arg(name, v, storage))
+        return v
+
+    def _fresh(self, t: TensorType, name: str | None = None) -> Var:
+        v = Var(len(self._vars), t, name)
+        self._vars[v.id] = v
+        return v
+
+    def _check_own(self, v: object, where: str) -> None:
+        if not isinstance(v, Var) or self._vars.get(v.id) != v:
+            raise TypeCheckError(f"{where}: {v!r} is not a value of program {self.name!r}")
+
+    def _emit(self, prim: Prim, inputs: tuple[Atom, ...], params: Params | None = None) -> Var:
+        params = NoParams() if params is None else params
+        index = len(self._eqns)
+        for a in inputs:
+            if isinstance(a, Var):
+                self._check_own(a, f"equation {index} ({prim.value})")
+            elif not isinstance(a, Literal):
+                raise TypeCheckError(
+                    f"operand {a!r} is neither a value nor a literal", index, prim.value
+                )
+        out = self._fresh(infer_type(prim, inputs, params, index))
+        self._eqns.append(Eqn(prim, inputs, (out,), params))
+        return out
+
+    def _dtype_of(self, a: Operand, b: Operand, prim: Prim) -> DType:
+        for v in (a, b):
+            if isinstance(v, Var | Literal):
+                return v.dtype
+        raise TypeCheckError("needs at least one tensor operand", len(self._eqns), prim.value)
+
+    def _atom(self, v: Operand, dtype: DType) -> Atom:
+        if isinstance(v, Var | Literal):
+            return v
+        try:
+            return Literal.of(v, dtype)
+        except ValueError as err:
+            raise TypeCheckError(f"literal {v!r}: {err}", len(self._eqns)) from None
+
+    def _binary(self, prim: Prim, a: Operand, b: Operand) -> Var:
+        dtype = self._dtype_of(a, b, prim)
+        x, y = self._atom(a, dtype), self._atom(b, dtype)
+        shapes = [v.shape for v in (x, y) if isinstance(v, Var)]
+        try:
+            shape = tuple(int(d) for d in np.broadcast_shapes(*shapes))
+        except ValueError:
+            raise TypeCheckError(
+                f"shapes {shapes[0]} and {shapes[1]} do not broadcast", len(self._eqns), prim.value
+            ) from None
+        x, y = (self._broadcast_to(v, shape) if isinstance(v, Var) else v for v in (x, y))
+        return self._emit(prim, (x, y))
+
+    def _broadcast_to(self, v: Var, shape: tuple[int, ...]) -> Var:
+        """numpy-style: align trailing axes, then broadcast_in_dim when anything changes."""
+        if v.shape == shape:
+            return v
+        offset = len(shape) - v.type.rank
+        if offset < 0:
+            raise TypeCheckError(f"cannot broadcast {v.type} to {shape}", len(self._eqns))
+        return self.broadcast_in_dim(v, shape, tuple(range(offset, len(shape))))
+
+    def _axis(self, x: Var, axis: int) -> int:
+        rank = x.type.rank
+        return axis + rank if -rank <= axis < 0 else axis
+
+    def _axes(self, x: Var, axes: int | Sequence[int]) -> tuple[int, ...]:
+        seq = (axes,) if isinstance(axes, int) else tuple(axes)
+        return tuple(sorted(self._axis(x, a) for a in seq))
+
+    def _int_literal(self, value: int) -> Literal:
+        try:
+            return Literal.of(value, DType.I32)
+        except ValueError as err:
+            raise TypeCheckError(f"start {value!r}: {err}", len(self._eqns)) from None

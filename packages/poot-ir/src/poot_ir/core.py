@@ -1,0 +1,350 @@
+"""The IR's values: primitives, their parameters, variables, literals, equations and programs.
+
+A ``Program`` is a flat, topologically ordered list of primitive equations in SSA form, like a
+jaxpr. Every value here is a frozen, slotted dataclass with tuple fields, so programs compare
+structurally and transforms return new programs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from poot_ir.dtypes import DType, TensorType
+
+__all__ = [
+    "Arg",
+    "Atom",
+    "BroadcastParams",
+    "ConcatParams",
+    "ConvertParams",
+    "Eqn",
+    "GatherParams",
+    "IotaParams",
+    "Literal",
+    "NoParams",
+    "Output",
+    "Params",
+    "Prim",
+    "Program",
+    "ReduceParams",
+    "ReshapeParams",
+    "SliceParams",
+    "Storage",
+    "TransposeParams",
+    "Update",
+    "Var",
+]
+
+
+class Prim(Enum):
+    """Every primitive the IR knows. The value is the name the text format prints."""
+
+    # elementwise unary
+    NEG = "neg"
+    RECIP = "recip"
+    EXP = "exp"
+    LOG = "log"
+    TANH = "tanh"
+    ERF = "erf"
+    SQRT = "sqrt"
+    ABS = "abs"
+    # elementwise binary
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    MAX = "max"
+    MIN = "min"
+    GE = "ge"
+    GT = "gt"
+    EQ = "eq"
+    # other elementwise
+    SELECT = "select"
+    CONVERT = "convert"
+    # reductions
+    REDUCE_SUM = "reduce_sum"
+    REDUCE_MAX = "reduce_max"
+    # data movement
+    GATHER = "gather"
+    TRANSPOSE = "transpose"
+    RESHAPE = "reshape"
+    BROADCAST_IN_DIM = "broadcast_in_dim"
+    SLICE = "slice"
+    CONCAT = "concat"
+    DYNAMIC_UPDATE_SLICE = "dynamic_update_slice"
+    IOTA = "iota"
+    # contraction
+    MATMUL = "matmul"
+
+    @property
+    def is_unary(self) -> bool:
+        return self in UNARY
+
+    @property
+    def is_binary(self) -> bool:
+        return self in BINARY
+
+    @property
+    def is_comparison(self) -> bool:
+        return self in COMPARISONS
+
+    @property
+    def is_elementwise(self) -> bool:
+        return self in UNARY or self in BINARY or self in (Prim.SELECT, Prim.CONVERT)
+
+
+UNARY = frozenset(
+    {Prim.NEG, Prim.RECIP, Prim.EXP, Prim.LOG, Prim.TANH, Prim.ERF, Prim.SQRT, Prim.ABS}
+)
+BINARY = frozenset(
+    {Prim.ADD, Prim.SUB, Prim.MUL, Prim.DIV, Prim.MAX, Prim.MIN, Prim.GE, Prim.GT, Prim.EQ}
+)
+COMPARISONS = frozenset({Prim.GE, Prim.GT, Prim.EQ})
+#: Unary primitives defined only on floating types (the others also take I32).
+FLOAT_ONLY = frozenset({Prim.RECIP, Prim.EXP, Prim.LOG, Prim.TANH, Prim.ERF, Prim.SQRT})
+
+
+# -- parameters: one frozen dataclass per primitive family, never a dict ---------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NoParams:
+    """The parameters of a primitive that has none."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConvertParams:
+    dtype: DType
+
+
+@dataclass(frozen=True, slots=True)
+class ReduceParams:
+    """Reduce over ``axes`` (sorted, distinct); the reduced axes are removed from the shape."""
+
+    axes: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GatherParams:
+    """``numpy.take(operand, indices, axis)``: the result's shape is
+    ``operand.shape[:axis] + indices.shape + operand.shape[axis + 1:]``."""
+
+    axis: int
+
+
+@dataclass(frozen=True, slots=True)
+class TransposeParams:
+    perm: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReshapeParams:
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BroadcastParams:
+    """Operand axis ``i`` becomes result axis ``dims[i]`` (which must be 1 or equal in size)."""
+
+    shape: tuple[int, ...]
+    dims: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SliceParams:
+    start: tuple[int, ...]
+    limit: tuple[int, ...]
+    strides: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConcatParams:
+    axis: int
+
+
+@dataclass(frozen=True, slots=True)
+class IotaParams:
+    shape: tuple[int, ...]
+    dtype: DType
+    axis: int
+
+
+Params = (
+    NoParams
+    | ConvertParams
+    | ReduceParams
+    | GatherParams
+    | TransposeParams
+    | ReshapeParams
+    | BroadcastParams
+    | SliceParams
+    | ConcatParams
+    | IotaParams
+)
+
+#: The parameter class each primitive takes.
+PARAMS_OF: dict[Prim, type[Params]] = {p: NoParams for p in Prim} | {
+    Prim.CONVERT: ConvertParams,
+    Prim.REDUCE_SUM: ReduceParams,
+    Prim.REDUCE_MAX: ReduceParams,
+    Prim.GATHER: GatherParams,
+    Prim.TRANSPOSE: TransposeParams,
+    Prim.RESHAPE: ReshapeParams,
+    Prim.BROADCAST_IN_DIM: BroadcastParams,
+    Prim.SLICE: SliceParams,
+    Prim.CONCAT: ConcatParams,
+    Prim.IOTA: IotaParams,
+}
+
+
+# -- values ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Var:
+    """An SSA value. ``id`` is unique within its program; ``name`` is optional and only for
+    people (arguments are named by their ``Arg``)."""
+
+    id: int
+    type: TensorType
+    name: str | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.type.dtype
+
+
+@dataclass(frozen=True, slots=True)
+class Literal:
+    """An inline scalar, stored as its exact bit pattern so that negative zero, NaN payloads
+    and subnormals survive every transform and the text format."""
+
+    bits: int
+    dtype: DType
+
+    @staticmethod
+    def of(value: float | int | bool | np.generic, dtype: DType) -> Literal:
+        """The literal of ``dtype`` nearest ``value`` (round to nearest even, as numpy casts).
+
+        An integer outside I32's range, or a non-integral float for I32, is rejected rather than
+        wrapped or truncated.
+        """
+        if dtype is DType.I32:
+            if isinstance(value, float | np.floating) and not float(value).is_integer():
+                raise ValueError(f"{value!r} is not an integer, so it is no i32 literal")
+            iv = int(value)
+            if not -(2**31) <= iv < 2**31:
+                raise ValueError(f"{value!r} is outside the range of i32")
+            arr = np.array(iv, dtype=np.int32)
+        elif dtype is DType.BOOL:
+            arr = np.array(bool(value), dtype=np.bool_)
+        else:
+            with np.errstate(over="ignore"):
+                arr = np.array(value).astype(dtype.numpy)
+        return Literal(int(arr.view(dtype.bits_dtype)), dtype)
+
+    @staticmethod
+    def from_bits(bits: int, dtype: DType) -> Literal:
+        if not 0 <= bits < 2 ** (8 * dtype.itemsize):
+            raise ValueError(f"bit pattern {bits:#x} does not fit {dtype.value}")
+        return Literal(bits, dtype)
+
+    @property
+    def value(self) -> np.generic:
+        """The literal as a numpy scalar of its dtype."""
+        arr = np.array(self.bits, dtype=self.dtype.bits_dtype).view(self.dtype.numpy)
+        return arr[()]  # type: ignore[no-any-return]
+
+    def as_float(self) -> float:
+        return float(self.value)  # type: ignore[arg-type]
+
+    @property
+    def type(self) -> TensorType:
+        return TensorType((), self.dtype)
+
+    @property
+    def is_nan(self) -> bool:
+        return self.dtype.is_float and math.isnan(self.as_float())
+
+
+Atom = Var | Literal
+
+
+@dataclass(frozen=True, slots=True)
+class Eqn:
+    """One primitive application: ``outputs = prim(*inputs, params)``."""
+
+    prim: Prim
+    inputs: tuple[Atom, ...]
+    outputs: tuple[Var, ...]
+    params: Params
+
+    @property
+    def out(self) -> Var:
+        """The single output (every primitive has exactly one)."""
+        return self.outputs[0]
+
+
+class Storage(Enum):
+    """How an argument lives across steps, as in the original poot graph IR."""
+
+    WEIGHT = "weight"  # uploaded once, constant across steps
+    SLOT = "slot"  # a per-step input, rewritten in place before each step
+    STATE = "state"  # carried across steps, replaced by its update after each step
+
+
+@dataclass(frozen=True, slots=True)
+class Arg:
+    name: str
+    var: Var
+    storage: Storage
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    name: str
+    var: Var
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """The value that replaces the state argument ``state`` after each step."""
+
+    state: str
+    var: Var
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """A typed, validated program. Build one with ``Builder`` or ``parse_program``; both
+    validate it (``poot_ir.validate``)."""
+
+    name: str
+    args: tuple[Arg, ...]
+    eqns: tuple[Eqn, ...]
+    outputs: tuple[Output, ...]
+    updates: tuple[Update, ...] = ()
+
+    def arg(self, name: str) -> Arg | None:
+        for a in self.args:
+            if a.name == name:
+                return a
+        return None
+
+    @property
+    def result_names(self) -> tuple[str, ...]:
+        """What one step returns, in order: the outputs, then each updated state."""
+        return tuple(o.name for o in self.outputs) + tuple(u.state for u in self.updates)
+
+    def results(self) -> tuple[tuple[str, Var], ...]:
+        return tuple((o.name, o.var) for o in self.outputs) + tuple(
+            (u.state, u.var) for u in self.updates
+        )

@@ -1,0 +1,300 @@
+"""The one exception tree of the whole project.
+
+Exceptions are for broken input, broken environments and bugs. A program a target cannot run
+is not an exception: the planner returns refusals as values, and ``PlanRefused`` only carries
+them to a caller who asked for a program that must run.
+
+::
+
+    PootError
+    ├── IRError                       a program or its text is malformed
+    │   ├── ParseError                    text: line, column, what was expected
+    │   └── TypeCheckError                an equation: index, primitive, the offending types
+    ├── EvaluationError               the oracle was called wrongly or met undefined input
+    │   ├── ArgumentError                 missing, extra, misshapen or mistyped argument
+    │   ├── WindowOutOfRange              a dynamic_update_slice start whose window does not fit
+    │   ├── IndexOutOfRange               a gather index outside its axis
+    │   └── IntegerDivisionByZero         an I32 div by zero
+    ├── PlanRefused                   a program with refused equations was asked to run
+    ├── TargetTableError              a malformed target table (found at import)
+    ├── CodegenError
+    │   ├── ToolchainUnavailable          a compiler or linker is not on this machine
+    │   └── CompileFailed                 the compiler rejected the artifact: carries its log
+    ├── EngineError
+    │   ├── StepInputError                a step's inputs do not match the compiled signature
+    │   ├── SignatureMismatch             the compiled artifact's arguments differ from the program's
+    │   ├── NarrowingRangeError           an F32 value FP16 cannot hold (names argument and element)
+    │   │   ├── NarrowingRangeUpload          a weight, at upload
+    │   │   ├── NarrowingRangeInput           an input, before a replay
+    │   │   └── NarrowingRangeResult          a result, after a replay
+    │   ├── DispatchRefused               a command that is not the artifact's ABI: nothing ran
+    │   ├── DeadlineExceeded              a run missed its deadline: the device is now poisoned
+    │   ├── DevicePoisoned                every call after a deadline miss
+    │   ├── DeviceFailed                  the runtime reported a failed run
+    │   └── UnknownEntry                  an entry or weights handle this engine did not issue
+    ├── CacheError                    the blob cache directory is unsafe (owner, mode, symlink)
+    └── DeviceUnavailable             no such device here ("hardware unavailable", not "unsupported")
+
+Every error carries the facts as attributes as well as in its message, so tests and callers can
+match on them without parsing text.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ArgumentError",
+    "CacheError",
+    "CodegenError",
+    "CompileFailed",
+    "DeadlineExceeded",
+    "DeviceFailed",
+    "DevicePoisoned",
+    "DeviceUnavailable",
+    "DispatchRefused",
+    "EngineError",
+    "EvaluationError",
+    "IRError",
+    "IndexOutOfRange",
+    "IntegerDivisionByZero",
+    "NarrowingRangeError",
+    "NarrowingRangeInput",
+    "NarrowingRangeResult",
+    "NarrowingRangeUpload",
+    "ParseError",
+    "PlanRefused",
+    "PootError",
+    "SignatureMismatch",
+    "StepInputError",
+    "TargetTableError",
+    "ToolchainUnavailable",
+    "TypeCheckError",
+    "UnknownEntry",
+]
+
+
+class PootError(Exception):
+    """The root of every error poot raises on purpose."""
+
+
+class IRError(PootError):
+    """A program, or its text, is malformed."""
+
+
+class ParseError(IRError):
+    """Program text that does not parse; ``line`` and ``column`` are 1-based."""
+
+    def __init__(self, message: str, line: int, column: int) -> None:
+        super().__init__(f"line {line}, column {column}: {message}")
+        self.line = line
+        self.column = column
+        self.reason = message
+
+
+class TypeCheckError(IRError):
+    """An equation whose inputs or parameters do not type-check.
+
+    ``eqn`` is the equation's index in its program (or the index it would have had while a
+    Builder is building it), ``primitive`` its name.
+    """
+
+    def __init__(self, message: str, eqn: int | None = None, primitive: str | None = None) -> None:
+        where = ""
+        if eqn is not None:
+            where = f"equation {eqn}" + (f" ({primitive})" if primitive else "") + ": "
+        elif primitive is not None:
+            where = f"{primitive}: "
+        super().__init__(where + message)
+        self.eqn = eqn
+        self.primitive = primitive
+        self.reason = message
+
+
+class EvaluationError(PootError):
+    """The oracle was called with input it does not define a result for."""
+
+
+class ArgumentError(EvaluationError):
+    """A missing, extra, misshapen or mistyped argument: names it and what was expected."""
+
+    def __init__(self, message: str, argument: str) -> None:
+        super().__init__(f"argument {argument!r}: {message}")
+        self.argument = argument
+
+
+class WindowOutOfRange(EvaluationError):
+    """A dynamic_update_slice start whose update window does not fit in the operand."""
+
+    def __init__(
+        self, eqn: int, starts: tuple[int, ...], operand: tuple[int, ...], update: tuple[int, ...]
+    ) -> None:
+        super().__init__(
+            f"equation {eqn} (dynamic_update_slice): start {starts} places a window of shape "
+            f"{update} outside an operand of shape {operand}"
+        )
+        self.eqn = eqn
+        self.starts = starts
+        self.operand_shape = operand
+        self.update_shape = update
+
+
+class IndexOutOfRange(EvaluationError):
+    """A gather index outside ``[-size, size)`` of its axis."""
+
+    def __init__(self, eqn: int, index: int, size: int, element: tuple[int, ...]) -> None:
+        super().__init__(
+            f"equation {eqn} (gather): index {index} at element {element} is outside an axis of size {size}"
+        )
+        self.eqn = eqn
+        self.index = index
+        self.size = size
+        self.element = element
+
+
+class IntegerDivisionByZero(EvaluationError):
+    """An I32 ``div`` by zero, which has no defined result."""
+
+    def __init__(self, eqn: int, element: tuple[int, ...]) -> None:
+        super().__init__(f"equation {eqn} (div): I32 division by zero at element {element}")
+        self.eqn = eqn
+        self.element = element
+
+
+class PlanRefused(PootError):
+    """A program with refused equations was asked to run. ``refusals`` holds every one."""
+
+    def __init__(self, message: str, refusals: tuple[object, ...]) -> None:
+        super().__init__(message)
+        self.refusals = refusals
+
+
+class TargetTableError(PootError):
+    """A target table that is malformed: found when the target module is imported."""
+
+    def __init__(self, target: str, message: str) -> None:
+        super().__init__(f"target {target!r}: {message}")
+        self.target = target
+
+
+class CodegenError(PootError):
+    """Code generation or the compile step failed."""
+
+
+class ToolchainUnavailable(CodegenError):
+    """A tool the compile step needs is not on this machine. This is "unavailable", never
+    "unsupported": the same artifact builds where the tool exists."""
+
+    def __init__(self, tool: str, detail: str = "") -> None:
+        super().__init__(f"toolchain unavailable: {tool}" + (f" ({detail})" if detail else ""))
+        self.tool = tool
+        self.detail = detail
+
+
+class CompileFailed(CodegenError):
+    """A compiler rejected what poot generated; ``log`` is the compiler's own output."""
+
+    def __init__(self, tool: str, log: str, what: str = "") -> None:
+        head = f"{tool} rejected {what}" if what else f"{tool} failed"
+        super().__init__(f"{head}:\n{log}")
+        self.tool = tool
+        self.log = log
+        self.what = what
+
+
+class EngineError(PootError):
+    """The engine refused a call or a device failed under it."""
+
+
+class StepInputError(EngineError):
+    """A step's inputs do not match the entry's compiled signature; nothing ran."""
+
+    def __init__(self, message: str, argument: str | None = None) -> None:
+        super().__init__(f"argument {argument!r}: {message}" if argument else message)
+        self.argument = argument
+
+
+class SignatureMismatch(EngineError):
+    """The compiled artifact's arguments differ from the program's (names, order, direction,
+    extents, precision): running it would silently compute something else."""
+
+    def __init__(self, message: str, expected: object, found: object) -> None:
+        super().__init__(f"{message}: expected {expected}, compiled artifact has {found}")
+        self.expected = expected
+        self.found = found
+
+
+class NarrowingRangeError(EngineError):
+    """An F32 value outside what the device's narrowing contract was measured on: beyond the
+    largest magnitude (65504 for FP16) or NaN. Names the argument and the element."""
+
+    when = "value"
+
+    def __init__(self, argument: str, element: tuple[int, ...], value: float, limit: float) -> None:
+        super().__init__(
+            f"{self.when} {argument!r} element {element} = {value!r} is outside the narrowing "
+            f"range (largest magnitude {limit!r}, no NaN)"
+        )
+        self.argument = argument
+        self.element = element
+        self.value = value
+        self.limit = limit
+
+
+class NarrowingRangeUpload(NarrowingRangeError):
+    """A weight beyond the narrowing range, refused as it is uploaded."""
+
+    when = "weight"
+
+
+class NarrowingRangeInput(NarrowingRangeError):
+    """An input beyond the narrowing range, refused before a replay: nothing ran."""
+
+    when = "input"
+
+
+class NarrowingRangeResult(NarrowingRangeError):
+    """A result that left the narrowing range: computed outside what the bound covers."""
+
+    when = "result"
+
+
+class DispatchRefused(EngineError):
+    """A command that is not the artifact's ABI (a grid launch, another graph, a buffer of the
+    wrong shape); refused before the device runtime is touched."""
+
+
+class DeadlineExceeded(EngineError):
+    """A run missed its deadline. The device is poisoned from now on, and the buffers the run
+    used stay allocated until the device is closed."""
+
+    def __init__(self, deadline_s: float, what: str = "run") -> None:
+        super().__init__(f"{what} missed its deadline of {deadline_s:g} s; the device is poisoned")
+        self.deadline_s = deadline_s
+
+
+class DevicePoisoned(EngineError):
+    """The device missed a deadline earlier; every later call is refused until it is closed."""
+
+
+class DeviceFailed(EngineError):
+    """The device runtime reported a run that did not complete."""
+
+
+class UnknownEntry(EngineError):
+    """An entry or weights handle this engine did not issue, or one already removed."""
+
+
+class CacheError(PootError):
+    """The blob cache directory is unsafe to use (another owner, a loose mode, a symlink)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"blob cache {path}: {message}")
+        self.path = path
+
+
+class DeviceUnavailable(PootError):
+    """The device is not on this machine: hardware unavailable, which is not "unsupported"."""
+
+    def __init__(self, device: str, why: str) -> None:
+        super().__init__(f"{device}: hardware unavailable ({why})")
+        self.device = device
+        self.why = why

@@ -1,0 +1,306 @@
+"""Type rules: the result type of every primitive, and validation of whole programs.
+
+One function per primitive family. Each raises ``TypeCheckError`` naming the equation, the
+primitive and the offending shapes, dtypes or parameters; nothing else escapes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+
+from poot_ir.core import (
+    COMPARISONS,
+    FLOAT_ONLY,
+    PARAMS_OF,
+    Atom,
+    BroadcastParams,
+    ConcatParams,
+    ConvertParams,
+    Eqn,
+    GatherParams,
+    IotaParams,
+    Literal,
+    Params,
+    Prim,
+    Program,
+    ReduceParams,
+    ReshapeParams,
+    SliceParams,
+    Storage,
+    TransposeParams,
+    Var,
+)
+from poot_ir.dtypes import DType, TensorType
+from poot_ir.errors import TypeCheckError
+
+__all__ = ["infer_type", "validate"]
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
+
+
+def infer_type(
+    prim: Prim, inputs: Sequence[Atom], params: Params, eqn: int | None = None
+) -> TensorType:
+    """The type of ``prim(*inputs, params)``, or a ``TypeCheckError`` saying what is wrong."""
+
+    def fail(message: str) -> TypeCheckError:
+        return TypeCheckError(message, eqn, prim.value)
+
+    if not isinstance(params, PARAMS_OF[prim]):
+        raise fail(f"takes {PARAMS_OF[prim].__name__}, got {type(params).__name__}")
+    types = [a.type for a in inputs]
+
+    def arity(n: int) -> None:
+        if len(inputs) != n:
+            raise fail(f"takes {n} operand(s), got {len(inputs)}")
+
+    def var_operand(i: int) -> Var:
+        a = inputs[i]
+        if not isinstance(a, Var):
+            raise fail(f"operand {i} must be a tensor, not a literal")
+        return a
+
+    if prim.is_unary:
+        arity(1)
+        t = var_operand(0).type
+        if not t.dtype.is_numeric or (prim in FLOAT_ONLY and not t.dtype.is_float):
+            raise fail(f"is not defined on {t.dtype.value} (operand {t})")
+        return t
+
+    if prim.is_binary:
+        arity(2)
+        if all(isinstance(a, Literal) for a in inputs):
+            raise fail("needs at least one tensor operand; both are literals")
+        a, b = types
+        if a.dtype != b.dtype:
+            raise fail(f"operand dtypes differ: {a} and {b}")
+        if not (a.dtype.is_numeric or prim is Prim.EQ):
+            raise fail(f"is not defined on {a.dtype.value}")
+        shape = _binary_shape(inputs)
+        if shape is None:
+            raise fail(f"operand shapes differ: {a} and {b} (broadcast one with broadcast_in_dim)")
+        return TensorType(shape, DType.BOOL if prim in COMPARISONS else a.dtype)
+
+    match params:
+        case ConvertParams(dtype=dtype):
+            arity(1)
+            return var_operand(0).type.with_dtype(dtype)
+        case ReduceParams(axes=axes):
+            arity(1)
+            t = var_operand(0).type
+            if not t.dtype.is_numeric:
+                raise fail(f"is not defined on {t.dtype.value}")
+            if list(axes) != sorted(set(axes)) or any(not 0 <= ax < t.rank for ax in axes):
+                raise fail(f"axes {axes} must be sorted, distinct and within rank {t.rank} of {t}")
+            return TensorType(tuple(d for i, d in enumerate(t.shape) if i not in axes), t.dtype)
+        case GatherParams(axis=axis):
+            arity(2)
+            t = var_operand(0).type
+            idx = var_operand(1).type
+            if idx.dtype is not DType.I32:
+                raise fail(f"indices must be i32, got {idx}")
+            if not 0 <= axis < t.rank:
+                raise fail(f"axis {axis} is outside rank {t.rank} of {t}")
+            return TensorType(t.shape[:axis] + idx.shape + t.shape[axis + 1 :], t.dtype)
+        case TransposeParams(perm=perm):
+            arity(1)
+            t = var_operand(0).type
+            if sorted(perm) != list(range(t.rank)):
+                raise fail(f"perm {perm} is not a permutation of the {t.rank} axes of {t}")
+            return TensorType(tuple(t.shape[p] for p in perm), t.dtype)
+        case ReshapeParams(shape=shape):
+            arity(1)
+            t = var_operand(0).type
+            _check_shape(shape, fail)
+            if math.prod(shape) != t.size:
+                raise fail(
+                    f"cannot reshape {t} ({t.size} elements) to {shape} ({math.prod(shape)} elements)"
+                )
+            return TensorType(shape, t.dtype)
+        case BroadcastParams(shape=shape, dims=dims):
+            arity(1)
+            t = var_operand(0).type
+            _check_shape(shape, fail)
+            if len(dims) != t.rank or any(not 0 <= d < len(shape) for d in dims):
+                raise fail(
+                    f"dims {dims} must map each of the {t.rank} axes of {t} into rank {len(shape)}"
+                )
+            if any(b <= a for a, b in zip(dims, dims[1:], strict=False)):
+                raise fail(f"dims {dims} must be strictly increasing")
+            for i, d in enumerate(dims):
+                if t.shape[i] not in (1, shape[d]):
+                    raise fail(
+                        f"axis {i} of {t} (size {t.shape[i]}) cannot broadcast to size {shape[d]}"
+                    )
+            return TensorType(shape, t.dtype)
+        case SliceParams(start=start, limit=limit, strides=strides):
+            arity(1)
+            t = var_operand(0).type
+            if not len(start) == len(limit) == len(strides) == t.rank:
+                raise fail(f"start, limit and strides must each have {t.rank} entries for {t}")
+            for i, (s, lim, st, d) in enumerate(zip(start, limit, strides, t.shape, strict=True)):
+                if not 0 <= s <= lim <= d or st < 1:
+                    raise fail(
+                        f"axis {i}: need 0 <= start {s} <= limit {lim} <= size {d} and stride {st} >= 1"
+                    )
+            out = tuple(
+                -(-(lim - s) // st) for s, lim, st in zip(start, limit, strides, strict=True)
+            )
+            return TensorType(out, t.dtype)
+        case ConcatParams(axis=axis):
+            if not inputs:
+                raise fail("takes at least one operand")
+            ts = [var_operand(i).type for i in range(len(inputs))]
+            first = ts[0]
+            if not 0 <= axis < first.rank:
+                raise fail(f"axis {axis} is outside rank {first.rank} of {first}")
+            for t in ts[1:]:
+                same = t.rank == first.rank and all(
+                    x == y
+                    for i, (x, y) in enumerate(zip(t.shape, first.shape, strict=True))
+                    if i != axis
+                )
+                if t.dtype != first.dtype or not same:
+                    raise fail(f"operands {first} and {t} differ outside axis {axis}")
+            total = sum(t.shape[axis] for t in ts)
+            return TensorType(first.shape[:axis] + (total,) + first.shape[axis + 1 :], first.dtype)
+        case IotaParams(shape=shape, dtype=dtype, axis=axis):
+            arity(0)
+            _check_shape(shape, fail)
+            if not dtype.is_numeric or not 0 <= axis < len(shape):
+                raise fail(
+                    f"needs a numeric dtype and an axis within {shape}, got {dtype.value}, axis {axis}"
+                )
+            return TensorType(shape, dtype)
+        case _:
+            pass
+
+    if prim is Prim.SELECT:
+        arity(3)
+        pred = var_operand(0).type
+        if pred.dtype is not DType.BOOL:
+            raise fail(f"predicate must be bool, got {pred}")
+        a, b = types[1], types[2]
+        if a.dtype != b.dtype:
+            raise fail(f"branch dtypes differ: {a} and {b}")
+        for i in (1, 2):
+            if isinstance(inputs[i], Var) and types[i].shape != pred.shape:
+                raise fail(f"branch {types[i]} does not match predicate {pred}")
+        return TensorType(pred.shape, a.dtype)
+
+    if prim is Prim.DYNAMIC_UPDATE_SLICE:
+        if len(inputs) < 2:
+            raise fail("takes an operand, an update and one start per axis")
+        t = var_operand(0).type
+        u = var_operand(1).type
+        starts = inputs[2:]
+        if (
+            u.dtype != t.dtype
+            or u.rank != t.rank
+            or any(x > y for x, y in zip(u.shape, t.shape, strict=True))
+        ):
+            raise fail(f"update {u} does not fit operand {t}")
+        if len(starts) != t.rank:
+            raise fail(f"needs {t.rank} start indices, got {len(starts)}")
+        for i, s in enumerate(starts):
+            if s.type != TensorType((), DType.I32):
+                raise fail(f"start {i} must be an i32 scalar, got {s.type}")
+            if isinstance(s, Literal):
+                v = int(s.value)  # type: ignore[call-overload]
+                if not 0 <= v <= t.shape[i] - u.shape[i]:
+                    raise fail(f"literal start {v} on axis {i} places {u} outside {t}")
+        return t
+
+    if prim is Prim.MATMUL:
+        arity(2)
+        a, b = var_operand(0).type, var_operand(1).type
+        if a.dtype != b.dtype or not a.dtype.is_numeric:
+            raise fail(f"operands must share a numeric dtype: {a} and {b}")
+        if (
+            a.rank < 2
+            or a.rank != b.rank
+            or a.shape[:-2] != b.shape[:-2]
+            or a.shape[-1] != b.shape[-2]
+        ):
+            raise fail(f"cannot contract {a} with {b} (equal batch axes, a[-1] == b[-2])")
+        return TensorType(a.shape[:-1] + (b.shape[-1],), a.dtype)
+
+    raise fail("has no type rule")  # unreachable while every Prim has a rule above
+
+
+def _binary_shape(inputs: Sequence[Atom]) -> tuple[int, ...] | None:
+    shapes = {a.type.shape for a in inputs if isinstance(a, Var)}
+    return shapes.pop() if len(shapes) == 1 else None
+
+
+def _check_shape(shape: tuple[int, ...], fail: Callable[[str], TypeCheckError]) -> None:
+    if not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise fail(f"shape {shape} must be non-negative integers")
+
+
+def validate(program: Program) -> Program:
+    """Check a whole program: names, SSA order, every equation's type, results and state
+    updates. Returns the program unchanged, or raises ``TypeCheckError``."""
+    defined: dict[int, Var] = {}
+    names: set[str] = set()
+
+    def define(v: Var, where: str) -> None:
+        if v.id in defined:
+            raise TypeCheckError(f"{where}: %{v.id} is defined twice")
+        defined[v.id] = v
+
+    def use(a: Atom, where: str, eqn: int | None = None, prim: str | None = None) -> None:
+        if isinstance(a, Var) and defined.get(a.id) != a:
+            raise TypeCheckError(
+                f"{where}: %{a.id} is used before it is defined (or with another type)", eqn, prim
+            )
+
+    for a in program.args:
+        if not _NAME.match(a.name):
+            raise TypeCheckError(f"argument name {a.name!r} is not an identifier")
+        if a.name in names:
+            raise TypeCheckError(f"argument {a.name!r} is declared twice")
+        names.add(a.name)
+        _check_shape(a.var.type.shape, lambda m: TypeCheckError(f"argument {a.name!r}: {m}"))
+        define(a.var, f"argument {a.name!r}")
+    for i, e in enumerate(program.eqns):
+        for a in e.inputs:
+            use(a, "operand", i, e.prim.value)
+        if len(e.outputs) != 1:
+            raise TypeCheckError(
+                f"has {len(e.outputs)} outputs; every primitive has one", i, e.prim.value
+            )
+        expect = infer_type(e.prim, e.inputs, e.params, i)
+        if e.out.type != expect:
+            raise TypeCheckError(
+                f"declares result {e.out.type}, but its type is {expect}", i, e.prim.value
+            )
+        define(e.out, f"equation {i}")
+    result_names: set[str] = set()
+    for o in program.outputs:
+        if not _NAME.match(o.name) or o.name in result_names:
+            raise TypeCheckError(f"output name {o.name!r} is not a fresh identifier")
+        result_names.add(o.name)
+        use(o.var, f"output {o.name!r}")
+    states = {a.name: a for a in program.args if a.storage is Storage.STATE}
+    updated: set[str] = set()
+    for u in program.updates:
+        arg = states.get(u.state)
+        if arg is None:
+            raise TypeCheckError(f"update of {u.state!r}, which is not a state argument")
+        if u.state in updated or u.state in result_names:
+            raise TypeCheckError(
+                f"state {u.state!r} is updated twice or shares its name with an output"
+            )
+        updated.add(u.state)
+        use(u.var, f"update of {u.state!r}")
+        if u.var.type != arg.var.type:
+            raise TypeCheckError(
+                f"state {u.state!r} is {arg.var.type} but its update is {u.var.type}"
+            )
+    missing = sorted(set(states) - updated)
+    if missing:
+        raise TypeCheckError(f"state argument(s) {missing} have no update")
+    return program
