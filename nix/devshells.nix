@@ -1,0 +1,91 @@
+# The dev shells: one per entry of the pure manifest nix/shells.nix, following the uv2nix
+# pattern for a `packages/*` workspace (pyproject-nix/uv2nix templates/hello-world). Needs the
+# flake inputs and nixpkgs, so it cannot be evaluated offline; nix/shells.nix can.
+{
+  system,
+  manifest,
+  workspaceRoot,
+  nixpkgs,
+  pyproject-nix,
+  uv2nix,
+  pyproject-build-systems,
+  nix-amd-npu,
+}:
+let
+  inherit (nixpkgs) lib;
+  pkgs = nixpkgs.legacyPackages.${system};
+
+  # Flakes whose packages a shell may name as "<input>#<package>".
+  flakeInputs = {
+    inherit nix-amd-npu;
+  };
+  flakePackage =
+    ref:
+    let
+      parts = lib.splitString "#" ref;
+    in
+    flakeInputs.${builtins.head parts}.packages.${system}.${lib.last parts};
+  amd = nix-amd-npu.packages.${system};
+
+  workspace = uv2nix.lib.workspace.loadWorkspace { inherit workspaceRoot; };
+  overlay = workspace.mkPyprojectOverlay { sourcePreference = "wheel"; };
+  editableOverlay = workspace.mkEditablePyprojectOverlay { root = "$REPO_ROOT"; };
+
+  # Python packages that are not in uv.lock (the manifest's pythonExtras).
+  extrasOverlay = final: _prev: {
+    llvm-aie = final.callPackage ./pkgs/llvm-aie.nix { };
+    poot-npu-site = final.callPackage ./pkgs/npu-site-paths.nix {
+      paths = [
+        "${amd.xrt-amdxdna}/opt/xilinx/xrt/python"
+        "${amd.mlir-aie}/${final.python.sitePackages}"
+      ];
+    };
+  };
+
+  pythonSetFor =
+    spec:
+    (pkgs.callPackage pyproject-nix.build.packages { python = pkgs.${spec.python}; }).overrideScope (
+      lib.composeManyExtensions [
+        pyproject-build-systems.overlays.wheel
+        overlay
+        extrasOverlay
+        editableOverlay
+      ]
+    );
+
+  # Values of the manifest's envFromBuild names; a name missing here fails evaluation.
+  builtEnv = set: {
+    UV_PYTHON = set.python.interpreter;
+    XILINX_XRT = "${amd.xrt-amdxdna}/opt/xilinx/xrt";
+    PEANO_INSTALL_DIR = "${set.llvm-aie}/${set.python.sitePackages}/llvm-aie";
+    MLIR_AIE_DIR = "${amd.mlir-aie}/${set.python.sitePackages}/mlir_aie";
+    LD_LIBRARY_PATH = lib.makeLibraryPath [
+      pkgs.level-zero
+      pkgs.intel-npu-driver
+    ];
+  };
+
+  mkShellFor =
+    name: spec:
+    let
+      set = pythonSetFor spec;
+      venv = set.mkVirtualEnv "poot-${name}-env" (
+        spec.workspace // lib.genAttrs spec.pythonExtras (_: [ ])
+      );
+      env = spec.env // lib.getAttrs (lib.attrNames spec.envFromBuild) (builtEnv set);
+    in
+    assert lib.assertMsg (spec.env.POOT_NIX_SHELL == name) "nix/shells.nix: ${name} sets POOT_NIX_SHELL to ${spec.env.POOT_NIX_SHELL}";
+    pkgs.mkShell {
+      packages =
+        [ venv ]
+        ++ map (attr: lib.getAttrFromPath (lib.splitString "." attr) pkgs) spec.nixpkgs
+        ++ map flakePackage spec.flakePackages;
+      inherit env;
+      shellHook = ''
+        unset PYTHONPATH
+        export REPO_ROOT=$(git rev-parse --show-toplevel)
+      ''
+      + lib.concatStrings (lib.mapAttrsToList (k: v: "export ${k}=${lib.escapeShellArg v}\n") env);
+    };
+in
+builtins.mapAttrs mkShellFor manifest
