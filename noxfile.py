@@ -73,5 +73,7 @@ def npu_intel(session: nox.Session) -> None:
 def nix(session: nox.Session) -> None:
     """Offline Nix checks: what can be proven about the flake without network or hardware."""
     if shutil.which("nix") is None and shutil.which("apt-get") is not None:
+        # A fresh machine has no package lists yet: update them before installing.
+        session.run("apt-get", "update", "-qq", external=True)
         session.run("apt-get", "install", "-y", "-qq", "nix-bin", external=True)
     session.run("python", "tools/check_nix.py")

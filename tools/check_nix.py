@@ -1,0 +1,289 @@
+"""Offline Nix checks: what can be proven about the flake without network or hardware.
+
+Run by `uv run nox -s nix` (which installs Debian's nix-bin first when `nix` is missing); this
+script installs nothing. The checks, each reported by name, the run failing if any fails:
+
+  tracked    flake.nix, flake.lock, uv.lock and nix/ are tracked by git (flakes ignore the rest)
+  parse      every tracked .nix file parses (`nix-instantiate --parse`)
+  metadata   `nix flake metadata --no-update-lock-file` accepts flake.lock: the lock covers every
+             input and `follows` of flake.nix (a missing one makes Nix try to download and fail)
+  lock       flake.lock is version 7 and every node is a github pin: 40-hex rev, SRI sha256
+             narHash, integer lastModified
+  manifest   `nix eval --json .#shellManifest` evaluates; the shells are default, npu, npu-intel;
+             each names nox sessions that exist in noxfile.py (read with ast, not imported),
+             workspace packages and extras that exist, and sets POOT_NIX_SHELL to its own name
+             and the uv variables
+  uv-lock    `uv lock --check`: uv.lock matches the workspace's pyproject.toml files
+
+What it cannot prove: that any shell builds or can be entered, the fixed-output hashes that need
+network (the nixpkgs narHash is copied from uv2nix's lock; see README "Nix shells"), hardware.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NIX_FLAGS = [
+    "--extra-experimental-features",
+    "nix-command flakes",
+    "--option",
+    "substituters",
+    "",
+    "--option",
+    "connect-timeout",
+    "3",
+    "--option",
+    "download-attempts",
+    "1",
+]
+TIMEOUT = 60
+SHELLS = {"default", "npu", "npu-intel"}
+REQUIRED_KEYS = {
+    "description",
+    "python",
+    "nixpkgs",
+    "workspace",
+    "pythonExtras",
+    "flakePackages",
+    "nox",
+    "noxAlso",
+    "env",
+    "envFromBuild",
+}
+TRACKED = ["flake.nix", "flake.lock", "uv.lock", "nix/shells.nix", "nix/devshells.nix"]
+REV = re.compile(r"[0-9a-f]{40}")
+NAR_HASH = re.compile(r"sha256-[A-Za-z0-9+/]{43}=")
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def run(cmd: list[str]) -> str:
+    try:
+        proc = subprocess.run(
+            cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT, check=False
+        )
+    except FileNotFoundError as exc:
+        raise CheckFailed(f"{cmd[0]} not found: {exc}") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise CheckFailed(f"timed out after {TIMEOUT}s: {' '.join(cmd)}") from exc
+    if proc.returncode != 0:
+        raise CheckFailed(
+            f"exit {proc.returncode}: {' '.join(cmd)}\n{proc.stderr.strip() or proc.stdout.strip()}"
+        )
+    return proc.stdout
+
+
+def nix(*args: str) -> str:
+    return run(["nix", *NIX_FLAGS, *args])
+
+
+def check_tracked() -> str:
+    tracked = set(run(["git", "ls-files", "--", *TRACKED, "nix"]).split())
+    missing = [p for p in TRACKED if p not in tracked]
+    if missing:
+        raise CheckFailed(f"not tracked by git (flakes ignore them): {missing}; `git add` them")
+    return f"{len(tracked)} flake files tracked"
+
+
+def check_parse() -> str:
+    files = run(["git", "ls-files", "*.nix"]).split()
+    if not files:
+        raise CheckFailed("no tracked .nix files")
+    bad = []
+    for f in files:
+        try:
+            run(["nix-instantiate", "--parse", f])
+        except CheckFailed as exc:
+            bad.append(f"{f}: {exc}")
+    if bad:
+        raise CheckFailed("\n".join(bad))
+    return f"{len(files)} files parse"
+
+
+def check_metadata() -> str:
+    meta = json.loads(nix("flake", "metadata", "--no-update-lock-file", "--json"))
+    inputs = sorted(meta["locks"]["nodes"]["root"]["inputs"])
+    return f"lock accepted; root inputs {inputs}"
+
+
+def check_lock() -> str:
+    lock = json.loads((ROOT / "flake.lock").read_text())
+    errors = []
+    if lock.get("version") != 7:
+        errors.append(f"version is {lock.get('version')!r}, not 7")
+    nodes = lock.get("nodes", {})
+    root = lock.get("root")
+    if root not in nodes:
+        errors.append(f"root node {root!r} missing")
+    for name, node in nodes.items():
+        for input_name, target in node.get("inputs", {}).items():
+            if isinstance(target, str) and target not in nodes:
+                errors.append(f"{name}.inputs.{input_name} -> missing node {target!r}")
+            if isinstance(target, list) and (not target or target[0] not in nodes):
+                errors.append(f"{name}.inputs.{input_name} follows unknown path {target}")
+        if name == root:
+            continue
+        locked = node.get("locked", {})
+        original = node.get("original", {})
+        where = f"node {name}"
+        if locked.get("type") != "github" or original.get("type") != "github":
+            errors.append(f"{where}: not a github pin ({locked.get('type')!r})")
+        if not REV.fullmatch(str(locked.get("rev", ""))):
+            errors.append(f"{where}: rev {locked.get('rev')!r} is not 40 hex digits")
+        if not NAR_HASH.fullmatch(str(locked.get("narHash", ""))):
+            errors.append(f"{where}: narHash {locked.get('narHash')!r} is not an SRI sha256")
+        last_modified = locked.get("lastModified")
+        if type(last_modified) is not int:
+            errors.append(f"{where}: lastModified {last_modified!r} is not an integer")
+        if not locked.get("owner") or not locked.get("repo"):
+            errors.append(f"{where}: owner/repo missing")
+        if (locked.get("owner"), locked.get("repo")) != (
+            original.get("owner"),
+            original.get("repo"),
+        ):
+            errors.append(f"{where}: locked owner/repo differ from original")
+    if errors:
+        raise CheckFailed("\n".join(errors))
+    return f"version 7, {len(nodes) - 1} github pins"
+
+
+def nox_sessions() -> set[str]:
+    """Session names in noxfile.py: functions decorated with @nox.session (name= honoured)."""
+    tree = ast.parse((ROOT / "noxfile.py").read_text(), filename="noxfile.py")
+    names = set()
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        for dec in node.decorator_list:
+            call = dec if isinstance(dec, ast.Call) else None
+            target = call.func if call else dec
+            if not (
+                isinstance(target, ast.Attribute)
+                and target.attr == "session"
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "nox"
+            ):
+                continue
+            name = node.name
+            for kw in call.keywords if call else []:
+                if kw.arg == "name" and isinstance(kw.value, ast.Constant):
+                    name = str(kw.value.value)
+            names.add(name)
+    return names
+
+
+def workspace_extras() -> dict[str, set[str]]:
+    """Each workspace package with its extras and dependency groups."""
+    found = {}
+    for path in [ROOT / "pyproject.toml", *sorted(ROOT.glob("packages/*/pyproject.toml"))]:
+        data = tomllib.loads(path.read_text())
+        project = data["project"]
+        found[project["name"]] = set(project.get("optional-dependencies", {})) | set(
+            data.get("dependency-groups", {})
+        )
+    return found
+
+
+def check_manifest() -> str:
+    manifest = json.loads(nix("eval", "--json", ".#shellManifest"))
+    sessions = nox_sessions()
+    packages = workspace_extras()
+    errors = []
+    if set(manifest) != SHELLS:
+        errors.append(f"shells are {sorted(manifest)}, expected {sorted(SHELLS)}")
+    for shell, spec in manifest.items():
+        where = f"shell {shell}"
+        missing_keys = REQUIRED_KEYS - set(spec)
+        if missing_keys:
+            errors.append(f"{where}: missing fields {sorted(missing_keys)}")
+            continue
+        for session in [spec["nox"], *spec["noxAlso"]]:
+            if session not in sessions:
+                errors.append(
+                    f"{where}: nox session {session!r} not in noxfile.py {sorted(sessions)}"
+                )
+        for package, extras in spec["workspace"].items():
+            if package not in packages:
+                errors.append(f"{where}: {package!r} is not a workspace package")
+                continue
+            unknown = set(extras) - packages[package]
+            if unknown:
+                errors.append(f"{where}: {package} has no extra or group {sorted(unknown)}")
+        env = spec["env"]
+        if env.get("POOT_NIX_SHELL") != shell:
+            errors.append(f"{where}: POOT_NIX_SHELL is {env.get('POOT_NIX_SHELL')!r}")
+        for key, value in {"UV_NO_SYNC": "1", "UV_PYTHON_DOWNLOADS": "never"}.items():
+            if env.get(key) != value:
+                errors.append(f"{where}: {key} is {env.get(key)!r}, not {value!r}")
+        if "UV_PYTHON" not in spec["envFromBuild"]:
+            errors.append(f"{where}: UV_PYTHON is not set")
+        overlap = set(env) & set(spec["envFromBuild"])
+        if overlap:
+            errors.append(f"{where}: set both fixed and from the build: {sorted(overlap)}")
+        for ref in spec["flakePackages"]:
+            if ref.count("#") != 1:
+                errors.append(f"{where}: flake package {ref!r} is not <input>#<package>")
+    if "npu" in manifest:
+        for key in ("PEANO_INSTALL_DIR", "MLIR_AIE_DIR"):
+            if key not in manifest["npu"].get("envFromBuild", {}):
+                errors.append(f"shell npu: {key} is not set")
+    if errors:
+        raise CheckFailed("\n".join(errors))
+    return f"{len(manifest)} shells, sessions {sorted({s['nox'] for s in manifest.values()})}"
+
+
+def check_uv_lock() -> str:
+    run(["uv", "lock", "--check"])
+    return "uv.lock is up to date"
+
+
+CHECKS: list[tuple[str, Callable[[], str]]] = [
+    ("tracked", check_tracked),
+    ("parse", check_parse),
+    ("metadata", check_metadata),
+    ("lock", check_lock),
+    ("manifest", check_manifest),
+    ("uv-lock", check_uv_lock),
+]
+
+
+def main() -> int:
+    if shutil.which("nix") is None or shutil.which("nix-instantiate") is None:
+        print(
+            "FAIL nix: `nix` is not installed (`apt-get install -y nix-bin`, or run `nox -s nix`)"
+        )
+        return 1
+    failed = []
+    for name, check in CHECKS:
+        start = time.monotonic()
+        try:
+            detail = check()
+        except CheckFailed as exc:
+            failed.append(name)
+            print(f"FAIL {name}: {exc}")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            failed.append(name)
+            print(f"FAIL {name}: {type(exc).__name__}: {exc}")
+        else:
+            print(f"ok   {name} ({time.monotonic() - start:.1f}s): {detail}")
+    if failed:
+        print(f"{len(failed)} Nix check(s) failed: {', '.join(failed)}")
+        return 1
+    print("all offline Nix checks passed (not proven: shell builds, network hashes, hardware)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
