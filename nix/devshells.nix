@@ -65,12 +65,24 @@ let
     ];
   };
 
+  # uv.lock records no entry for an extra without dependencies (poot-npu[xdna]: pyxrt comes with
+  # XRT), and pyproject.nix refuses an extra it cannot find, so such extras are dropped here.
+  # tools/check_nix.py checks offline that every manifest extra exists in pyproject.toml.
+  lockedExtras =
+    set: package: extras:
+    let
+      inherit (set.${package}) passthru;
+    in
+    builtins.filter (
+      e: (passthru.optional-dependencies or { }) ? ${e} || (passthru.dependency-groups or { }) ? ${e}
+    ) extras;
+
   mkShellFor =
     name: spec:
     let
       set = pythonSetFor spec;
       venv = set.mkVirtualEnv "poot-${name}-env" (
-        spec.workspace // lib.genAttrs spec.pythonExtras (_: [ ])
+        builtins.mapAttrs (lockedExtras set) spec.workspace // lib.genAttrs spec.pythonExtras (_: [ ])
       );
       env = spec.env // lib.getAttrs (lib.attrNames spec.envFromBuild) (builtEnv set);
     in
