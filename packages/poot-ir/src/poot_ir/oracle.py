@@ -1,15 +1,555 @@
-"""The numpy oracle (placeholder while it is written)."""
+"""The numpy oracle: the reference semantics of every primitive, and ``evaluate``.
+
+One rule per primitive, in the table ``_RULES`` keyed by ``Prim``. A rule sees an equation once,
+when its program is first evaluated, and returns a kernel (a function of the operand values);
+``evaluate`` then runs the program's kernels in order. Compiled programs are cached by identity.
+
+Semantics, where IEEE 754 or the type rules leave a choice:
+
+- Floating point is IEEE 754 with round to nearest even. F32 ``add``, ``sub``, ``mul``, ``div``
+  and ``sqrt`` are numpy's float32 operations (correctly rounded). ``exp``, ``log``, ``tanh``
+  and ``erf`` are computed at float64 (numpy; ``math.erf``) and rounded once to the dtype.
+  F16 and BF16 round after every primitive: operands are widened exactly to float32, the
+  operation is done there and the result rounded (double rounding is harmless, float32 has more
+  than 2p+2 bits for both), or at float64 and rounded once (never float64 to float32 to BF16).
+- NaN propagates through arithmetic, ``max``, ``min`` and ``reduce_max`` (OpenVINO's maximum
+  drops NaN; the oracle is the specification). A NaN produced by arithmetic is *a* NaN, its
+  payload unspecified; data movement (gather, transpose, reshape, broadcast_in_dim, slice,
+  concat, select, dynamic_update_slice) moves bits exactly, payloads and signs included.
+- ``max`` and ``min`` are IEEE 754-2019 maximum and minimum: -0 < +0, so max(-0, +0) = +0 and
+  min(-0, +0) = -0 in either order. ``reduce_max`` agrees.
+- ``ge``, ``gt``, ``eq`` are IEEE: NaN compares false. ``neg`` flips the sign bit (of zero and
+  NaN too), ``recip(±0) = ±inf``, ``log(0) = -inf``, ``log(x < 0) = NaN``, ``sqrt(-0) = -0``.
+- I32 ``add``, ``sub``, ``mul``, ``neg``, ``abs``, ``reduce_sum`` and ``matmul`` wrap modulo
+  2^32 (``abs(INT_MIN) = INT_MIN``). ``div`` truncates toward zero (C), ``INT_MIN / -1`` wraps to
+  ``INT_MIN``, and a division by zero raises ``IntegerDivisionByZero``.
+- ``convert``: float to I32 truncates toward zero and saturates (XLA): NaN becomes 0, values
+  beyond the range become INT_MIN or INT_MAX. Anything to BOOL is ``x != 0`` (so NaN is true,
+  -0 false). BOOL to a number is 0 or 1. Every other conversion rounds to nearest even, with
+  overflow to infinity; a converted NaN is a NaN.
+- ``reduce_sum`` of an empty axis is +0 (0 for I32); ``reduce_max`` of an empty axis is -inf
+  (INT_MIN for I32). F32 ``reduce_sum`` is numpy's float32 sum (pairwise along the innermost
+  axis); F16 and BF16 sums accumulate at float64 and round once. A device is compared with the
+  oracle under its contract, not bit for bit, so the order is not part of any promise.
+- ``matmul`` on floats is computed at float64 and rounded once to the dtype (products of F32
+  values are exact at float64; only the float64 sum rounds).
+- ``gather`` takes indices in ``[-size, size)`` (negative counts from the end, as numpy and
+  OpenVINO); any other index raises ``IndexOutOfRange``. A ``dynamic_update_slice`` start whose
+  window does not fit raises ``WindowOutOfRange``; nothing is clamped.
+
+Inputs are strict (``ArgumentError``), and every result is a fresh array of the exact dtype and
+shape. An error raised during evaluation returns nothing.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
-from poot_ir.core import Program
+from poot_ir.core import (
+    BroadcastParams,
+    ConcatParams,
+    ConvertParams,
+    Eqn,
+    GatherParams,
+    IotaParams,
+    Literal,
+    Prim,
+    Program,
+    ReduceParams,
+    ReshapeParams,
+    SliceParams,
+    TransposeParams,
+    Var,
+)
+from poot_ir.dtypes import DType, TensorType
+from poot_ir.errors import (
+    ArgumentError,
+    IndexOutOfRange,
+    IntegerDivisionByZero,
+    WindowOutOfRange,
+)
 
 __all__ = ["evaluate"]
 
+Array = np.ndarray[Any, np.dtype[Any]]
+#: A kernel computes one equation from its operand values (arrays, or numpy scalars).
+Kernel = Callable[..., Any]
+#: A rule turns one equation (and its index, for errors) into its kernel.
+Rule = Callable[[Eqn, int], Kernel]
+Step = Callable[[list[Any]], None]
 
-def evaluate(program: Program, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    raise NotImplementedError
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_I64 = np.dtype(np.int64)
+_U32 = np.dtype(np.uint32)
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+
+
+# -- rounding ---------------------------------------------------------------------------------
+
+
+def _round(x: Any, dtype: DType) -> Any:
+    """Round float32 or float64 values once to ``dtype`` (nearest even, overflow to inf)."""
+    x = np.asarray(x)
+    if dtype is DType.BF16 and x.dtype == _F64:
+        # float64 -> float32 -> bfloat16 would round twice; rounding to odd at float32 first
+        # keeps the second rounding correct (float32 has more than p + 2 bits of bfloat16).
+        t = x.astype(_F32)
+        wide = t.astype(_F64)
+        inexact = (wide != x) & ~np.isnan(x)
+        bits = t.view(_U32)
+        bits = np.where(inexact & (np.abs(wide) > np.abs(x)), bits - np.uint32(1), bits)
+        x = (bits | inexact.astype(_U32)).view(_F32)
+    return x.astype(dtype.numpy)
+
+
+def _in_f32(dtype: DType, fn: Callable[..., Any]) -> Kernel:
+    """``fn`` on float32 (F32 directly; F16 and BF16 widened exactly, the result rounded)."""
+    if dtype is DType.F32:
+        return fn
+    dt = dtype.numpy
+
+    def kernel(*xs: Any) -> Any:
+        return fn(*(np.asarray(x, _F32) for x in xs)).astype(dt)
+
+    return kernel
+
+
+def _in_f64(dtype: DType, fn: Callable[[Array], Any]) -> Kernel:
+    def kernel(x: Any) -> Any:
+        return _round(fn(np.asarray(x, _F64)), dtype)
+
+    return kernel
+
+
+def _erf64(x: Array) -> Array:
+    flat = np.fromiter(map(math.erf, x.ravel().tolist()), _F64, count=x.size)
+    return flat.reshape(x.shape)
+
+
+# -- elementwise ------------------------------------------------------------------------------
+
+
+def _dtype(eqn: Eqn, i: int = 0) -> DType:
+    return eqn.inputs[i].dtype
+
+
+def _unary(eqn: Eqn, _: int) -> Kernel:
+    dt = _dtype(eqn)
+    match eqn.prim:
+        case Prim.NEG:
+            return np.negative
+        case Prim.ABS:
+            return np.abs
+        case Prim.RECIP:
+            return _in_f32(dt, lambda x: np.divide(np.float32(1), x))
+        case Prim.SQRT:
+            return _in_f32(dt, np.sqrt)
+        case Prim.EXP:
+            return _in_f64(dt, np.exp)
+        case Prim.LOG:
+            return _in_f64(dt, np.log)
+        case Prim.TANH:
+            return _in_f64(dt, np.tanh)
+        case Prim.ERF:
+            return _in_f64(dt, _erf64)
+        case _:
+            raise AssertionError(f"{eqn.prim} is not unary")
+
+
+_ARITH = {Prim.ADD: np.add, Prim.SUB: np.subtract, Prim.MUL: np.multiply}
+_COMPARE = {Prim.GE: np.greater_equal, Prim.GT: np.greater, Prim.EQ: np.equal}
+
+
+def _binary(eqn: Eqn, index: int) -> Kernel:
+    dt = _dtype(eqn)
+    prim = eqn.prim
+    if prim in _ARITH:
+        uf = _ARITH[prim]
+        return uf if dt is DType.I32 else _in_f32(dt, uf)
+    if prim in _COMPARE:
+        uf = _COMPARE[prim]
+        return uf if not dt.is_float else _in_f32(dt, uf)
+    if prim is Prim.DIV:
+        return _int_div(eqn, index) if dt is DType.I32 else _in_f32(dt, np.divide)
+    if prim in (Prim.MAX, Prim.MIN):
+        is_max = prim is Prim.MAX
+        uf = np.maximum if is_max else np.minimum
+        if not dt.is_float:
+            return uf
+        lits = [a for a in eqn.inputs if isinstance(a, Literal)]
+        if lits and lits[0].as_float() != 0:
+            # Ties with a nonzero literal are between identical bit patterns: no sign to fix.
+            return _in_f32(dt, uf)
+        return _in_f32(dt, _ieee_max if is_max else _ieee_min)
+    raise AssertionError(f"{prim} is not binary")
+
+
+_SIGN = np.uint32(0x8000_0000)
+_MAGNITUDE = np.uint32(0x7FFF_FFFF)
+
+
+def _ieee_max(a: Any, b: Any) -> Any:
+    # np.maximum leaves the sign of a tied zero to the implementation (and it differs between
+    # float16 and float32); IEEE 754-2019 wants -0 < +0. Both orders give one operand each, and
+    # the sign of the maximum is the AND of their signs; magnitudes and NaN bits are kept.
+    r = np.maximum(a, b).view(_U32)
+    s = np.maximum(b, a).view(_U32)
+    return (r & (s | _MAGNITUDE)).view(_F32)
+
+
+def _ieee_min(a: Any, b: Any) -> Any:
+    r = np.minimum(a, b).view(_U32)
+    s = np.minimum(b, a).view(_U32)
+    return (r | (s & _SIGN)).view(_F32)
+
+
+def _int_div(eqn: Eqn, index: int) -> Kernel:
+    shape = eqn.out.shape
+
+    def kernel(a: Any, b: Any) -> Any:
+        zero = np.broadcast_to(np.equal(b, 0), shape)
+        if zero.any():
+            raise IntegerDivisionByZero(index, _first(zero))
+        a64, b64 = np.asarray(a, _I64), np.asarray(b, _I64)
+        q = np.abs(a64) // np.abs(b64)
+        return np.where((a64 < 0) != (b64 < 0), -q, q).astype(np.int32)  # INT_MIN/-1 wraps
+
+    return kernel
+
+
+def _first(mask: Array) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.argwhere(mask)[0])
+
+
+def _select(eqn: Eqn, _: int) -> Kernel:
+    return np.where
+
+
+def _convert(eqn: Eqn, _: int) -> Kernel:
+    src = _dtype(eqn)
+    assert isinstance(eqn.params, ConvertParams)
+    dst = eqn.params.dtype
+    if dst is DType.BOOL:
+        return lambda x: np.not_equal(x, 0)
+    if src is DType.BOOL or src is dst:
+        return lambda x: np.asarray(x).astype(dst.numpy)
+    if dst is DType.I32:
+
+        def to_int(x: Any) -> Any:
+            t = np.trunc(np.asarray(x, _F64))
+            return np.where(np.isnan(t), 0, np.clip(t, _INT_MIN, _INT_MAX)).astype(np.int32)
+
+        return to_int
+    if src is DType.I32:
+        return lambda x: _round(np.asarray(x, _F64), dst)
+    return lambda x: _round(np.asarray(x, _F32), dst)  # widening to float32 is exact
+
+
+# -- reductions -------------------------------------------------------------------------------
+
+
+def _reduce_sum(eqn: Eqn, _: int) -> Kernel:
+    assert isinstance(eqn.params, ReduceParams)
+    axes, dt = eqn.params.axes, _dtype(eqn)
+    if dt is DType.F32 or dt is DType.I32:
+        return lambda x: np.sum(x, axis=axes, dtype=dt.numpy)
+    return lambda x: _round(np.sum(np.asarray(x, _F64), axis=axes), dt)
+
+
+def _reduce_max(eqn: Eqn, _: int) -> Kernel:
+    assert isinstance(eqn.params, ReduceParams)
+    axes, dt = eqn.params.axes, _dtype(eqn)
+    if dt is DType.I32:
+        return lambda x: np.max(x, axis=axes, initial=_INT_MIN)
+
+    def kernel(x: Any) -> Any:
+        x32 = np.asarray(x, _F32)
+        r = np.max(x32, axis=axes, initial=-np.inf)
+        # IEEE: a +0 anywhere beats -0.
+        pos_zero = np.any((x32 == 0) & ~np.signbit(x32), axis=axes)
+        r = np.where((r == 0) & pos_zero, np.float32(0), r)
+        return np.asarray(r, _F32).astype(dt.numpy)
+
+    return kernel
+
+
+# -- data movement ----------------------------------------------------------------------------
+
+
+def _gather(eqn: Eqn, index: int) -> Kernel:
+    assert isinstance(eqn.params, GatherParams)
+    axis = eqn.params.axis
+    size = eqn.inputs[0].type.shape[axis]
+
+    def kernel(x: Any, idx: Any) -> Any:
+        bad = (idx < -size) | (idx >= size)
+        if np.any(bad):
+            at = _first(np.asarray(bad))
+            raise IndexOutOfRange(index, int(np.asarray(idx)[at]), size, at)
+        return np.take(x, idx, axis=axis)
+
+    return kernel
+
+
+def _transpose(eqn: Eqn, _: int) -> Kernel:
+    assert isinstance(eqn.params, TransposeParams)
+    perm = eqn.params.perm
+    return lambda x: np.transpose(x, perm)
+
+
+def _reshape(eqn: Eqn, _: int) -> Kernel:
+    assert isinstance(eqn.params, ReshapeParams)
+    shape = eqn.params.shape
+    return lambda x: np.reshape(x, shape)
+
+
+def _broadcast_in_dim(eqn: Eqn, _: int) -> Kernel:
+    assert isinstance(eqn.params, BroadcastParams)
+    shape, dims = eqn.params.shape, eqn.params.dims
+    expanded = [1] * len(shape)
+    for i, d in enumerate(dims):
+        expanded[d] = eqn.inputs[0].type.shape[i]
+    return lambda x: np.broadcast_to(np.reshape(x, expanded), shape)
+
+
+def _slice(eqn: Eqn, _: int) -> Kernel:
+    assert isinstance(eqn.params, SliceParams)
+    p = eqn.params
+    window = tuple(slice(*t) for t in zip(p.start, p.limit, p.strides, strict=True))
+    return lambda x: np.asarray(x)[window]
+
+
+def _concat(eqn: Eqn, _: int) -> Kernel:
+    assert isinstance(eqn.params, ConcatParams)
+    axis = eqn.params.axis
+    return lambda *xs: np.concatenate(xs, axis=axis)
+
+
+def _dynamic_update_slice(eqn: Eqn, index: int) -> Kernel:
+    operand, update = eqn.inputs[0].type.shape, eqn.inputs[1].type.shape
+
+    def kernel(x: Any, u: Any, *starts: Any) -> Any:
+        st = tuple(int(s) for s in starts)
+        if any(not 0 <= s <= d - n for s, d, n in zip(st, operand, update, strict=True)):
+            raise WindowOutOfRange(index, st, operand, update)
+        out = np.array(x, copy=True)
+        out[tuple(slice(s, s + n) for s, n in zip(st, update, strict=True))] = u
+        return out
+
+    return kernel
+
+
+def _iota(eqn: Eqn, _: int) -> Kernel:
+    assert isinstance(eqn.params, IotaParams)
+    p = eqn.params
+    expanded = [1] * len(p.shape)
+    expanded[p.axis] = p.shape[p.axis]
+    counts = np.arange(p.shape[p.axis], dtype=_I64).reshape(expanded)
+    if p.dtype is DType.I32:
+        values = counts.astype(np.int32)
+    else:
+        values = _round(counts.astype(_F64), p.dtype)
+    full = np.broadcast_to(values, p.shape)
+    return lambda: full
+
+
+# -- contraction ------------------------------------------------------------------------------
+
+
+def _matmul(eqn: Eqn, _: int) -> Kernel:
+    dt = _dtype(eqn)
+    if dt is DType.I32:  # int64 wraps modulo 2^64, so the int32 cast is the product mod 2^32
+        return lambda a, b: np.matmul(np.asarray(a, _I64), np.asarray(b, _I64)).astype(np.int32)
+    return lambda a, b: _round(np.matmul(np.asarray(a, _F64), np.asarray(b, _F64)), dt)
+
+
+#: The reference rule of every primitive, defined once.
+_RULES: dict[Prim, Rule] = {
+    **{p: _unary for p in (Prim.NEG, Prim.RECIP, Prim.EXP, Prim.LOG, Prim.TANH, Prim.ERF)},
+    Prim.SQRT: _unary,
+    Prim.ABS: _unary,
+    **{
+        p: _binary
+        for p in (Prim.ADD, Prim.SUB, Prim.MUL, Prim.DIV, Prim.MAX, Prim.MIN, Prim.GE, Prim.GT)
+    },
+    Prim.EQ: _binary,
+    Prim.SELECT: _select,
+    Prim.CONVERT: _convert,
+    Prim.REDUCE_SUM: _reduce_sum,
+    Prim.REDUCE_MAX: _reduce_max,
+    Prim.GATHER: _gather,
+    Prim.TRANSPOSE: _transpose,
+    Prim.RESHAPE: _reshape,
+    Prim.BROADCAST_IN_DIM: _broadcast_in_dim,
+    Prim.SLICE: _slice,
+    Prim.CONCAT: _concat,
+    Prim.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
+    Prim.IOTA: _iota,
+    Prim.MATMUL: _matmul,
+}
+assert set(_RULES) == set(Prim), set(Prim) - set(_RULES)
+
+
+# -- compiling and running a program ----------------------------------------------------------
+
+
+class _Compiled:
+    __slots__ = ("args", "nslots", "results", "steps")
+
+    def __init__(
+        self,
+        args: tuple[tuple[str, int, TensorType], ...],
+        steps: tuple[Step, ...],
+        results: tuple[tuple[str, int, TensorType], ...],
+        nslots: int,
+    ) -> None:
+        self.args, self.steps, self.results, self.nslots = args, steps, results, nslots
+
+
+def _step(kernel: Kernel, ins: list[int | Literal], out: int) -> Step:
+    """One equation as a closure over environment slots: the loop's only per-equation cost."""
+    consts = [a.value if isinstance(a, Literal) else None for a in ins]
+    match ins:
+        case [int(i)]:
+
+            def step1(env: list[Any]) -> None:
+                env[out] = kernel(env[i])
+
+            return step1
+        case [int(i), int(j)]:
+
+            def step2(env: list[Any]) -> None:
+                env[out] = kernel(env[i], env[j])
+
+            return step2
+        case [int(i), Literal()]:
+            c = consts[1]
+
+            def step_vc(env: list[Any]) -> None:
+                env[out] = kernel(env[i], c)
+
+            return step_vc
+        case [Literal(), int(j)]:
+            c = consts[0]
+
+            def step_cv(env: list[Any]) -> None:
+                env[out] = kernel(c, env[j])
+
+            return step_cv
+        case _:
+
+            def step_n(env: list[Any]) -> None:
+                env[out] = kernel(
+                    *[env[a] if isinstance(a, int) else c for a, c in zip(ins, consts, strict=True)]
+                )
+
+            return step_n
+
+
+def _compile(program: Program) -> _Compiled:
+    # Slots are reused once their value is dead, so a long chain holds a few arrays, not one
+    # per equation (1,000 live intermediates would miss every cache numpy's allocator has).
+    end = len(program.eqns)
+    last_use: dict[int, int] = {}
+    for index, eqn in enumerate(program.eqns):
+        for a in eqn.inputs:
+            if isinstance(a, Var):
+                last_use[a.id] = index
+    for _, v in program.results():
+        last_use[v.id] = end
+    slots: dict[int, int] = {}
+    free: list[int] = []
+    count = 0
+
+    def alloc(v: Var) -> int:
+        nonlocal count
+        if free:
+            slots[v.id] = free.pop()
+        else:
+            slots[v.id], count = count, count + 1
+        return slots[v.id]
+
+    args = tuple((a.name, alloc(a.var), a.var.type) for a in program.args)
+    free.extend(slots[a.var.id] for a in program.args if a.var.id not in last_use)
+    steps = []
+    for index, eqn in enumerate(program.eqns):
+        kernel = _RULES[eqn.prim](eqn, index)
+        ins: list[int | Literal] = [
+            a if isinstance(a, Literal) else slots[a.id] for a in eqn.inputs
+        ]
+        dying = {a.id for a in eqn.inputs if isinstance(a, Var) and last_use[a.id] == index}
+        free.extend(slots[i] for i in dying)
+        out = alloc(eqn.out)
+        if eqn.out.id not in last_use:
+            free.append(out)
+        steps.append(_step(kernel, ins, out))
+    results = tuple((name, slots[v.id], v.type) for name, v in program.results())
+    return _Compiled(args, tuple(steps), results, count)
+
+
+# Programs are frozen and slotted (no weak references) and hashing a large one costs about as
+# much as evaluating it, so the cache is keyed by identity and holds the program itself, which
+# keeps its id from being reused while the entry lives.
+_CACHE: OrderedDict[int, tuple[Program, _Compiled]] = OrderedDict()
+_CACHE_SIZE = 64
+_LOCK = threading.Lock()
+
+
+def _compiled(program: Program) -> _Compiled:
+    with _LOCK:
+        hit = _CACHE.get(id(program))
+        if hit is not None and hit[0] is program:
+            _CACHE.move_to_end(id(program))
+            return hit[1]
+    compiled = _compile(program)
+    with _LOCK:
+        _CACHE[id(program)] = (program, compiled)
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return compiled
+
+
+def _argument(name: str, value: object, t: TensorType) -> Any:
+    expect = f"expected an array of {t}"
+    if isinstance(value, np.generic) and t.shape == ():
+        value = np.asarray(value)
+    if not isinstance(value, np.ndarray):
+        raise ArgumentError(f"{expect}, got {type(value).__name__}", name)
+    if value.dtype != t.dtype.numpy:
+        raise ArgumentError(f"{expect}, got dtype {value.dtype} (no conversion is made)", name)
+    if value.shape != t.shape:
+        raise ArgumentError(f"{expect}, got shape {value.shape}", name)
+    return value
+
+
+def evaluate(program: Program, inputs: Mapping[str, object]) -> dict[str, np.ndarray]:
+    """Run ``program`` on ``inputs`` (one array per argument, by name, of exactly its type).
+
+    Returns the outputs, then each updated state, by name (``program.result_names``), as fresh
+    arrays. Raises ``ArgumentError`` before computing anything when an argument is missing,
+    extra, or not an ndarray of exactly its shape and dtype (a numpy scalar is accepted for a
+    shape of ``()``), and the other ``EvaluationError``s for undefined input (see the module).
+    """
+    compiled = _compiled(program)
+    env: list[Any] = [None] * compiled.nslots
+    for name, s, t in compiled.args:
+        if name not in inputs:
+            raise ArgumentError(f"missing; expected an array of {t}", name)
+        env[s] = _argument(name, inputs[name], t)
+    extra = sorted(set(inputs) - {name for name, _, _ in compiled.args})
+    if extra:
+        raise ArgumentError(f"is not an argument of {program.name!r}", extra[0])
+    with np.errstate(all="ignore"):
+        for step in compiled.steps:
+            step(env)
+    return {
+        name: np.array(env[s], dtype=t.dtype.numpy, order="C", copy=True)
+        for name, s, t in compiled.results
+    }
