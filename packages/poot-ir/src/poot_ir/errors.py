@@ -19,7 +19,8 @@ them to a caller who asked for a program that must run.
     ├── TargetTableError              a malformed target table (found at import)
     ├── CodegenError
     │   ├── ToolchainUnavailable          a compiler or linker is not on this machine
-    │   └── CompileFailed                 the compiler rejected the artifact: carries its log
+    │   ├── CompileFailed                 the compiler rejected the artifact: carries its log
+    │   └── NoLowering                    an equation a code generator has no lowering for
     ├── EngineError
     │   ├── StepInputError                a step's inputs do not match the compiled signature
     │   ├── SignatureMismatch             the compiled artifact's arguments differ from the program's
@@ -60,6 +61,7 @@ __all__ = [
     "NarrowingRangeInput",
     "NarrowingRangeResult",
     "NarrowingRangeUpload",
+    "NoLowering",
     "ParseError",
     "PlanRefused",
     "PootError",
@@ -198,6 +200,20 @@ class CompileFailed(CodegenError):
         self.tool = tool
         self.log = log
         self.what = what
+
+
+class NoLowering(CodegenError):
+    """A code generator has no lowering for an equation: names its index and primitive."""
+
+    def __init__(self, target: str, eqn: int, primitive: str, detail: str = "") -> None:
+        super().__init__(
+            f"{target}: equation {eqn} ({primitive}) has no lowering"
+            + (f": {detail}" if detail else "")
+        )
+        self.target = target
+        self.eqn = eqn
+        self.primitive = primitive
+        self.detail = detail
 
 
 class EngineError(PootError):
