@@ -23,6 +23,7 @@ them to a caller who asked for a program that must run.
     │   └── NoLowering                    an equation a code generator has no lowering for
     ├── EngineError
     │   ├── StepInputError                a step's inputs do not match the compiled signature
+    │   ├── WeightMismatch                weights that do not bind to an entry's weight arguments
     │   ├── SignatureMismatch             the compiled artifact's arguments differ from the program's
     │   ├── NarrowingRangeError           an F32 value FP16 cannot hold (names argument and element)
     │   │   ├── NarrowingRangeUpload          a weight, at upload
@@ -32,6 +33,7 @@ them to a caller who asked for a program that must run.
     │   ├── DeadlineExceeded              a run missed its deadline: the device is now poisoned
     │   ├── DevicePoisoned                every call after a deadline miss
     │   ├── DeviceFailed                  the runtime reported a failed run
+    │   ├── BlobRefused                   the device will not load a compiled blob: recompile it
     │   └── UnknownEntry                  an entry or weights handle this engine did not issue
     ├── CacheError                    the blob cache directory is unsafe (owner, mode, symlink)
     └── DeviceUnavailable             no such device here ("hardware unavailable", not "unsupported")
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 __all__ = [
     "ArgumentError",
+    "BlobRefused",
     "CacheError",
     "CodegenError",
     "CompileFailed",
@@ -71,6 +74,7 @@ __all__ = [
     "ToolchainUnavailable",
     "TypeCheckError",
     "UnknownEntry",
+    "WeightMismatch",
 ]
 
 
@@ -228,6 +232,15 @@ class StepInputError(EngineError):
         self.argument = argument
 
 
+class WeightMismatch(EngineError):
+    """Weights that do not bind to an entry's weight arguments: a missing or extra weight, or
+    one of another dtype or shape. ``argument`` names it; nothing was loaded."""
+
+    def __init__(self, message: str, argument: str) -> None:
+        super().__init__(f"weight {argument!r}: {message}")
+        self.argument = argument
+
+
 class SignatureMismatch(EngineError):
     """The compiled artifact's arguments differ from the program's (names, order, direction,
     extents, precision): running it would silently compute something else."""
@@ -293,6 +306,17 @@ class DevicePoisoned(EngineError):
 
 class DeviceFailed(EngineError):
     """The device runtime reported a run that did not complete."""
+
+
+class BlobRefused(EngineError):
+    """The device will not load a compiled blob (damaged, or from another compiler or driver).
+    Raised by a device's ``load``; the engine recompiles the artifact and replaces the cached
+    entry, so a caller sees it only from a freshly compiled blob."""
+
+    def __init__(self, device: str, why: str) -> None:
+        super().__init__(f"{device} refused the compiled blob: {why}")
+        self.device = device
+        self.why = why
 
 
 class UnknownEntry(EngineError):
