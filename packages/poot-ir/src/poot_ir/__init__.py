@@ -31,11 +31,55 @@ from poot_ir.core import (
 from poot_ir.dtypes import DType, TensorType
 from poot_ir.errors import *  # noqa: F403  (the error tree is part of the public API)
 from poot_ir.errors import __all__ as _errors
+from poot_ir.numerics import (
+    AbsRel,
+    AnyInput,
+    BitExact,
+    Bound,
+    Bounded,
+    Comparison,
+    Contract,
+    Domain,
+    Exact,
+    FiniteInputs,
+    FiniteNormalResult,
+    Interval,
+    LargerOperandUlps,
+    NarrowStorage,
+    Normwise,
+    NotNaN,
+    NumericsClass,
+    PositiveNormal,
+    Relative,
+    ScaledSum,
+    compare,
+)
 from poot_ir.oracle import evaluate
 from poot_ir.text import format_program, parse_program
 from poot_ir.typing_rules import infer_type, validate
 
 __all__ = [
+    "AbsRel",
+    "AnyInput",
+    "BitExact",
+    "Bound",
+    "Bounded",
+    "Comparison",
+    "Contract",
+    "Domain",
+    "Exact",
+    "FiniteInputs",
+    "FiniteNormalResult",
+    "Interval",
+    "LargerOperandUlps",
+    "NarrowStorage",
+    "Normwise",
+    "NotNaN",
+    "NumericsClass",
+    "PositiveNormal",
+    "Relative",
+    "ScaledSum",
+    "compare",
     "Arg",
     "Atom",
     "BroadcastParams",

@@ -74,6 +74,7 @@ __all__ = [
     "ToolchainUnavailable",
     "TypeCheckError",
     "UnknownEntry",
+    "WindowOutOfRange",
     "WeightMismatch",
 ]
 

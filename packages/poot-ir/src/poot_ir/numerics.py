@@ -1,0 +1,460 @@
+"""Numerical contracts as data, a program's published numerics class, and the comparison.
+
+A ``Contract`` pairs one primitive with a ``Bound`` (how far a device result may be from the
+oracle's) and a ``Domain`` (the operands it is promised on; outside it nothing is promised).
+``compare`` checks a device result against the oracle's under a bound, and reports the worst
+element. Rules every bound shares:
+
+- NaN where the oracle has NaN matches (under ``BitExact`` the bits must match, payload too);
+  NaN or an infinity where the oracle is finite fails at any tolerance; an infinity must match
+  exactly (same sign).
+- I32 and BOOL results are always compared exactly, whatever the bound.
+- A shape or dtype mismatch is a failed comparison with a reason, not an exception.
+- Errors are measured at float64: ``|actual - expected|``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+
+from poot_ir.core import Prim
+from poot_ir.dtypes import DType
+
+__all__ = [
+    "F32_UNIT",
+    "AbsRel",
+    "AnyInput",
+    "BitExact",
+    "Bound",
+    "Bounded",
+    "Comparison",
+    "Contract",
+    "Domain",
+    "Exact",
+    "FiniteInputs",
+    "FiniteNormalResult",
+    "Interval",
+    "LargerOperandUlps",
+    "NarrowStorage",
+    "Normwise",
+    "NotNaN",
+    "NumericsClass",
+    "PositiveNormal",
+    "Relative",
+    "ScaledSum",
+    "compare",
+    "larger_operand",
+    "looser",
+    "row_magnitudes",
+]
+
+Array = np.ndarray[Any, np.dtype[Any]]
+
+#: The unit in the last place of 1.0 in F32 (2^-23), the unit of the ulp-based bounds.
+F32_UNIT = 2.0**-23
+
+# -- bounds -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BitExact:
+    """Bit for bit equal. ``signed_zero=False`` when the device does not promise the sign of a
+    zero (the Intel NPU's neg of +0 is +0): then +0 and -0 match each other."""
+
+    signed_zero: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class LargerOperandUlps:
+    """``|y - ref| <= ulps * unit * max(|a|, |b|)`` for a binary op on operands ``a``, ``b``."""
+
+    ulps: float
+    unit: float = F32_UNIT
+
+
+@dataclass(frozen=True, slots=True)
+class AbsRel:
+    """``|y - ref| <= abs + rel * |ref|``."""
+
+    abs: float
+    rel: float
+
+
+@dataclass(frozen=True, slots=True)
+class Relative:
+    """``|y - ref| <= rel * |ref|``."""
+
+    rel: float
+
+
+@dataclass(frozen=True, slots=True)
+class ScaledSum:
+    """A last-axis sum: ``|y - ref| <= ulps_per_term * cols * unit * sum(|x_row|)``."""
+
+    ulps_per_term: float
+    unit: float = F32_UNIT
+
+
+@dataclass(frozen=True, slots=True)
+class Normwise:
+    """A whole result tensor: ``||y - ref||_2 <= rel * ||ref||_2`` (a narrowed graph)."""
+
+    rel: float
+
+
+Bound = BitExact | LargerOperandUlps | AbsRel | Relative | ScaledSum | Normwise
+
+
+def larger_operand(a: Any, b: Any) -> Array:
+    """The scale of ``LargerOperandUlps``: ``max(|a|, |b|)`` at float64."""
+    return np.maximum(np.abs(np.asarray(a, np.float64)), np.abs(np.asarray(b, np.float64)))
+
+
+def row_magnitudes(x: Any) -> Array:
+    """The scale of ``ScaledSum`` for a last-axis sum of ``x``: ``cols * sum(|x_row|)``."""
+    x64 = np.asarray(x, np.float64)
+    return np.asarray(np.sum(np.abs(x64), axis=-1) * x64.shape[-1])
+
+
+# -- domains ----------------------------------------------------------------------------------
+
+_SMALLEST_NORMAL = {DType.F32: 2.0**-126, DType.F16: 2.0**-14, DType.BF16: 2.0**-126}
+
+
+def _smallest_normal(x: Array) -> float:
+    dt = DType.from_numpy(x.dtype)
+    return _SMALLEST_NORMAL.get(dt, 0.0) if dt is not None else 0.0
+
+
+def _f64(x: Any) -> Array:
+    return np.asarray(x).astype(np.float64)
+
+
+class _Domain:
+    __slots__ = ()
+
+    def inside(self, operands: Sequence[Any], result: Any) -> Array:
+        """A boolean mask, of the result's shape, of the elements inside this domain. Operands
+        broadcast against the result (a scalar literal operand is a 0-d array)."""
+        return _inside(cast("Domain", self), operands, result)
+
+
+@dataclass(frozen=True, slots=True)
+class FiniteNormalResult(_Domain):
+    """Finite operands whose exact result (the oracle's) is finite and normal; a zero result
+    counts (an exact cancellation), a subnormal one does not."""
+
+
+@dataclass(frozen=True, slots=True)
+class Interval(_Domain):
+    """Every operand within ``[lo, hi]`` (exp: [-87, 88])."""
+
+    lo: float
+    hi: float
+
+
+@dataclass(frozen=True, slots=True)
+class PositiveNormal(_Domain):
+    """Every operand a finite positive normal number of its dtype (F32: >= 1.17549435e-38)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FiniteInputs(_Domain):
+    """Every operand finite."""
+
+
+@dataclass(frozen=True, slots=True)
+class NotNaN(_Domain):
+    """No operand is NaN."""
+
+
+@dataclass(frozen=True, slots=True)
+class AnyInput(_Domain):
+    """Everything, NaN and infinities included."""
+
+
+Domain = FiniteNormalResult | Interval | PositiveNormal | FiniteInputs | NotNaN | AnyInput
+
+
+def _inside(domain: Domain, operands: Sequence[Any], result: Any) -> Array:
+    shape = np.shape(result)
+    mask = np.ones(shape, dtype=bool)
+    for op in operands:
+        x = _f64(op)
+        match domain:
+            case FiniteNormalResult() | FiniteInputs():
+                ok = np.isfinite(x)
+            case Interval(lo=lo, hi=hi):
+                ok = (x >= lo) & (x <= hi)
+            case PositiveNormal():
+                ok = np.isfinite(x) & (x >= _smallest_normal(np.asarray(op)))
+            case NotNaN():
+                ok = ~np.isnan(x)
+            case AnyInput():
+                ok = np.ones_like(x, dtype=bool)
+        mask &= np.broadcast_to(ok, shape)
+    if isinstance(domain, FiniteNormalResult):
+        r = _f64(result)
+        mask &= np.isfinite(r) & ((r == 0) | (np.abs(r) >= _smallest_normal(np.asarray(result))))
+    return mask
+
+
+@dataclass(frozen=True, slots=True)
+class Contract:
+    """What a target promises for one primitive: ``bound`` on ``domain``."""
+
+    primitive: Prim
+    bound: Bound
+    domain: Domain
+
+    def check(self, actual: Any, expected: Any, operands: Sequence[Any]) -> Comparison:
+        """Compare a device result with the oracle's inside the domain; the scale the bound
+        needs is computed from ``operands``."""
+        mask = self.domain.inside(operands, expected)
+        scale: Array | None = None
+        match self.bound:
+            case LargerOperandUlps():
+                scale = larger_operand(operands[0], operands[-1])
+            case ScaledSum():
+                scale = row_magnitudes(operands[0])
+            case _:
+                pass
+        return compare(actual, expected, self.bound, scale=scale, mask=mask)
+
+
+# -- numerics classes -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Exact:
+    """Every result bit for bit equal to the oracle's."""
+
+    @property
+    def bound(self) -> Bound:
+        return BitExact()
+
+
+@dataclass(frozen=True, slots=True)
+class Bounded:
+    """Every element within ``abs + rel * |ref|`` of the oracle's."""
+
+    abs: float
+    rel: float
+
+    @property
+    def bound(self) -> Bound:
+        return AbsRel(self.abs, self.rel)
+
+
+@dataclass(frozen=True, slots=True)
+class NarrowStorage:
+    """Computed in a narrower type (FP16): each result within ``normwise_rel`` normwise. The
+    loosest class."""
+
+    normwise_rel: float
+
+    @property
+    def bound(self) -> Bound:
+        return Normwise(self.normwise_rel)
+
+
+NumericsClass = Exact | Bounded | NarrowStorage
+
+
+def looser(a: NumericsClass, b: NumericsClass) -> NumericsClass:
+    """The looser of two classes (Exact < Bounded < NarrowStorage; within a kind, the larger
+    figures). An ordering for publishing, not an error-propagation rule."""
+    match a, b:
+        case Exact(), _:
+            return b
+        case _, Exact():
+            return a
+        case Bounded(), Bounded():
+            return Bounded(max(a.abs, b.abs), max(a.rel, b.rel))
+        case NarrowStorage(), NarrowStorage():
+            return NarrowStorage(max(a.normwise_rel, b.normwise_rel))
+        case NarrowStorage(), _:
+            return a
+        case _:
+            return b
+
+
+# -- comparison -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """The outcome of ``compare``. ``index`` is the worst element (the one with the largest
+    error relative to its bound; a failing element first), or None when nothing was compared
+    or the shapes differ. ``error`` and ``allowed`` are at that element (for ``Normwise``: the
+    norms, with the largest elementwise difference as the reported element)."""
+
+    ok: bool
+    bound: Bound
+    compared: int
+    index: tuple[int, ...] | None = None
+    actual: float | None = None
+    expected: float | None = None
+    error: float = 0.0
+    allowed: float = 0.0
+    reason: str = ""
+
+    @property
+    def error_ratio(self) -> float:
+        """Worst error over its bound: 0 is exact, above 1 fails (inf: no tolerance covers it)."""
+        if self.error == 0:
+            return 0.0
+        return self.error / self.allowed if self.allowed > 0 else float("inf")
+
+    def __str__(self) -> str:
+        head = "ok" if self.ok else "FAILED"
+        if self.index is None:
+            return f"{head}: {self.reason or 'nothing compared'} [{self.bound}]"
+        why = f" ({self.reason})" if self.reason else ""
+        return (
+            f"{head}: worst element {self.index}: actual {self.actual!r}, expected "
+            f"{self.expected!r}, error {self.error:.3g} vs allowed {self.allowed:.3g} "
+            f"(ratio {self.error_ratio:.3g}){why}; {self.compared} element(s) compared "
+            f"[{self.bound}]"
+        )
+
+
+def _bits(x: Array) -> Array:
+    dt = DType.from_numpy(x.dtype)
+    return x.view(dt.bits_dtype) if dt is not None and dt.is_float else x
+
+
+def compare(
+    actual: Any,
+    expected: Any,
+    bound: Bound,
+    *,
+    scale: Any = None,
+    mask: Any = None,
+) -> Comparison:
+    """Compare ``actual`` with the oracle's ``expected`` under ``bound`` (see the module).
+
+    ``scale`` is the bound's reference magnitude, required by ``LargerOperandUlps``
+    (``larger_operand``) and ``ScaledSum`` (``row_magnitudes``); ``mask`` selects the elements
+    to compare (a domain's ``inside``), all of them when None.
+    """
+    y, ref = np.asarray(actual), np.asarray(expected)
+    if y.shape != ref.shape or y.dtype != ref.dtype:
+        return Comparison(
+            False,
+            bound,
+            0,
+            reason=f"expected {ref.dtype}{list(ref.shape)}, got {y.dtype}{list(y.shape)}",
+        )
+    m = (
+        np.ones(ref.shape, bool)
+        if mask is None
+        else np.broadcast_to(np.asarray(mask, bool), ref.shape)
+    )
+    compared = int(np.count_nonzero(m))
+    dt = DType.from_numpy(ref.dtype)
+    exact = isinstance(bound, BitExact) or dt is None or not dt.is_float
+    if isinstance(bound, LargerOperandUlps | ScaledSum) and scale is None:
+        raise ValueError(f"{bound} needs a scale (larger_operand or row_magnitudes)")
+    y64, r64 = y.astype(np.float64), ref.astype(np.float64)
+    with np.errstate(all="ignore"):
+        err = np.abs(y64 - r64)
+        y_nan, r_nan = np.isnan(y64), np.isnan(r64)
+        r_inf = np.isinf(r64)
+        if exact:
+            if isinstance(bound, BitExact) and not bound.signed_zero and dt is not None:
+                same = (_bits(y) == _bits(ref)) | ((y64 == 0) & (r64 == 0))
+            else:
+                same = _bits(y) == _bits(ref) if dt is not None else y == ref
+            allowed = np.zeros(ref.shape)
+            bad = ~same
+            err = np.where(bad, np.where(np.isfinite(err), err, np.inf), 0.0)
+            err = np.where(bad & (err == 0), np.inf, err)  # same value, other bits
+        else:
+            match bound:
+                case AbsRel(abs=a, rel=rel):
+                    allowed = a + rel * np.abs(r64)
+                case Relative(rel=rel):
+                    allowed = rel * np.abs(r64)
+                case LargerOperandUlps(ulps=u, unit=unit):
+                    allowed = np.broadcast_to(u * unit * np.asarray(scale, np.float64), ref.shape)
+                case ScaledSum(ulps_per_term=u, unit=unit):
+                    allowed = np.broadcast_to(u * unit * np.asarray(scale, np.float64), ref.shape)
+                case Normwise():
+                    allowed = np.zeros(ref.shape)
+                case BitExact():  # handled above
+                    raise AssertionError
+            special = r_nan | r_inf | y_nan | np.isinf(y64)
+            special_ok = (r_nan & y_nan) | (r_inf & (y64 == r64))
+            err = np.where(special, np.where(special_ok, 0.0, np.inf), err)
+            bad = err > allowed
+        err = np.where(m, err, 0.0)
+        bad = bad & m
+        if isinstance(bound, Normwise):
+            return _normwise(bound, y, ref, y64, r64, err, m, compared)
+        ratio = np.where(
+            err == 0, 0.0, np.where(allowed > 0, err / np.where(allowed > 0, allowed, 1), np.inf)
+        )
+        ratio = np.where(bad, np.maximum(ratio, np.nextafter(1.0, 2.0)), ratio)
+    if compared == 0:
+        return Comparison(True, bound, 0, reason="no element inside the domain")
+    flat = int(np.argmax(np.where(m, ratio, -1.0)))
+    at = tuple(int(i) for i in np.unravel_index(flat, ref.shape))
+    reason = ""
+    if bad[at] and (r_nan[at] or y_nan[at] or r_inf[at] or np.isinf(y64[at])):
+        reason = "NaN or infinity mismatch"
+    elif bad[at] and exact:
+        reason = "bits differ"
+    return Comparison(
+        ok=not bool(bad.any()),
+        bound=bound,
+        compared=compared,
+        index=at,
+        actual=float(y64[at]),
+        expected=float(r64[at]),
+        error=float(err[at]),
+        allowed=float(allowed[at]),
+        reason=reason,
+    )
+
+
+def _normwise(
+    bound: Normwise, y: Array, ref: Array, y64: Array, r64: Array, err: Array, m: Array, n: int
+) -> Comparison:
+    finite = np.isfinite(err)
+    if n == 0:
+        return Comparison(True, bound, 0, reason="no element inside the domain")
+    if not finite[m].all():
+        flat = int(np.argmax(np.where(m & ~finite, 1, 0)))
+        at = tuple(int(i) for i in np.unravel_index(flat, ref.shape))
+        return Comparison(
+            False,
+            bound,
+            n,
+            at,
+            float(y64[at]),
+            float(r64[at]),
+            float("inf"),
+            0.0,
+            "NaN or infinity mismatch",
+        )
+    diff = float(np.sqrt(np.sum(np.where(m, err, 0.0) ** 2)))
+    ref_finite = np.where(m & np.isfinite(r64), r64, 0.0)
+    allowed = bound.rel * float(np.sqrt(np.sum(ref_finite**2)))
+    flat = int(np.argmax(np.where(m, err, -1.0)))
+    at = tuple(int(i) for i in np.unravel_index(flat, ref.shape))
+    return Comparison(
+        diff <= allowed,
+        bound,
+        n,
+        at,
+        float(y64[at]),
+        float(r64[at]),
+        diff,
+        allowed,
+        f"normwise: largest elementwise difference {float(err[at]):.3g}",
+    )
