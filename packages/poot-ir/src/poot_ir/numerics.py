@@ -391,6 +391,7 @@ def compare(
             special = r_nan | r_inf | y_nan | np.isinf(y64)
             special_ok = (r_nan & y_nan) | (r_inf & (y64 == r64))
             err = np.where(special, np.where(special_ok, 0.0, np.inf), err)
+            allowed = np.where(special, 0.0, allowed)
             bad = err > allowed
         err = np.where(m, err, 0.0)
         bad = bad & m
