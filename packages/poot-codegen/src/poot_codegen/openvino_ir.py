@@ -1,0 +1,492 @@
+"""Intel NPU4: a whole poot program as one OpenVINO model (``openvino.opset16``), as IR bytes.
+
+``lower`` builds the model: its parameters are the program's arguments in order (named, typed
+and shaped as declared), its results are ``program.results()`` in order (outputs, then state
+updates), each with that name as friendly name and as its only output tensor name. Every value
+the program's own equations read stays inside the graph. Each equation becomes the one opset16
+op with the same semantics (table below); helper nodes are constants (axes, shapes, literals)
+and, for ``dynamic_update_slice``, the clamped index grid. Nothing is recognized as a composite.
+Every node is named from its equation index and role (``e7:add``, ``e7:lit1``, ``e7:f16.t``;
+arguments and results by their own names, which cannot contain ``:``), so ``serialize`` of the
+same program gives the same bytes in any process with the same OpenVINO.
+
+=====================  ===================================================================
+poot                   OpenVINO opset16
+=====================  ===================================================================
+neg exp log tanh       negative exp log tanh erf sqrt abs
+erf sqrt abs
+recip                  divide(1, x)
+add sub mul div        add subtract multiply divide (I32 divide truncates: m_pythondiv off)
+max min ge gt eq       maximum minimum greater_equal greater equal
+select convert         select convert
+reduce_sum/max         reduce_sum/reduce_max, keep_dims False (no axes: an identity convert,
+                       the CPU plugin rejects an empty axes list)
+gather                 gather(axis), batch_dims 0 (negative indices count from the end)
+transpose reshape      transpose, reshape (special_zero False)
+broadcast_in_dim       broadcast EXPLICIT, axes_mapping = dims
+slice                  slice (opset8: start, stop, step over every axis)
+concat matmul          concat, matmul (no transposes)
+iota                   a Constant range along the axis, broadcast EXPLICIT to the shape
+dynamic_update_slice   scatter_nd_update with a full index grid whose start is clamped to
+                       [0, dim - update_dim] as XLA does (a Constant grid for literal starts)
+a scalar Literal       a Constant of its dtype and exact bit pattern (NaN payload, -0 kept)
+=====================  ===================================================================
+
+A result whose value is an argument, or is already another result, goes through an identity
+convert (``out:<name>:pass``): the CPU plugin merges the tensor names of results that share a
+producer, and a parameter's tensor name would be overwritten by the result's.
+
+F16 emulation (``emulate_f16=True``) is for the CPU stand-in only. OpenVINO's CPU plugin
+computes f16 in f32 and deletes convert pairs, so a plain F16 graph on it shows no FP16
+rounding at all. In emulation every F16 value is carried as f32 inside the graph: an F16
+parameter is converted to f32 on entry (exact), an F16 result back to f16 on exit (exact, the
+value is already an FP16 value), F16 literals and iotas are f32 constants holding the FP16
+value, and after every equation that computes a new F16 value (add, sub, mul, div, recip,
+sqrt, exp, log, tanh, erf, reduce_sum, matmul, a convert to F16) the f32 result is rounded to
+FP16 in the graph (``_round_to_f16``) exactly as ``numpy.astype(np.float16)`` rounds: to nearest
+even, 65504 < |x| < 65520 to 65504 and |x| >= 65520 to infinity, subnormals to multiples of
+2^-24, signs of zeros kept, NaN stays NaN (its payload is not promised). The tests prove this
+rounding bit for bit on the compiled CPU graph over 2^20 random f32 bit patterns and every FP16
+boundary, tie and neighbour. Exact F16 equations (neg, abs, max, min, select, comparisons,
+reduce_max, data movement) are not rounded.
+
+What emulation proves: for add, sub, mul, div and sqrt of FP16 operands, the f32 result rounded
+once equals the correctly rounded FP16 result (f32 has at least 2 * 11 + 2 bits), so those
+equations match an ideal per-op FP16 device (the oracle) bit for bit. exp, log, tanh and erf
+are the CPU's f32 functions rounded to FP16, within an FP16 ulp or so of the oracle. What it
+does not prove: anything about the NPU's own FP16 units (their rounding, subnormal handling,
+NaN and zero signs), or its accumulation order and width in reduce_sum and matmul; emulation
+accumulates those in f32 and rounds once at the end, the NPU may round partial sums to FP16.
+
+Compile the stand-in with ``CPU_STANDIN_CONFIG`` on the explicit ``"CPU"`` device (never
+``AUTO``, which falls back silently), so a CPU with bf16 units does not narrow f32 itself.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Final, Literal, NamedTuple, TypeAlias
+
+import numpy as np
+import openvino as ov
+import openvino.opset16 as ops
+from poot_ir.core import (
+    BroadcastParams,
+    ConcatParams,
+    ConvertParams,
+    Eqn,
+    GatherParams,
+    IotaParams,
+    Prim,
+    Program,
+    ReduceParams,
+    ReshapeParams,
+    SliceParams,
+    TransposeParams,
+    Var,
+)
+from poot_ir.core import Literal as PootLiteral
+from poot_ir.dtypes import DType
+from poot_ir.errors import NoLowering
+
+__all__ = [
+    "CPU_STANDIN_CONFIG",
+    "ArgSignature",
+    "Direction",
+    "deserialize",
+    "lower",
+    "model_signature",
+    "serialize",
+    "signature",
+]
+
+Node: TypeAlias = Any
+"""An OpenVINO node or output port: openvino has no type stubs, so ``Any`` stays here."""
+
+TARGET: Final = "openvino"
+
+CPU_STANDIN_CONFIG: Final[dict[str, str]] = {
+    "INFERENCE_PRECISION_HINT": "f32",
+    "EXECUTION_MODE_HINT": "ACCURACY",
+}
+"""Compile options for the CPU stand-in: keep f32 as f32 (no bf16 or f16 inference)."""
+
+_OV_TYPE: Final = {
+    DType.F32: ov.Type.f32,
+    DType.F16: ov.Type.f16,
+    DType.BF16: ov.Type.bf16,
+    DType.I32: ov.Type.i32,
+    DType.BOOL: ov.Type.boolean,
+}
+_POOT_TYPE: Final = {t.get_type_name(): d for d, t in _OV_TYPE.items()}
+
+Direction: TypeAlias = Literal["in", "out"]
+
+
+class ArgSignature(NamedTuple):
+    """One argument or result as the device sees it. ``dtype`` is the OpenVINO type name when
+    poot has no such type, and ``shape`` the partial shape's text when it is not static, so such
+    an entry never equals a program's."""
+
+    name: str
+    direction: Direction
+    dtype: DType | str
+    shape: tuple[int, ...] | str
+
+
+def signature(program: Program) -> tuple[ArgSignature, ...]:
+    """The program's arguments (``"in"``) then its results (``"out"``), in order."""
+    ins = tuple(ArgSignature(a.name, "in", a.var.dtype, a.var.shape) for a in program.args)
+    outs = tuple(ArgSignature(n, "out", v.dtype, v.shape) for n, v in program.results())
+    return ins + outs
+
+
+def model_signature(model: Any) -> tuple[ArgSignature, ...]:
+    """The same for an ``ov.Model`` or ``ov.CompiledModel`` (from ``.inputs``, ``.outputs``)."""
+
+    def entry(port: Node, direction: Direction) -> ArgSignature:
+        type_name = str(port.get_element_type().get_type_name())
+        ps = port.get_partial_shape()
+        shape: tuple[int, ...] | str = (
+            tuple(int(d) for d in ps.to_shape()) if ps.is_static else str(ps.to_string())
+        )
+        return ArgSignature(
+            str(port.get_any_name()), direction, _POOT_TYPE.get(type_name, type_name), shape
+        )
+
+    return tuple(entry(p, "in") for p in model.inputs) + tuple(
+        entry(p, "out") for p in model.outputs
+    )
+
+
+def serialize(model: Any) -> tuple[bytes, bytes]:
+    """The IR of ``model`` as (xml, bin); weights keep their types (no f16 compression)."""
+    with tempfile.TemporaryDirectory(prefix="poot-ov-") as tmp:
+        xml = Path(tmp) / "model.xml"
+        ov.save_model(model, str(xml), compress_to_fp16=False)
+        return xml.read_bytes(), xml.with_suffix(".bin").read_bytes()
+
+
+def deserialize(xml: bytes, weights: bytes) -> Any:
+    """The ``ov.Model`` that ``serialize`` wrote as (xml, bin)."""
+    with tempfile.TemporaryDirectory(prefix="poot-ov-") as tmp:
+        path = Path(tmp) / "model.xml"
+        path.write_bytes(xml)
+        path.with_suffix(".bin").write_bytes(weights)
+        # ENABLE_MMAP off: the constants are read into memory, so the files can go.
+        return ov.Core().read_model(str(path), config={"ENABLE_MMAP": False})
+
+
+def lower(program: Program, *, emulate_f16: bool = False) -> Any:
+    """``program`` as one ``ov.Model`` (see the module docstring). Raises ``NoLowering`` for an
+    equation this generator has no rule for."""
+    g = _Graph(emulate_f16)
+    params = []
+    for a in program.args:
+        p = ops.parameter(list(a.var.shape), _OV_TYPE[a.var.dtype], name=a.name)
+        p.output(0).get_tensor().set_names({a.name})
+        params.append(p)
+        node = p.output(0)
+        if g.emulated(a.var.dtype):
+            node = ops.convert(p, ov.Type.f32, name=f"in:{a.name}:f32").output(0)
+        g.env[a.var.id] = node
+    for i, e in enumerate(program.eqns):
+        rule = _RULES.get(e.prim)
+        if rule is None:
+            raise NoLowering(TARGET, i, e.prim.value, "no opset16 rule")
+        name = f"e{i}:{e.prim.value}"
+        xs = [g.atom(a, f"{name}:lit{k}") for k, a in enumerate(e.inputs)]
+        out = rule(g, e, xs, name)
+        if g.emulated(e.out.dtype) and _computes_f16(e):
+            out = _round_to_f16(out, f"{name}:f16")
+        g.env[e.out.id] = out.output(0) if hasattr(out, "output") else out
+    results = []
+    claimed = {a.var.id for a in program.args}
+    for rname, var in program.results():
+        node = g.env[var.id]
+        if g.emulated(var.dtype):
+            node = ops.convert(node, ov.Type.f16, name=f"out:{rname}:f16")
+        elif var.id in claimed:
+            node = ops.convert(node, _OV_TYPE[var.dtype], name=f"out:{rname}:pass")
+        claimed.add(var.id)
+        r = ops.result(node, name=rname)
+        r.output(0).get_tensor().set_names({rname})
+        results.append(r)
+    return ov.Model(results, params, program.name)
+
+
+class _Graph:
+    """The values lowered so far, by ``Var.id``, and how F16 is carried."""
+
+    def __init__(self, emulate_f16: bool) -> None:
+        self.emulate_f16 = emulate_f16
+        self.env: dict[int, Node] = {}
+
+    def emulated(self, dtype: DType) -> bool:
+        return self.emulate_f16 and dtype is DType.F16
+
+    def carried(self, dtype: DType) -> DType:
+        """The element type a value of ``dtype`` has inside the graph."""
+        return DType.F32 if self.emulated(dtype) else dtype
+
+    def atom(self, a: Var | PootLiteral, name: str) -> Node:
+        if isinstance(a, Var):
+            return self.env[a.id]
+        if self.emulated(a.dtype):
+            return _const(np.array(a.value, np.float16).astype(np.float32), name)
+        return _bits_const(a.bits, a.dtype, name)
+
+    def array_const(self, values: np.ndarray[Any, Any], dtype: DType, name: str) -> Node:
+        """A constant of ``values`` rounded to ``dtype`` as numpy rounds, carried as the graph
+        carries ``dtype``."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            exact = values.astype(dtype.numpy)
+        bits = exact.view(dtype.bits_dtype)
+        if self.emulated(dtype):
+            return _const(exact.astype(np.float32), name)
+        t = ov.Tensor(_OV_TYPE[dtype], list(values.shape))
+        t.data.view(dtype.bits_dtype)[...] = bits
+        return _named(ov.op.Constant(t), name)
+
+
+def _named(node: Node, name: str) -> Node:
+    node.set_friendly_name(name)
+    return node
+
+
+def _const(values: np.ndarray[Any, Any] | np.generic, name: str) -> Node:
+    return ops.constant(np.asarray(values), name=name)
+
+
+def _bits_const(bits: int, dtype: DType, name: str) -> Node:
+    """A scalar constant holding exactly ``bits`` (bf16 has no numpy type OpenVINO reads)."""
+    t = ov.Tensor(_OV_TYPE[dtype], [])
+    t.data.view(dtype.bits_dtype)[...] = bits
+    return _named(ov.op.Constant(t), name)
+
+
+def _i32(a: Var | PootLiteral) -> int:
+    """The value of an I32 literal."""
+    assert isinstance(a, PootLiteral) and a.dtype is DType.I32
+    return a.bits - 2**32 if a.bits >= 2**31 else a.bits
+
+
+def _i64(values: Sequence[int], name: str) -> Node:
+    return ops.constant(np.array(values, np.int64).reshape(len(values)), name=name)
+
+
+# -- FP16 rounding inside an f32 graph ------------------------------------------------------
+
+
+def _round_to_f16(x: Node, name: str) -> Node:
+    """The f32 value ``x`` rounded to the nearest FP16 value, as ``astype(np.float16)``.
+
+    Normal range (|x| >= 2^-14): Veltkamp's split ``t = x * 8193; t - (t - x)`` rounds to 11
+    significant bits, ties to even. Subnormal range: ``round_half_even(x * 2^24) * 2^-24``
+    (powers of two are exact; Round keeps the sign of a zero). |x| >= 65520 becomes ``x * inf``
+    (a signed infinity). A NaN takes the subnormal branch and stays NaN.
+    """
+
+    def c(value: float, role: str) -> Node:
+        return _const(np.float32(value), f"{name}.{role}")
+
+    a = ops.abs(x, name=f"{name}.abs")
+    t = ops.multiply(x, c(8193.0, "k"), name=f"{name}.t")
+    normal = ops.subtract(t, ops.subtract(t, x, name=f"{name}.tx"), name=f"{name}.normal")
+    scaled = ops.multiply(x, c(2.0**24, "up"), name=f"{name}.up")
+    rounded = ops.round(scaled, "half_to_even", name=f"{name}.round")
+    sub = ops.multiply(rounded, c(2.0**-24, "down"), name=f"{name}.sub")
+    tiny = ops.less(a, c(2.0**-14, "min_normal"), name=f"{name}.is_sub")
+    r = ops.select(tiny, sub, normal, name=f"{name}.finite")
+    big = ops.greater_equal(a, c(65520.0, "overflow"), name=f"{name}.is_inf")
+    inf = ops.multiply(x, c(np.inf, "inf"), name=f"{name}.inf")
+    return ops.select(big, inf, r, name=f"{name}.out")
+
+
+_EXACT_F16: Final = frozenset(
+    {
+        Prim.NEG,
+        Prim.ABS,
+        Prim.MAX,
+        Prim.MIN,
+        Prim.SELECT,
+        Prim.REDUCE_MAX,
+        Prim.GATHER,
+        Prim.TRANSPOSE,
+        Prim.RESHAPE,
+        Prim.BROADCAST_IN_DIM,
+        Prim.SLICE,
+        Prim.CONCAT,
+        Prim.DYNAMIC_UPDATE_SLICE,
+        Prim.IOTA,
+    }
+)
+
+
+def _computes_f16(e: Eqn) -> bool:
+    """Whether an equation with an F16 result can produce a value FP16 does not hold."""
+    if e.prim is Prim.CONVERT:
+        return e.inputs[0].dtype is not DType.F16
+    return e.prim not in _EXACT_F16
+
+
+# -- the rules: one per primitive ------------------------------------------------------------
+
+Rule: TypeAlias = Callable[[_Graph, Eqn, list[Node], str], Node]
+
+_UNARY: Final[dict[Prim, Callable[..., Node]]] = {
+    Prim.NEG: ops.negative,
+    Prim.EXP: ops.exp,
+    Prim.LOG: ops.log,
+    Prim.TANH: ops.tanh,
+    Prim.ERF: ops.erf,
+    Prim.SQRT: ops.sqrt,
+    Prim.ABS: ops.abs,
+}
+_BINARY: Final[dict[Prim, Callable[..., Node]]] = {
+    Prim.ADD: ops.add,
+    Prim.SUB: ops.subtract,
+    Prim.MUL: ops.multiply,
+    Prim.DIV: ops.divide,
+    Prim.MAX: ops.maximum,
+    Prim.MIN: ops.minimum,
+    Prim.GE: ops.greater_equal,
+    Prim.GT: ops.greater,
+    Prim.EQ: ops.equal,
+}
+
+
+def _unary(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    return _UNARY[e.prim](xs[0], name=name)
+
+
+def _binary(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    node = _BINARY[e.prim](xs[0], xs[1], name=name)
+    if e.prim is Prim.DIV and e.out.dtype is DType.I32:
+        node.set_attribute("m_pythondiv", False)  # truncate, as the runtime does (pitfall 3)
+    return node
+
+
+def _recip(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    one = g.array_const(np.array(1.0), e.out.dtype, f"{name}:one")
+    return ops.divide(one, xs[0], name=name)
+
+
+def _select(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    return ops.select(xs[0], xs[1], xs[2], name=name)
+
+
+def _convert(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    assert isinstance(e.params, ConvertParams)
+    return ops.convert(xs[0], _OV_TYPE[g.carried(e.params.dtype)], name=name)
+
+
+def _reduce(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    assert isinstance(e.params, ReduceParams)
+    if not e.params.axes:
+        return ops.convert(xs[0], _OV_TYPE[g.carried(e.out.dtype)], name=name)
+    fn = ops.reduce_sum if e.prim is Prim.REDUCE_SUM else ops.reduce_max
+    return fn(xs[0], _i64(e.params.axes, f"{name}:axes"), keep_dims=False, name=name)
+
+
+def _gather(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    assert isinstance(e.params, GatherParams)
+    axis = _const(np.int64(e.params.axis), f"{name}:axis")
+    return ops.gather(xs[0], xs[1], axis, batch_dims=0, name=name)
+
+
+def _transpose(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    assert isinstance(e.params, TransposeParams)
+    return ops.transpose(xs[0], _i64(e.params.perm, f"{name}:perm"), name=name)
+
+
+def _reshape(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    assert isinstance(e.params, ReshapeParams)
+    return ops.reshape(xs[0], _i64(e.params.shape, f"{name}:shape"), False, name=name)
+
+
+def _broadcast(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    assert isinstance(e.params, BroadcastParams)
+    shape = _i64(e.params.shape, f"{name}:shape")
+    dims = _i64(e.params.dims, f"{name}:dims")
+    return ops.broadcast(xs[0], shape, dims, "EXPLICIT", name=name)
+
+
+def _slice(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    p = e.params
+    assert isinstance(p, SliceParams)
+    axes = range(len(p.start))
+    return ops.slice(
+        xs[0],
+        _i64(p.start, f"{name}:start"),
+        _i64(p.limit, f"{name}:stop"),
+        _i64(p.strides, f"{name}:step"),
+        _i64(axes, f"{name}:axes"),
+        name=name,
+    )
+
+
+def _concat(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    assert isinstance(e.params, ConcatParams)
+    return ops.concat(xs, e.params.axis, name=name)
+
+
+def _iota(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    p = e.params
+    assert isinstance(p, IotaParams)
+    if len(p.shape) == 1:
+        return g.array_const(np.arange(p.shape[0]), p.dtype, name)
+    line = g.array_const(np.arange(p.shape[p.axis]), p.dtype, f"{name}:range")
+    return ops.broadcast(
+        line, _i64(p.shape, f"{name}:shape"), _i64([p.axis], f"{name}:dims"), "EXPLICIT", name=name
+    )
+
+
+def _matmul(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    return ops.matmul(xs[0], xs[1], False, False, name=name)
+
+
+def _dynamic_update_slice(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    """scatter_nd_update at ``clamp(start, 0, dim - update_dim) + offset`` for every element
+    of the update (slice_scatter with a runtime start is wrong on the CPU plugin)."""
+    operand, update = e.inputs[0].type, e.inputs[1].type
+    highs = [d - u for d, u in zip(operand.shape, update.shape, strict=True)]
+    if not highs:  # a scalar operand: the update replaces it
+        return ops.convert(xs[1], _OV_TYPE[g.carried(e.out.dtype)], name=name)
+    grid = np.moveaxis(np.indices(update.shape, np.int32), 0, -1)
+    starts = e.inputs[2:]
+    if all(isinstance(s, PootLiteral) for s in starts):
+        lit = [min(max(_i32(s), 0), h) for s, h in zip(starts, highs, strict=True)]
+        index = _const((grid + np.array(lit, np.int32)).astype(np.int32), f"{name}:index")
+    else:
+        cols = []
+        for d, (s, h) in enumerate(zip(xs[2:], highs, strict=True)):
+            clamped = ops.clamp(s, 0, h, name=f"{name}:clamp{d}")
+            cols.append(
+                ops.reshape(clamped, _i64([1], f"{name}:one{d}"), False, name=f"{name}:start{d}")
+            )
+        start = ops.concat(cols, 0, name=f"{name}:start")
+        index = ops.add(_const(grid, f"{name}:grid"), start, name=f"{name}:index")
+    return ops.scatter_nd_update(xs[0], index, xs[1], name=name)
+
+
+_RULES: Final[dict[Prim, Rule]] = {
+    **{p: _unary for p in _UNARY},
+    **{p: _binary for p in _BINARY},
+    Prim.RECIP: _recip,
+    Prim.SELECT: _select,
+    Prim.CONVERT: _convert,
+    Prim.REDUCE_SUM: _reduce,
+    Prim.REDUCE_MAX: _reduce,
+    Prim.GATHER: _gather,
+    Prim.TRANSPOSE: _transpose,
+    Prim.RESHAPE: _reshape,
+    Prim.BROADCAST_IN_DIM: _broadcast,
+    Prim.SLICE: _slice,
+    Prim.CONCAT: _concat,
+    Prim.IOTA: _iota,
+    Prim.MATMUL: _matmul,
+    Prim.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
+}
