@@ -399,6 +399,7 @@ def _rename_args(draw: st.DrawFn, program: Program) -> dict[str, str]:
 # -- inputs ---------------------------------------------------------------------------------
 
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
+_BF16_MAX = 3.3895313892515355e38  # the largest finite bf16 (0x7f7f), exact in f32
 
 
 def _constraints(program: Program) -> dict[str, tuple[int, int, bool]]:
@@ -434,10 +435,11 @@ def _elements(dtype: DType, finite: bool) -> st.SearchStrategy[object]:
         return st.booleans()
     if dtype is DType.I32:
         return st.integers(_I32_MIN, _I32_MAX)
-    width = 16 if dtype is DType.F16 else 32
-    bound = 3.38e38 if dtype is DType.BF16 and finite else None  # stays finite in bf16
+    if dtype is DType.F16:
+        return st.floats(width=16, allow_nan=not finite, allow_infinity=not finite)
+    bound = _BF16_MAX if dtype is DType.BF16 and finite else None  # stays finite in bf16
     return st.floats(
-        width=width,
+        width=32,
         allow_nan=not finite,
         allow_infinity=not finite,
         min_value=-bound if bound else None,

@@ -80,6 +80,16 @@ def test_inputs_match_their_program(data: st.DataObject) -> None:
             assert np.all(by_id[e.inputs[1].id] != 0)
 
 
+@examples(40)
+@given(st.data())
+def test_finite_inputs_are_finite(data: st.DataObject) -> None:
+    program = data.draw(programs(max_eqns=2))
+    inputs = data.draw(inputs_for(program, finite=True))
+    for a in program.args:
+        if a.var.dtype.is_float:
+            assert np.all(np.isfinite(inputs[a.name].astype(np.float32)))
+
+
 # -- golden texts ---------------------------------------------------------------------------
 
 RMSNORM = """\
