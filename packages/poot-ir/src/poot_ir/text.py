@@ -497,3 +497,5 @@ def parse_program(text: str) -> Program:
             raise
         where = f" (line {parser.eqn_lines[err.eqn]})"
         raise TypeCheckError(err.reason + where, err.eqn, err.primitive) from None
+    except ValueError as err:  # an integer too long for str() in validate's own message
+        raise TypeCheckError(f"program {name!r} does not type-check: {err}") from None
