@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
+from typing import cast
 
 import numpy as np
 
@@ -261,10 +262,13 @@ class Literal:
     def value(self) -> np.generic:
         """The literal as a numpy scalar of its dtype."""
         arr = np.array(self.bits, dtype=self.dtype.bits_dtype).view(self.dtype.numpy)
-        return arr[()]  # type: ignore[no-any-return]
+        return cast(np.generic, arr[()])
 
     def as_float(self) -> float:
-        return float(self.value)  # type: ignore[arg-type]
+        return float(self.value.item())
+
+    def as_int(self) -> int:
+        return int(self.value.item())
 
     @property
     def type(self) -> TensorType:

@@ -17,6 +17,7 @@ them to a caller who asked for a program that must run.
     │   └── IntegerDivisionByZero         an I32 div by zero
     ├── PlanRefused                   a program with refused equations was asked to run
     ├── TargetTableError              a malformed target table (found at import)
+    ├── UnknownTarget                 a target name that is not registered
     ├── CodegenError
     │   ├── ToolchainUnavailable          a compiler or linker is not on this machine
     │   ├── CompileFailed                 the compiler rejected the artifact: carries its log
@@ -74,8 +75,9 @@ __all__ = [
     "ToolchainUnavailable",
     "TypeCheckError",
     "UnknownEntry",
-    "WindowOutOfRange",
+    "UnknownTarget",
     "WeightMismatch",
+    "WindowOutOfRange",
 ]
 
 
@@ -180,6 +182,15 @@ class TargetTableError(PootError):
     def __init__(self, target: str, message: str) -> None:
         super().__init__(f"target {target!r}: {message}")
         self.target = target
+
+
+class UnknownTarget(PootError):
+    """A target name that is not in the planner's registry."""
+
+    def __init__(self, name: str, known: tuple[str, ...]) -> None:
+        super().__init__(f"unknown target {name!r}; known: {', '.join(known)}")
+        self.name = name
+        self.known = known
 
 
 class CodegenError(PootError):

@@ -231,11 +231,14 @@ class Contract:
 
 @dataclass(frozen=True, slots=True)
 class Exact:
-    """Every result bit for bit equal to the oracle's."""
+    """Every result bit for bit equal to the oracle's (``signed_zero=False``: except that +0
+    and -0 match each other, on a device that does not promise the sign of a zero)."""
+
+    signed_zero: bool = True
 
     @property
     def bound(self) -> Bound:
-        return BitExact()
+        return BitExact(self.signed_zero)
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +272,8 @@ def looser(a: NumericsClass, b: NumericsClass) -> NumericsClass:
     """The looser of two classes (Exact < Bounded < NarrowStorage; within a kind, the larger
     figures). An ordering for publishing, not an error-propagation rule."""
     match a, b:
+        case Exact(), Exact():
+            return a if not a.signed_zero else b
         case Exact(), _:
             return b
         case _, Exact():

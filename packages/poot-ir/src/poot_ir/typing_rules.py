@@ -6,6 +6,7 @@ primitive and the offending shapes, dtypes or parameters; nothing else escapes.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -18,7 +19,6 @@ from poot_ir.core import (
     BroadcastParams,
     ConcatParams,
     ConvertParams,
-    Eqn,
     GatherParams,
     IotaParams,
     Literal,
@@ -127,7 +127,7 @@ def infer_type(
                 raise fail(
                     f"dims {dims} must map each of the {t.rank} axes of {t} into rank {len(shape)}"
                 )
-            if any(b <= a for a, b in zip(dims, dims[1:], strict=False)):
+            if any(b <= a for a, b in itertools.pairwise(dims)):
                 raise fail(f"dims {dims} must be strictly increasing")
             for i, d in enumerate(dims):
                 if t.shape[i] not in (1, shape[d]):
@@ -204,13 +204,13 @@ def infer_type(
             raise fail(f"update {u} does not fit operand {t}")
         if len(starts) != t.rank:
             raise fail(f"needs {t.rank} start indices, got {len(starts)}")
-        for i, s in enumerate(starts):
-            if s.type != TensorType((), DType.I32):
-                raise fail(f"start {i} must be an i32 scalar, got {s.type}")
-            if isinstance(s, Literal):
-                v = int(s.value)  # type: ignore[call-overload]
-                if not 0 <= v <= t.shape[i] - u.shape[i]:
-                    raise fail(f"literal start {v} on axis {i} places {u} outside {t}")
+        for ax, st_atom in enumerate(starts):
+            if st_atom.type != TensorType((), DType.I32):
+                raise fail(f"start {ax} must be an i32 scalar, got {st_atom.type}")
+            if isinstance(st_atom, Literal):
+                v = st_atom.as_int()
+                if not 0 <= v <= t.shape[ax] - u.shape[ax]:
+                    raise fail(f"literal start {v} on axis {ax} places {u} outside {t}")
         return t
 
     if prim is Prim.MATMUL:
@@ -257,14 +257,18 @@ def validate(program: Program) -> Program:
                 f"{where}: %{a.id} is used before it is defined (or with another type)", eqn, prim
             )
 
-    for a in program.args:
-        if not _NAME.match(a.name):
-            raise TypeCheckError(f"argument name {a.name!r} is not an identifier")
-        if a.name in names:
-            raise TypeCheckError(f"argument {a.name!r} is declared twice")
-        names.add(a.name)
-        _check_shape(a.var.type.shape, lambda m: TypeCheckError(f"argument {a.name!r}: {m}"))
-        define(a.var, f"argument {a.name!r}")
+    for arg in program.args:
+        if not _NAME.match(arg.name):
+            raise TypeCheckError(f"argument name {arg.name!r} is not an identifier")
+        if arg.name in names:
+            raise TypeCheckError(f"argument {arg.name!r} is declared twice")
+        names.add(arg.name)
+        where = f"argument {arg.name!r}"
+        if not all(isinstance(d, int) and d >= 0 for d in arg.var.type.shape):
+            raise TypeCheckError(
+                f"{where}: shape {arg.var.type.shape} must be non-negative integers"
+            )
+        define(arg.var, where)
     for i, e in enumerate(program.eqns):
         for a in e.inputs:
             use(a, "operand", i, e.prim.value)
@@ -287,8 +291,8 @@ def validate(program: Program) -> Program:
     states = {a.name: a for a in program.args if a.storage is Storage.STATE}
     updated: set[str] = set()
     for u in program.updates:
-        arg = states.get(u.state)
-        if arg is None:
+        state_arg = states.get(u.state)
+        if state_arg is None:
             raise TypeCheckError(f"update of {u.state!r}, which is not a state argument")
         if u.state in updated or u.state in result_names:
             raise TypeCheckError(
@@ -296,9 +300,9 @@ def validate(program: Program) -> Program:
             )
         updated.add(u.state)
         use(u.var, f"update of {u.state!r}")
-        if u.var.type != arg.var.type:
+        if u.var.type != state_arg.var.type:
             raise TypeCheckError(
-                f"state {u.state!r} is {arg.var.type} but its update is {u.var.type}"
+                f"state {u.state!r} is {state_arg.var.type} but its update is {u.var.type}"
             )
     missing = sorted(set(states) - updated)
     if missing:

@@ -1,1 +1,40 @@
-"""poot_planner."""
+"""poot_planner: targets as data, admission with typed refusals, XDNA2 row kernels and regions,
+Intel narrowing, and the feature matrix.
+
+``plan(program, target)`` always returns a ``Plan``; ``Plan.check()`` raises ``PlanRefused``.
+"""
+
+from poot_planner.narrowing import narrow_to_device_precision
+from poot_planner.plan import Admission, Plan, plan
+from poot_planner.refusal import Refusal, RefusalKind
+from poot_planner.regions import Region
+from poot_planner.target import (
+    AxisRule,
+    Capability,
+    KernelClass,
+    NarrowingContract,
+    RegionLimits,
+    Target,
+)
+from poot_planner.targets import TARGETS, get_target
+from poot_planner.tiles import Operand, TileOp
+
+__all__ = [
+    "TARGETS",
+    "Admission",
+    "AxisRule",
+    "Capability",
+    "KernelClass",
+    "NarrowingContract",
+    "Operand",
+    "Plan",
+    "Refusal",
+    "RefusalKind",
+    "Region",
+    "RegionLimits",
+    "Target",
+    "TileOp",
+    "get_target",
+    "narrow_to_device_precision",
+    "plan",
+]

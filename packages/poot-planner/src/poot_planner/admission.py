@@ -1,0 +1,92 @@
+"""Admitting one equation on one target, by its capability table, or refusing it with a reason.
+
+Target-specific rules that are not a table lookup live beside the target's logic: the XDNA2
+row kernels (``rowfusion``) and the Intel narrowing rules (``narrowing``). This module is the
+lookup every target shares.
+"""
+
+from __future__ import annotations
+
+from poot_ir import DType, Eqn, Prim, ReduceParams
+
+from poot_planner.narrowing import ARITHMETIC, operating_dtype
+from poot_planner.refusal import Refusal, RefusalKind
+from poot_planner.target import AxisRule, Capability, Target
+
+__all__ = ["admit"]
+
+
+def admit(i: int, e: Eqn, target: Target) -> Capability | Refusal:
+    """The capability that admits equation ``i``, or the refusal that names why none does.
+
+    On a target with a narrowing contract an F32 arithmetic equation is looked up as the F16
+    equation it becomes; without one, F32 and BF16 arithmetic on an FP16 device is refused with
+    ``MISSING_CONTRACT``.
+    """
+    prim = e.prim.value
+    if not target.admits_prim(e.prim):
+        return Refusal(RefusalKind.UNSUPPORTED_PRIMITIVE, i, prim, (("target", target.name),))
+    dtype = operating_dtype(e)
+    fp16_device = target.narrowing is not None or _computes_only_in(target, DType.F16)
+    if (
+        fp16_device
+        and e.prim is Prim.CONVERT
+        and dtype in (DType.I32, DType.BOOL)
+        and e.out.dtype.is_float
+    ):
+        return Refusal(
+            RefusalKind.INTEGER_TO_FLOAT,
+            i,
+            prim,
+            (("from", dtype.value), ("to", e.out.dtype.value), ("exact_up_to", 2048)),
+        )
+    if fp16_device and e.prim in ARITHMETIC and dtype in (DType.F32, DType.BF16):
+        if dtype is DType.F32 and target.narrowing is not None:
+            dtype = target.narrowing.device_dtype
+        else:
+            why = (
+                "no narrowing contract recorded"
+                if dtype is DType.F32
+                else "no contract covers bf16"
+            )
+            return Refusal(
+                RefusalKind.MISSING_CONTRACT, i, prim, (("dtype", dtype.value), ("missing", why))
+            )
+    cap = target.capability(e.prim, dtype)
+    if cap is None:
+        admitted = sorted(
+            {d.value for c in target.capabilities if c.prim is e.prim for d in c.dtypes}
+        )
+        return Refusal(
+            RefusalKind.UNSUPPORTED_DTYPE,
+            i,
+            prim,
+            (("dtype", dtype.value), ("admitted", " ".join(admitted))),
+        )
+    if e.prim is Prim.CONVERT:
+        dst = e.out.dtype
+        if dst is DType.F32 and target.narrowing is not None:
+            dst = target.narrowing.device_dtype
+        if dst not in cap.dtypes:
+            return Refusal(
+                RefusalKind.UNSUPPORTED_DTYPE,
+                i,
+                prim,
+                (("from", dtype.value), ("to", e.out.dtype.value)),
+            )
+    if cap.axes is AxisRule.LAST and isinstance(e.params, ReduceParams):
+        rank = e.inputs[0].type.rank
+        if e.params.axes != (rank - 1,):
+            return Refusal(
+                RefusalKind.UNSUPPORTED_AXIS,
+                i,
+                prim,
+                (("axes", str(e.params.axes)), ("admitted", f"last axis ({rank - 1})")),
+            )
+    return cap
+
+
+def _computes_only_in(target: Target, dtype: DType) -> bool:
+    """A target whose every arithmetic capability is on ``dtype`` alone (an FP16 device)."""
+    arith = [c for c in target.capabilities if c.prim in ARITHMETIC]
+    return bool(arith) and all(c.dtypes == frozenset({dtype}) for c in arith)

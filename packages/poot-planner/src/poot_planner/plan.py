@@ -1,0 +1,270 @@
+"""``plan(program, target)``: admit every equation or refuse it, and publish how it will run.
+
+``plan`` never raises for a program a target cannot run: it returns a ``Plan`` whose
+``refusals`` say why, every one of them (``Plan.check()`` raises ``PlanRefused`` carrying them
+for a caller that needs the program to run). The steps:
+
+1. Admission of each equation by the target's capability table (``admission``), plus the
+   target's own rules: XDNA2 row kernels with derived bounds (``rowfusion``), Intel literal
+   rules (``narrowing``).
+2. The target's passes on an admitted program: ``narrow_to_device_precision`` first for a
+   target with a narrowing contract and a program doing F32 arithmetic.
+3. XDNA2: one tile job per admitted equation or row kernel (``tiles``), grouped into regions
+   under the measured bounds (``regions``), at most one per hardware context.
+4. The published numerics class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from poot_ir import PlanRefused, Program
+from poot_ir.numerics import (
+    AbsRel,
+    BitExact,
+    Bounded,
+    Contract,
+    Exact,
+    LargerOperandUlps,
+    NarrowStorage,
+    NumericsClass,
+    Relative,
+    ScaledSum,
+    looser,
+)
+
+from poot_planner.admission import admit
+from poot_planner.narrowing import literal_refusals, narrow_to_device_precision, needs_narrowing
+from poot_planner.refusal import Refusal, RefusalKind
+from poot_planner.regions import Region, form_regions
+from poot_planner.rowfusion import RowGroup, find_row_groups
+from poot_planner.target import KernelClass, NarrowingContract, Target
+from poot_planner.targets import get_target
+from poot_planner.tiles import TileOp, tile_for_eqn, tile_for_group
+
+__all__ = ["Admission", "Plan", "plan"]
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """An admitted equation of the source program: how it runs and what is promised.
+    ``contract`` is None for a step of a row kernel (the kernel's derived bound covers it);
+    ``tile`` is the XDNA2 tile job that computes it."""
+
+    eqn: int
+    kernel: KernelClass
+    contract: Contract | None
+    tile: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How ``target`` runs ``source``. ``program`` is what the device runs (after the target's
+    passes; same argument and result names, order and types). ``narrowing`` is the contract
+    when the narrowing pass ran, else None."""
+
+    target: Target
+    source: Program
+    program: Program
+    admissions: tuple[Admission, ...]
+    refusals: tuple[Refusal, ...]
+    numerics: NumericsClass
+    narrowing: NarrowingContract | None = None
+    tiles: tuple[TileOp, ...] = ()
+    regions: tuple[Region, ...] = ()
+
+    @property
+    def admitted(self) -> bool:
+        return not self.refusals
+
+    @property
+    def contexts(self) -> int:
+        """Hardware contexts the program needs: one per region (XDNA2)."""
+        return len(self.regions)
+
+    def check(self) -> Plan:
+        """This plan, or ``PlanRefused`` listing every refusal."""
+        if self.refusals:
+            lines = "\n  ".join(str(r) for r in self.refusals)
+            raise PlanRefused(
+                f"{self.target.name} refuses {len(self.refusals)} equation(s) of "
+                f"{self.source.name!r}:\n  {lines}",
+                self.refusals,
+            )
+        return self
+
+
+def plan(program: Program, target: str | Target) -> Plan:
+    """Plan ``program`` for ``target`` (a name in ``poot_planner.TARGETS`` or a Target)."""
+    t = get_target(target)
+    refusals: list[Refusal] = []
+    admissions: dict[int, Admission] = {}
+    grouped: set[int] = set()
+    groups = find_row_groups(program) if t.region_limits is not None else []
+    for g in groups:
+        grouped.update(g.eqns)
+        for f in g.failures:
+            refusals.append(
+                Refusal(RefusalKind.MISSING_BOUND, f.eqn, f.primitive, (("step", f.reason),))
+            )
+        if len(g.outputs) != 1 and not g.failures:
+            refusals.append(
+                Refusal(
+                    RefusalKind.REGION_LIMIT,
+                    g.eqns[-1],
+                    program.eqns[g.eqns[-1]].prim.value,
+                    (("limit", "row kernel outputs"), ("needed", len(g.outputs)), ("available", 1)),
+                )
+            )
+    for i, e in enumerate(program.eqns):
+        if i in grouped:
+            continue
+        got = admit(i, e, t)
+        if isinstance(got, Refusal):
+            refusals.append(got)
+        else:
+            admissions[i] = Admission(i, got.kernel, got.contract)
+    narrowing = None
+    if t.narrowing is not None and needs_narrowing(program):
+        refusals.extend(literal_refusals(program, t.narrowing))
+        narrowing = t.narrowing
+
+    tiles: tuple[TileOp, ...] = ()
+    regions: tuple[Region, ...] = ()
+    if t.region_limits is not None:
+        tiles, regions, more = _xdna2_layout(program, t, admissions, groups)
+        refusals.extend(more)
+
+    run = program
+    if narrowing is not None and not refusals:
+        run = narrow_to_device_precision(program, narrowing)
+    refusals.sort(key=lambda r: (r.eqn, r.kind.value))
+    return Plan(
+        target=t,
+        source=program,
+        program=run,
+        admissions=tuple(admissions[i] for i in sorted(admissions)),
+        refusals=tuple(refusals),
+        numerics=_numerics(program, admissions, tiles, narrowing),
+        narrowing=narrowing,
+        tiles=tiles,
+        regions=regions,
+    )
+
+
+def _xdna2_layout(
+    program: Program, t: Target, admissions: dict[int, Admission], groups: list[RowGroup]
+) -> tuple[tuple[TileOp, ...], tuple[Region, ...], list[Refusal]]:
+    """Tile jobs for the admitted equations and clean row kernels, then regions."""
+    limits = t.region_limits
+    if limits is None:  # only called for a target with region limits
+        return (), (), []
+    refusals: list[Refusal] = []
+    jobs: list[tuple[int, TileOp]] = []  # (last equation, job) so jobs follow program order
+    for i, a in admissions.items():
+        jobs.append((i, tile_for_eqn(0, i, program.eqns[i], a.kernel, limits)))
+    for g in groups:
+        if g.failures or len(g.outputs) != 1:
+            continue
+        jobs.append(
+            (g.eqns[-1], tile_for_group(0, g.eqns, g.inputs, g.outputs[0], g.cols, g.bound, limits))
+        )
+    jobs.sort(key=lambda j: j[0])
+    tiles: list[TileOp] = []
+    for last, job in jobs:
+        prim = program.eqns[last].prim.value
+        if job.chunk == 0:
+            refusals.append(
+                Refusal(
+                    RefusalKind.REGION_LIMIT,
+                    last,
+                    prim,
+                    (
+                        ("limit", "tile_bytes"),
+                        ("needed", job.tile_bytes),
+                        ("available", limits.tile_bytes),
+                    ),
+                )
+            )
+            continue
+        if job.streams_in > limits.streams_per_tile:
+            refusals.append(
+                Refusal(
+                    RefusalKind.REGION_LIMIT,
+                    last,
+                    prim,
+                    (
+                        ("limit", "streams_per_tile"),
+                        ("needed", job.streams_in),
+                        ("available", limits.streams_per_tile),
+                    ),
+                )
+            )
+            continue
+        index = len(tiles)
+        tiles.append(
+            TileOp(
+                index,
+                job.kind,
+                job.eqns,
+                job.inputs,
+                job.output,
+                job.out_unit,
+                job.units,
+                job.chunk,
+                job.tile_bytes,
+                job.bound,
+            )
+        )
+        for i in job.eqns:
+            contract = admissions[i].contract if i in admissions else None
+            admissions[i] = Admission(i, job.kind, contract, index)
+    regions = form_regions(program, tuple(tiles), limits)
+    if len(regions) > limits.contexts:
+        refusals.append(
+            Refusal(
+                RefusalKind.CONTEXT_LIMIT,
+                -1,
+                "",
+                (("limit", "contexts"), ("needed", len(regions)), ("available", limits.contexts)),
+            )
+        )
+    return tuple(tiles), regions, refusals
+
+
+def _numerics(
+    program: Program,
+    admissions: dict[int, Admission],
+    tiles: tuple[TileOp, ...],
+    narrowing: NarrowingContract | None,
+) -> NumericsClass:
+    """The published class: the loosest of the steps' (an ordering for publishing, not an
+    error-propagation rule: the conformance suite checks each step under its own contract).
+
+    Operand-scaled bounds (an add's two units of the larger operand, a sum's bound over the
+    row's magnitudes) are published as the same figures relative to the result, which is what
+    they are when nothing cancels."""
+    if narrowing is not None:
+        return NarrowStorage(narrowing.normwise)
+    out: NumericsClass = Exact()
+    for a in admissions.values():
+        if a.contract is None:
+            continue
+        match a.contract.bound:
+            case BitExact(signed_zero=signed):
+                cls: NumericsClass = Exact(signed_zero=signed)
+            case AbsRel(abs=ab, rel=rel):
+                cls = Bounded(ab, rel)
+            case Relative(rel=rel):
+                cls = Bounded(0.0, rel)
+            case LargerOperandUlps(ulps=u, unit=unit):
+                cls = Bounded(0.0, u * unit)
+            case ScaledSum(ulps_per_term=u, unit=unit):
+                cls = Bounded(0.0, u * unit * program.eqns[a.eqn].inputs[0].type.shape[-1])
+            case _:
+                cls = Exact()
+        out = looser(out, cls)
+    for t in tiles:
+        if t.bound is not None:
+            out = looser(out, Bounded(0.0, t.bound))
+    return out

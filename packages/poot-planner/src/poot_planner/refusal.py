@@ -1,0 +1,52 @@
+"""Refusals: why a target will not run an equation, as values with a kind and the facts.
+
+A refusal is what a user reads when a program does not fit an NPU, so it names the equation,
+the primitive and exactly what broke: the dtype or axis, the step with no derived bound, the
+missing contract, the literal and its value, the limit with the figure needed and available.
+It is never a bare string; ``str(refusal)`` renders it as one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+__all__ = ["Refusal", "RefusalKind"]
+
+
+class RefusalKind(Enum):
+    UNSUPPORTED_PRIMITIVE = "unsupported primitive"
+    UNSUPPORTED_DTYPE = "unsupported dtype"
+    UNSUPPORTED_AXIS = "unsupported axis"
+    MISSING_BOUND = "missing bound"
+    MISSING_CONTRACT = "missing contract"
+    NARROWING_RANGE = "narrowing range"
+    INTEGER_TO_FLOAT = "integer to float"
+    REGION_LIMIT = "region limit"
+    CONTEXT_LIMIT = "context limit"
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """One refused equation (``eqn`` is its index in the planned program; -1 for a refusal of
+    the whole program, such as too many contexts).
+
+    ``facts`` holds the figures as ``(name, value)`` pairs in a fixed order, e.g.
+    ``(("limit", "tile_bytes"), ("needed", 70000), ("available", 64512))``.
+    """
+
+    kind: RefusalKind
+    eqn: int
+    primitive: str
+    facts: tuple[tuple[str, str | int | float], ...] = ()
+
+    def fact(self, name: str) -> str | int | float | None:
+        for k, v in self.facts:
+            if k == name:
+                return v
+        return None
+
+    def __str__(self) -> str:
+        where = "program" if self.eqn < 0 else f"equation {self.eqn} ({self.primitive})"
+        facts = ", ".join(f"{k}={v}" for k, v in self.facts)
+        return f"{where}: {self.kind.value}" + (f": {facts}" if facts else "")

@@ -1,0 +1,116 @@
+"""What a target is: data. Capability rows, limits and the narrowing contract.
+
+A target module (``poot_planner.targets.<name>``) builds one ``Target`` from these types. The
+same rows drive admission, the feature matrix (``poot features``) and the conformance tests, so
+a capability is declared exactly once. ``Target.__post_init__`` checks the table, so a malformed
+one fails when its module is imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from poot_ir import DType, Prim, TargetTableError
+from poot_ir.numerics import Contract
+
+__all__ = ["AxisRule", "Capability", "KernelClass", "NarrowingContract", "RegionLimits", "Target"]
+
+
+class KernelClass(Enum):
+    """How an admitted equation runs on its target."""
+
+    ORACLE = "oracle"  # cpu: the numpy oracle itself
+    POINTWISE = "pointwise"  # xdna2: the ordinary body, its thread grid turned into loops
+    ROW = "row"  # xdna2: last-axis reduction, one lane per row, row loop serialized
+    FUSED_NORM = "fused norm"  # xdna2: a recognized RMSNorm chain as one row kernel
+    GATHER = "gather"  # xdna2: table and indices resident, output streamed
+    GRAPH_OP = "graph op"  # intel-npu4: one OpenVINO opset op inside the one graph
+
+
+class AxisRule(Enum):
+    """Which axes a reduction (or gather) may run over."""
+
+    ANY = "any axis"
+    LAST = "last axis only"
+
+
+@dataclass(frozen=True, slots=True)
+class Capability:
+    """One admitted (primitive, dtypes) pair and what is promised about it.
+
+    ``contract`` is the numerical contract measured for it (bound and domain); data movement
+    that is bit exact says so with a ``BitExact`` contract too, so every row has one.
+    """
+
+    prim: Prim
+    dtypes: frozenset[DType]
+    kernel: KernelClass
+    contract: Contract
+    axes: AxisRule = AxisRule.ANY
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RegionLimits:
+    """XDNA2 region bounds (measured on Strix Halo, aie2p; agree with the upstream sources)."""
+
+    compute_tiles: int  # one equation per compute tile
+    host_streams_in: int  # shim MM2S channels over all shims
+    host_streams_out: int  # shim S2MM channels
+    streams_per_tile: int  # compute-tile DMA channels, each way
+    tile_bytes: int  # 64 KiB data memory less the 1 KiB stack
+    contexts: int  # hardware contexts: one per loaded artifact (region)
+    host_buffers: int  # buffers one kernel call takes (opcode, insts, n, bo0..bo4)
+
+
+@dataclass(frozen=True, slots=True)
+class NarrowingContract:
+    """A target that computes in FP16 and records how far a narrowed graph may stray.
+
+    ``normwise`` bounds ||y - ref|| / ||ref|| of each F32 result of a narrowed graph against the
+    F32 oracle; ``max_magnitude`` is the largest F32 value the bound holds for (FP16's 65504).
+    """
+
+    device_dtype: DType
+    normwise: float
+    max_magnitude: float
+    measured_on: str
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: str
+    description: str
+    capabilities: tuple[Capability, ...]
+    region_limits: RegionLimits | None = None
+    narrowing: NarrowingContract | None = None
+    #: Primitives admitted only as steps of a recognized composite (xdna2's fused norm).
+    fused_steps: frozenset[Prim] = frozenset()
+
+    def __post_init__(self) -> None:
+        seen: set[tuple[Prim, DType]] = set()
+        for c in self.capabilities:
+            if not isinstance(c.prim, Prim):
+                raise TargetTableError(self.name, f"{c.prim!r} is not a primitive of the IR")
+            if not c.dtypes:
+                raise TargetTableError(self.name, f"{c.prim.value} admits no dtype")
+            if not isinstance(c.contract, Contract):
+                raise TargetTableError(self.name, f"{c.prim.value} has no contract")
+            if c.contract.domain is None:
+                raise TargetTableError(self.name, f"{c.prim.value}: a contract without a domain")
+            for d in c.dtypes:
+                if (c.prim, d) in seen:
+                    raise TargetTableError(
+                        self.name, f"{c.prim.value} on {d.value} is declared twice"
+                    )
+                seen.add((c.prim, d))
+
+    def capability(self, prim: Prim, dtype: DType) -> Capability | None:
+        for c in self.capabilities:
+            if c.prim is prim and dtype in c.dtypes:
+                return c
+        return None
+
+    def admits_prim(self, prim: Prim) -> bool:
+        return any(c.prim is prim for c in self.capabilities)

@@ -1,0 +1,77 @@
+"""The ``intel-npu4`` target: Intel NPU4 (Lunar Lake), exactly the verified list.
+
+The NPU computes in FP16, so arithmetic is admitted on F16 only; an F32 program runs when the
+target records a narrowing contract, through ``narrow_to_device_precision`` (casts to F16 on
+entry, back to F32 on exit). Contracts compare the device with the oracle's own F16 evaluation:
+bit for bit on integer-valued inputs (``IntegerValued``), within FP16 tolerance for exp, div
+and sqrt. The sign of a zero is not promised (the NPU's neg of +0 is +0). Data movement is bit
+exact in every width the device carries.
+"""
+
+from __future__ import annotations
+
+from poot_ir import DType, Prim
+from poot_ir.numerics import AbsRel, AnyInput, BitExact, Contract, FiniteInputs
+
+from poot_planner.target import Capability, KernelClass, NarrowingContract, Target
+
+F16 = frozenset({DType.F16})
+MOVABLE = frozenset({DType.F32, DType.F16, DType.BF16, DType.I32, DType.BOOL})
+_G = KernelClass.GRAPH_OP
+_NO_ZERO_SIGN = BitExact(signed_zero=False)
+#: FP16 tolerance for the transcendental and divided results: a few FP16 ulps (2^-10 relative),
+#: plus an absolute floor at the smallest FP16 subnormal.
+FP16_TOLERANCE = AbsRel(2.0**-24, 2.0**-9)
+
+
+def _op(prim: Prim, dtypes: frozenset[DType], bound: object, note: str = "") -> Capability:
+    return Capability(prim, dtypes, _G, Contract(prim, bound, FiniteInputs()), note=note)  # type: ignore[arg-type]
+
+
+def _move(prim: Prim) -> Capability:
+    return Capability(prim, MOVABLE, _G, Contract(prim, BitExact(), AnyInput()))
+
+
+TARGET = Target(
+    name="intel-npu4",
+    description="Intel NPU4 (Lunar Lake) through one OpenVINO IR graph and the driver's compiler",
+    capabilities=(
+        _op(Prim.ADD, F16, _NO_ZERO_SIGN, "bit for bit on integer-valued inputs"),
+        _op(Prim.SUB, F16, _NO_ZERO_SIGN, "bit for bit on integer-valued inputs"),
+        _op(Prim.MUL, F16, _NO_ZERO_SIGN, "bit for bit on integer-valued inputs"),
+        _op(Prim.MAX, F16, _NO_ZERO_SIGN),
+        _op(Prim.GE, F16, _NO_ZERO_SIGN),
+        _op(Prim.NEG, F16, _NO_ZERO_SIGN, "the sign of a zero is not promised"),
+        _op(Prim.DIV, F16, FP16_TOLERANCE),
+        _op(Prim.SQRT, F16, FP16_TOLERANCE),
+        _op(Prim.EXP, F16, FP16_TOLERANCE),
+        _op(
+            Prim.REDUCE_SUM, F16, _NO_ZERO_SIGN, "rows and columns; exact on integer-valued inputs"
+        ),
+        _op(Prim.REDUCE_MAX, F16, _NO_ZERO_SIGN, "rows and columns"),
+        _op(Prim.MATMUL, F16, _NO_ZERO_SIGN, "exact on small integer-valued inputs"),
+        _op(Prim.CONVERT, frozenset({DType.F32, DType.F16}), BitExact(), "F32 <-> F16 only"),
+        _move(Prim.GATHER),
+        _move(Prim.TRANSPOSE),
+        _move(Prim.RESHAPE),
+        _move(Prim.BROADCAST_IN_DIM),
+        _move(Prim.SLICE),
+        _move(Prim.CONCAT),
+        _move(Prim.DYNAMIC_UPDATE_SLICE),
+        Capability(
+            Prim.IOTA,
+            frozenset({DType.I32, DType.F16}),
+            _G,
+            Contract(Prim.IOTA, BitExact(), AnyInput()),
+            note="a constant range",
+        ),
+    ),
+    narrowing=NarrowingContract(
+        device_dtype=DType.F16,
+        # The design figure of an ideal FP16 device over a short graph (a few FP16 units of
+        # 2^-11), to be replaced by the figure measured on a Lunar Lake NPU by `nox -s npu_intel`.
+        normwise=2.0**-8,
+        max_magnitude=65504.0,
+        measured_on="design figure (ideal FP16); not yet measured on a Lunar Lake NPU here",
+    ),
+)

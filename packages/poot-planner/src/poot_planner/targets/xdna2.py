@@ -1,0 +1,106 @@
+"""The ``xdna2`` target: AMD XDNA2 (Strix, Strix Halo; aie2p), exactly the verified list.
+
+Every figure is the seed's, measured on a Strix Halo NPU: each contract holds on its domain and
+nothing is promised outside it. Every other (primitive, dtype, axis) is refused. Steps of a
+recognized row kernel (the fused RMSNorm) are admitted only inside it, where the planner derives
+the kernel's bound from theirs (``poot_planner.rowfusion``).
+"""
+
+from __future__ import annotations
+
+from poot_ir import DType, Prim
+from poot_ir.numerics import (
+    AbsRel,
+    AnyInput,
+    BitExact,
+    Contract,
+    FiniteInputs,
+    FiniteNormalResult,
+    Interval,
+    LargerOperandUlps,
+    NotNaN,
+    PositiveNormal,
+    Relative,
+    ScaledSum,
+)
+
+from poot_planner.target import AxisRule, Capability, KernelClass, RegionLimits, Target
+
+F32 = frozenset({DType.F32})
+_P = KernelClass.POINTWISE
+_SMOOTH = AbsRel(2e-6, 1e-5)  # exp, log, tanh and erf: absolute 2e-6 plus relative 1e-5
+
+
+def _pw(prim: Prim, bound: object, domain: object, note: str = "") -> Capability:
+    return Capability(prim, F32, _P, Contract(prim, bound, domain), note=note)  # type: ignore[arg-type]
+
+
+TARGET = Target(
+    name="xdna2",
+    description="AMD XDNA2 NPU (Strix / Strix Halo, aie2p) through MLIR-AIE regions and XRT",
+    capabilities=(
+        _pw(Prim.ADD, LargerOperandUlps(2), FiniteNormalResult(), "the core's adder is not RNE"),
+        _pw(
+            Prim.SUB,
+            LargerOperandUlps(2),
+            FiniteNormalResult(),
+            "a small cancelled result is exact",
+        ),
+        _pw(Prim.MUL, BitExact(), FiniteNormalResult()),
+        _pw(Prim.DIV, BitExact(), FiniteNormalResult()),
+        _pw(Prim.NEG, BitExact(), FiniteNormalResult()),
+        _pw(Prim.RECIP, BitExact(), FiniteNormalResult()),
+        _pw(Prim.GE, BitExact(), FiniteNormalResult()),
+        _pw(Prim.EXP, _SMOOTH, Interval(-87.0, 88.0), "argument clamped to +-88: saturates"),
+        _pw(Prim.LOG, _SMOOTH, PositiveNormal()),
+        _pw(Prim.TANH, _SMOOTH, FiniteInputs(), "saturates exactly"),
+        _pw(Prim.ERF, _SMOOTH, FiniteInputs(), "saturates exactly"),
+        _pw(Prim.SQRT, Relative(4e-7), PositiveNormal(), "bit-halving estimate, 4 Newton steps"),
+        _pw(Prim.MAX, BitExact(), NotNaN(), "compare and select"),
+        Capability(
+            Prim.REDUCE_SUM,
+            F32,
+            KernelClass.ROW,
+            Contract(Prim.REDUCE_SUM, ScaledSum(2), FiniteInputs()),
+            AxisRule.LAST,
+            "adds in order; no relative bound when the row cancels",
+        ),
+        Capability(
+            Prim.REDUCE_MAX,
+            F32,
+            KernelClass.ROW,
+            Contract(Prim.REDUCE_MAX, BitExact(), NotNaN()),
+            AxisRule.LAST,
+        ),
+        Capability(
+            Prim.GATHER,
+            frozenset({DType.F32, DType.I32}),
+            KernelClass.GATHER,
+            Contract(Prim.GATHER, BitExact(), AnyInput()),
+            AxisRule.ANY,
+            "i32 indices; an index outside the axis is not checked",
+        ),
+    ),
+    region_limits=RegionLimits(
+        compute_tiles=32,
+        host_streams_in=16,
+        host_streams_out=16,
+        streams_per_tile=2,
+        tile_bytes=64512,
+        contexts=16,
+        host_buffers=5,
+    ),
+    fused_steps=frozenset(
+        {
+            Prim.MUL,
+            Prim.DIV,
+            Prim.ADD,
+            Prim.SQRT,
+            Prim.NEG,
+            Prim.MAX,
+            Prim.REDUCE_SUM,
+            Prim.REDUCE_MAX,
+            Prim.BROADCAST_IN_DIM,
+        }
+    ),
+)
