@@ -56,7 +56,7 @@ TARGET = Target(
         _pw(Prim.TANH, _SMOOTH, FiniteInputs(), "saturates exactly"),
         _pw(Prim.ERF, _SMOOTH, FiniteInputs(), "saturates exactly"),
         _pw(Prim.SQRT, Relative(4e-7), PositiveNormal(), "bit-halving estimate, 4 Newton steps"),
-        _pw(Prim.MAX, BitExact(), NotNaN(), "compare and select"),
+        _pw(Prim.MAX, BitExact(signed_zero=False), NotNaN(), "compare and select: +0 and -0 tie"),
         Capability(
             Prim.REDUCE_SUM,
             F32,
