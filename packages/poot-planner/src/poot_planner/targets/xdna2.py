@@ -69,7 +69,7 @@ TARGET = Target(
             Prim.REDUCE_MAX,
             F32,
             KernelClass.ROW,
-            Contract(Prim.REDUCE_MAX, BitExact(), NotNaN()),
+            Contract(Prim.REDUCE_MAX, BitExact(signed_zero=False), NotNaN()),
             AxisRule.LAST,
         ),
         Capability(
