@@ -52,11 +52,20 @@ reduce_max, data movement) are not rounded.
 
 What emulation proves: for add, sub, mul, div and sqrt of FP16 operands, the f32 result rounded
 once equals the correctly rounded FP16 result (f32 has at least 2 * 11 + 2 bits), so those
-equations match an ideal per-op FP16 device (the oracle) bit for bit. exp, log, tanh and erf
+equations match an ideal per-op FP16 device (the oracle) bit for bit. The CPU plugin divides
+f32 as ``x * (1 / y)`` (not correctly rounded, within 1 ulp); for FP16 operands that only
+misrounds a quotient exactly halfway between two FP16 subnormals, which emulation detects
+exactly and corrects (``_fix_subnormal_ties``; tested over every pair of significands). exp, log, tanh and erf
 are the CPU's f32 functions rounded to FP16, within an FP16 ulp or so of the oracle. What it
 does not prove: anything about the NPU's own FP16 units (their rounding, subnormal handling,
 NaN and zero signs), or its accumulation order and width in reduce_sum and matmul; emulation
 accumulates those in f32 and rounds once at the end, the NPU may round partial sums to FP16.
+
+OpenVINO facts this module works around or leaves to its callers: the IR reader renames a
+result whose tensor name is also an argument's (every state update) to ``<name>_1``, so after
+``deserialize`` (and on the NPU, which reads the IR) such a result's name differs from the
+program's; the in-memory model and its CPU compile keep it. ``model_signature`` reports what
+OpenVINO says, unaltered.
 
 Compile the stand-in with ``CPU_STANDIN_CONFIG`` on the explicit ``"CPU"`` device (never
 ``AUTO``, which falls back silently), so a CPU with bf16 units does not narrow f32 itself.
@@ -200,7 +209,10 @@ def lower(program: Program, *, emulate_f16: bool = False) -> Any:
         xs = [g.atom(a, f"{name}:lit{k}") for k, a in enumerate(e.inputs)]
         out = rule(g, e, xs, name)
         if g.emulated(e.out.dtype) and _computes_f16(e):
-            out = _round_to_f16(out, f"{name}:f16")
+            rounded = _round_to_f16(out, f"{name}:f16")
+            if e.prim is Prim.DIV:
+                rounded = _fix_subnormal_ties(xs[0], xs[1], out, rounded, f"{name}:f16")
+            out = rounded
         g.env[e.out.id] = out.output(0) if hasattr(out, "output") else out
     results = []
     claimed = {a.var.id for a in program.args}
@@ -303,6 +315,52 @@ def _round_to_f16(x: Node, name: str) -> Node:
     big = ops.greater_equal(a, c(65520.0, "overflow"), name=f"{name}.is_inf")
     inf = ops.multiply(x, c(np.inf, "inf"), name=f"{name}.inf")
     return ops.select(big, inf, r, name=f"{name}.out")
+
+
+def _fix_subnormal_ties(x: Node, y: Node, q: Node, rounded: Node, name: str) -> Node:
+    """Correct ``rounded`` where ``x / y`` is exactly halfway between two FP16 subnormals.
+
+    The CPU plugin divides as ``x * (1 / y)`` (two roundings), so a quotient that is exactly an
+    odd multiple of 2^-25 can land a hair off the tie and round the wrong way. For FP16
+    operands this is the only case that goes wrong (a normal FP16 quotient is never a tie, and
+    a near tie is farther from it than the f32 error). The tie test is exact: ``mid * |y|`` has
+    at most 23 bits and its scaling by 2^-24 stays normal, so it equals ``|x|`` only at a tie.
+    """
+
+    def c(value: float, role: str) -> Node:
+        return _const(np.float32(value), f"{name}.{role}")
+
+    aq = ops.abs(q, name=f"{name}.tie.aq")
+    fl = ops.floor(
+        ops.multiply(aq, c(2.0**24, "tie.up"), name=f"{name}.tie.units"), name=f"{name}.tie.floor"
+    )
+    mid = ops.add(fl, c(0.5, "tie.half"), name=f"{name}.tie.mid")
+    back = ops.multiply(
+        ops.multiply(mid, ops.abs(y, name=f"{name}.tie.ay"), name=f"{name}.tie.my"),
+        c(2.0**-24, "tie.down"),
+        name=f"{name}.tie.back",
+    )
+    exact = ops.equal(back, ops.abs(x, name=f"{name}.tie.ax"), name=f"{name}.tie.exact")
+    small = ops.less(aq, c(2.0**-14, "tie.min_normal"), name=f"{name}.tie.small")
+    tie = ops.logical_and(exact, small, name=f"{name}.tie")
+    # the even one of fl and fl + 1: fl + (fl mod 2), with the quotient's sign
+    half = ops.floor(
+        ops.multiply(fl, c(0.5, "tie.halve"), name=f"{name}.tie.fl2"), name=f"{name}.tie.fl2f"
+    )
+    odd = ops.subtract(
+        fl, ops.multiply(half, c(2.0, "tie.two"), name=f"{name}.tie.even"), name=f"{name}.tie.odd"
+    )
+    even = ops.multiply(
+        ops.add(fl, odd, name=f"{name}.tie.sum"), c(2.0**-24, "tie.scale"), name=f"{name}.tie.mag"
+    )
+    sign = ops.select(
+        ops.less(q, c(0.0, "tie.zero"), name=f"{name}.tie.neg"),
+        c(-1.0, "tie.m1"),
+        c(1.0, "tie.p1"),
+        name=f"{name}.tie.sign",
+    )
+    fixed = ops.multiply(even, sign, name=f"{name}.tie.fixed")
+    return ops.select(tie, fixed, rounded, name=f"{name}.tie.out")
 
 
 _EXACT_F16: Final = frozenset(
