@@ -55,6 +55,7 @@ from poot_ir.numerics import (
     compare,
 )
 from poot_ir.oracle import evaluate
+from poot_ir.sampling import sample_inputs
 from poot_ir.text import format_program, parse_program
 from poot_ir.typing_rules import infer_type, validate
 
@@ -110,6 +111,7 @@ __all__ = [
     "infer_type",
     "ops",
     "parse_program",
+    "sample_inputs",
     "validate",
     *_errors,
 ]
