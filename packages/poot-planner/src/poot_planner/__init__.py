@@ -4,6 +4,7 @@ Intel narrowing, and the feature matrix.
 ``plan(program, target)`` always returns a ``Plan``; ``Plan.check()`` raises ``PlanRefused``.
 """
 
+from poot_planner.features import feature_matrix
 from poot_planner.narrowing import narrow_to_device_precision
 from poot_planner.plan import Admission, Plan, plan
 from poot_planner.refusal import Refusal, RefusalKind
@@ -34,6 +35,7 @@ __all__ = [
     "RegionLimits",
     "Target",
     "TileOp",
+    "feature_matrix",
     "get_target",
     "narrow_to_device_precision",
     "plan",

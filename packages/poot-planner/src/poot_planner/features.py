@@ -1,0 +1,217 @@
+"""The feature matrix: what each target admits, as markdown generated from ``TARGETS`` alone.
+
+``feature_matrix()`` is what ``poot features`` prints and what ``docs/features.md`` holds (a test
+fails when the file is stale). It renders the capability tables, not a description of them: one
+table of primitives by target (the admitted dtypes and any axis rule), then for each target every
+capability's kernel class, contract bound and domain, its region limits, its narrowing contract
+and its fused composite with the composite's derived bound. The output is deterministic: rows
+follow the IR's primitive and dtype order and targets follow the registry.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import assert_never
+
+from poot_ir import Builder, DType, Prim, ops
+from poot_ir.numerics import (
+    AbsRel,
+    AnyInput,
+    BitExact,
+    Bound,
+    Domain,
+    FiniteInputs,
+    FiniteNormalResult,
+    Interval,
+    LargerOperandUlps,
+    Normwise,
+    NotNaN,
+    PositiveNormal,
+    Relative,
+    ScaledSum,
+)
+
+from poot_planner.plan import plan
+from poot_planner.target import AxisRule, Capability, Target
+from poot_planner.targets import TARGETS
+
+__all__ = ["feature_matrix", "render_bound", "render_domain"]
+
+_NONE = "—"
+#: Row length at which the fused norm's derived bound is published (the seed's figure).
+_NORM_COLS = 64
+
+
+def _num(x: float) -> str:
+    """A figure as people write it: small powers of two as ``2^-k``, the rest with ``%g``."""
+    if x > 0 and math.isfinite(x):
+        m, e = math.frexp(x)
+        if m == 0.5 and (e - 1 <= -8 or e - 1 >= 20):
+            return f"2^{e - 1}"
+    return f"{x:g}"
+
+
+def render_bound(b: Bound) -> str:
+    """One bound as a phrase (``within 2 x 2^-23 of the larger operand``)."""
+    match b:
+        case BitExact(signed_zero=True):
+            return "bit exact"
+        case BitExact():
+            return "bit exact (sign of zero not promised)"
+        case LargerOperandUlps(ulps=u, unit=unit):
+            return f"within {_num(u)} x {_num(unit)} of the larger operand"
+        case AbsRel(abs=a, rel=r):
+            return f"abs {_num(a)} + rel {_num(r)}"
+        case Relative(rel=r):
+            return f"rel {_num(r)}"
+        case ScaledSum(ulps_per_term=u, unit=unit):
+            return f"within {_num(u)} x cols x {_num(unit)} of the sum of the row's magnitudes"
+        case Normwise(rel=r):
+            return f"normwise rel {_num(r)}"
+        case _:
+            assert_never(b)
+
+
+def render_domain(d: Domain) -> str:
+    """One domain as a phrase (``[-87, 88]``, ``positive normal``)."""
+    match d:
+        case FiniteNormalResult():
+            return "finite operands, finite normal result"
+        case Interval(lo=lo, hi=hi):
+            return f"[{_num(lo)}, {_num(hi)}]"
+        case PositiveNormal():
+            return "positive normal"
+        case FiniteInputs():
+            return "finite operands"
+        case NotNaN():
+            return "operands not NaN"
+        case AnyInput():
+            return "any input"
+        case _:
+            assert_never(d)
+
+
+def _dtypes(ds: frozenset[DType]) -> str:
+    return ", ".join(d.value for d in DType if d in ds)
+
+
+def _cell(target: Target, prim: Prim) -> str:
+    caps = [c for c in target.capabilities if c.prim is prim]
+    if not caps:
+        return "fused norm step only" if prim in target.fused_steps else _NONE
+    parts = []
+    for c in caps:
+        axis = f" ({c.axes.value})" if c.axes is AxisRule.LAST else ""
+        parts.append(_dtypes(c.dtypes) + axis)
+    return "; ".join(parts)
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return [_row(head), _row(["---"] * len(head)), *(_row(r) for r in rows), ""]
+
+
+def _capability_row(c: Capability) -> list[str]:
+    return [
+        c.prim.value,
+        _dtypes(c.dtypes),
+        c.kernel.value,
+        "" if c.prim.is_elementwise else c.axes.value,
+        render_bound(c.contract.bound),
+        render_domain(c.contract.domain),
+        c.note,
+    ]
+
+
+def _fused_norm_bound(target: Target, weight: bool) -> str:
+    """The derived relative bound of a ``_NORM_COLS``-column RMSNorm, as the planner derives it
+    for ``target`` (or why it does not)."""
+    b = Builder("rmsnorm")
+    x = b.slot("x", DType.F32, (1, _NORM_COLS))
+    w = b.weight("w", DType.F32, (_NORM_COLS,)) if weight else None
+    b.output("y", ops.rmsnorm(b, x, w))
+    p = plan(b.build(), target)
+    bounds = [t.bound for t in p.tiles if t.bound is not None]
+    if not p.admitted or len(bounds) != 1:
+        return "refused: " + "; ".join(str(r) for r in p.refusals)
+    return f"relative {bounds[0]:.3g}"
+
+
+def _target_section(t: Target) -> list[str]:
+    out = [f"## {t.name}", "", t.description + ".", ""]
+    out += _table(
+        ["primitive", "dtypes", "kernel", "axes", "bound", "domain", "note"],
+        [_capability_row(c) for c in t.capabilities],
+    )
+    if t.region_limits is not None:
+        lim = t.region_limits
+        out += ["Region limits (a region closes where the next equation would break one):", ""]
+        out += _table(
+            ["limit", "value"],
+            [
+                ["compute tiles per region", str(lim.compute_tiles)],
+                ["host streams in per region", str(lim.host_streams_in)],
+                ["host streams out per region", str(lim.host_streams_out)],
+                ["streams per tile (each way)", str(lim.streams_per_tile)],
+                ["tile-local bytes", str(lim.tile_bytes)],
+                ["hardware contexts (one per region)", str(lim.contexts)],
+                ["host buffers per kernel call", str(lim.host_buffers)],
+            ],
+        )
+    if t.narrowing is not None:
+        n = t.narrowing
+        out += ["Narrowing contract (`narrow_to_device_precision` runs first):", ""]
+        out += _table(
+            ["field", "value"],
+            [
+                ["device dtype", n.device_dtype.value],
+                ["normwise bound", render_bound(Normwise(n.normwise))],
+                ["largest magnitude", _num(n.max_magnitude)],
+                ["measured on", n.measured_on],
+            ],
+        )
+    if t.fused_steps:
+        steps = ", ".join(p.value for p in Prim if p in t.fused_steps)
+        out += [
+            "Fused norm (RMSNorm, with or without a weight) as one row kernel. Its steps: "
+            f"{steps}. Its bound is derived from theirs; a step with no derived bound is "
+            "refused naming it.",
+            "",
+        ]
+        out += _table(
+            ["composite", f"derived bound at {_NORM_COLS} columns"],
+            [
+                ["rmsnorm", _fused_norm_bound(t, weight=False)],
+                ["rmsnorm with weight", _fused_norm_bound(t, weight=True)],
+            ],
+        )
+    return out
+
+
+def feature_matrix() -> str:
+    """The feature matrix as markdown (see the module); ends with one newline."""
+    targets = list(TARGETS.values())
+    out = [
+        "# Feature matrix",
+        "",
+        "Generated by `poot features` from the target tables (`poot_planner.TARGETS`); do not "
+        "edit by hand. A test fails when this file is stale.",
+        "",
+        "## Primitives by target",
+        "",
+        f"Each cell lists the admitted dtypes (and axis rule); {_NONE} is refused with a typed "
+        "capability.",
+        "",
+    ]
+    out += _table(
+        ["primitive", *(t.name for t in targets)],
+        [[p.value, *(_cell(t, p) for t in targets)] for p in Prim],
+    )
+    for t in targets:
+        out += _target_section(t)
+    while out and out[-1] == "":
+        out.pop()
+    return "\n".join(out) + "\n"
