@@ -16,11 +16,12 @@ import numpy as np
 
 from poot_ir.core import Arg, GatherParams, Prim, Program, Var
 
-__all__ = ["sample_inputs"]
+__all__ = ["index_ranges", "sample_inputs"]
 
 
-def _index_ranges(program: Program) -> dict[int, tuple[int, int]]:
-    """For each argument var used as an index: the inclusive range of values that are valid."""
+def index_ranges(program: Program) -> dict[int, tuple[int, int]]:
+    """For each var used as a gather index or a dynamic_update_slice start: the inclusive
+    range of values that keep it valid, by var id."""
     ranges: dict[int, tuple[int, int]] = {}
 
     def narrow(v: object, lo: int, hi: int) -> None:
@@ -48,7 +49,7 @@ def sample_inputs(
 ) -> dict[str, np.ndarray]:
     """One array per argument of ``program`` (``include`` filters by argument name)."""
     rng = np.random.default_rng(seed)
-    ranges = _index_ranges(program)
+    ranges = index_ranges(program)
     out: dict[str, np.ndarray] = {}
     for a in program.args:
         if include is not None and not include.get(a.name, False):

@@ -1,0 +1,3 @@
+from poot.cli import main
+
+raise SystemExit(main())

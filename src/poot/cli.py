@@ -1,0 +1,218 @@
+"""The ``poot`` command line.
+
+::
+
+    poot demo                               the example programs, planned for every target and
+                                            run on every device present, checked against the oracle
+    poot plan FILE --target T               admission, regions, contexts, refusals, numerics
+    poot run FILE --target T [--device D]   run a program and check it against the oracle
+    poot features                           the feature matrix (docs/features.md)
+    poot devices [--require NAME]           what is on this machine, and why not
+    poot import MODEL.onnx [-o FILE]        an ONNX model as a poot program
+    poot cache ls|verify|clear              the compiled-blob cache
+
+Exit status: 0 on success, 1 when a check failed or a program was refused, 2 on bad input
+(a typed ``PootError``: the message names what is wrong).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from poot_ir import PootError, Program, parse_program
+from poot_npu.registry import DEVICES, DeviceKind, device_info, make_device
+from poot_planner import TARGETS, plan
+from poot_planner.features import feature_matrix
+from rich.console import Console
+
+from poot import render
+from poot.runner import run_program
+
+__all__ = ["main"]
+
+EXAMPLES = Path(__file__).parent / "examples"
+
+
+def _read_program(path: str) -> Program:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise _InputError(f"cannot read {path}: {err.strerror}") from None
+    return parse_program(text)
+
+
+class _InputError(PootError):
+    """A file the command line could not read."""
+
+
+def _demo(console: Console, args: argparse.Namespace) -> int:
+    examples = sorted(EXAMPLES.glob("*.poot"))
+    devices = [(d, d.unavailable_reason()) for d in DEVICES]
+    console.print(render.devices_table(devices))
+    ok = True
+    reports = []
+    for path in examples:
+        program = parse_program(path.read_text(encoding="utf-8"))
+        for info, why in devices:
+            if why is not None:
+                continue
+            device = info.make()
+            try:
+                report = run_program(
+                    program, device, info.name, steps=args.steps, cache_dir=args.cache_dir
+                )
+            finally:
+                device.close()
+            reports.append((path.stem, info, report))
+            ok &= report.ok or not report.plan.admitted
+    console.print(render.demo_table(reports))
+    console.print(
+        "Refused programs are not failures: each refusal is a typed reason (`poot plan FILE --target T`)."
+    )
+    return 0 if ok else 1
+
+
+def _plan(console: Console, args: argparse.Namespace) -> int:
+    program = _read_program(args.file)
+    targets = [args.target] if args.target else list(TARGETS)
+    code = 0
+    for t in targets:
+        p = plan(program, t)
+        console.print(render.plan_panel(p))
+        code |= 0 if p.admitted else 1
+    return code
+
+
+def _run(console: Console, args: argparse.Namespace) -> int:
+    program = _read_program(args.file)
+    name = args.device or next(
+        (d.name for d in DEVICES if d.target == args.target and d.unavailable_reason() is None),
+        "cpu",
+    )
+    info = device_info(name)
+    if args.target and info.target != args.target:
+        raise _InputError(f"device {name!r} runs target {info.target!r}, not {args.target!r}")
+    device = make_device(name)
+    try:
+        inputs = None
+        if args.inputs:
+            with np.load(args.inputs) as data:
+                inputs = [{k: data[k] for k in data.files}]
+        report = run_program(
+            program, device, name, steps=args.steps, cache_dir=args.cache_dir, inputs=inputs
+        )
+    finally:
+        device.close()
+    console.print(render.run_report(report))
+    return 0 if report.ok else 1
+
+
+def _devices(console: Console, args: argparse.Namespace) -> int:
+    devices = [(d, d.unavailable_reason()) for d in DEVICES]
+    console.print(render.devices_table(devices))
+    if args.require:
+        info = device_info(args.require)
+        why = info.unavailable_reason()
+        if why is not None or (info.kind is not DeviceKind.HARDWARE and args.require != "cpu"):
+            console.print(
+                f"[red]hardware unavailable: {args.require}: {why or 'a stand-in, not the device'}"
+            )
+            return 1
+    return 0
+
+
+def _features(console: Console, args: argparse.Namespace) -> int:
+    sys.stdout.write(feature_matrix())
+    return 0
+
+
+def _import(console: Console, args: argparse.Namespace) -> int:
+    from poot_ir import format_program
+    from poot_ir.onnx import import_model
+
+    imported = import_model(args.model)
+    text = format_program(imported.program)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        if imported.weights:
+            np.savez(Path(args.output).with_suffix(".npz"), **imported.weights)
+        console.print(f"wrote {args.output} ({len(imported.program.eqns)} equations)")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _cache(console: Console, args: argparse.Namespace) -> int:
+    from poot_engine import blob_cache
+
+    match args.action:
+        case "ls":
+            console.print(render.cache_table(blob_cache.ls(args.cache_dir), "entries"))
+        case "verify":
+            entries = blob_cache.verify(args.cache_dir)
+            console.print(render.cache_table(entries, "verified"))
+            return 0 if all(e.status is blob_cache.EntryStatus.OK for e in entries) else 1
+        case "clear":
+            n = blob_cache.clear(args.cache_dir, only_bad=args.bad)
+            console.print(f"removed {n} entr{'y' if n == 1 else 'ies'}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="poot", description="Typed tensor programs on laptop NPUs.")
+    ap.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="compiled-blob cache (default: the user cache dir)",
+    )
+    sub = ap.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("demo", help="the example programs on every target and device present")
+    d.add_argument("--steps", type=int, default=3)
+    d.set_defaults(fn=_demo)
+    p = sub.add_parser("plan", help="how a target runs a program, or why it refuses it")
+    p.add_argument("file")
+    p.add_argument("--target", choices=list(TARGETS))
+    p.set_defaults(fn=_plan)
+    r = sub.add_parser("run", help="run a program on a device, checked against the oracle")
+    r.add_argument("file")
+    r.add_argument("--target", choices=list(TARGETS), default="cpu")
+    r.add_argument("--device", choices=[d.name for d in DEVICES])
+    r.add_argument("--steps", type=int, default=3)
+    r.add_argument("--inputs", help="an .npz of every argument (default: deterministic samples)")
+    r.set_defaults(fn=_run)
+    f = sub.add_parser("features", help="the feature matrix, generated from the target tables")
+    f.set_defaults(fn=_features)
+    v = sub.add_parser("devices", help="the devices poot knows and whether they are here")
+    v.add_argument("--require", choices=[d.name for d in DEVICES])
+    v.set_defaults(fn=_devices)
+    i = sub.add_parser("import", help="import an ONNX model as a poot program")
+    i.add_argument("model")
+    i.add_argument("-o", "--output")
+    i.set_defaults(fn=_import)
+    c = sub.add_parser("cache", help="the compiled-blob cache")
+    c.add_argument("action", choices=["ls", "verify", "clear"])
+    c.add_argument("--bad", action="store_true", help="clear: only damaged or foreign entries")
+    c.set_defaults(fn=_cache)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    console = Console()
+    try:
+        code: int = args.fn(console, args)
+    except PootError as err:
+        Console(stderr=True).print(
+            f"[bold red]error:[/] {type(err).__name__}: {err}", highlight=False
+        )
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""One conformance suite, generated from the target tables, run on every device.
+
+For every capability row of a device's target (a primitive on a dtype, with its contract and
+domain), a one-equation program is built, fed inputs drawn from the contract's domain (reaching
+its edges), run through the ordinary pipeline (plan, codegen, engine, device) and compared with
+the oracle under that row's contract. Adding a row to a target adds its test here; a hardware
+device runs the same cases under its marker, and skips with "hardware unavailable" where it is
+absent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from poot_engine import Engine
+from poot_ir import Builder, DType, Prim, Program, Storage, evaluate
+from poot_planner import TARGETS, Capability, plan
+
+from conformance.devices import DEVICE_PARAMS, open_device
+from conformance.domains import sample_domain
+
+_SHAPE = (4, 33)
+
+
+def _program(cap: Capability, dtype: DType) -> Program | None:
+    """A one-equation program exercising ``cap`` on ``dtype`` (None: not a one-liner)."""
+    b = Builder(f"{cap.prim.value}_{dtype.value}")
+    p = cap.prim
+    if p.is_unary:
+        x = b.slot("x", dtype, _SHAPE)
+        out = getattr(b, p.value)(x)
+    elif p.is_binary:
+        x, y = b.slot("x", dtype, _SHAPE), b.slot("y", dtype, _SHAPE)
+        out = getattr(b, p.value)(x, y)
+    elif p in (Prim.REDUCE_SUM, Prim.REDUCE_MAX):
+        x = b.slot("x", dtype, (5, 48))
+        out = getattr(b, p.value)(x, axes=1)
+    elif p is Prim.GATHER:
+        t = b.weight("table", dtype, (7, 5))
+        idx = b.slot("idx", DType.I32, (9,))
+        out = b.gather(t, idx, axis=0)
+    elif p is Prim.MATMUL:
+        out = b.matmul(b.slot("a", dtype, (3, 8)), b.slot("c", dtype, (8, 5)))
+    elif p is Prim.TRANSPOSE:
+        out = b.transpose(b.slot("x", dtype, (2, 3, 4)), (2, 0, 1))
+    elif p is Prim.RESHAPE:
+        out = b.reshape(b.slot("x", dtype, (4, 6)), (3, 8))
+    elif p is Prim.BROADCAST_IN_DIM:
+        out = b.broadcast_in_dim(b.slot("x", dtype, (5,)), (3, 5), (1,))
+    elif p is Prim.SLICE:
+        out = b.slice(b.slot("x", dtype, (6, 7)), (1, 0), (6, 7), (2, 3))
+    elif p is Prim.CONCAT:
+        out = b.concat([b.slot("x", dtype, (2, 3)), b.slot("y", dtype, (4, 3))], axis=0)
+    elif p is Prim.DYNAMIC_UPDATE_SLICE:
+        start = b.slot("start", DType.I32, ())
+        cache = b.state("cache", dtype, (6, 4))
+        out = b.dynamic_update_slice(cache, b.slot("u", dtype, (2, 4)), [start, 0])
+        b.update(cache, out)  # the cache carries over
+        return b.build()
+    elif p is Prim.IOTA:
+        out = b.iota((3, 4), dtype, axis=1)
+    elif p is Prim.CONVERT:
+        dst = next(d for d in cap.dtypes if d is not dtype)
+        out = b.convert(b.slot("x", dtype, _SHAPE), dst)
+    else:
+        return None
+    b.output("y", out)
+    return b.build()
+
+
+def _cases() -> list[object]:
+    cases = []
+    for dev in DEVICE_PARAMS:
+        info = dev.values[0]
+        for cap in TARGETS[info.target].capabilities:
+            for dtype in sorted(cap.dtypes, key=lambda d: d.value):
+                cases.append(
+                    pytest.param(
+                        info,
+                        cap,
+                        dtype,
+                        id=f"{info.name}-{cap.prim.value}-{dtype.value}",
+                        marks=dev.marks,
+                    )
+                )
+    return cases
+
+
+@pytest.mark.parametrize(("info", "cap", "dtype"), _cases())
+def test_capability(info: object, cap: Capability, dtype: DType, tmp_path: Path) -> None:
+    program = _program(cap, dtype)
+    if program is None:
+        pytest.skip(f"{cap.prim.value} has no one-equation conformance program")
+    device = open_device(info)
+    p = plan(program, device.target)
+    assert p.admitted, (
+        f"the table admits {cap.prim.value} on {dtype.value}, the plan refuses: {p.refusals}"
+    )
+    rng = np.random.default_rng(7)
+    args = {a.name: a for a in program.args}
+    engine = Engine(device, cache_dir=tmp_path)
+    try:
+        first = {n: sample_domain(cap, a.var.type, rng, program, n) for n, a in args.items()}
+        weights = {n: v for n, v in first.items() if args[n].storage is Storage.WEIGHT}
+        states = {n: v for n, v in first.items() if args[n].storage is Storage.STATE}
+        entry = engine.add_entry(program, engine.load_weights(weights), initial_state=states)
+        for step in range(2):  # the first step records, the second replays new inputs
+            slots = {
+                n: sample_domain(cap, a.var.type, rng, program, n)
+                for n, a in args.items()
+                if a.storage is Storage.SLOT
+            }
+            got = engine.step(entry, slots)
+            feed = {**weights, **states, **slots}
+            want = evaluate(program, feed)
+            operands = [feed[a.name] for a in program.args if a.var in program.eqns[-1].inputs]
+            (name,) = want  # one result: the output, or the updated state
+            cmp = cap.contract.check(got[name], want[name], operands)
+            assert cmp.ok, f"step {step}: {cmp}"
+            assert cmp.compared > 0, "nothing inside the domain was compared"
+            states = {n: got[n] for n in states}
+    finally:
+        engine.close()
+        device.close()

@@ -1,0 +1,6 @@
+"""Puts ``tests/`` on the import path so suites can share helpers (``conformance.devices``)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
