@@ -1,8 +1,9 @@
 """Intel NPU4: a whole poot program as one OpenVINO model (``openvino.opset16``), as IR bytes.
 
 ``lower`` builds the model: its parameters are the program's arguments in order (named, typed
-and shaped as declared), its results are ``program.results()`` in order (outputs, then state
-updates), each with that name as friendly name and as its only output tensor name. Every value
+and shaped as declared; the argument's name is the parameter's friendly name and its only tensor
+name), its results are ``program.results()`` in order (outputs, then state updates), each named
+``out:<name>`` (friendly name and only tensor name; ``result_tensor_name``). Every value
 the program's own equations read stays inside the graph. Each equation becomes the one opset16
 op with the same semantics (table below); helper nodes are constants (axes, shapes, literals)
 and, for ``dynamic_update_slice``, the clamped index grid. Nothing is recognized as a composite.
@@ -61,11 +62,18 @@ does not prove: anything about the NPU's own FP16 units (their rounding, subnorm
 NaN and zero signs), or its accumulation order and width in reduce_sum and matmul; emulation
 accumulates those in f32 and rounds once at the end, the NPU may round partial sums to FP16.
 
-OpenVINO facts this module works around or leaves to its callers: the IR reader renames a
-result whose tensor name is also an argument's (every state update) to ``<name>_1``, so after
-``deserialize`` (and on the NPU, which reads the IR) such a result's name differs from the
-program's; the in-memory model and its CPU compile keep it. ``model_signature`` reports what
-OpenVINO says, unaltered.
+Result names. OpenVINO's IR reader renames a tensor whose name another tensor already has to
+``<name>_1``; a state update is named by its state, so naming results by the program's names
+made every state update (and any output named like an argument) come back from ``deserialize``
+(and from the NPU, which reads the IR) as ``<name>_1``, which is itself a valid poot name. So
+result tensors live in their own namespace: ``out:<name>``. A poot name is an identifier and
+cannot contain ``:``, and no other tensor of the graph is named, so every tensor name is unique
+and survives serialize, deserialize, compile, export and import unchanged (tested through that
+whole round trip). ``model_signature`` maps ``out:<name>`` back to ``<name>``
+(``program_result_name``) and reports any other output name exactly as OpenVINO has it; a
+result renamed anyway (``out:acc_1``) would come back as ``acc_1``, never as the program's
+``acc``. Nothing is matched by position or by guessing a suffix. Input names are the arguments'
+own.
 
 Compile the stand-in with ``CPU_STANDIN_CONFIG`` on the explicit ``"CPU"`` device (never
 ``AUTO``, which falls back silently), so a CPU with bf16 units does not narrow f32 itself.
@@ -73,6 +81,7 @@ Compile the stand-in with ``CPU_STANDIN_CONFIG`` on the explicit ``"CPU"`` devic
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -102,11 +111,14 @@ from poot_ir.errors import NoLowering
 
 __all__ = [
     "CPU_STANDIN_CONFIG",
+    "RESULT_PREFIX",
     "ArgSignature",
     "Direction",
     "deserialize",
     "lower",
     "model_signature",
+    "program_result_name",
+    "result_tensor_name",
     "serialize",
     "signature",
 ]
@@ -130,8 +142,28 @@ _OV_TYPE: Final = {
     DType.BOOL: ov.Type.boolean,
 }
 _POOT_TYPE: Final = {t.get_type_name(): d for d, t in _OV_TYPE.items()}
+_IDENT: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")  # a poot argument or result name
 
 Direction: TypeAlias = Literal["in", "out"]
+
+RESULT_PREFIX: Final = "out:"
+"""The namespace of result tensor names (see "Result names" in the module docstring)."""
+
+
+def result_tensor_name(name: str) -> str:
+    """The tensor (and friendly) name of the program result ``name`` in a lowered model."""
+    return RESULT_PREFIX + name
+
+
+def program_result_name(tensor_names: set[str] | frozenset[str]) -> str | None:
+    """The program result an output port carries: ``<name>`` when exactly one of the port's
+    tensor names is ``out:<name>`` for a poot name, else None."""
+    found = [
+        n[len(RESULT_PREFIX) :]
+        for n in tensor_names
+        if n.startswith(RESULT_PREFIX) and _IDENT.fullmatch(n[len(RESULT_PREFIX) :])
+    ]
+    return found[0] if len(found) == 1 else None
 
 
 class ArgSignature(NamedTuple):
@@ -153,7 +185,9 @@ def signature(program: Program) -> tuple[ArgSignature, ...]:
 
 
 def model_signature(model: Any) -> tuple[ArgSignature, ...]:
-    """The same for an ``ov.Model`` or ``ov.CompiledModel`` (from ``.inputs``, ``.outputs``)."""
+    """The same for an ``ov.Model`` or ``ov.CompiledModel`` (from ``.inputs``, ``.outputs``, in
+    port order). An input is named by its tensor name; an output by ``program_result_name``, or,
+    when it carries no single ``out:<name>``, by OpenVINO's own name for it, unaltered."""
 
     def entry(port: Node, direction: Direction) -> ArgSignature:
         type_name = str(port.get_element_type().get_type_name())
@@ -161,9 +195,10 @@ def model_signature(model: Any) -> tuple[ArgSignature, ...]:
         shape: tuple[int, ...] | str = (
             tuple(int(d) for d in ps.to_shape()) if ps.is_static else str(ps.to_string())
         )
-        return ArgSignature(
-            str(port.get_any_name()), direction, _POOT_TYPE.get(type_name, type_name), shape
-        )
+        name = str(port.get_any_name())
+        if direction == "out":
+            name = program_result_name({str(n) for n in port.get_names()}) or name
+        return ArgSignature(name, direction, _POOT_TYPE.get(type_name, type_name), shape)
 
     return tuple(entry(p, "in") for p in model.inputs) + tuple(
         entry(p, "out") for p in model.outputs
@@ -223,8 +258,9 @@ def lower(program: Program, *, emulate_f16: bool = False) -> Any:
         elif var.id in claimed:
             node = ops.convert(node, _OV_TYPE[var.dtype], name=f"out:{rname}:pass")
         claimed.add(var.id)
-        r = ops.result(node, name=rname)
-        r.output(0).get_tensor().set_names({rname})
+        tensor = result_tensor_name(rname)
+        r = ops.result(node, name=tensor)
+        r.output(0).get_tensor().set_names({tensor})
         results.append(r)
     return ov.Model(results, params, program.name)
 
