@@ -10,6 +10,7 @@ them to a caller who asked for a program that must run.
     ├── IRError                       a program or its text is malformed
     │   ├── ParseError                    text: line, column, what was expected
     │   └── TypeCheckError                an equation: index, primitive, the offending types
+    ├── UnsupportedOnnx               an ONNX model the importer cannot express: node, op, what
     ├── EvaluationError               the oracle was called wrongly or met undefined input
     │   ├── ArgumentError                 missing, extra, misshapen or mistyped argument
     │   ├── WindowOutOfRange              a dynamic_update_slice start whose window does not fit
@@ -45,6 +46,8 @@ match on them without parsing text.
 
 from __future__ import annotations
 
+from typing import Literal
+
 __all__ = [
     "ArgumentError",
     "BlobRefused",
@@ -76,6 +79,7 @@ __all__ = [
     "TypeCheckError",
     "UnknownEntry",
     "UnknownTarget",
+    "UnsupportedOnnx",
     "WeightMismatch",
     "WindowOutOfRange",
 ]
@@ -116,6 +120,32 @@ class TypeCheckError(IRError):
         self.eqn = eqn
         self.primitive = primitive
         self.reason = message
+
+
+class UnsupportedOnnx(PootError):
+    """An ONNX model that ``poot_ir.onnx.import_model`` cannot express as a poot program.
+
+    ``node`` names the node (its ONNX name, or ``#index`` and its first output when it has none;
+    a graph input, output or initializer by its value name), ``op_type`` is its ONNX op type
+    (``"graph input"``, ``"graph output"``, ``"initializer"`` or ``"model"`` at graph level) and
+    ``kind`` says what is unsupported: ``"op"`` (an op type or domain), ``"attribute"`` (an
+    attribute or its value), ``"dtype"`` (an element type poot lacks), ``"dynamic"`` (a dynamic
+    shape, or a runtime value where poot needs a constant), ``"value"`` (a constant poot cannot
+    use, such as an index beyond i32) or ``"model"`` (a malformed model). ``detail`` says the rest.
+    """
+
+    def __init__(
+        self,
+        node: str,
+        op_type: str,
+        kind: Literal["op", "attribute", "dtype", "dynamic", "value", "model"],
+        detail: str,
+    ) -> None:
+        super().__init__(f"cannot import ONNX {op_type} {node!r} ({kind}): {detail}")
+        self.node = node
+        self.op_type = op_type
+        self.kind = kind
+        self.detail = detail
 
 
 class EvaluationError(PootError):
