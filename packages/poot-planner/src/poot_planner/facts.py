@@ -106,7 +106,12 @@ def _rule(e: Eqn, facts: dict[int, Fact]) -> Fact:
                 return UNKNOWN
             empty = any(e.inputs[0].type.shape[ax] == 0 for ax in axes)
             return Fact(0.0) if empty else f
-        case Prim.REDUCE_MAX | Prim.BROADCAST_IN_DIM | Prim.RESHAPE | Prim.TRANSPOSE | Prim.SLICE:
+        case Prim.REDUCE_MAX:
+            # the max of an empty axis is -inf: no lower bound survives it
+            axes = e.params.axes if isinstance(e.params, ReduceParams) else ()
+            empty = any(e.inputs[0].type.shape[ax] == 0 for ax in axes)
+            return UNKNOWN if empty else ins[0]
+        case Prim.BROADCAST_IN_DIM | Prim.RESHAPE | Prim.TRANSPOSE | Prim.SLICE:
             return ins[0]
         case Prim.MAX:
             fa, fb = ins

@@ -34,7 +34,12 @@ from poot_ir.numerics import (
 )
 
 from poot_planner.admission import admit
-from poot_planner.narrowing import literal_refusals, narrow_to_device_precision, needs_narrowing
+from poot_planner.narrowing import (
+    literal_refusals,
+    narrow_to_device_precision,
+    needs_narrowing,
+    operating_dtype,
+)
 from poot_planner.refusal import Refusal, RefusalKind
 from poot_planner.regions import Region, form_regions
 from poot_planner.rowfusion import RowGroup, find_row_groups
@@ -101,8 +106,25 @@ def plan(program: Program, target: str | Target) -> Plan:
     admissions: dict[int, Admission] = {}
     grouped: set[int] = set()
     groups = find_row_groups(program) if t.region_limits is not None else []
+    # a row kernel computes in the dtypes the target's row kernels admit (xdna2: F32 only)
+    row_dtypes = {d for c in t.capabilities if c.kernel is KernelClass.ROW for d in c.dtypes}
+    kernels: list[RowGroup] = []  # the groups that get a tile job
     for g in groups:
         grouped.update(g.eqns)
+        wrong_dtype = False
+        for i in g.eqns:
+            e = program.eqns[i]
+            if operating_dtype(e) not in row_dtypes:
+                wrong_dtype = True
+                admitted = " ".join(d.value for d in sorted(row_dtypes, key=lambda d: d.value))
+                refusals.append(
+                    Refusal(
+                        RefusalKind.UNSUPPORTED_DTYPE,
+                        i,
+                        e.prim.value,
+                        (("dtype", operating_dtype(e).value), ("admitted", admitted)),
+                    )
+                )
         for f in g.failures:
             refusals.append(
                 Refusal(RefusalKind.MISSING_BOUND, f.eqn, f.primitive, (("step", f.reason),))
@@ -116,6 +138,8 @@ def plan(program: Program, target: str | Target) -> Plan:
                     (("limit", "row kernel outputs"), ("needed", len(g.outputs)), ("available", 1)),
                 )
             )
+        if not wrong_dtype:
+            kernels.append(g)
     for i, e in enumerate(program.eqns):
         if i in grouped:
             continue
@@ -132,7 +156,7 @@ def plan(program: Program, target: str | Target) -> Plan:
     tiles: tuple[TileOp, ...] = ()
     regions: tuple[Region, ...] = ()
     if t.region_limits is not None:
-        tiles, regions, more = _xdna2_layout(program, t, admissions, groups)
+        tiles, regions, more = _xdna2_layout(program, t, admissions, kernels)
         refusals.extend(more)
 
     run = program
@@ -166,8 +190,11 @@ def _xdna2_layout(
     for g in groups:
         if g.failures or len(g.outputs) != 1:
             continue
+        # ordered by the equation that makes its output: a step after it is dead code, and a
+        # later key would put the kernel after a tile that reads its output
+        made_at = next(i for i in g.eqns if program.eqns[i].out.id == g.outputs[0].id)
         jobs.append(
-            (g.eqns[-1], tile_for_group(0, g.eqns, g.inputs, g.outputs[0], g.cols, g.bound, limits))
+            (made_at, tile_for_group(0, g.eqns, g.inputs, g.outputs[0], g.cols, g.bound, limits))
         )
     jobs.sort(key=lambda j: j[0])
     tiles: list[TileOp] = []
