@@ -1,0 +1,197 @@
+"""The engine's host-side checks: what it can see before and after a device runs.
+
+Every check here is on the host, before the device runtime is touched (or, for results, after a
+replay and before anything is committed), and vectorized: one pass per array.
+
+- ``check_signature``: a compiled artifact's arguments against the program's.
+- ``check_step_inputs``: a step's arrays against the entry's slot arguments (names, direction,
+  extents, exact dtype; nothing is converted).
+- ``bind_weights``: uploaded weights against a program's weight arguments.
+- ``check_range``: an F32 array against a narrowing contract's largest magnitude (and NaN).
+- ``window_checks`` / ``check_windows``: the starts of a ``dynamic_update_slice`` that an
+  argument feeds directly, which a device does not check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from poot_ir import (
+    DType,
+    NarrowingRangeError,
+    Prim,
+    Program,
+    SignatureMismatch,
+    StepInputError,
+    Storage,
+    TensorType,
+    Var,
+    WeightMismatch,
+    WindowOutOfRange,
+)
+
+from poot_engine.device import Signature
+
+__all__ = [
+    "WindowCheck",
+    "as_input",
+    "bind_weights",
+    "check_range",
+    "check_signature",
+    "check_step_inputs",
+    "check_windows",
+    "first_out_of_range",
+    "window_checks",
+]
+
+
+def check_signature(expected: Signature, found: Signature, what: str) -> None:
+    """``SignatureMismatch`` naming the first argument that differs (name, order, direction,
+    extents or dtype), or a different number of arguments."""
+    for i, (e, f) in enumerate(zip(expected.args, found.args, strict=False)):
+        if e != f:
+            raise SignatureMismatch(f"{what}: argument {i} differs", str(e), str(f))
+    if len(expected.args) != len(found.args):
+        raise SignatureMismatch(
+            f"{what}: {len(found.args)} arguments instead of {len(expected.args)}",
+            str(expected),
+            str(found),
+        )
+
+
+def as_input(name: str, value: object, type: TensorType, error: type[StepInputError]) -> np.ndarray:
+    """``value`` as an array of exactly ``type``, or ``error`` naming ``name``. A numpy scalar
+    of the exact dtype is accepted for a shape of ``()``; nothing is ever converted."""
+    if isinstance(value, np.generic) and type.shape == ():
+        value = np.asarray(value)
+    if not isinstance(value, np.ndarray):
+        raise error(f"expected a numpy array of {type}, got {builtin_type(value)}", name)
+    if value.dtype != type.dtype.numpy:
+        raise error(f"dtype {value.dtype} is not {type.dtype.value} (nothing is converted)", name)
+    if value.shape != type.shape:
+        raise error(f"shape {value.shape} is not {type.shape}", name)
+    return value
+
+
+def builtin_type(value: object) -> str:
+    return type(value).__name__
+
+
+def check_step_inputs(
+    program: Program, slots: tuple[tuple[str, TensorType], ...], inputs: Mapping[str, object]
+) -> tuple[np.ndarray, ...]:
+    """The step's arrays in slot order, after checking that ``inputs`` holds exactly the slot
+    arguments, each exactly its type. A weight, state or result name is refused by name."""
+    arrays = []
+    for name, type in slots:
+        if name not in inputs:
+            raise StepInputError(f"missing; expected an array of {type}", name)
+        arrays.append(as_input(name, inputs[name], type, StepInputError))
+    if len(inputs) != len(slots):
+        for name in inputs:
+            if not any(name == s for s, _ in slots):
+                arg = program.arg(name)
+                why = (
+                    f"is a {arg.storage.value} argument, not a slot: a step takes slots only"
+                    if arg is not None
+                    else f"is not an argument of {program.name!r}"
+                )
+                raise StepInputError(why, name)
+    return tuple(arrays)
+
+
+def bind_weights(program: Program, weights: Mapping[str, TensorType]) -> tuple[str, ...]:
+    """The program's weight arguments in order, after checking that ``weights`` (the uploaded
+    weights' types by name) holds exactly those, each of exactly its type."""
+    names = []
+    for arg in program.args:
+        if arg.storage is not Storage.WEIGHT:
+            continue
+        have = weights.get(arg.name)
+        if have is None:
+            raise WeightMismatch(f"missing; {program.name!r} needs {arg.var.type}", arg.name)
+        if have != arg.var.type:
+            raise WeightMismatch(f"uploaded as {have}, the program needs {arg.var.type}", arg.name)
+        names.append(arg.name)
+    for name in weights:
+        if name not in names:
+            other = program.arg(name)
+            why = f"is a {other.storage.value} argument" if other else "is not an argument"
+            raise WeightMismatch(f"{why} of {program.name!r}, not a weight", name)
+    return tuple(names)
+
+
+def first_out_of_range(x: np.ndarray, limit: float) -> tuple[tuple[int, ...], float] | None:
+    """The index and value of the first element beyond ``limit`` in magnitude or NaN."""
+    bad = ~(np.abs(x) <= limit)  # NaN compares false, so this one pass also finds NaN
+    if not bad.any():
+        return None
+    flat = int(np.argmax(bad))
+    index = tuple(int(i) for i in np.unravel_index(flat, x.shape))
+    return index, float(x.reshape(-1)[flat])
+
+
+def check_range(
+    error: type[NarrowingRangeError], name: str, x: np.ndarray, limit: float | None
+) -> None:
+    """Raise ``error`` (upload, input or result) for an F32 array with an element beyond
+    ``limit`` or a NaN. Nothing happens without a limit or for another dtype."""
+    if limit is None or x.dtype != np.float32:
+        return
+    found = first_out_of_range(x, limit)
+    if found is not None:
+        raise error(name, found[0], found[1], limit)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowCheck:
+    """A ``dynamic_update_slice`` (equation ``eqn``) whose non-literal starts are all arguments:
+    ``starts`` holds each start as a literal int or the argument's name."""
+
+    eqn: int
+    operand: tuple[int, ...]
+    update: tuple[int, ...]
+    starts: tuple[int | str, ...]
+
+    @property
+    def arguments(self) -> tuple[str, ...]:
+        return tuple(s for s in self.starts if isinstance(s, str))
+
+
+def window_checks(program: Program) -> tuple[WindowCheck, ...]:
+    """The windows the engine can check on the host: those whose starts are literals or I32
+    scalar arguments (slots or states). A start computed inside the program is not visible
+    before the run, so its window is not checked (on the oracle it still raises)."""
+    by_var: dict[Var, str] = {
+        a.var: a.name for a in program.args if a.storage is not Storage.WEIGHT
+    }
+    found = []
+    for i, eqn in enumerate(program.eqns):
+        if eqn.prim is not Prim.DYNAMIC_UPDATE_SLICE:
+            continue
+        starts: list[int | str] = []
+        for atom in eqn.inputs[2:]:
+            if isinstance(atom, Var):
+                if atom not in by_var or atom.dtype is not DType.I32:
+                    break
+                starts.append(by_var[atom])
+            else:
+                starts.append(int(atom.value))
+        else:
+            if any(isinstance(s, str) for s in starts):
+                found.append(
+                    WindowCheck(
+                        i, eqn.inputs[0].type.shape, eqn.inputs[1].type.shape, tuple(starts)
+                    )
+                )
+    return tuple(found)
+
+
+def check_windows(checks: tuple[WindowCheck, ...], values: Mapping[str, np.ndarray]) -> None:
+    """``WindowOutOfRange`` (the oracle's own error) for a window that does not fit."""
+    for c in checks:
+        st = tuple(int(values[s]) if isinstance(s, str) else s for s in c.starts)
+        if any(not 0 <= s <= d - n for s, d, n in zip(st, c.operand, c.update, strict=True)):
+            raise WindowOutOfRange(c.eqn, st, c.operand, c.update)

@@ -1,0 +1,203 @@
+"""The ``Device`` protocol: what the engine needs from a device, and the values it passes.
+
+A device is a package boundary, not a base class: anything with these members is a device
+(``CpuDevice`` here; ``XdnaDevice``, ``XdnaHostDevice`` and ``VpuDevice`` in poot_npu). The
+engine owns everything above the runtime (planning, the blob cache, weights, recording and
+replay, every host-side check, poisoning); a device only lowers, compiles, loads, holds buffers
+and runs one dispatch under a deadline.
+
+Handles (``Artifact``, ``Buffer``) are small frozen values a device issues and recognizes; the
+memory and runtime objects behind them stay inside the device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import numpy as np
+from poot_ir import DispatchRefused, Program, TensorType
+
+if TYPE_CHECKING:
+    from poot_planner import Plan
+
+__all__ = [
+    "ArgSpec",
+    "Artifact",
+    "ArtifactSource",
+    "Buffer",
+    "Device",
+    "DeviceIdentity",
+    "Direction",
+    "Signature",
+    "check_dispatch",
+    "signature_of",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceIdentity:
+    """Everything besides the artifact source that determines a compiled blob: the part, the
+    compiler and its version, and the compiler options (sorted ``(name, value)`` pairs)."""
+
+    part: str
+    compiler: str
+    compiler_version: str
+    options: tuple[tuple[str, str], ...] = ()
+
+
+class Direction(Enum):
+    IN = "in"
+    OUT = "out"
+
+
+@dataclass(frozen=True, slots=True)
+class ArgSpec:
+    """One argument of a compiled artifact's ABI."""
+
+    name: str
+    direction: Direction
+    type: TensorType
+
+    def __str__(self) -> str:
+        return f"{self.direction.value} {self.name}: {self.type}"
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """An artifact's arguments in ABI order: every input (the program's arguments in order),
+    then every output (the program's outputs, then each state update, named by its state)."""
+
+    args: tuple[ArgSpec, ...]
+
+    @property
+    def inputs(self) -> tuple[ArgSpec, ...]:
+        return tuple(a for a in self.args if a.direction is Direction.IN)
+
+    @property
+    def outputs(self) -> tuple[ArgSpec, ...]:
+        return tuple(a for a in self.args if a.direction is Direction.OUT)
+
+    def __str__(self) -> str:
+        return "(" + ", ".join(str(a) for a in self.args) + ")"
+
+
+def signature_of(program: Program) -> Signature:
+    """The signature an artifact of ``program`` must have."""
+    ins = tuple(ArgSpec(a.name, Direction.IN, a.var.type) for a in program.args)
+    outs = tuple(ArgSpec(n, Direction.OUT, v.type) for n, v in program.results())
+    return Signature(ins + outs)
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactSource:
+    """What a device lowers a plan to: bytes that fully determine the compiled artifact (with
+    the device identity, they are the cache key) and the signature the artifact will have."""
+
+    data: bytes
+    signature: Signature
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    """A loaded artifact. ``signature`` is what the device read back from the compiled blob
+    (not what was asked for), so the engine can compare it with the program's."""
+
+    id: int
+    signature: Signature
+
+
+@dataclass(frozen=True, slots=True)
+class Buffer:
+    """A device buffer of exactly one tensor type."""
+
+    id: int
+    type: TensorType
+
+
+@runtime_checkable
+class Device(Protocol):
+    """A device the engine can drive. Every method of a closed device, and every method but
+    ``close`` of a device that missed a deadline (``DevicePoisoned``), raises."""
+
+    @property
+    def target(self) -> str:
+        """The planner target this device runs: ``"cpu"``, ``"xdna2"``, ``"intel-npu4"``."""
+        ...
+
+    @property
+    def identity(self) -> DeviceIdentity: ...
+
+    def lower(self, plan: Plan) -> ArtifactSource:
+        """The artifact source of a checked plan (codegen; no compiler runs)."""
+        ...
+
+    def compile(self, source: ArtifactSource) -> bytes:
+        """Run the compiler: the blob. ``CompileFailed`` carries the compiler's log."""
+        ...
+
+    def load(self, blob: bytes) -> Artifact:
+        """Load a blob, compiled here or read from the cache. ``BlobRefused`` when the runtime
+        will not take it (the engine then recompiles)."""
+        ...
+
+    def unload(self, artifact: Artifact) -> None: ...
+
+    def allocate(self, type: TensorType) -> Buffer:
+        """A buffer of ``type``, zero-filled."""
+        ...
+
+    def free(self, buffer: Buffer) -> None: ...
+
+    def write(self, buffer: Buffer, data: np.ndarray) -> None:
+        """Copy host ``data`` (exactly the buffer's dtype and shape) into ``buffer``."""
+        ...
+
+    def read(self, buffer: Buffer) -> np.ndarray:
+        """A fresh host copy of ``buffer``."""
+        ...
+
+    def copy(self, src: Buffer, dst: Buffer) -> None:
+        """Copy one buffer into another of the same type, on the device."""
+        ...
+
+    def dispatch(self, artifact: Artifact, buffers: tuple[Buffer, ...], deadline_s: float) -> None:
+        """Run ``artifact`` once over ``buffers`` (its signature's order). A command that is not
+        the artifact's ABI is ``DispatchRefused`` before the runtime is touched; a run that
+        misses ``deadline_s`` is ``DeadlineExceeded`` and poisons the device."""
+        ...
+
+    def close(self) -> None:
+        """Release everything, the buffers of a failed run included. Idempotent."""
+        ...
+
+
+def check_dispatch(
+    artifact: Artifact,
+    buffers: tuple[Buffer, ...],
+    loaded: Artifact | None,
+    live: Container[int],
+    device: str,
+) -> None:
+    """The dispatch refusals that need no hardware, shared by every device. ``loaded`` is the
+    device's own record of ``artifact.id`` (``None`` when it loaded no such artifact or unloaded
+    it) and ``live`` the ids of its allocated buffers. Refused: an artifact this device did not
+    load (another device's, a removed entry's), a buffer it did not allocate or freed, and
+    buffers that are not the artifact's ABI (count, dtype, extents)."""
+    if loaded is None or loaded != artifact:
+        raise DispatchRefused(f"{device}: artifact {artifact.id} is not loaded on this device")
+    specs = artifact.signature.args
+    if len(buffers) != len(specs):
+        raise DispatchRefused(
+            f"{device}: artifact {artifact.id} takes {len(specs)} buffers, got {len(buffers)}"
+        )
+    for spec, buf in zip(specs, buffers, strict=True):
+        if buf.id not in live:
+            raise DispatchRefused(f"{device}: buffer {buf.id} is not allocated on this device")
+        if buf.type != spec.type:
+            raise DispatchRefused(
+                f"{device}: buffer {buf.id} of type {buf.type} is not the artifact's "
+                f"{spec} (argument {spec.name!r})"
+            )
