@@ -1,0 +1,402 @@
+"""``VpuDevice``: the Intel NPU4 (Lunar Lake) through OpenVINO, and its hardware-free stand-in.
+
+``VpuDevice("NPU")`` compiles a program's one OpenVINO IR graph with the NPU plugin (the
+plugin's or the driver's graph compiler, as the plugin's ``NPU_COMPILER_TYPE`` picks) and runs
+it through the driver. The device must be present: a compile "for" a platform without one
+(``NPU_PLATFORM``) is not what runs, so a missing NPU is ``DeviceUnavailable`` at construction.
+
+``VpuDevice("CPU")`` is the stand-in: the same lowering with ``emulate_f16=True`` (every FP16
+rounding done inside the graph, since the CPU plugin computes F16 in f32), compiled and run by
+OpenVINO's CPU plugin with ``CPU_STANDIN_CONFIG``. It proves the IR, the lowering, the blob
+cache and the engine path; it does not prove the NPU's compiler, FP16 units or driver
+(``stand_in``, ``describe()``). No device is ever ``"AUTO"``, which silently falls back to CPU.
+
+The artifact:
+
+- ``lower``: the IR, xml and bin framed into one bytes value (``frame_ir``), and the signature
+  of the lowered model. With the device identity it is the blob-cache key.
+- ``compile``: read the IR, ``compile_model`` on the explicit device, ``export_model``. A graph
+  the compiler rejects is ``CompileFailed`` carrying OpenVINO's own message.
+- ``load``: ``import_model``; a blob the runtime refuses is ``BlobRefused`` (the engine then
+  recompiles). The compiled model's ports (names, order, direction, extents, element type) are
+  read back as the artifact's signature: the runtime converts a retyped input silently and runs
+  a missing one on stale memory, so only this comparison catches a compiler that changed one.
+  A port no poot type can describe is ``SignatureMismatch`` here.
+
+Buffers are host numpy arrays (the NPU addresses host memory). Each artifact has one infer
+request, made at load; a dispatch binds each input buffer to it once, as an ``ov.Tensor`` that
+shares the array's memory, so later writes into the buffer are what the next run reads. A
+dispatch checks its command first (``check_dispatch``: another device's or an unloaded
+artifact, a buffer not allocated here, or not the artifact's ABI is ``DispatchRefused`` before
+OpenVINO is touched), then ``start_async`` and waits at most the deadline (polling for the first
+``_SPIN_S``, then ``wait_for``), then copies each output into its buffer (an output tensor is
+overwritten by the next run). A missed deadline is ``DeadlineExceeded`` and poisons the device:
+every later call but ``close`` raises ``DevicePoisoned``, and the failed request and every
+buffer it used stay referenced until ``close``. ``close`` cancels such a request and waits for
+it at most ``_CLOSE_GRACE_MS``; one still running after that is kept alive for the rest of the
+process rather than freeing memory the runtime may still write.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import struct
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+import openvino as ov
+from poot_codegen import openvino_ir
+from poot_engine.device import (
+    ArgSpec,
+    Artifact,
+    ArtifactSource,
+    Buffer,
+    DeviceIdentity,
+    Direction,
+    Signature,
+    check_dispatch,
+)
+from poot_ir import (
+    BlobRefused,
+    CompileFailed,
+    DeadlineExceeded,
+    DeviceFailed,
+    DevicePoisoned,
+    DeviceUnavailable,
+    DispatchRefused,
+    DType,
+    SignatureMismatch,
+    TensorType,
+)
+
+if TYPE_CHECKING:
+    from poot_planner import Plan
+
+__all__ = ["DEVICES", "NPU_CONFIG", "TARGET", "VpuDevice", "frame_ir", "unframe_ir"]
+
+TARGET: Final = "intel-npu4"
+DEVICES: Final = ("NPU", "CPU")
+"""The OpenVINO devices a VpuDevice runs on. Never ``"AUTO"``: it falls back to CPU silently."""
+
+NPU_CONFIG: Final[dict[str, str]] = {}
+"""Compile options on the NPU: none. The plugin picks its compiler (``NPU_COMPILER_TYPE``,
+recorded in the identity) and the present device's platform; FP16 is the NPU's only float."""
+
+_IR_MAGIC: Final = b"POOT-OPENVINO-IR-1\n"
+_SPIN_S: Final = 200e-6  # poll this long before blocking: a blocked waiter's wake-up costs ~60 us
+_CLOSE_GRACE_MS: Final = 1000
+_NPU_PART_KEYS: Final = ("DEVICE_ARCHITECTURE", "NPU_PLATFORM", "FULL_DEVICE_NAME")
+_NPU_COMPILER_KEYS: Final = ("NPU_COMPILER_TYPE", "NPU_COMPILER_VERSION", "NPU_DRIVER_VERSION")
+
+# Handle ids, shared by every VpuDevice and disjoint from CpuDevice's (which count from 1), so
+# an artifact or buffer of another device is never mistaken for one of ours.
+_ids = itertools.count(1 << 48)
+_abandoned: list[object] = []  # requests still running at close, kept alive (module docstring)
+
+
+def frame_ir(xml: bytes, weights: bytes) -> bytes:
+    """The IR as one bytes value: a magic line, then xml and bin, each u64-length-prefixed."""
+    return _IR_MAGIC + struct.pack(">Q", len(xml)) + xml + struct.pack(">Q", len(weights)) + weights
+
+
+def unframe_ir(data: bytes) -> tuple[bytes, bytes]:
+    """The (xml, bin) that ``frame_ir`` framed; ``ValueError`` for anything else."""
+    at = len(_IR_MAGIC)
+    if data[:at] != _IR_MAGIC or len(data) < at + 8:
+        raise ValueError("not a poot OpenVINO IR source")
+    (n,) = struct.unpack_from(">Q", data, at)
+    xml_end = at + 8 + n
+    if xml_end + 8 > len(data):
+        raise ValueError("a truncated poot OpenVINO IR source")
+    (m,) = struct.unpack_from(">Q", data, xml_end)
+    if xml_end + 8 + m != len(data):
+        raise ValueError("a poot OpenVINO IR source of the wrong length")
+    return data[at + 8 : xml_end], data[xml_end + 8 :]
+
+
+@dataclass(slots=True)
+class _Loaded:
+    """One loaded artifact: its compiled model, its one infer request and what is bound."""
+
+    artifact: Artifact
+    compiled: Any
+    request: Any
+    n_in: int
+    bound: dict[int, tuple[int, np.ndarray, Any]] = field(
+        default_factory=dict
+    )  # port: id, mem, tensor
+
+
+class VpuDevice:
+    """The Intel NPU4 device (``"NPU"``) or its stand-in on OpenVINO's CPU plugin (``"CPU"``);
+    see the module docstring. ``runs`` counts completed dispatches."""
+
+    def __init__(self, device: str = "NPU") -> None:
+        if device not in DEVICES:
+            raise ValueError(f"VpuDevice runs on {' or '.join(DEVICES)}, not {device!r}")
+        self._device = device
+        self._name = f"VpuDevice({device})"
+        self._core = ov.Core()
+        why = _probe(self._core, device)
+        if why is not None:
+            raise DeviceUnavailable(self._name, why)
+        self._config = dict(openvino_ir.CPU_STANDIN_CONFIG if self.stand_in else NPU_CONFIG)
+        self._identity = _identity(self._core, device, self._config, self.stand_in)
+        self._loaded: dict[int, _Loaded] = {}
+        self._memory: dict[int, np.ndarray] = {}
+        self._failed: list[tuple[_Loaded, tuple[np.ndarray, ...]]] = []
+        self._poisoned = False
+        self._closed = False
+        self.runs = 0
+
+    @staticmethod
+    def probe(device: str) -> str | None:
+        """None when OpenVINO has ``device`` here, else the reason it is unavailable."""
+        if device not in DEVICES:
+            return f"VpuDevice runs on {' or '.join(DEVICES)}, not {device!r}"
+        return _probe(ov.Core(), device)
+
+    @property
+    def stand_in(self) -> bool:
+        """True on ``"CPU"``: the hardware-free stand-in, not the NPU."""
+        return self._device == "CPU"
+
+    @property
+    def target(self) -> str:
+        return TARGET
+
+    @property
+    def identity(self) -> DeviceIdentity:
+        return self._identity
+
+    def describe(self) -> str:
+        i = self._identity
+        if self.stand_in:
+            return (
+                f"{self._name}: hardware-free stand-in for the Intel NPU4: the same OpenVINO IR "
+                f"with in-graph FP16 rounding, compiled and run by OpenVINO {ov.get_version()}'s "
+                f"CPU plugin on {_prop(self._core, 'CPU', 'FULL_DEVICE_NAME')}; proves the IR, its lowering and "
+                f"the engine path, not the NPU's compiler, FP16 units or driver"
+            )
+        return f"{self._name}: Intel NPU4 ({i.part}), compiled by {i.compiler} {i.compiler_version}"
+
+    # -- artifacts -----------------------------------------------------------------------------
+
+    def lower(self, plan: Plan) -> ArtifactSource:
+        self._usable()
+        if plan.target.name != TARGET:
+            raise ValueError(f"{self._name} runs {TARGET} plans, not {plan.target.name}")
+        model = openvino_ir.lower(plan.program, emulate_f16=self.stand_in)
+        data = frame_ir(*openvino_ir.serialize(model))
+        return ArtifactSource(data, _signature(openvino_ir.model_signature(model), self._name))
+
+    def compile(self, source: ArtifactSource) -> bytes:
+        self._usable()
+        xml, weights = unframe_ir(source.data)
+        tool = f"OpenVINO {ov.get_version()} ({self._device})"
+        try:
+            model = openvino_ir.deserialize(xml, weights)
+        except RuntimeError as err:
+            raise CompileFailed(tool, str(err), "the IR") from None
+        try:
+            compiled = self._core.compile_model(model, self._device, self._config)
+            return bytes(compiled.export_model().getvalue())
+        except RuntimeError as err:
+            raise CompileFailed(tool, str(err), f"graph {model.get_friendly_name()!r}") from None
+
+    def load(self, blob: bytes) -> Artifact:
+        self._usable()
+        try:
+            compiled = self._core.import_model(blob, self._device, self._config)
+        except RuntimeError as err:
+            raise BlobRefused(self._name, str(err)) from None
+        sig = _signature(openvino_ir.model_signature(compiled), self._name)
+        try:
+            request = compiled.create_infer_request()
+        except RuntimeError as err:
+            raise BlobRefused(self._name, f"no infer request: {err}") from None
+        artifact = Artifact(next(_ids), sig)
+        self._loaded[artifact.id] = _Loaded(artifact, compiled, request, len(sig.inputs))
+        return artifact
+
+    def unload(self, artifact: Artifact) -> None:
+        self._usable()
+        self._loaded.pop(artifact.id, None)
+
+    # -- buffers -------------------------------------------------------------------------------
+
+    def allocate(self, type: TensorType) -> Buffer:
+        self._usable()
+        buf = Buffer(next(_ids), type)
+        self._memory[buf.id] = np.zeros(type.shape, dtype=type.dtype.numpy)
+        return buf
+
+    def free(self, buffer: Buffer) -> None:
+        self._usable()
+        self._memory.pop(buffer.id, None)
+
+    def write(self, buffer: Buffer, data: np.ndarray) -> None:
+        self._usable()
+        mem = self._buffer(buffer)
+        if data.dtype != mem.dtype or data.shape != mem.shape:
+            raise DispatchRefused(
+                f"{self._name}: a {data.dtype}{list(data.shape)} array is not buffer "
+                f"{buffer.id} ({buffer.type})"
+            )
+        np.copyto(mem, data, casting="no")  # in place: a bound tensor shares this memory
+
+    def read(self, buffer: Buffer) -> np.ndarray:
+        self._usable()
+        return self._buffer(buffer).copy()
+
+    def copy(self, src: Buffer, dst: Buffer) -> None:
+        self._usable()
+        if src.type != dst.type:
+            raise DispatchRefused(f"{self._name}: copy from {src.type} into {dst.type}")
+        np.copyto(self._buffer(dst), self._buffer(src), casting="no")
+
+    # -- running -------------------------------------------------------------------------------
+
+    def dispatch(self, artifact: Artifact, buffers: tuple[Buffer, ...], deadline_s: float) -> None:
+        self._usable()
+        loaded = self._loaded.get(artifact.id)
+        check_dispatch(
+            artifact, buffers, loaded.artifact if loaded else None, self._memory, self._name
+        )
+        assert loaded is not None  # check_dispatch refused otherwise
+        req, memory = loaded.request, self._memory
+        for port, buf in enumerate(buffers[: loaded.n_in]):
+            have = loaded.bound.get(port)
+            if have is None or have[0] != buf.id:
+                tensor = _shared(memory[buf.id], buf.type)
+                req.set_input_tensor(port, tensor)
+                loaded.bound[port] = (buf.id, memory[buf.id], tensor)
+        try:
+            req.start_async()
+            done = _wait(req, deadline_s)
+        except RuntimeError as err:
+            raise DeviceFailed(
+                f"{self._name}: the run of artifact {artifact.id} failed: {err}"
+            ) from None
+        if not done:
+            self._poisoned = True
+            self._failed.append((loaded, tuple(memory[b.id] for b in buffers)))
+            raise DeadlineExceeded(deadline_s, f"{self._name} run of artifact {artifact.id}")
+        for port, buf in enumerate(buffers[loaded.n_in :]):
+            out, mem = req.get_output_tensor(port).data, memory[buf.id]
+            np.copyto(mem, out if out.dtype == mem.dtype else out.view(mem.dtype), casting="no")
+        self.runs += 1
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for loaded, arrays in self._failed:
+            if not _cancel(loaded.request):
+                _abandoned.append((loaded, arrays))
+        self._failed.clear()
+        self._loaded.clear()
+        self._memory.clear()
+
+    def _usable(self) -> None:
+        if self._closed:
+            raise DeviceFailed(f"{self._name} is closed")
+        if self._poisoned:
+            raise DevicePoisoned(f"{self._name}: a run missed its deadline; close the device")
+
+    def _buffer(self, buffer: Buffer) -> np.ndarray:
+        mem = self._memory.get(buffer.id)
+        if mem is None or buffer.type.shape != mem.shape:
+            raise DispatchRefused(f"{self._name}: buffer {buffer.id} is not allocated here")
+        return mem
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _probe(core: Any, device: str) -> str | None:
+    try:
+        available = [str(d) for d in core.available_devices]
+    except RuntimeError as err:
+        return f"OpenVINO could not list its devices: {err}"
+    if not any(d == device or d.startswith(device + ".") for d in available):
+        return f"OpenVINO sees no {device}: available devices {available}"
+    return None
+
+
+def _prop(core: Any, device: str, key: str) -> str | None:
+    """A device property as text, or None where it cannot be read (without an NPU, every NPU
+    property but the compiler type raises ``RuntimeError``)."""
+    try:
+        value = core.get_property(device, key)
+    except RuntimeError:
+        return None
+    if key == "NPU_COMPILER_VERSION" and isinstance(value, int):
+        return f"{value >> 16}.{value & 0xFFFF}"
+    return str(getattr(value, "name", value))
+
+
+def _identity(core: Any, device: str, config: dict[str, str], emulate: bool) -> DeviceIdentity:
+    try:
+        plugin = str(core.get_versions(device)[device].build_number)
+    except (RuntimeError, KeyError):
+        plugin = "unknown"
+    version = f"{ov.get_version()}; {device} plugin {plugin}"
+    if device == "CPU":
+        cpu = _prop(core, "CPU", "FULL_DEVICE_NAME") or "an unnamed CPU"
+        arch = _prop(core, "CPU", "DEVICE_ARCHITECTURE") or "unknown"
+        part = f"{cpu} ({arch}), OpenVINO's CPU plugin standing in for an Intel NPU4"
+    else:
+        found = [(k, _prop(core, device, k)) for k in _NPU_PART_KEYS]
+        part = "NPU " + ", ".join(f"{k}={v}" for k, v in found if v is not None)
+        compilers = [(k, _prop(core, device, k)) for k in _NPU_COMPILER_KEYS]
+        version += "".join(f"; {k}={v}" for k, v in compilers if v is not None)
+    options = (*config.items(), ("emulate_f16", "true" if emulate else "false"))
+    return DeviceIdentity(part, "openvino", version, tuple(sorted(options)))
+
+
+def _signature(entries: tuple[openvino_ir.ArgSignature, ...], device: str) -> Signature:
+    """The engine's signature of a model's ports; ``SignatureMismatch`` for a port no poot type
+    describes (an element type poot lacks, a dynamic shape)."""
+    specs = []
+    for e in entries:
+        if not isinstance(e.dtype, DType) or not isinstance(e.shape, tuple):
+            raise SignatureMismatch(
+                f"{device}: the compiled graph's {e.direction} {e.name!r} has no poot type",
+                "a poot dtype and a static shape",
+                f"{e.dtype} {e.shape}",
+            )
+        specs.append(ArgSpec(e.name, Direction(e.direction), TensorType(e.shape, e.dtype)))
+    return Signature(tuple(specs))
+
+
+def _shared(mem: np.ndarray, type: TensorType) -> Any:
+    """An ``ov.Tensor`` over ``mem``'s own memory (OpenVINO's numpy map has no bfloat16)."""
+    if type.dtype is DType.BF16:
+        return ov.Tensor(mem.view(np.uint16), list(mem.shape), ov.Type.bf16)
+    return ov.Tensor(mem, shared_memory=True)
+
+
+def _wait(req: Any, deadline_s: float) -> bool:
+    """Whether the started run finished within ``deadline_s``: poll for the first ``_SPIN_S``
+    (a short graph is done before a blocked waiter could be woken), then block in ``wait_for``
+    for the rest, rounded up to a whole millisecond."""
+    start = perf_counter()
+    spin_end = start + min(_SPIN_S, deadline_s)
+    while perf_counter() < spin_end:
+        if req.wait_for(0):
+            return True
+    left = deadline_s - (perf_counter() - start)
+    return bool(req.wait_for(max(0, math.ceil(left * 1000))))
+
+
+def _cancel(req: Any) -> bool:
+    """Cancel a run that missed its deadline; whether it is over (its memory may be freed)."""
+    try:
+        req.cancel()
+        return bool(req.wait_for(_CLOSE_GRACE_MS))
+    except RuntimeError:  # a cancelled request's wait raises: it is over
+        return True
