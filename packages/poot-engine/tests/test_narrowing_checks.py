@@ -1,0 +1,162 @@
+"""The F32 range checks on a target with a narrowing contract (intel-npu4: 65504), on a
+CpuDevice that runs the narrowed program (an ideal FP16 device) and counts its runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from engine_support import CountingDevice, add_program, affine_program, running_sum_program
+from poot_engine import Engine
+from poot_ir import (
+    Builder,
+    DType,
+    NarrowingRangeError,
+    NarrowingRangeInput,
+    NarrowingRangeResult,
+    NarrowingRangeUpload,
+    evaluate,
+)
+from poot_planner import plan
+
+MAX = 65504.0
+
+
+@pytest.fixture
+def device() -> CountingDevice:
+    return CountingDevice("intel-npu4")
+
+
+@pytest.fixture
+def engine(device: CountingDevice, tmp_path: Path) -> Iterator[Engine]:
+    e = Engine(device, cache_dir=tmp_path)
+    yield e
+    e.close()
+
+
+def test_the_limit_comes_from_the_target(engine: Engine, tmp_path: Path) -> None:
+    assert engine.limit == MAX
+    with Engine(CountingDevice("cpu"), cache_dir=tmp_path) as cpu:
+        assert cpu.limit is None
+        entry = cpu.add_entry(add_program())
+        big = np.full(4, 1e30, np.float32)
+        assert cpu.step(entry, {"x": big, "y": big})["z"][0] == np.float32(2e30)
+
+
+def test_an_input_of_65504_runs_and_65520_is_refused(
+    engine: Engine, device: CountingDevice
+) -> None:
+    program = add_program()
+    entry = engine.add_entry(program)
+    x = np.array([1, MAX, -MAX, 0], np.float32)
+    y = np.zeros(4, np.float32)
+    out = engine.step(entry, {"x": x, "y": y})
+    narrowed = plan(program, "intel-npu4").program
+    np.testing.assert_array_equal(out["z"], evaluate(narrowed, {"x": x, "y": y})["z"])
+    np.testing.assert_array_equal(out["z"], x)
+    assert device.runs == 1
+    y[2] = 65520.0  # FP16 rounds this to infinity
+    with pytest.raises(NarrowingRangeInput) as err:
+        engine.step(entry, {"x": x, "y": y})
+    assert (err.value.argument, err.value.element, err.value.value) == ("y", (2,), 65520.0)
+    assert err.value.limit == MAX and "'y'" in str(err.value) and "(2,)" in str(err.value)
+    y[2] = np.nan
+    with pytest.raises(NarrowingRangeInput) as err:
+        engine.step(entry, {"x": x, "y": y})
+    assert err.value.element == (2,)
+    assert device.runs == 1  # nothing ran
+    assert device.calls["write"] == 2  # not even the copies in
+
+
+def test_a_sum_beyond_the_range_is_refused_as_a_result(
+    engine: Engine, device: CountingDevice
+) -> None:
+    entry = engine.add_entry(add_program())
+    x = np.array([40000, 1, 2, 3], np.float32)
+    with pytest.raises(NarrowingRangeResult) as err:
+        engine.step(entry, {"x": x, "y": x})
+    assert (err.value.argument, err.value.element) == ("z", (0,))
+    assert device.runs == 1  # it ran, and its result is refused
+
+
+def test_a_weight_is_checked_once_at_upload(engine: Engine, device: CountingDevice) -> None:
+    w = np.array([1, 2, 70000, 4], np.float32)
+    with pytest.raises(NarrowingRangeUpload) as err:
+        engine.load_weights({"w": w})
+    assert (err.value.argument, err.value.element, err.value.value) == ("w", (2,), 70000.0)
+    assert device.calls["allocate"] == device.calls["write"] == 0  # nothing reached the device
+    w2 = np.full((2, 3), np.nan, np.float32)
+    with pytest.raises(NarrowingRangeUpload) as err:
+        engine.load_weights({"ok": np.ones(2, np.float32), "w2": w2})
+    assert err.value.element == (0, 0)
+    assert device.calls["allocate"] == 0
+    # I32 and F16 weights are not F32: not range-checked
+    engine.load_weights({"i": np.array([2**30], np.int32)})
+
+
+def test_weights_and_carried_states_are_not_rechecked_per_replay(
+    engine: Engine, device: CountingDevice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entry = engine.add_entry(affine_program(), engine.load_weights({"w": np.ones(4, np.float32)}))
+    import poot_engine.engine as engine_module
+
+    seen: list[tuple[str, str]] = []
+    real = engine_module.check_range
+
+    def spy(
+        error: type[NarrowingRangeError], name: str, x: np.ndarray, limit: float | None
+    ) -> None:
+        seen.append((error.__name__, name))
+        real(error, name, x, limit)
+
+    monkeypatch.setattr(engine_module, "check_range", spy)
+    for i in range(3):
+        engine.step(entry, {"x": np.full(4, i, np.float32)})
+    # per step: the slot before, the two F32 results after; never the weight or the state
+    assert (
+        seen
+        == [
+            ("NarrowingRangeInput", "x"),
+            ("NarrowingRangeResult", "y"),
+            ("NarrowingRangeResult", "acc"),
+        ]
+        * 3
+    )
+
+
+def test_a_refused_result_leaves_the_state_as_it_was(
+    engine: Engine, device: CountingDevice
+) -> None:
+    entry = engine.add_entry(running_sum_program())
+    engine.step(entry, {"x": np.full(3, 30000, np.float32)})  # total 30000, twice 60000
+    with pytest.raises(NarrowingRangeResult) as err:
+        engine.step(entry, {"x": np.full(3, 10000, np.float32)})  # twice would be 80000
+    assert err.value.argument == "twice"
+    out = engine.step(entry, {"x": np.full(3, 32, np.float32)})  # FP16 holds 30032 exactly
+    np.testing.assert_array_equal(out["total"], np.full(3, 30032, np.float32))
+    assert device.runs == 3
+
+
+def test_an_initial_state_beyond_the_range_is_refused(engine: Engine) -> None:
+    with pytest.raises(NarrowingRangeInput) as err:
+        engine.add_entry(
+            running_sum_program(), initial_state={"total": np.array([0, -1e6, 0], np.float32)}
+        )
+    assert (err.value.argument, err.value.element) == ("total", (1,))
+
+
+def test_checks_cover_every_element_of_a_larger_tensor(engine: Engine) -> None:
+    b = Builder("big")
+    x = b.slot("x", DType.F32, (8, 16))
+    b.output("y", b.neg(x))
+    entry = engine.add_entry(b.build())
+    x_ok = np.linspace(-MAX, MAX, 128, dtype=np.float32).reshape(8, 16)
+    want = -x_ok.astype(np.float16).astype(np.float32)  # narrowed on entry
+    np.testing.assert_array_equal(engine.step(entry, {"x": x_ok})["y"], want)
+    x_bad = x_ok.copy()
+    x_bad[5, 7] = -np.inf
+    with pytest.raises(NarrowingRangeInput) as err:
+        engine.step(entry, {"x": x_bad})
+    assert err.value.element == (5, 7)
