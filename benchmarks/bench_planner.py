@@ -1,0 +1,78 @@
+"""Planner: plan 1,000- and 10,000-equation chains for xdna2 and intel-npu4 (linear, under 1 s).
+
+The ratio of the two times should stay about 10, and 10,000 equations plan in under a second.
+
+The chain alternates ``mul``, ``add`` and ``max`` with an inline literal on an f32[8,64] value,
+which both NPU targets admit. For xdna2 each equation is a tile, so the chain forms a region per
+32 equations (more than the 16 contexts: the plan carries a CONTEXT_LIMIT refusal, and forming
+those regions is part of what is timed). For intel-npu4 the plan includes the narrowing pass
+(casts on entry and exit, the chain rewritten in F16).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from poot_ir import Builder, DType, Program
+from poot_planner import RefusalKind, plan
+
+from benchmarks.harness import Figure, median_time
+
+TARGETS = ("xdna2", "intel-npu4")
+
+
+def chain(n: int) -> Program:
+    """``n`` equations, each reading the previous one: ``* 0.5``, ``+ 0.25``, ``max -1``."""
+    b = Builder(f"chain{n}")
+    x = b.slot("x", DType.F32, (8, 64))
+    for i in range(n):
+        match i % 3:
+            case 0:
+                x = b.mul(x, 0.5)
+            case 1:
+                x = b.add(x, 0.25)
+            case _:
+                x = b.max(x, -1.0)
+    b.output("y", x)
+    return b.build()
+
+
+def _check(program: Program, target: str) -> None:
+    """The plan is the one the benchmark means to time (not an early refusal)."""
+    p = plan(program, target)
+    n = len(program.eqns)
+    if target == "intel-npu4":
+        if not p.admitted or len(p.program.eqns) != n + 2:
+            raise AssertionError("intel-npu4 did not narrow the benchmark chain")
+    else:
+        kinds = {r.kind for r in p.refusals}
+        if len(p.tiles) != n or len(p.regions) != -(-n // 32):
+            raise AssertionError("xdna2 did not tile the benchmark chain one equation a tile")
+        if n > 16 * 32 and kinds != {RefusalKind.CONTEXT_LIMIT}:
+            raise AssertionError(f"xdna2 refused the chain for {kinds}")
+
+
+def run() -> list[Figure]:
+    small, large = chain(1_000), chain(10_000)
+    figures: list[Figure] = []
+    for target in TARGETS:
+        _check(small, target)
+        _check(large, target)
+        t_small = median_time(partial(plan, small, target), repeat=7)
+        t_large = median_time(partial(plan, large, target), repeat=5)
+        figures += [
+            Figure(f"plan {target}, 1,000-equation chain", t_small * 1e3, "ms"),
+            Figure(
+                f"plan {target}, 10,000-equation chain",
+                t_large * 1e3,
+                "ms",
+                aim="under 1,000 ms",
+            ),
+            Figure(
+                f"plan {target}, 10,000 / 1,000 time ratio",
+                t_large / t_small,
+                "x",
+                aim="about 10 (linear)",
+            ),
+        ]
+    return figures
