@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import engine_support
@@ -69,7 +70,12 @@ def _flip(path: Path, offset: int) -> None:
     path.write_bytes(bytes(data))
 
 
-FAULTS = {
+def _replace(path: Path, make: Callable[[], None]) -> None:
+    path.unlink()
+    make()
+
+
+FAULTS: dict[str, Callable[[Path, Path], object]] = {
     "truncated": lambda p, o: p.write_bytes(p.read_bytes()[:-1]),
     "half": lambda p, o: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]),
     "flipped payload": lambda p, o: _flip(p, len(p.read_bytes()) - 40),
@@ -79,8 +85,8 @@ FAULTS = {
     "swapped": lambda p, o: p.write_bytes(o.read_bytes()),
     "wrong mode": lambda p, o: p.chmod(0o644),
     "wrong owner": lambda p, o: os.chown(p, 12345, 12345),
-    "symlink": lambda p, o: (p.unlink(), p.symlink_to(o)),
-    "directory": lambda p, o: (p.unlink(), p.mkdir()),
+    "symlink": lambda p, o: _replace(p, lambda: p.symlink_to(o)),
+    "directory": lambda p, o: _replace(p, p.mkdir),
 }
 EXPECTED = {
     "truncated": EntryStatus.TRUNCATED,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 from engine_support import CountingDevice, SlowDevice, add_program, running_sum_program
 from poot_engine import Buffer, Engine
-from poot_engine.recording import record
+from poot_engine.recording import Dispatch, record
 from poot_ir import (
     DeadlineExceeded,
     DeviceFailed,
@@ -31,7 +32,7 @@ def test_a_missed_deadline_poisons_the_device(tmp_path: Path) -> None:
     with pytest.raises(DeadlineExceeded) as err:
         engine.step(entry, {"x": ONES})
     assert err.value.deadline_s == 0.05
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: engine.step(entry, {"x": ONES}),
         lambda: engine.reset_state(entry),
         lambda: engine.remove_entry(entry),
@@ -85,8 +86,8 @@ def test_dispatch_refusals_touch_nothing(tmp_path: Path) -> None:
         rec_a = engine._entries[a.id].recording
         rec_b = engine._entries[b.id].recording
         assert rec_a is not None and rec_b is not None
-        (dispatch_a,) = (c for c in rec_a.commands if type(c).__name__ == "Dispatch")
-        (dispatch_b,) = (c for c in rec_b.commands if type(c).__name__ == "Dispatch")
+        (dispatch_a,) = (c for c in rec_a.commands if isinstance(c, Dispatch))
+        (dispatch_b,) = (c for c in rec_b.commands if isinstance(c, Dispatch))
         runs = device.runs
         f16 = device.allocate(TensorType((4,), DType.F16))
         refused = {

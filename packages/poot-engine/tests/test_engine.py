@@ -131,6 +131,7 @@ def test_weight_binding_errors_name_the_weight(engine: Engine, device: CountingD
         "a slot": ({"w": W, "x": W}, "x"),
     }
     for what, (given, name) in cases.items():
+        assert isinstance(given, dict)
         weights = engine.load_weights(given)
         with pytest.raises(WeightMismatch) as err:
             engine.add_entry(program, weights)
@@ -183,7 +184,8 @@ def test_a_window_out_of_range_is_refused_before_the_run(
     assert device.calls["dispatch"] == 1
     with pytest.raises(WindowOutOfRange):  # the oracle agrees
         evaluate(program, {"cache": out["cache"], "row": row, "pos": np.array(5, np.int32)})
-    assert engine.step(entry, {"row": row, "pos": np.int32(0)})["sum"] == 6
+    scalar: dict[str, object] = {"row": row, "pos": np.int32(0)}  # a numpy scalar for ()
+    assert engine.step(entry, scalar)["sum"] == 6  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("device_type", [ReorderingDevice, RetypingDevice])
@@ -236,3 +238,25 @@ def test_mixed_dtypes_and_scalars(engine: Engine) -> None:
     for k in range(5):
         out = engine.step(entry, {"i": np.array(k, np.int32)})
         assert out["g"].dtype == np.float16 and out["g"].tolist() == [table[k]]
+
+
+def test_a_carried_position_state_is_window_checked(engine: Engine, device: CountingDevice) -> None:
+    from poot_ir import Builder
+
+    b = Builder("kv")
+    cache = b.state("cache", DType.F32, (6,))
+    pos = b.state("pos", DType.I32, ())
+    row = b.slot("row", DType.F32, (2,))
+    b.update(cache, b.dynamic_update_slice(cache, row, [pos]))
+    b.update(pos, b.add(pos, 2))
+    b.output("n", b.add(pos, 0))
+    entry = engine.add_entry(b.build())
+    for i in range(3):
+        out = engine.step(entry, {"row": np.full(2, i + 1, np.float32)})
+    assert out["cache"].tolist() == [1, 1, 2, 2, 3, 3] and out["pos"] == 6
+    with pytest.raises(WindowOutOfRange) as err:  # pos 6 is checked from the engine's copy
+        engine.step(entry, {"row": np.zeros(2, np.float32)})
+    assert err.value.starts == (6,)
+    assert device.runs == 3
+    engine.reset_state(entry)
+    assert engine.step(entry, {"row": np.zeros(2, np.float32)})["pos"] == 2

@@ -103,7 +103,7 @@ def test_weights_and_carried_states_are_not_rechecked_per_replay(
     import poot_engine.engine as engine_module
 
     seen: list[tuple[str, str]] = []
-    real = engine_module.check_range
+    real = engine_module.check_range  # type: ignore[attr-defined]
 
     def spy(
         error: type[NarrowingRangeError], name: str, x: np.ndarray, limit: float | None
