@@ -1,0 +1,306 @@
+"""XDNA2 designs as data: the single source of truth for the MLIR and for the host stand-in.
+
+A ``ProgramDesign`` is everything needed to run a planned program on the NPU, or to execute it
+step by step over numpy arenas (``XdnaHostDevice``) with the same kernels, layout, offsets and
+chunking:
+
+- ``HostLayout``: at most five host buffers (*arenas*) shared by every region, each host
+  tensor at a fixed, aligned byte offset (a ``Slot``). Argument and result names bind to slots.
+- one ``RegionDesign`` per planned region (one artifact, one hardware context, one kernel call
+  per step): its ``Core``s placed on compute tiles, its object FIFOs (``Fifo``), and its runtime
+  sequence (``Transfer``s from and to the arenas, then waits).
+
+Executing a region (what the NPU does, and what a stand-in must reproduce):
+
+1. every ``Transfer`` of direction ``TO_DEVICE`` streams its arena bytes
+   ``[offset, offset + nbytes)`` into its FIFO as ``n_objects`` consecutive objects of
+   ``Fifo.nbytes`` bytes each (a resident FIFO: one object, the whole tensor);
+2. every core runs ``n_chunks`` calls of ``symbol``: call ``i`` passes, in ``Core.inputs``
+   order, object ``i`` of each streamed input FIFO (the resident ones: their single object),
+   then object ``i`` of the output FIFO, then ``units = chunk`` and ``first_unit = i * chunk``;
+   a core's output object is delivered to every consumer core of its FIFO and, when the FIFO
+   has a ``sink``, drained to the arena;
+3. every ``Transfer`` of direction ``FROM_DEVICE`` writes its FIFO's objects, in order, to
+   ``[offset, offset + nbytes)`` of its arena; ``waits`` names the FIFOs the sequence waits on.
+
+Cores are listed producers first (program order), so running them one after another in that
+order, each over all its chunks, computes what the pipelined array computes. Byte counts are
+whole 32-bit words (the DMA moves words): a BOOL object is padded up to a multiple of 4, which
+is allowed only when the tensor moves as one object (the pad bytes land in the slot's padding).
+
+``validate`` checks a design against every bound (``RegionLimits``) and its own consistency,
+and raises ``DesignError`` naming the bound, what is needed and what is available.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from poot_ir import CodegenError, DType
+from poot_planner import KernelClass, RegionLimits
+
+__all__ = [
+    "ARENA_ALIGN",
+    "COMPUTE_ROWS",
+    "DEVICE",
+    "SHIM_COLUMNS",
+    "Arena",
+    "ArenaRole",
+    "Binding",
+    "Core",
+    "DesignError",
+    "Direction",
+    "Fifo",
+    "HostLayout",
+    "Port",
+    "ProgramDesign",
+    "RegionDesign",
+    "Slot",
+    "Transfer",
+    "words",
+]
+
+DEVICE = "npu2"
+"""The MLIR-AIE device: the whole Strix array, 8 columns (``aie.device(npu2)``)."""
+SHIM_COLUMNS = 8
+"""Shim tiles (row 0), one per column: 2 MM2S and 2 S2MM channels each."""
+COMPUTE_ROWS = (2, 3, 4, 5)
+"""Compute tile rows (row 1 is the memtile row, unused here)."""
+SHIM_CHANNELS = 2
+"""DMA channels each way on one shim tile."""
+SHIM_BDS = 16
+"""Buffer descriptors of one shim tile."""
+ARENA_ALIGN = 64
+"""Every slot starts at a multiple of this many bytes of its arena."""
+
+
+def words(nbytes: int) -> int:
+    """``nbytes`` rounded up to whole 32-bit words, in bytes (what a DMA moves)."""
+    return -(-nbytes // 4) * 4
+
+
+class DesignError(CodegenError):
+    """A design past a bound (``bound`` names it; ``needed`` and ``available`` are the
+    figures), or inconsistent with itself (``needed`` and ``available`` are then None).
+    Raised before anything is rendered or run."""
+
+    def __init__(
+        self,
+        bound: str,
+        needed: int | None = None,
+        available: int | None = None,
+        where: str = "",
+    ) -> None:
+        figures = f": needs {needed}, available {available}" if needed is not None else ""
+        super().__init__(f"xdna2 design{f' {where}' if where else ''}: {bound}{figures}")
+        self.bound = bound
+        self.needed = needed
+        self.available = available
+        self.where = where
+
+
+# -- host arenas ------------------------------------------------------------------------------
+
+
+class ArenaRole(Enum):
+    """What an arena holds. Every region's kernel call takes the same arenas, in index order."""
+
+    WEIGHTS = "weights"  # weight arguments: written once, at upload
+    INPUTS = "inputs"  # slot and state arguments: written before each step
+    RESULTS = "results"  # outputs and state updates: read after each step
+    SCRATCH = "scratch"  # values one region writes to the host and a later region reads
+
+
+@dataclass(frozen=True, slots=True)
+class Arena:
+    """One host buffer: ``index`` is its position among the kernel call's buffers (and the
+    runtime sequence's argument index); ``nbytes`` its size, a multiple of ``ARENA_ALIGN``."""
+
+    index: int
+    role: ArenaRole
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """Where one host tensor lives: ``value`` is its ``Var`` id in the planned program,
+    ``nbytes`` its bytes, ``span`` the bytes reserved from ``offset`` (``words(nbytes)``)."""
+
+    value: int
+    dtype: DType
+    shape: tuple[int, ...]
+    arena: int
+    offset: int
+    nbytes: int
+    span: int
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """A program argument or result name, and the ``Var`` id whose slot holds it."""
+
+    name: str
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class HostLayout:
+    """The program-wide host layout: every argument and every result has a slot, and so has
+    every value one region hands to a later one. A value only one region's tiles read has none.
+    ``arguments`` follow the program's argument order, ``results`` its ``result_names``."""
+
+    alignment: int
+    arenas: tuple[Arena, ...]
+    slots: tuple[Slot, ...]
+    arguments: tuple[Binding, ...]
+    results: tuple[Binding, ...]
+
+    def slot(self, value: int) -> Slot:
+        for s in self.slots:
+            if s.value == value:
+                return s
+        raise KeyError(f"value %{value} has no host slot")
+
+    def has_slot(self, value: int) -> bool:
+        return any(s.value == value for s in self.slots)
+
+    def argument(self, name: str) -> Slot:
+        return self.slot(_bound(self.arguments, name, "argument"))
+
+    def result(self, name: str) -> Slot:
+        return self.slot(_bound(self.results, name, "result"))
+
+    def arena(self, role: ArenaRole) -> Arena | None:
+        return next((a for a in self.arenas if a.role is role), None)
+
+
+def _bound(bindings: tuple[Binding, ...], name: str, what: str) -> int:
+    for b in bindings:
+        if b.name == name:
+            return b.value
+    raise KeyError(f"no {what} named {name!r}")
+
+
+# -- regions ----------------------------------------------------------------------------------
+
+
+class Direction(Enum):
+    TO_DEVICE = "to device"  # a shim MM2S channel: arena -> FIFO
+    FROM_DEVICE = "from device"  # a shim S2MM channel: FIFO -> arena
+
+
+@dataclass(frozen=True, slots=True)
+class Fifo:
+    """One object FIFO (``aie.objectfifo``): a host input stream (``source`` set, no
+    ``producer``: the shim at ``shim`` reads it) or one tile's output (``producer`` set),
+    broadcast to ``consumers`` and, when ``sink`` is set, drained by the shim at ``shim``.
+
+    ``elems`` elements per object as the kernels see them, ``nbytes`` bytes per object as the
+    DMA moves them (``words(elems * itemsize)``), ``n_objects`` objects per run. ``depth`` is 2
+    for a streamed tensor (double buffered, one chunk per object) and 1 for a resident one
+    (``resident``: the whole tensor in one object, held for the whole run)."""
+
+    name: str
+    value: int
+    dtype: DType
+    shape: tuple[int, ...]
+    depth: int
+    elems: int
+    nbytes: int
+    n_objects: int
+    resident: bool
+    producer: int | None
+    consumers: tuple[int, ...]
+    shim: int | None = None
+    source: Slot | None = None
+    sink: Slot | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Port:
+    """One pointer argument of a kernel call: the FIFO it is acquired from (consumed) or
+    into (produced), and what the kernel sees per call: ``elems`` elements (the whole tensor
+    when ``resident``), ``nbytes`` bytes of the FIFO object."""
+
+    fifo: str
+    value: int
+    dtype: DType
+    resident: bool
+    elems: int
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Core:
+    """One compute tile and its kernel: ``tile`` is the planner's ``TileOp.index`` (the kernel
+    is ``symbol``), placed at ``(column, row)``. Each run makes ``n_chunks`` calls of ``chunk``
+    units (``chunk * n_chunks == units``); ``buffer_bytes`` is the tile memory its FIFO buffers
+    take (``depth * nbytes`` of each FIFO it touches)."""
+
+    tile: int
+    column: int
+    row: int
+    kind: KernelClass
+    eqns: tuple[int, ...]
+    symbol: str
+    inputs: tuple[Port, ...]
+    output: Port
+    units: int
+    chunk: int
+    n_chunks: int
+    buffer_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """One shim DMA transfer of the runtime sequence: the whole of ``fifo``'s tensor between
+    ``[offset, offset + nbytes)`` of arena ``arena`` and the array, on shim column ``shim``,
+    channel ``channel`` of its direction, buffer descriptor ``bd``."""
+
+    fifo: str
+    direction: Direction
+    shim: int
+    channel: int
+    bd: int
+    arena: int
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class RegionDesign:
+    """One region: one artifact (``object_file`` holds its kernels), one kernel call per
+    step. ``transfers`` are in sequence order (every input, then every output); the sequence
+    then waits on ``waits``."""
+
+    index: int
+    eqns: tuple[int, ...]
+    object_file: str
+    cores: tuple[Core, ...]
+    fifos: tuple[Fifo, ...]
+    transfers: tuple[Transfer, ...]
+    waits: tuple[str, ...]
+
+    def fifo(self, name: str) -> Fifo:
+        for f in self.fifos:
+            if f.name == name:
+                return f
+        raise KeyError(f"region {self.index} has no FIFO {name!r}")
+
+    def core(self, tile: int) -> Core:
+        for c in self.cores:
+            if c.tile == tile:
+                return c
+        raise KeyError(f"region {self.index} has no core for tile {tile}")
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramDesign:
+    """A whole planned program: its host layout and its regions, in the order they run."""
+
+    program: str
+    device: str
+    limits: RegionLimits
+    layout: HostLayout
+    regions: tuple[RegionDesign, ...]

@@ -1,0 +1,260 @@
+"""Check an XDNA2 design against every bound and against itself, before anything is rendered.
+
+The bounds (``RegionLimits``, measured on Strix Halo): 32 compute tiles on 8 columns x rows
+2..5; 16 host streams in and 16 out, spread over the 8 shims, 2 channels each way per shim
+(and 16 buffer descriptors per shim); at most 2 streams into and out of a compute tile; at
+most 64512 bytes of FIFO buffers per tile (64 KiB less the 1 KiB stack); at most 5 host
+buffers per kernel call. The consistency rules are the execution contract of ``design``:
+every FIFO object has one size all its endpoints agree on, every streaming endpoint makes as
+many calls as the FIFO has objects, every transfer covers its slot's whole tensor.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections import Counter
+
+from poot_planner import RegionLimits
+
+from poot_codegen.xdna.design import (
+    COMPUTE_ROWS,
+    SHIM_BDS,
+    SHIM_CHANNELS,
+    SHIM_COLUMNS,
+    Core,
+    DesignError,
+    Direction,
+    Fifo,
+    HostLayout,
+    ProgramDesign,
+    RegionDesign,
+    words,
+)
+
+__all__ = ["validate", "validate_layout", "validate_region"]
+
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def validate(design: ProgramDesign) -> ProgramDesign:
+    """``design``, or ``DesignError`` for the first bound or rule it breaks."""
+    validate_layout(design.layout, design.limits)
+    for r in design.regions:
+        validate_region(r, design.layout, design.limits)
+    return design
+
+
+def _check(
+    ok: bool, bound: str, where: str, needed: int | None = None, avail: int | None = None
+) -> None:
+    if not ok:
+        raise DesignError(bound, needed, avail, where)
+
+
+def validate_layout(layout: HostLayout, limits: RegionLimits) -> None:
+    where = "host layout"
+    n = len(layout.arenas)
+    _check(n <= limits.host_buffers, "host buffers per kernel call", where, n, limits.host_buffers)
+    for i, a in enumerate(layout.arenas):
+        _check(a.index == i, f"arena {i} is numbered {a.index}", where)
+        _check(a.nbytes % layout.alignment == 0, f"arena {i} size is not aligned", where)
+    _check(len({a.role for a in layout.arenas}) == n, "two arenas with one role", where)
+    _check(
+        len({s.value for s in layout.slots}) == len(layout.slots), "a value with two slots", where
+    )
+    ends: dict[int, list[tuple[int, int, int]]] = {}
+    for s in layout.slots:
+        w = f"{where}, slot of %{s.value}"
+        _check(0 <= s.arena < n, "a slot in no arena", w)
+        _check(s.offset % layout.alignment == 0, "slot offset alignment", w, s.offset)
+        itemsize = s.dtype.itemsize
+        _check(s.nbytes == math.prod(s.shape) * itemsize, "slot bytes are not its tensor's", w)
+        _check(s.span == words(s.nbytes), "slot span is not its tensor's words", w)
+        arena = layout.arenas[s.arena].nbytes
+        _check(
+            s.offset + s.span <= arena,
+            "slot past the end of its arena",
+            w,
+            s.offset + s.span,
+            arena,
+        )
+        ends.setdefault(s.arena, []).append((s.offset, s.offset + s.span, s.value))
+    for spans in ends.values():
+        spans.sort()
+        for (_, end, x), (start, _, y) in itertools.pairwise(spans):
+            _check(end <= start, f"slots of %{x} and %{y} overlap", where)
+    for bound in (*layout.arguments, *layout.results):
+        _check(layout.has_slot(bound.value), f"{bound.name!r} is bound to no slot", where)
+
+
+def validate_region(region: RegionDesign, layout: HostLayout, limits: RegionLimits) -> None:
+    where = f"region {region.index}"
+    n = len(region.cores)
+    _check(n <= limits.compute_tiles, "compute tiles", where, n, limits.compute_tiles)
+    _check(len({c.tile for c in region.cores}) == n, "a tile job placed twice", where)
+    places = Counter((c.column, c.row) for c in region.cores)
+    _check(max(places.values(), default=1) == 1, "two cores on one compute tile", where)
+    fifos = {f.name: f for f in region.fifos}
+    _check(len(fifos) == len(region.fifos), "two FIFOs with one name", where)
+    cores = {c.tile: c for c in region.cores}
+    for c in region.cores:
+        _validate_core(c, fifos, limits, f"{where}, core {c.symbol}")
+    for f in region.fifos:
+        _validate_fifo(f, cores, layout, f"{where}, FIFO {f.name}")
+    streams_in = sum(1 for f in region.fifos if f.source is not None)
+    streams_out = sum(1 for f in region.fifos if f.sink is not None)
+    _check(
+        streams_in <= limits.host_streams_in,
+        "host streams in",
+        where,
+        streams_in,
+        limits.host_streams_in,
+    )
+    _check(
+        streams_out <= limits.host_streams_out,
+        "host streams out",
+        where,
+        streams_out,
+        limits.host_streams_out,
+    )
+    _validate_sequence(region, fifos, layout, where)
+
+
+def _validate_core(c: Core, fifos: dict[str, Fifo], limits: RegionLimits, where: str) -> None:
+    _check(0 <= c.column < SHIM_COLUMNS, "compute tile column", where, c.column, SHIM_COLUMNS - 1)
+    _check(c.row in COMPUTE_ROWS, "compute tile row", where, c.row, COMPUTE_ROWS[-1])
+    n_in = len(c.inputs)
+    _check(
+        n_in <= limits.streams_per_tile, "streams into a tile", where, n_in, limits.streams_per_tile
+    )
+    _check(
+        c.chunk > 0 and c.chunk * c.n_chunks == c.units, "chunks that do not cover the units", where
+    )
+    total = 0
+    for port in (*c.inputs, c.output):
+        f = fifos.get(port.fifo)
+        _check(f is not None, f"port on a FIFO {port.fifo!r} the region lacks", where)
+        assert f is not None
+        _check(
+            (port.value, port.dtype, port.resident, port.elems, port.nbytes)
+            == (f.value, f.dtype, f.resident, f.elems, f.nbytes),
+            f"port on FIFO {f.name} disagrees with it",
+            where,
+        )
+        if not port.resident:
+            _check(
+                f.n_objects == c.n_chunks,
+                f"calls per run vs objects of FIFO {f.name}",
+                where,
+                c.n_chunks,
+                f.n_objects,
+            )
+        total += f.depth * f.nbytes
+    _check(total == c.buffer_bytes, "buffer bytes are not its FIFOs'", where, total, c.buffer_bytes)
+    _check(total <= limits.tile_bytes, "tile-local bytes", where, total, limits.tile_bytes)
+
+
+def _validate_fifo(f: Fifo, cores: dict[int, Core], layout: HostLayout, where: str) -> None:
+    _check(_SYMBOL.match(f.name) is not None, "a FIFO name that is no MLIR symbol", where)
+    _check(
+        (f.producer is None) == (f.source is not None),
+        "neither or both of producer and source",
+        where,
+    )
+    _check(f.source is None or f.shim is not None, "a host input with no shim", where)
+    _check(f.sink is None or f.shim is not None, "a drain with no shim", where)
+    _check(
+        f.shim is None or 0 <= f.shim < SHIM_COLUMNS, "shim column", where, f.shim, SHIM_COLUMNS - 1
+    )
+    _check(bool(f.consumers) or f.sink is not None, "a FIFO nobody reads", where)
+    _check(len(set(f.consumers)) == len(f.consumers), "a consumer listed twice", where)
+    size = math.prod(f.shape)
+    _check(f.elems * f.n_objects == size, "objects that do not cover the tensor", where)
+    _check(f.nbytes == words(f.elems * f.dtype.itemsize), "object bytes are not whole words", where)
+    if f.nbytes != f.elems * f.dtype.itemsize:
+        _check(
+            f.n_objects == 1, "a padded object that is not the whole tensor", where, f.n_objects, 1
+        )
+    _check(f.depth == (1 if f.resident else 2), "depth (2 streamed, 1 resident)", where, f.depth)
+    _check(not f.resident or f.n_objects == 1, "a resident FIFO of several objects", where)
+    if f.producer is not None:
+        p = cores.get(f.producer)
+        _check(
+            p is not None and p.output.fifo == f.name, "a producer that does not write it", where
+        )
+    for t in f.consumers:
+        c = cores.get(t)
+        _check(
+            c is not None and any(i.fifo == f.name for i in c.inputs),
+            f"consumer tile {t} does not read it",
+            where,
+        )
+    for slot in (f.source, f.sink):
+        if slot is not None:
+            _check(
+                layout.has_slot(slot.value) and layout.slot(slot.value) == slot,
+                "a slot not in the layout",
+                where,
+            )
+            _check(slot.value == f.value, "a slot of another value", where)
+            _check(
+                f.n_objects * f.nbytes <= slot.span,
+                "objects past the slot",
+                where,
+                f.n_objects * f.nbytes,
+                slot.span,
+            )
+
+
+def _validate_sequence(
+    region: RegionDesign, fifos: dict[str, Fifo], layout: HostLayout, where: str
+) -> None:
+    channels: Counter[tuple[int, Direction]] = Counter()
+    seen_channels: set[tuple[int, Direction, int]] = set()
+    bds: set[tuple[int, int]] = set()
+    covered: set[tuple[str, Direction]] = set()
+    for t in region.transfers:
+        w = f"{where}, transfer of {t.fifo}"
+        f = fifos.get(t.fifo)
+        _check(f is not None, "a transfer of no FIFO", w)
+        assert f is not None
+        slot = f.source if t.direction is Direction.TO_DEVICE else f.sink
+        _check(slot is not None, f"a {t.direction.value} transfer of a FIFO without that end", w)
+        assert slot is not None
+        _check(
+            (t.shim, t.arena, t.offset, t.nbytes)
+            == (f.shim, slot.arena, slot.offset, f.n_objects * f.nbytes),
+            "a transfer that is not its FIFO's whole tensor",
+            w,
+        )
+        _check(0 <= t.arena < len(layout.arenas), "a transfer to no arena", w)
+        channels[(t.shim, t.direction)] += 1
+        _check(0 <= t.channel < SHIM_CHANNELS, "shim channel", w, t.channel, SHIM_CHANNELS - 1)
+        _check(
+            (t.shim, t.direction, t.channel) not in seen_channels, "a shim channel used twice", w
+        )
+        seen_channels.add((t.shim, t.direction, t.channel))
+        _check(
+            0 <= t.bd < SHIM_BDS and (t.shim, t.bd) not in bds, "shim buffer descriptor", w, t.bd
+        )
+        bds.add((t.shim, t.bd))
+        _check((t.fifo, t.direction) not in covered, "a tensor transferred twice", w)
+        covered.add((t.fifo, t.direction))
+    for (shim, d), used in channels.items():
+        _check(used <= SHIM_CHANNELS, f"shim {shim} channels {d.value}", where, used, SHIM_CHANNELS)
+    for f in region.fifos:
+        if f.source is not None:
+            _check(
+                (f.name, Direction.TO_DEVICE) in covered, f"host input {f.name} never sent", where
+            )
+        if f.sink is not None:
+            _check(
+                (f.name, Direction.FROM_DEVICE) in covered,
+                f"host output {f.name} never drained",
+                where,
+            )
+            _check(f.name in region.waits, f"host output {f.name} not waited on", where)
+    for w in region.waits:
+        _check(w in fifos and fifos[w].sink is not None, f"a wait on {w}, which is no drain", where)
