@@ -52,7 +52,7 @@ class _InputError(PootError):
 def _demo(console: Console, args: argparse.Namespace) -> int:
     examples = sorted(EXAMPLES.glob("*.poot"))
     devices = [(d, d.unavailable_reason()) for d in DEVICES]
-    console.print(render.devices_table(devices))
+    console.print(render.devices_table(devices, proves=False))
     ok = True
     reports = []
     for path in examples:

@@ -20,66 +20,59 @@ if TYPE_CHECKING:
 __all__ = ["cache_table", "demo_table", "devices_table", "plan_panel", "run_report"]
 
 
-def devices_table(devices: Sequence[tuple[DeviceInfo, str | None]]) -> Table:
+def devices_table(devices: Sequence[tuple[DeviceInfo, str | None]], proves: bool = True) -> Table:
     t = Table(title="Devices", title_justify="left")
-    for col in ("device", "target", "kind", "status", "proves"):
+    for col in ("device", "target", "kind", "status") + (("proves",) if proves else ()):
         t.add_column(col, overflow="fold")
     for info, why in devices:
         status = (
             Text("present", style="green")
             if why is None
-            else Text(f"hardware unavailable: {why}", style="yellow")
+            else Text(f"unavailable: {why}", style="yellow")
         )
-        t.add_row(info.name, info.target, info.kind.value, status, info.proves)
+        t.add_row(
+            info.name, info.target, info.kind.value, status, *((info.proves,) if proves else ())
+        )
     return t
 
 
-def _verdict(report: RunReport) -> tuple[Text, str]:
+def _cell(report: RunReport) -> Text:
+    """One program on one device, in a few words."""
     p = report.plan
     if not p.admitted:
-        first = p.refusals[0]
-        more = f" (+{len(p.refusals) - 1} more)" if len(p.refusals) > 1 else ""
-        return Text("refused", style="yellow"), f"{first}{more}"
+        r = p.refusals[0]
+        more = f" +{len(p.refusals) - 1}" if len(p.refusals) > 1 else ""
+        what = r.primitive or "program"
+        return Text(f"refused: {r.kind.value} ({what}){more}", style="yellow")
     worst = [s.worst for s in report.steps if s.worst is not None]
+    regions = f", {len(p.regions)} region{'s' if len(p.regions) != 1 else ''}" if p.regions else ""
     if not worst:
-        return Text("ok", style="green"), "no results"
+        return Text("ok" + regions, style="green")
     name, cmp = max(worst, key=lambda w: (not w[1].ok, w[1].error_ratio))
-    style, word = ("green", "ok") if report.ok else ("bold red", "FAILED")
-    detail = f"worst {name}: error/bound {cmp.error_ratio:.3g}" if cmp.ok else f"{name}: {cmp}"
-    return Text(word, style=style), detail
+    if not report.ok:
+        return Text(f"FAILED: {name} {cmp.error_ratio:.3g} x bound", style="bold red")
+    err = "exact" if cmp.error_ratio == 0 else f"{cmp.error_ratio:.2g} of bound"
+    return Text(f"ok, {err}{regions}", style="green")
 
 
 def demo_table(rows: Sequence[tuple[str, DeviceInfo, RunReport]]) -> Table:
-    t = Table(title="Example programs against the oracle", title_justify="left")
-    for col in (
-        "program",
-        "device",
-        "target",
-        "numerics",
-        "regions",
-        "steps",
-        "cache",
-        "result",
-        "detail",
-    ):
-        t.add_column(col, overflow="fold")
+    """Programs down, devices across: each cell the worst error over its bound, or the first
+    refusal."""
+    devices: list[str] = []
+    for _, info, _ in rows:
+        if info.name not in devices:
+            devices.append(info.name)
+    t = Table(
+        title="Example programs, every device present, against the oracle", title_justify="left"
+    )
+    t.add_column("program")
+    for d in devices:
+        t.add_column(d, overflow="fold")
+    programs: dict[str, dict[str, Text]] = {}
     for name, info, report in rows:
-        verdict, detail = _verdict(report)
-        p = report.plan
-        regions = str(len(p.regions)) if p.target.region_limits is not None and p.admitted else "-"
-        cache = f"{report.compiles} compiled, {report.cache_hits} loaded" if p.admitted else "-"
-        numerics = _numerics(p) if p.admitted else "-"
-        t.add_row(
-            name,
-            info.name,
-            p.target.name,
-            numerics,
-            regions,
-            str(len(report.steps)),
-            cache,
-            verdict,
-            detail,
-        )
+        programs.setdefault(name, {})[info.name] = _cell(report)
+    for name, cells in programs.items():
+        t.add_row(name, *(cells.get(d, Text("-")) for d in devices))
     return t
 
 

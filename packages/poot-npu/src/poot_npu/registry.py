@@ -50,7 +50,7 @@ def _module(name: str) -> str | None:
 
 
 def _openvino_has(device: str) -> str | None:
-    missing = _module("openvino")
+    missing = _module("openvino") or _module("poot_npu.vpu")
     if missing:
         return missing
     from poot_npu.vpu import VpuDevice
@@ -62,17 +62,21 @@ def _xdna() -> str | None:
     missing = _module("pyxrt")
     if missing:
         return missing + " (XRT's Python bindings: enter `nix develop .#npu`)"
+    missing = _module("poot_npu.xdna")
+    if missing:
+        return missing
     from poot_npu.xdna import XdnaDevice
 
     return XdnaDevice.probe()
 
 
 def _host_cc() -> str | None:
-    return (
-        None
-        if shutil.which("cc") or shutil.which("gcc")
-        else "no host C compiler (cc or gcc) on PATH"
-    )
+    missing = _module("poot_npu.xdna_host")
+    if missing:
+        return missing
+    if shutil.which("cc") or shutil.which("gcc"):
+        return None
+    return "no host C compiler (cc or gcc) on PATH"
 
 
 def _make_vpu(device: str) -> Callable[[], Device]:
