@@ -1,0 +1,78 @@
+"""A reference executor of a ``ProgramDesign`` over numpy arenas, for codegen's own tests.
+
+It follows the execution contract in ``design`` to the letter, with the region kernels built by
+the host C compiler (``hostbuild``): it proves that the kernels, the layout, the offsets and the
+chunking compute what the oracle computes. It is not a device (no engine, no recording, no
+checks): ``poot_npu.XdnaHostDevice`` is. Cores run one after another in design order, each over
+all its chunks, which is what the pipelined array computes (producers come first).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from poot_planner import Plan
+
+from poot_codegen.xdna.design import Core, Direction, ProgramDesign, RegionDesign
+from poot_codegen.xdna.hostbuild import load_library
+from poot_codegen.xdna.kernels import region_source
+
+__all__ = ["load_region_libraries", "run_design", "run_region"]
+
+Bytes = np.ndarray[Any, np.dtype[np.uint8]]
+
+
+def load_region_libraries(plan: Plan, cache_dir: Path) -> tuple[ctypes.CDLL, ...]:
+    """Each region's kernels, built by the host C compiler and loaded."""
+    return tuple(load_library(region_source(plan, r), cache_dir) for r in plan.regions)
+
+
+def run_design(
+    design: ProgramDesign, libraries: Sequence[ctypes.CDLL], inputs: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Write ``inputs`` (one array per argument, by name) into fresh arenas, run every region
+    in order and return every result by name (fresh arrays)."""
+    layout = design.layout
+    arenas = [np.zeros(a.nbytes, np.uint8) for a in layout.arenas]
+    for b in layout.arguments:
+        s = layout.slot(b.value)
+        data = np.ascontiguousarray(inputs[b.name], dtype=s.dtype.numpy).reshape(-1)
+        arenas[s.arena][s.offset : s.offset + s.nbytes] = data.view(np.uint8)
+    for region, lib in zip(design.regions, libraries, strict=True):
+        run_region(region, lib, arenas)
+    out = {}
+    for b in layout.results:
+        s = layout.slot(b.value)
+        raw = arenas[s.arena][s.offset : s.offset + s.nbytes].copy()
+        out[b.name] = raw.view(s.dtype.numpy).reshape(s.shape)
+    return out
+
+
+def run_region(region: RegionDesign, lib: ctypes.CDLL, arenas: Sequence[Bytes]) -> None:
+    """One kernel call of ``region``: transfers in, every core's chunks, transfers out."""
+    objects: dict[str, Bytes] = {}
+    for t in region.transfers:
+        if t.direction is Direction.TO_DEVICE:
+            objects[t.fifo] = arenas[t.arena][t.offset : t.offset + t.nbytes].copy()
+    for f in region.fifos:
+        if f.producer is not None:
+            objects[f.name] = np.zeros(f.n_objects * f.nbytes, np.uint8)
+    for core in region.cores:
+        _run_core(core, lib, objects)
+    for t in region.transfers:
+        if t.direction is Direction.FROM_DEVICE:
+            arenas[t.arena][t.offset : t.offset + t.nbytes] = objects[t.fifo]
+
+
+def _run_core(core: Core, lib: ctypes.CDLL, objects: Mapping[str, Bytes]) -> None:
+    fn = getattr(lib, core.symbol)
+    ports = (*core.inputs, core.output)
+    fn.argtypes = [ctypes.c_void_p] * len(ports) + [ctypes.c_int32, ctypes.c_int32]
+    fn.restype = None
+    for i in range(core.n_chunks):
+        ptrs = [objects[p.fifo].ctypes.data + (0 if p.resident else i * p.nbytes) for p in ports]
+        fn(*ptrs, core.chunk, i * core.chunk)

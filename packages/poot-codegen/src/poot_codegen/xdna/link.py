@@ -1,0 +1,308 @@
+"""The XDNA2 link step: Peano builds each region's kernels, aiecc links each region's design.
+
+For region ``N``, in its own work directory ``region<N>/`` holding ``region<N>.cc`` and
+``aie.mlir``::
+
+    $PEANO_INSTALL_DIR/bin/clang++ -O2 -std=c++20 --target=aie2p-none-unknown-elf
+        -Wno-parentheses -Wno-attributes -Wno-macro-redefined -Wno-empty-body -DNDEBUG
+        -I<csrc> -I $MLIR_AIE_DIR/include -c region<N>.cc -o region<N>.o
+    aiecc --no-xchesscc --no-xbridge --aie-generate-xclbin --aie-generate-npu-insts
+        --xclbin-name=final.xclbin --npu-insts-name=insts.bin aie.mlir
+
+aiecc finds ``region<N>.o`` (the ``link_with`` of the MLIR) in its working directory, and
+writes the xclbin and the instruction stream (little-endian uint32 words) there. aiecc runs
+``xclbinutil`` and ``bootgen``, so those must be on PATH too. ``MLIR_AIE_DIR`` is taken from the
+environment, else it is the directory above aiecc's ``bin``.
+
+Where a tool is missing the step raises ``ToolchainUnavailable`` naming every missing tool
+before running anything: it never skips. A tool that fails raises ``CompileFailed`` with its
+log. ``progress(stage, done, total)`` is called before each tool runs and once at the end
+(stage ``"done"``); ``total`` is two steps per region.
+
+An artifact's identity is the sha256 of ``artifact_source``: the part, the tool versions
+(``"unavailable"`` where a tool is missing), the options, the design MLIR, the kernel sources
+and the kernel headers, each length-prefixed so no two inputs encode alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+from poot_ir import CompileFailed, ToolchainUnavailable
+from poot_planner import Plan
+
+from poot_codegen.xdna.designer import design_program
+from poot_codegen.xdna.hostbuild import CSRC_DIR
+from poot_codegen.xdna.kernels import region_object, region_source
+from poot_codegen.xdna.mlir import render_program
+
+__all__ = [
+    "AIECC_FLAGS",
+    "ARCH",
+    "INSTS_NAME",
+    "PART",
+    "PEANO_FLAGS",
+    "XCLBIN_NAME",
+    "LinkCommand",
+    "Progress",
+    "RegionArtifact",
+    "Toolchain",
+    "artifact_identity",
+    "artifact_source",
+    "find_toolchain",
+    "identity_fields",
+    "link",
+    "link_commands",
+]
+
+PART: Final = "npu2"
+ARCH: Final = "aie2p"
+PEANO_FLAGS: Final = (
+    "-O2",
+    "-std=c++20",
+    "--target=aie2p-none-unknown-elf",
+    "-Wno-parentheses",
+    "-Wno-attributes",
+    "-Wno-macro-redefined",
+    "-Wno-empty-body",
+    "-DNDEBUG",
+)
+XCLBIN_NAME: Final = "final.xclbin"
+INSTS_NAME: Final = "insts.bin"
+AIECC_FLAGS: Final = (
+    "--no-xchesscc",
+    "--no-xbridge",
+    "--aie-generate-xclbin",
+    "--aie-generate-npu-insts",
+    f"--xclbin-name={XCLBIN_NAME}",
+    f"--npu-insts-name={INSTS_NAME}",
+)
+MLIR_NAME: Final = "aie.mlir"
+AIECC_HELPERS: Final = ("xclbinutil", "bootgen")
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Toolchain:
+    """Where the tools are, and the environment they run in."""
+
+    clangxx: Path
+    aiecc: Path
+    mlir_aie_dir: Path
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LinkCommand:
+    """One tool run: ``argv`` in ``cwd`` (relative to the work directory), making ``outputs``."""
+
+    stage: str  # "peano" or "aiecc"
+    region: int
+    cwd: str
+    argv: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RegionArtifact:
+    """One linked region: its xclbin, its instruction stream and its identity (sha256 hex)."""
+
+    region: int
+    identity: str
+    xclbin: bytes
+    insts: bytes
+
+    def words(self) -> np.ndarray[Any, np.dtype[np.uint32]]:
+        """The instruction stream as uint32 words (what the kernel call's count counts)."""
+        return np.frombuffer(self.insts, dtype="<u4").astype(np.uint32)
+
+
+def _env(env: Mapping[str, str] | None) -> dict[str, str]:
+    return dict(os.environ if env is None else env)
+
+
+def _executable(p: Path) -> bool:
+    return p.is_file() and os.access(p, os.X_OK)
+
+
+def _peano(env: Mapping[str, str]) -> tuple[Path | None, str]:
+    root = env.get("PEANO_INSTALL_DIR")
+    if not root:
+        return None, "PEANO_INSTALL_DIR is not set"
+    clang = Path(root) / "bin" / "clang++"
+    return (clang, "") if _executable(clang) else (None, f"no executable {clang}")
+
+
+def _which(tool: str, env: Mapping[str, str]) -> Path | None:
+    found = shutil.which(tool, path=env.get("PATH", ""))
+    return Path(found) if found else None
+
+
+def find_toolchain(env: Mapping[str, str] | None = None) -> Toolchain:
+    """The toolchain in ``env`` (default: this process's environment), or
+    ``ToolchainUnavailable`` naming every missing tool and why."""
+    e = _env(env)
+    missing: list[tuple[str, str]] = []
+    clang, why = _peano(e)
+    if clang is None:
+        missing.append(("clang++", f"Peano clang++: {why}"))
+    found = {t: _which(t, e) for t in ("aiecc", *AIECC_HELPERS)}
+    for tool, path in found.items():
+        if path is None:
+            need = "" if tool == "aiecc" else ", which aiecc runs"
+            missing.append((tool, f"{tool}: not on PATH{need}"))
+    if missing:
+        raise ToolchainUnavailable(
+            ", ".join(t for t, _ in missing), "; ".join(d for _, d in missing)
+        )
+    aiecc = found["aiecc"]
+    assert clang is not None and aiecc is not None
+    root = e.get("MLIR_AIE_DIR") or str(aiecc.resolve().parent.parent)
+    return Toolchain(clang, aiecc, Path(root), tuple(sorted(e.items())))
+
+
+def link_commands(plan: Plan, toolchain: Toolchain) -> tuple[LinkCommand, ...]:
+    """The tool runs that link ``plan``, in order, as data (nothing runs)."""
+    out: list[LinkCommand] = []
+    for r in plan.regions:
+        cwd, obj = f"region{r.index}", region_object(r.index)
+        source = f"region{r.index}.cc"
+        peano = (
+            str(toolchain.clangxx),
+            *PEANO_FLAGS,
+            f"-I{CSRC_DIR}",
+            "-I",
+            str(toolchain.mlir_aie_dir / "include"),
+            "-c",
+            source,
+            "-o",
+            obj,
+        )
+        out.append(LinkCommand("peano", r.index, cwd, peano, (obj,)))
+        aiecc = (str(toolchain.aiecc), *AIECC_FLAGS, MLIR_NAME)
+        out.append(LinkCommand("aiecc", r.index, cwd, aiecc, (XCLBIN_NAME, INSTS_NAME)))
+    return tuple(out)
+
+
+def _version(argv: list[str], env: Mapping[str, str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, env=dict(env), check=False)
+    except OSError:
+        return "unavailable"
+    text = (done.stdout or done.stderr).strip()
+    return text if done.returncode == 0 and text else "unavailable"
+
+
+def identity_fields(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What identifies the toolchain an artifact is built with: the part, each tool's version
+    (``"unavailable"`` where it is missing) and the options."""
+    e = _env(env)
+    clang, _ = _peano(e)
+    aiecc = _which("aiecc", e)
+    return {
+        "part": PART,
+        "arch": ARCH,
+        "peano": _version([str(clang), "--version"], e) if clang else "unavailable",
+        "aiecc": _version([str(aiecc), "--version"], e) if aiecc else "unavailable",
+        "peano_flags": " ".join(PEANO_FLAGS),
+        "aiecc_flags": " ".join(AIECC_FLAGS),
+    }
+
+
+def _encode(parts: list[bytes]) -> bytes:
+    return b"".join(len(p).to_bytes(8, "little") + p for p in parts)
+
+
+def artifact_source(
+    plan: Plan,
+    region: int | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    fields: Mapping[str, str] | None = None,
+) -> bytes:
+    """Everything that determines the artifact of ``region`` (every region when None), as
+    deterministic bytes. ``fields`` defaults to ``identity_fields(env)``."""
+    f = identity_fields(env) if fields is None else fields
+    parts = [b"poot xdna2 artifact v1"]
+    parts += [f"{k}={f[k]}".encode() for k in sorted(f)]
+    for header in sorted(CSRC_DIR.glob("*.h")):
+        parts += [header.name.encode(), header.read_bytes()]
+    mlir = render_program(design_program(plan))
+    for r in plan.regions:
+        if region is None or r.index == region:
+            parts += [f"region {r.index}".encode(), mlir[r.index].encode()]
+            parts.append(region_source(plan, r).encode())
+    return _encode(parts)
+
+
+def artifact_identity(plan: Plan, region: int | None = None, **kw: Any) -> str:
+    """The sha256 (hex) of ``artifact_source(plan, region, ...)``."""
+    return hashlib.sha256(artifact_source(plan, region, **kw)).hexdigest()
+
+
+def link(
+    plan: Plan,
+    work_dir: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    progress: Progress | None = None,
+) -> tuple[RegionArtifact, ...]:
+    """Link every region of ``plan``: its xclbin and instruction stream (see the module)."""
+    toolchain = find_toolchain(env)
+    design = design_program(plan)
+    mlir = render_program(design)
+    fields = identity_fields(env)
+    commands = link_commands(plan, toolchain)
+    report = progress or (lambda stage, done, total: None)
+    with tempfile.TemporaryDirectory(prefix="poot-xdna-") as scratch:
+        root = Path(scratch) if work_dir is None else work_dir
+        for r in plan.regions:
+            d = root / f"region{r.index}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f"region{r.index}.cc").write_text(region_source(plan, r), encoding="utf-8")
+            (d / MLIR_NAME).write_text(mlir[r.index], encoding="utf-8")
+        for done, cmd in enumerate(commands):
+            report(f"{cmd.stage} region {cmd.region}", done, len(commands))
+            _run(cmd, root, dict(toolchain.env))
+        report("done", len(commands), len(commands))
+        return tuple(_collect(plan, r.index, root, fields) for r in plan.regions)
+
+
+def _run(cmd: LinkCommand, root: Path, env: dict[str, str]) -> None:
+    tool = Path(cmd.argv[0]).name
+    what = f"region {cmd.region} " + ("kernels" if cmd.stage == "peano" else "design")
+    try:
+        done = subprocess.run(
+            list(cmd.argv), cwd=root / cmd.cwd, capture_output=True, text=True, env=env, check=False
+        )
+    except OSError as error:  # vanished or not executable since it was found
+        raise ToolchainUnavailable(tool, str(error)) from error
+    log = (done.stdout + done.stderr).strip()
+    if done.returncode != 0:
+        raise CompileFailed(tool, log or f"exit status {done.returncode}", what)
+    for name in cmd.outputs:
+        if not (root / cmd.cwd / name).is_file():
+            raise CompileFailed(tool, f"{name} was not written\n{log}".strip(), what)
+
+
+def _collect(plan: Plan, region: int, root: Path, fields: Mapping[str, str]) -> RegionArtifact:
+    d = root / f"region{region}"
+    insts = (d / INSTS_NAME).read_bytes()
+    if len(insts) % 4 or not insts:
+        raise CompileFailed(
+            "aiecc",
+            f"{INSTS_NAME} has {len(insts)} bytes: not whole 32-bit words",
+            f"region {region}",
+        )
+    identity = hashlib.sha256(artifact_source(plan, region, fields=fields)).hexdigest()
+    return RegionArtifact(region, identity, (d / XCLBIN_NAME).read_bytes(), insts)
