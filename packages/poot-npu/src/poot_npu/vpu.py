@@ -75,7 +75,7 @@ from poot_ir import (
 if TYPE_CHECKING:
     from poot_planner import Plan
 
-__all__ = ["DEVICES", "NPU_CONFIG", "TARGET", "VpuDevice", "frame_ir", "unframe_ir"]
+__all__ = ["DEVICES", "NPU_CONFIG", "TARGET", "VpuDevice", "frame_ir", "unframe_ir", "wait_within"]
 
 TARGET: Final = "intel-npu4"
 DEVICES: Final = ("NPU", "CPU")
@@ -222,6 +222,13 @@ class VpuDevice:
         self._loaded[artifact.id] = _Loaded(artifact, compiled, request, len(sig.inputs))
         return artifact
 
+    def compiled_model(self, artifact: Artifact) -> Any:
+        """The ``ov.CompiledModel`` behind a loaded artifact (for diagnostics and benchmarks)."""
+        loaded = self._loaded.get(artifact.id)
+        if loaded is None or loaded.artifact != artifact:
+            raise DispatchRefused(f"{self._name}: artifact {artifact.id} is not loaded here")
+        return loaded.compiled
+
     def unload(self, artifact: Artifact) -> None:
         self._usable()
         self._loaded.pop(artifact.id, None)
@@ -276,7 +283,7 @@ class VpuDevice:
                 loaded.bound[port] = (buf.id, memory[buf.id], tensor)
         try:
             req.start_async()
-            done = _wait(req, deadline_s)
+            done = wait_within(req, deadline_s)
         except RuntimeError as err:
             raise DeviceFailed(
                 f"{self._name}: the run of artifact {artifact.id} failed: {err}"
@@ -380,10 +387,10 @@ def _shared(mem: np.ndarray, type: TensorType) -> Any:
     return ov.Tensor(mem, shared_memory=True)
 
 
-def _wait(req: Any, deadline_s: float) -> bool:
-    """Whether the started run finished within ``deadline_s``: poll for the first ``_SPIN_S``
-    (a short graph is done before a blocked waiter could be woken), then block in ``wait_for``
-    for the rest, rounded up to a whole millisecond."""
+def wait_within(req: Any, deadline_s: float) -> bool:
+    """Whether the run started on ``req`` (``start_async``) finished within ``deadline_s``.
+    Polls for the first ``_SPIN_S`` (a short graph is done before a blocked waiter could be
+    woken), then blocks in ``wait_for`` for the rest, rounded up to a whole millisecond."""
     start = perf_counter()
     spin_end = start + min(_SPIN_S, deadline_s)
     while perf_counter() < spin_end:
