@@ -9,6 +9,7 @@ the inputs are whole numbers.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 from poot_ir import DType, Prim, Program, TensorType
 from poot_ir.numerics import (
@@ -27,7 +28,7 @@ _ARITHMETIC = (Prim.REDUCE_SUM, Prim.REDUCE_MAX, Prim.MATMUL)
 
 
 def _finfo(dtype: DType) -> tuple[float, float]:
-    fi = np.finfo(dtype.numpy)
+    fi = ml_dtypes.finfo(dtype.numpy)
     return float(fi.tiny), float(fi.max)
 
 
@@ -86,8 +87,20 @@ def sample_domain(
     rng: np.random.Generator,
     program: Program,
     name: str | None = None,
+    limit: float | None = None,
 ) -> np.ndarray:
-    """An input of type ``t`` for a program exercising ``cap``."""
+    """An input of type ``t`` for a program exercising ``cap``. ``limit``: the largest F32
+    magnitude a narrowing device accepts (it refuses NaN and anything beyond, as it must), so
+    F32 values are kept within it."""
+    x = _sample(cap, t, rng, program, name)
+    if limit is not None and t.dtype is DType.F32:
+        x = np.nan_to_num(np.clip(x, -limit, limit), nan=0.0).astype(np.float32)
+    return x
+
+
+def _sample(
+    cap: Capability, t: TensorType, rng: np.random.Generator, program: Program, name: str | None
+) -> np.ndarray:
     ranges = index_ranges(program)
     arg = next(
         (a for a in program.args if a.var.type == t and (name is None or a.name == name)), None

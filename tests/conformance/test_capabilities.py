@@ -99,16 +99,18 @@ def test_capability(info: object, cap: Capability, dtype: DType, tmp_path: Path)
         f"the table admits {cap.prim.value} on {dtype.value}, the plan refuses: {p.refusals}"
     )
     rng = np.random.default_rng(7)
+    narrowing = TARGETS[device.target].narrowing
+    limit = None if narrowing is None else narrowing.max_magnitude
     args = {a.name: a for a in program.args}
     engine = Engine(device, cache_dir=tmp_path)
     try:
-        first = {n: sample_domain(cap, a.var.type, rng, program, n) for n, a in args.items()}
+        first = {n: sample_domain(cap, a.var.type, rng, program, n, limit) for n, a in args.items()}
         weights = {n: v for n, v in first.items() if args[n].storage is Storage.WEIGHT}
         states = {n: v for n, v in first.items() if args[n].storage is Storage.STATE}
         entry = engine.add_entry(program, engine.load_weights(weights), initial_state=states)
         for step in range(2):  # the first step records, the second replays new inputs
             slots = {
-                n: sample_domain(cap, a.var.type, rng, program, n)
+                n: sample_domain(cap, a.var.type, rng, program, n, limit)
                 for n, a in args.items()
                 if a.storage is Storage.SLOT
             }

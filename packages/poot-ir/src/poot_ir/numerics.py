@@ -180,6 +180,19 @@ class AnyInput(_Domain):
 Domain = FiniteNormalResult | Interval | PositiveNormal | FiniteInputs | NotNaN | AnyInput
 
 
+def _to_result(ok: Array, shape: tuple[int, ...]) -> Array:
+    """An operand's mask as a mask of the result: elementwise when it broadcasts; a row's
+    elements all inside for a last-axis reduction (operand ``shape + (cols,)``); otherwise (a
+    gather table, a transpose) one verdict for the whole result."""
+    try:
+        return np.broadcast_to(ok, shape)
+    except ValueError:
+        pass
+    if ok.shape[: len(shape)] == shape:
+        return np.asarray(np.all(ok.reshape(*shape, -1), axis=-1))
+    return np.broadcast_to(np.all(ok), shape)
+
+
 def _inside(domain: Domain, operands: Sequence[Any], result: Any) -> Array:
     shape = np.shape(result)
     mask = np.ones(shape, dtype=bool)
@@ -196,7 +209,7 @@ def _inside(domain: Domain, operands: Sequence[Any], result: Any) -> Array:
                 ok = ~np.isnan(x)
             case AnyInput():
                 ok = np.ones_like(x, dtype=bool)
-        mask &= np.broadcast_to(ok, shape)
+        mask &= _to_result(ok, shape)
     if isinstance(domain, FiniteNormalResult):
         r = _f64(result)
         mask &= np.isfinite(r) & ((r == 0) | (np.abs(r) >= _smallest_normal(np.asarray(result))))

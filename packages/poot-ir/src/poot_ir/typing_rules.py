@@ -35,9 +35,40 @@ from poot_ir.core import (
 from poot_ir.dtypes import DType, TensorType
 from poot_ir.errors import TypeCheckError
 
-__all__ = ["infer_type", "validate"]
+__all__ = ["DTYPES_OF", "infer_type", "validate"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
+
+
+_ALL = frozenset(DType)
+_NUMERIC = frozenset(d for d in DType if d.is_numeric)
+_FLOAT = frozenset(d for d in DType if d.is_float)
+
+#: The operand dtypes each primitive is defined on (what its type rule accepts); the ``cpu``
+#: target admits exactly these.
+DTYPES_OF: dict[Prim, frozenset[DType]] = {
+    **{p: (_FLOAT if p in FLOAT_ONLY else _NUMERIC) for p in Prim if p.is_unary},
+    **{p: _NUMERIC for p in Prim if p.is_binary},
+    Prim.EQ: _ALL,
+    Prim.REDUCE_SUM: _NUMERIC,
+    Prim.REDUCE_MAX: _NUMERIC,
+    Prim.MATMUL: _NUMERIC,
+    Prim.IOTA: _NUMERIC,
+    **{
+        p: _ALL
+        for p in (
+            Prim.SELECT,
+            Prim.CONVERT,
+            Prim.GATHER,
+            Prim.TRANSPOSE,
+            Prim.RESHAPE,
+            Prim.BROADCAST_IN_DIM,
+            Prim.SLICE,
+            Prim.CONCAT,
+            Prim.DYNAMIC_UPDATE_SLICE,
+        )
+    },
+}
 
 
 def infer_type(

@@ -3,8 +3,9 @@ oracle defines it for (type checking already refused the rest), bit for bit by d
 
 from __future__ import annotations
 
-from poot_ir import DType, Prim
+from poot_ir import Prim
 from poot_ir.numerics import AnyInput, BitExact, Contract
+from poot_ir.typing_rules import DTYPES_OF
 
 from poot_planner.target import Capability, KernelClass, Target
 
@@ -12,7 +13,7 @@ TARGET = Target(
     name="cpu",
     description="The numpy CPU oracle: the reference semantics, always present",
     capabilities=tuple(
-        Capability(p, frozenset(DType), KernelClass.ORACLE, Contract(p, BitExact(), AnyInput()))
+        Capability(p, DTYPES_OF[p], KernelClass.ORACLE, Contract(p, BitExact(), AnyInput()))
         for p in Prim
     ),
 )
