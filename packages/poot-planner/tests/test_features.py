@@ -76,7 +76,11 @@ def test_primitive_table_covers_every_primitive_and_target() -> None:
     assert rows["add"][intel] == "f16"
     assert rows["convert"][intel] == "f32, f16"
     assert rows["transpose"][intel] == "f32, f16, bf16, i32, bool"
-    assert all(cells[col["cpu"]] == "f32, f16, bf16, i32, bool" for cells in rows.values())
+    # the cpu target admits each primitive on exactly the dtypes its type rule defines
+    assert rows["exp"][col["cpu"]] == "f32, f16, bf16"
+    assert rows["add"][col["cpu"]] == "f32, f16, bf16, i32"
+    assert rows["eq"][col["cpu"]] == "f32, f16, bf16, i32, bool"
+    assert rows["gather"][col["cpu"]] == "f32, f16, bf16, i32, bool"
 
 
 def test_target_sections_render_contracts_limits_and_composites() -> None:
