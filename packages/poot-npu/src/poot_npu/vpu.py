@@ -125,9 +125,8 @@ class _Loaded:
     compiled: Any
     request: Any
     n_in: int
-    bound: dict[int, tuple[int, np.ndarray, Any]] = field(
-        default_factory=dict
-    )  # port: id, mem, tensor
+    #: input port: the buffer id bound to it, the buffer's memory and the tensor sharing it
+    bound: dict[int, tuple[int, np.ndarray, Any]] = field(default_factory=dict)
 
 
 class VpuDevice:
@@ -175,11 +174,12 @@ class VpuDevice:
     def describe(self) -> str:
         i = self._identity
         if self.stand_in:
+            cpu = _prop(self._core, "CPU", "FULL_DEVICE_NAME")
             return (
                 f"{self._name}: hardware-free stand-in for the Intel NPU4: the same OpenVINO IR "
                 f"with in-graph FP16 rounding, compiled and run by OpenVINO {ov.get_version()}'s "
-                f"CPU plugin on {_prop(self._core, 'CPU', 'FULL_DEVICE_NAME')}; proves the IR, its lowering and "
-                f"the engine path, not the NPU's compiler, FP16 units or driver"
+                f"CPU plugin on {cpu}; proves the IR, its lowering and the engine path, not the "
+                f"NPU's compiler, FP16 units or driver"
             )
         return f"{self._name}: Intel NPU4 ({i.part}), compiled by {i.compiler} {i.compiler_version}"
 
