@@ -179,7 +179,10 @@ def _tensor_type(vi: Any, where: str) -> tuple[DType, tuple[int, ...]]:
     name, np_dtype = _elem_types().get(tt.elem_type, (f"type {tt.elem_type}", None))
     dtype = DType.from_numpy(np_dtype) if np_dtype is not None else None
     if dtype is None:
-        raise UnsupportedOnnx(vi.name, where, "dtype", f"{name}, which poot has no type for")
+        hint = ""
+        if np_dtype is not None and np_dtype.kind in "iu":
+            hint = " (a shape or index known at import time can be bound with constants=)"
+        raise UnsupportedOnnx(vi.name, where, "dtype", f"{name}, which poot has no type for{hint}")
     if not tt.HasField("shape"):
         raise UnsupportedOnnx(vi.name, where, "dynamic", "the shape (even the rank) is unknown")
     dims: list[int] = []
