@@ -41,7 +41,7 @@ from poot_codegen.xdna.design import (
 from poot_codegen.xdna.kernels import kernel_symbol, region_object
 from poot_codegen.xdna.validate import validate
 
-__all__ = ["design_program", "fifo_name", "place"]
+__all__ = ["build_design", "design_program", "fifo_name", "place"]
 
 
 def fifo_name(value: int) -> str:
@@ -56,14 +56,20 @@ def place(k: int) -> tuple[int, int]:
 
 
 def design_program(plan: Plan) -> ProgramDesign:
-    """The validated design of an admitted XDNA2 plan (``PlanRefused`` if it has refusals)."""
+    """The validated design of an admitted XDNA2 plan (``PlanRefused`` if it has refusals,
+    ``DesignError`` naming the bound it breaks)."""
+    return validate(build_design(plan))
+
+
+def build_design(plan: Plan) -> ProgramDesign:
+    """The design of an admitted XDNA2 plan, not yet validated (``validate`` checks it)."""
     plan.check()
     limits = plan.target.region_limits
     if limits is None:
         raise DesignError(f"target {plan.target.name!r} has no region limits: not an XDNA2 plan")
     layout = build_layout(plan)
     regions = tuple(_region(r, layout, limits) for r in plan.regions)
-    return validate(ProgramDesign(plan.program.name, DEVICE, limits, layout, regions))
+    return ProgramDesign(plan.program.name, DEVICE, limits, layout, regions)
 
 
 class _Endpoints:

@@ -44,6 +44,7 @@ __all__ = [
     "kernel_signature",
     "kernel_source",
     "kernel_symbol",
+    "program_source",
     "region_object",
     "region_source",
     "tile_kernel",
@@ -120,6 +121,14 @@ def region_source(plan: Plan, region: Region | int) -> str:
     r = plan.regions[region] if isinstance(region, int) else region
     what = f"poot region {r.index} of {plan.program.name!r} ({len(r.tiles)} kernels)"
     kernels = "\n".join(tile_kernel(plan.program, t) for t in r.tiles)
+    return _HEADER.format(what=what) + "\n" + kernels + _FOOTER
+
+
+def program_source(plan: Plan) -> str:
+    """Every kernel of every region as one translation unit (for a host build that loads the
+    whole program as one library: the symbols are unique across regions)."""
+    what = f"poot program {plan.program.name!r} ({len(plan.tiles)} kernels)"
+    kernels = "\n".join(tile_kernel(plan.program, t) for t in plan.tiles)
     return _HEADER.format(what=what) + "\n" + kernels + _FOOTER
 
 

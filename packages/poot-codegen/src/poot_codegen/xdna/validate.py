@@ -93,16 +93,6 @@ def validate_region(region: RegionDesign, layout: HostLayout, limits: RegionLimi
     where = f"region {region.index}"
     n = len(region.cores)
     _check(n <= limits.compute_tiles, "compute tiles", where, n, limits.compute_tiles)
-    _check(len({c.tile for c in region.cores}) == n, "a tile job placed twice", where)
-    places = Counter((c.column, c.row) for c in region.cores)
-    _check(max(places.values(), default=1) == 1, "two cores on one compute tile", where)
-    fifos = {f.name: f for f in region.fifos}
-    _check(len(fifos) == len(region.fifos), "two FIFOs with one name", where)
-    cores = {c.tile: c for c in region.cores}
-    for c in region.cores:
-        _validate_core(c, fifos, limits, f"{where}, core {c.symbol}")
-    for f in region.fifos:
-        _validate_fifo(f, cores, layout, f"{where}, FIFO {f.name}")
     streams_in = sum(1 for f in region.fifos if f.source is not None)
     streams_out = sum(1 for f in region.fifos if f.sink is not None)
     _check(
@@ -119,6 +109,19 @@ def validate_region(region: RegionDesign, layout: HostLayout, limits: RegionLimi
         streams_out,
         limits.host_streams_out,
     )
+    per_shim = Counter((t.shim, t.direction) for t in region.transfers)
+    for (shim, d), used in sorted(per_shim.items(), key=lambda kv: (kv[0][0], kv[0][1].value)):
+        _check(used <= SHIM_CHANNELS, f"shim {shim} channels {d.value}", where, used, SHIM_CHANNELS)
+    _check(len({c.tile for c in region.cores}) == n, "a tile job placed twice", where)
+    places = Counter((c.column, c.row) for c in region.cores)
+    _check(max(places.values(), default=1) == 1, "two cores on one compute tile", where)
+    fifos = {f.name: f for f in region.fifos}
+    _check(len(fifos) == len(region.fifos), "two FIFOs with one name", where)
+    cores = {c.tile: c for c in region.cores}
+    for c in region.cores:
+        _validate_core(c, fifos, limits, f"{where}, core {c.symbol}")
+    for f in region.fifos:
+        _validate_fifo(f, cores, layout, f"{where}, FIFO {f.name}")
     _validate_sequence(region, fifos, layout, where)
 
 
@@ -132,11 +135,14 @@ def _validate_core(c: Core, fifos: dict[str, Fifo], limits: RegionLimits, where:
     _check(
         c.chunk > 0 and c.chunk * c.n_chunks == c.units, "chunks that do not cover the units", where
     )
-    total = 0
-    for port in (*c.inputs, c.output):
-        f = fifos.get(port.fifo)
-        _check(f is not None, f"port on a FIFO {port.fifo!r} the region lacks", where)
-        assert f is not None
+    ports = (*c.inputs, c.output)
+    for port in ports:
+        _check(port.fifo in fifos, f"port on a FIFO {port.fifo!r} the region lacks", where)
+    total = sum(fifos[p.fifo].depth * fifos[p.fifo].nbytes for p in ports)
+    _check(total <= limits.tile_bytes, "tile-local bytes", where, total, limits.tile_bytes)
+    _check(total == c.buffer_bytes, "buffer bytes are not its FIFOs'", where, total, c.buffer_bytes)
+    for port in ports:
+        f = fifos[port.fifo]
         _check(
             (port.value, port.dtype, port.resident, port.elems, port.nbytes)
             == (f.value, f.dtype, f.resident, f.elems, f.nbytes),
@@ -151,9 +157,6 @@ def _validate_core(c: Core, fifos: dict[str, Fifo], limits: RegionLimits, where:
                 c.n_chunks,
                 f.n_objects,
             )
-        total += f.depth * f.nbytes
-    _check(total == c.buffer_bytes, "buffer bytes are not its FIFOs'", where, total, c.buffer_bytes)
-    _check(total <= limits.tile_bytes, "tile-local bytes", where, total, limits.tile_bytes)
 
 
 def _validate_fifo(f: Fifo, cores: dict[int, Core], layout: HostLayout, where: str) -> None:
@@ -211,7 +214,6 @@ def _validate_fifo(f: Fifo, cores: dict[int, Core], layout: HostLayout, where: s
 def _validate_sequence(
     region: RegionDesign, fifos: dict[str, Fifo], layout: HostLayout, where: str
 ) -> None:
-    channels: Counter[tuple[int, Direction]] = Counter()
     seen_channels: set[tuple[int, Direction, int]] = set()
     bds: set[tuple[int, int]] = set()
     covered: set[tuple[str, Direction]] = set()
@@ -230,7 +232,6 @@ def _validate_sequence(
             w,
         )
         _check(0 <= t.arena < len(layout.arenas), "a transfer to no arena", w)
-        channels[(t.shim, t.direction)] += 1
         _check(0 <= t.channel < SHIM_CHANNELS, "shim channel", w, t.channel, SHIM_CHANNELS - 1)
         _check(
             (t.shim, t.direction, t.channel) not in seen_channels, "a shim channel used twice", w
@@ -242,8 +243,6 @@ def _validate_sequence(
         bds.add((t.shim, t.bd))
         _check((t.fifo, t.direction) not in covered, "a tensor transferred twice", w)
         covered.add((t.fifo, t.direction))
-    for (shim, d), used in channels.items():
-        _check(used <= SHIM_CHANNELS, f"shim {shim} channels {d.value}", where, used, SHIM_CHANNELS)
     for f in region.fifos:
         if f.source is not None:
             _check(

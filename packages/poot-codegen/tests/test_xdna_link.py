@@ -1,0 +1,242 @@
+"""The XDNA2 link step: the typed unavailable path (what runs on a machine without the
+toolchain), the command lines as data, the artifact identity, and fake tools on a temporary
+PATH / PEANO_INSTALL_DIR that record their arguments and write dummy outputs."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xdna_programs
+from poot_codegen.xdna import link as xlink
+from poot_codegen.xdna.hostbuild import CSRC_DIR
+from poot_codegen.xdna.kernels import region_source
+from poot_codegen.xdna.link import (
+    AIECC_FLAGS,
+    PEANO_FLAGS,
+    Toolchain,
+    artifact_identity,
+    artifact_source,
+    find_toolchain,
+    identity_fields,
+    link,
+    link_commands,
+)
+from poot_ir import CompileFailed, ToolchainUnavailable
+from poot_planner import Plan, plan
+
+WORDS = np.array([0x06030100, 0x00000105, 7, 0xDEADBEEF], dtype="<u4")
+
+
+def _plan(name: str = "two_regions") -> Plan:
+    return plan(xdna_programs.EXAMPLES[name](), "xdna2").check()
+
+
+def _script(path: Path, body: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+_RECORD = 'n=$(ls "$FAKE_LOG" | wc -l); { pwd; for a in "$@"; do echo "$a"; done; } > "$FAKE_LOG/$n.$(basename "$0")"\n'
+
+
+def fake_toolchain(
+    root: Path, *, clang_fails: bool = False, aiecc_insts: bool = True
+) -> dict[str, str]:
+    """An environment whose Peano clang++, aiecc, xclbinutil and bootgen are shell scripts."""
+    log = root / "log"
+    log.mkdir(parents=True)
+    peano, bin_ = root / "peano", root / "bin"
+    clang = 'if [ "$1" = "--version" ]; then echo "clang version 99.0 (fake peano)"; exit 0; fi\n'
+    clang += _RECORD
+    clang += 'if [ -n "$FAKE_CLANG_FAILS" ]; then echo "region.cc:1: error: fake" >&2; exit 1; fi\n'
+    clang += 'while [ $# -gt 0 ]; do if [ "$1" = "-o" ]; then echo obj > "$2"; fi; shift; done\n'
+    _script(peano / "bin" / "clang++", clang)
+    aiecc = 'if [ "$1" = "--version" ]; then echo "aiecc 1.2.3 (fake)"; exit 0; fi\n' + _RECORD
+    aiecc += "ls *.o > /dev/null || exit 3\n"
+    aiecc += "printf 'xclbin' > final.xclbin\n"
+    if aiecc_insts:
+        aiecc += (
+            r"printf '\000\001\003\006\005\001\000\000\007\000\000\000\357\276\255\336' > insts.bin"
+            + "\n"
+        )
+    _script(bin_ / "aiecc", aiecc)
+    for tool in ("xclbinutil", "bootgen"):
+        _script(bin_ / tool, "exit 0\n")
+    env = {"PATH": f"{bin_}:/usr/bin:/bin", "PEANO_INSTALL_DIR": str(peano), "FAKE_LOG": str(log)}
+    if clang_fails:
+        env["FAKE_CLANG_FAILS"] = "1"
+    return env
+
+
+def recorded(env: dict[str, str]) -> list[tuple[str, list[str]]]:
+    """(working directory, argv) of every recorded tool run, in order."""
+    log = Path(env["FAKE_LOG"])
+    runs = sorted(log.iterdir(), key=lambda p: int(p.name.split(".")[0]))
+    out = []
+    for r in runs:
+        lines = r.read_text().splitlines()
+        out.append((lines[0], lines[1:]))
+    return out
+
+
+# -- unavailable ------------------------------------------------------------------------------
+
+
+def test_no_toolchain_is_unavailable_naming_every_missing_tool(tmp_path: Path) -> None:
+    with pytest.raises(ToolchainUnavailable) as err:
+        link(_plan(), env={"PATH": str(tmp_path)})
+    assert err.value.tool == "clang++, aiecc, xclbinutil, bootgen"
+    assert "PEANO_INSTALL_DIR is not set" in err.value.detail
+
+
+def test_this_machine_raises_unavailable_rather_than_skipping() -> None:
+    if os.environ.get("PEANO_INSTALL_DIR"):
+        pytest.skip("a Peano toolchain is configured here")
+    with pytest.raises(ToolchainUnavailable):
+        link(_plan())
+
+
+def test_partial_toolchain_names_only_what_is_missing(tmp_path: Path) -> None:
+    env = fake_toolchain(tmp_path)
+    (tmp_path / "bin" / "bootgen").unlink()
+    with pytest.raises(ToolchainUnavailable) as err:
+        find_toolchain(env)
+    assert err.value.tool == "bootgen"
+    env["PEANO_INSTALL_DIR"] = str(tmp_path / "nowhere")
+    with pytest.raises(ToolchainUnavailable) as err:
+        find_toolchain(env)
+    assert err.value.tool == "clang++, bootgen" and "no executable" in err.value.detail
+
+
+def test_identity_fields_say_unavailable_where_a_tool_is_missing(tmp_path: Path) -> None:
+    fields = identity_fields({"PATH": str(tmp_path)})
+    assert fields["part"] == "npu2" and fields["arch"] == "aie2p"
+    assert fields["peano"] == fields["aiecc"] == "unavailable"
+    assert fields["peano_flags"] == " ".join(PEANO_FLAGS)
+    assert fields["aiecc_flags"] == " ".join(AIECC_FLAGS)
+    fake = identity_fields(fake_toolchain(tmp_path))
+    assert (
+        fake["peano"] == "clang version 99.0 (fake peano)" and fake["aiecc"] == "aiecc 1.2.3 (fake)"
+    )
+
+
+# -- commands as data -------------------------------------------------------------------------
+
+
+def test_command_lines_are_exactly_as_documented() -> None:
+    tc = Toolchain(Path("/peano/bin/clang++"), Path("/aie/bin/aiecc"), Path("/aie"))
+    cmds = link_commands(_plan(), tc)
+    assert [(c.stage, c.region, c.cwd) for c in cmds] == [
+        ("peano", 0, "region0"),
+        ("aiecc", 0, "region0"),
+        ("peano", 1, "region1"),
+        ("aiecc", 1, "region1"),
+    ]
+    assert cmds[0].argv == (
+        "/peano/bin/clang++",
+        "-O2",
+        "-std=c++20",
+        "--target=aie2p-none-unknown-elf",
+        "-Wno-parentheses",
+        "-Wno-attributes",
+        "-Wno-macro-redefined",
+        "-Wno-empty-body",
+        "-DNDEBUG",
+        f"-I{CSRC_DIR}",
+        "-I",
+        "/aie/include",
+        "-c",
+        "region0.cc",
+        "-o",
+        "region0.o",
+    )
+    assert cmds[1].argv == (
+        "/aie/bin/aiecc",
+        "--no-xchesscc",
+        "--no-xbridge",
+        "--aie-generate-xclbin",
+        "--aie-generate-npu-insts",
+        "--xclbin-name=final.xclbin",
+        "--npu-insts-name=insts.bin",
+        "aie.mlir",
+    )
+    assert cmds[1].outputs == ("final.xclbin", "insts.bin")
+
+
+# -- identity ---------------------------------------------------------------------------------
+
+
+def test_artifact_source_is_deterministic_and_covers_what_decides_the_artifact(
+    tmp_path: Path,
+) -> None:
+    env = {"PATH": str(tmp_path)}
+    p = _plan()
+    a = artifact_source(p, env=env)
+    assert a == artifact_source(_plan(), env=env)
+    assert b"unavailable" in a and b"npu2" in a and b"aie.runtime_sequence" in a
+    assert region_source(p, 1).encode() in a
+    other = artifact_source(_plan("chain"), env=env)
+    assert other != a
+    fields = identity_fields(env) | {"peano": "clang version 20"}
+    assert artifact_source(p, fields=fields) != a
+    r0, r1 = (artifact_identity(p, r, env=env) for r in (0, 1))
+    assert r0 != r1 and len(r0) == 64
+
+
+# -- fake toolchain ---------------------------------------------------------------------------
+
+
+def test_link_runs_the_tools_as_documented_and_collects_their_outputs(tmp_path: Path) -> None:
+    env = fake_toolchain(tmp_path / "tools")
+    p = _plan()
+    seen: list[tuple[str, int, int]] = []
+    work = tmp_path / "work"
+    arts = link(p, work, env=env, progress=lambda s, d, t: seen.append((s, d, t)))
+    tc = find_toolchain(env)
+    expected = link_commands(p, tc)
+    runs = recorded(env)
+    assert [argv for _, argv in runs] == [list(c.argv[1:]) for c in expected]
+    assert [Path(cwd) for cwd, _ in runs] == [(work / c.cwd).resolve() for c in expected]
+    assert (work / "region0" / "region0.o").is_file()
+    assert (work / "region1" / "aie.mlir").read_text().startswith("// poot region 1")
+    assert seen == [
+        ("peano region 0", 0, 4),
+        ("aiecc region 0", 1, 4),
+        ("peano region 1", 2, 4),
+        ("aiecc region 1", 3, 4),
+        ("done", 4, 4),
+    ]
+    assert [a.region for a in arts] == [0, 1]
+    for a in arts:
+        assert a.xclbin == b"xclbin"
+        assert np.array_equal(a.words(), WORDS)
+        assert a.identity == artifact_identity(p, a.region, env=env)
+
+
+def test_link_in_a_temporary_directory_by_default(tmp_path: Path) -> None:
+    arts = link(_plan("gather"), env=fake_toolchain(tmp_path))
+    assert len(arts) == 1 and arts[0].insts == WORDS.tobytes()
+
+
+def test_a_failing_tool_raises_compile_failed_with_its_log(tmp_path: Path) -> None:
+    env = fake_toolchain(tmp_path, clang_fails=True)
+    with pytest.raises(CompileFailed) as err:
+        link(_plan("chain"), env=env)
+    assert err.value.tool == "clang++" and "error: fake" in err.value.log
+    assert err.value.what == "region 0 kernels"
+
+
+def test_missing_outputs_raise_compile_failed(tmp_path: Path) -> None:
+    env = fake_toolchain(tmp_path, aiecc_insts=False)
+    with pytest.raises(CompileFailed) as err:
+        link(_plan("chain"), env=env)
+    assert err.value.tool == "aiecc" and "insts.bin was not written" in err.value.log
+
+
+def test_module_exports() -> None:
+    assert set(xlink.__all__) >= {"link", "artifact_source", "identity_fields", "find_toolchain"}

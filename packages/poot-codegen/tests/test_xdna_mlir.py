@@ -1,0 +1,84 @@
+"""The MLIR-AIE renderer: golden files of example designs, and the text's own consistency.
+
+Regenerate the golden files with ``--regen-golden`` or ``POOT_REGEN_GOLDEN=1``; otherwise any
+difference fails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+import xdna_programs
+from poot_codegen.xdna.design import DesignError
+from poot_codegen.xdna.designer import design_program
+from poot_codegen.xdna.mlir import RUNTIME_SEQUENCE_OP, render_program, render_region
+from poot_planner import plan
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def _rendered(name: str) -> tuple[str, ...]:
+    return render_program(design_program(plan(xdna_programs.EXAMPLES[name](), "xdna2").check()))
+
+
+@pytest.mark.parametrize("name", list(xdna_programs.EXAMPLES))
+def test_rendering_matches_its_golden_file(name: str, regen_golden: bool) -> None:
+    texts = _rendered(name)
+    for i, text in enumerate(texts):
+        path = GOLDEN / f"xdna_{name}.region{i}.mlir"
+        if regen_golden:
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            continue
+        assert path.is_file(), f"{path} is missing: run pytest with --regen-golden"
+        assert text == path.read_text(encoding="utf-8"), (
+            f"{path.name} differs from the rendering; if the change is intended, rerun with "
+            "--regen-golden (or POOT_REGEN_GOLDEN=1) and review the diff"
+        )
+    stale = sorted(GOLDEN.glob(f"xdna_{name}.region*.mlir"))
+    assert len(stale) == len(texts), f"stale golden files for {name}: {stale}"
+
+
+def test_two_region_program_renders_two_modules() -> None:
+    texts = _rendered("two_regions")
+    assert len(texts) == 2
+    assert 'link_with = "region0.o"' in texts[0] and 'link_with = "region1.o"' in texts[1]
+
+
+@pytest.mark.parametrize("name", list(xdna_programs.EXAMPLES))
+def test_rendered_text_is_self_consistent(name: str) -> None:
+    pl = plan(xdna_programs.EXAMPLES[name](), "xdna2").check()
+    design = design_program(pl)
+    for region, text in zip(design.regions, render_program(design), strict=True):
+        assert text.count("{") == text.count("}")
+        assert text.count("aie.device(npu2) {") == 1
+        declared = set(re.findall(r"aie\.objectfifo @(\w+)\(", text))
+        used = set(re.findall(r"@(v\d+)\((?:Produce|Consume)", text))
+        used |= set(re.findall(r"metadata = @(\w+)", text))
+        used |= set(re.findall(r"symbol = @(\w+)", text))
+        assert used <= declared and declared == {f.name for f in region.fifos}
+        funcs = set(re.findall(r"func\.func private @(\w+)\(", text))
+        calls = set(re.findall(r"func\.call @(\w+)\(", text))
+        assert funcs == calls == {c.symbol for c in region.cores}
+        assert text.count(" = aie.core(") == len(region.cores)
+        tiles = set(re.findall(r"(%\w+) = aie\.tile\(", text))
+        refs = set(re.findall(r"%(?:shim_noc_tile|tile)_\d+_\d+", text))
+        assert refs == tiles
+        seq = re.search(rf"{re.escape(RUNTIME_SEQUENCE_OP)}\((.*)\) \{{", text)
+        assert seq is not None and seq.group(1).count("memref<") == len(design.layout.arenas)
+        assert text.count("aiex.npu.dma_memcpy_nd(") == len(region.transfers)
+        assert text.count("aiex.npu.dma_wait") == len(region.waits)
+
+
+def test_an_invalid_design_is_refused_before_rendering() -> None:
+    design = design_program(plan(xdna_programs.chain(), "xdna2").check())
+    region = design.regions[0]
+    crowded = tuple(dataclasses.replace(c, column=0, row=2) for c in region.cores)
+    bad = dataclasses.replace(design, regions=(dataclasses.replace(region, cores=crowded),))
+    with pytest.raises(DesignError, match="two cores on one compute tile"):
+        render_program(bad)
+    with pytest.raises(DesignError):
+        render_region(bad, 0)
