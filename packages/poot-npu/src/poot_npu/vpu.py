@@ -28,8 +28,8 @@ request, made at load; a dispatch binds each input buffer to it once, as an ``ov
 shares the array's memory, so later writes into the buffer are what the next run reads. A
 dispatch checks its command first (``check_dispatch``: another device's or an unloaded
 artifact, a buffer not allocated here, or not the artifact's ABI is ``DispatchRefused`` before
-OpenVINO is touched), then ``start_async`` and waits at most the deadline (polling for the first
-``_SPIN_S``, then ``wait_for``), then copies each output into its buffer (an output tensor is
+OpenVINO is touched), then ``start_async`` and ``wait_for`` at most the deadline (in whole
+milliseconds, rounded up), then copies each output into its buffer (an output tensor is
 overwritten by the next run). A missed deadline is ``DeadlineExceeded`` and poisons the device:
 every later call but ``close`` raises ``DevicePoisoned``, and the failed request and every
 buffer it used stay referenced until ``close``. ``close`` cancels such a request and waits for
@@ -43,7 +43,6 @@ import itertools
 import math
 import struct
 from dataclasses import dataclass, field
-from time import perf_counter
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -75,7 +74,7 @@ from poot_ir import (
 if TYPE_CHECKING:
     from poot_planner import Plan
 
-__all__ = ["DEVICES", "NPU_CONFIG", "TARGET", "VpuDevice", "frame_ir", "unframe_ir", "wait_within"]
+__all__ = ["DEVICES", "NPU_CONFIG", "TARGET", "VpuDevice", "frame_ir", "unframe_ir"]
 
 TARGET: Final = "intel-npu4"
 DEVICES: Final = ("NPU", "CPU")
@@ -86,7 +85,6 @@ NPU_CONFIG: Final[dict[str, str]] = {}
 recorded in the identity) and the present device's platform; FP16 is the NPU's only float."""
 
 _IR_MAGIC: Final = b"POOT-OPENVINO-IR-1\n"
-_SPIN_S: Final = 200e-6  # poll this long before blocking: a blocked waiter's wake-up costs ~60 us
 _CLOSE_GRACE_MS: Final = 1000
 _NPU_PART_KEYS: Final = ("DEVICE_ARCHITECTURE", "NPU_PLATFORM", "FULL_DEVICE_NAME")
 _NPU_COMPILER_KEYS: Final = ("NPU_COMPILER_TYPE", "NPU_COMPILER_VERSION", "NPU_DRIVER_VERSION")
@@ -283,7 +281,7 @@ class VpuDevice:
                 loaded.bound[port] = (buf.id, memory[buf.id], tensor)
         try:
             req.start_async()
-            done = wait_within(req, deadline_s)
+            done = req.wait_for(_timeout_ms(deadline_s))
         except RuntimeError as err:
             raise DeviceFailed(
                 f"{self._name}: the run of artifact {artifact.id} failed: {err}"
@@ -387,17 +385,9 @@ def _shared(mem: np.ndarray, type: TensorType) -> Any:
     return ov.Tensor(mem, shared_memory=True)
 
 
-def wait_within(req: Any, deadline_s: float) -> bool:
-    """Whether the run started on ``req`` (``start_async``) finished within ``deadline_s``.
-    Polls for the first ``_SPIN_S`` (a short graph is done before a blocked waiter could be
-    woken), then blocks in ``wait_for`` for the rest, rounded up to a whole millisecond."""
-    start = perf_counter()
-    spin_end = start + min(_SPIN_S, deadline_s)
-    while perf_counter() < spin_end:
-        if req.wait_for(0):
-            return True
-    left = deadline_s - (perf_counter() - start)
-    return bool(req.wait_for(max(0, math.ceil(left * 1000))))
+def _timeout_ms(deadline_s: float) -> int:
+    """``wait_for``'s timeout for ``deadline_s``: whole milliseconds, rounded up, at least 1."""
+    return max(1, math.ceil(deadline_s * 1000))
 
 
 def _cancel(req: Any) -> bool:
