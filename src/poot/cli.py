@@ -139,7 +139,7 @@ def _import(console: Console, args: argparse.Namespace) -> int:
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
         if imported.weights:
-            np.savez(Path(args.output).with_suffix(".npz"), **imported.weights)
+            np.savez(Path(args.output).with_suffix(".npz"), allow_pickle=False, **imported.weights)
         console.print(f"wrote {args.output} ({len(imported.program.eqns)} equations)")
     else:
         sys.stdout.write(text)

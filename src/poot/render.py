@@ -121,16 +121,16 @@ def plan_panel(p: Plan) -> Panel:
             title=f"regions ({p.contexts} hardware contexts)",
             title_justify="left",
         )
-        for r in p.regions:
-            eq = r.eqns
+        for region in p.regions:
+            eq = region.eqns
             reg.add_row(
-                str(r.index),
+                str(region.index),
                 f"{eq[0]}..{eq[-1]}" if eq else "-",
-                str(len(r.tiles)),
-                str(len(r.host_in)),
-                str(len(r.host_out)),
-                str(len(r.internal)),
-                str(r.tile_bytes),
+                str(len(region.tiles)),
+                str(len(region.host_in)),
+                str(len(region.host_out)),
+                str(len(region.internal)),
+                str(region.tile_bytes),
             )
         parts.append(reg)
     return Panel(Group(*parts), title=f"plan: {p.target.name}", title_align="left")  # type: ignore[arg-type]
