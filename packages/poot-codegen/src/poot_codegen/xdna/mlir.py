@@ -147,9 +147,7 @@ def _core(c: Core) -> list[str]:
     def acquire(p: Port, port: str, indent: str) -> None:
         n = len(names)
         names[p.fifo] = f"%e{n}"
-        lines.append(
-            f"{indent}%s{n} = aie.objectfifo.acquire @{p.fifo}({port}, 1) : {sub[p.fifo]}"
-        )
+        lines.append(f"{indent}%s{n} = aie.objectfifo.acquire @{p.fifo}({port}, 1) : {sub[p.fifo]}")
         lines.append(
             f"{indent}%e{n} = aie.objectfifo.subview.access %s{n}[0] : {sub[p.fifo]} -> {_memref(p)}"
         )
