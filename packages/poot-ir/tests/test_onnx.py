@@ -182,14 +182,16 @@ FLOORS = {
     "Size": 0,
     "Slice": 8,
     "Softmax": 7,
+    "Split": 16,
     "Sqrt": 2,
     "Squeeze": 2,
     "Sub": 3,
+    "Sum": 3,
     "Tanh": 2,
     "Transpose": 7,
     "Unsqueeze": 7,
     "Where": 1,
-    "graph": 169,  # the expanded function bodies (softmax, layer norm, flex attention, ...)
+    "graph": 181,  # the expanded function bodies (softmax, layer norm, flex attention, ...)
     "unsupported": 0,
 }
 

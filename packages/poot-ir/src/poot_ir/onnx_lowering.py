@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,16 +29,25 @@ from poot_ir.dtypes import DType
 from poot_ir.errors import UnsupportedOnnx
 
 __all__ = [
+    "FLOATS",
+    "NUMERIC",
     "Array",
     "AttrValue",
     "Const",
     "ElemTypes",
+    "Handler",
     "Kind",
     "Lowering",
     "Node",
+    "Rule",
     "Unreadable",
     "Value",
+    "bcast",
+    "check_dtype",
     "identifier",
+    "norm_axes",
+    "norm_axis",
+    "reshape",
 ]
 
 Array = np.ndarray[Any, np.dtype[Any]]
@@ -355,3 +364,53 @@ class Lowering:
     def wants(self, k: int) -> bool:
         outs = self.node.outputs
         return k < len(outs) and outs[k] != ""
+
+
+# -- what every rule shares -----------------------------------------------------------------
+
+Handler = Callable[[Lowering, Node], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """How one op type lowers: ``handler``, and the attributes it reads (others are refused)."""
+
+    handler: Handler
+    attrs: frozenset[str] = frozenset()
+
+
+def norm_axis(lo: Lowering, axis: int, rank: int, what: str = "axis") -> int:
+    if not -rank <= axis < rank:
+        raise lo.fail("attribute", f"{what} {axis} is outside rank {rank}")
+    return axis % rank
+
+
+def norm_axes(lo: Lowering, axes: Sequence[int], rank: int) -> tuple[int, ...]:
+    norm = [norm_axis(lo, a, rank, "axes entry") for a in axes]
+    if len(set(norm)) != len(norm):
+        raise lo.fail("attribute", f"axes {tuple(axes)} repeat an axis")
+    return tuple(sorted(norm))
+
+
+def bcast(b: Builder, v: Var, shape: tuple[int, ...]) -> Var:
+    """numpy-style broadcast of ``v`` to ``shape`` (trailing axes aligned)."""
+    if v.shape == shape:
+        return v
+    offset = len(shape) - v.type.rank
+    return b.broadcast_in_dim(v, shape, tuple(range(offset, len(shape))))
+
+
+def reshape(b: Builder, v: Var, shape: Sequence[int]) -> Var:
+    shape = tuple(shape)
+    return v if v.shape == shape else b.reshape(v, shape)
+
+
+def check_dtype(lo: Lowering, v: Var, allowed: Sequence[DType], what: str) -> None:
+    if v.dtype not in allowed:
+        raise lo.fail(
+            "dtype", f"{what} is {v.type}; poot lowers it for {[d.value for d in allowed]}"
+        )
+
+
+FLOATS = (DType.F32, DType.F16, DType.BF16)
+NUMERIC = (*FLOATS, DType.I32)
