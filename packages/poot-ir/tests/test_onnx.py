@@ -13,6 +13,7 @@ that feeds a position in ``STATIC_INPUTS``. Everything else stays a runtime slot
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import subprocess
 import sys
@@ -231,6 +232,53 @@ def test_node_case_report(capsys: pytest.CaptureFixture[str]) -> None:
     # The cases are valid models: "model" refusals would be importer bugs.
     assert not [o for o in outcomes if o.result == "refused:model"]
     assert not [o for o in outcomes if o.result.startswith("FAILED")]
+
+
+def _mutate(m: onnx.ModelProto, rng: np.random.Generator) -> None:
+    """One random damage to a model: a dropped or extra input, random int attributes, random
+    extents or element types, a float where an int attribute belongs."""
+    g = m.graph
+    node = g.node[int(rng.integers(len(g.node)))]
+    match int(rng.integers(6)):
+        case 0 if len(node.input):
+            del node.input[-1]
+        case 1:
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.INT:
+                    a.i = int(rng.integers(-6, 6))
+                elif a.type == onnx.AttributeProto.INTS:
+                    del a.ints[:]
+                    a.ints.extend(int(v) for v in rng.integers(-6, 6, size=rng.integers(4)))
+        case 2:
+            for v in g.input:
+                dims = v.type.tensor_type.shape.dim
+                if len(dims):
+                    dims[int(rng.integers(len(dims)))].dim_value = int(rng.integers(5))
+        case 3:
+            node.input.append(node.input[0] if len(node.input) else "nothing")
+        case 4:
+            node.attribute.append(helper.make_attribute("axis", float(rng.standard_normal())))
+        case _:
+            for v in g.input:
+                v.type.tensor_type.elem_type = int(rng.integers(24))
+
+
+def test_damaged_models_raise_only_unsupported_onnx() -> None:
+    rng = np.random.default_rng(2024)
+    for case in _node_cases():
+        if not {n.op_type for n in case.model.graph.node} <= set(SUPPORTED_OPS):
+            continue
+        ins = [_array(x) for x in case.data_sets[0][0]]
+        names = [v.name for v in case.model.graph.input]
+        bind = {
+            k: v for k, v in zip(names, ins, strict=False) if v is not None and v.dtype == np.int64
+        }
+        for _ in range(3):
+            damaged = onnx.ModelProto()
+            damaged.CopyFrom(case.model)
+            _mutate(damaged, rng)
+            with contextlib.suppress(UnsupportedOnnx):  # anything else fails the test
+                import_model(damaged, constants=bind)
 
 
 def test_import_poot_ir_does_not_import_onnx() -> None:
