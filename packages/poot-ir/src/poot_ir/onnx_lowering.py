@@ -1,7 +1,9 @@
 """The ONNX frontend's lowering context: ONNX values as program values or constants.
 
 Nothing here imports onnx. ``poot_ir.onnx`` decodes a model into ``Node`` records and numpy
-arrays; the handlers in ``poot_ir.onnx_ops`` lower one node each through a ``Lowering``.
+arrays; the rules in ``poot_ir.onnx_compute`` and ``poot_ir.onnx_layout`` (run by
+``poot_ir.onnx_ops.lower``) lower one node each through a ``Lowering``, with the helpers at the
+end of this module.
 
 An ONNX value is either a ``Var`` of the program being built or a ``Const``: an initializer, a
 ``Constant`` node, a graph input bound by the caller, or a result computed at import time. A
