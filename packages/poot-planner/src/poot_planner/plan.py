@@ -34,6 +34,7 @@ from poot_ir.numerics import (
 )
 
 from poot_planner.admission import admit
+from poot_planner.chunking import chunk_region
 from poot_planner.narrowing import (
     literal_refusals,
     narrow_to_device_precision,
@@ -186,34 +187,30 @@ def _xdna2_layout(
     refusals: list[Refusal] = []
     jobs: list[tuple[int, TileOp]] = []  # (last equation, job) so jobs follow program order
     for i, a in admissions.items():
-        jobs.append((i, tile_for_eqn(0, i, program.eqns[i], a.kernel, limits)))
+        jobs.append((i, tile_for_eqn(0, i, program.eqns[i], a.kernel)))
     for g in groups:
         if g.failures or len(g.outputs) != 1:
             continue
         # ordered by the equation that makes its output: a step after it is dead code, and a
         # later key would put the kernel after a tile that reads its output
         made_at = next(i for i in g.eqns if program.eqns[i].out.id == g.outputs[0].id)
-        jobs.append(
-            (made_at, tile_for_group(0, g.eqns, g.inputs, g.outputs[0], g.cols, g.bound, limits))
-        )
+        jobs.append((made_at, tile_for_group(0, g.eqns, g.inputs, g.outputs[0], g.cols, g.bound)))
     jobs.sort(key=lambda j: j[0])
     tiles: list[TileOp] = []
     for last, job in jobs:
         prim = program.eqns[last].prim.value
-        if job.chunk == 0:
+        alone = chunk_region([job], limits.tile_bytes)
+        if isinstance(alone, int):
             refusals.append(
                 Refusal(
                     RefusalKind.REGION_LIMIT,
                     last,
                     prim,
-                    (
-                        ("limit", "tile_bytes"),
-                        ("needed", job.tile_bytes),
-                        ("available", limits.tile_bytes),
-                    ),
+                    (("limit", "tile_bytes"), ("needed", alone), ("available", limits.tile_bytes)),
                 )
             )
             continue
+        job = alone[0][0]
         if job.streams_in > limits.streams_per_tile:
             refusals.append(
                 Refusal(
@@ -247,6 +244,7 @@ def _xdna2_layout(
             contract = admissions[i].contract if i in admissions else None
             admissions[i] = Admission(i, job.kind, contract, index)
     regions = form_regions(program, tuple(tiles), limits)
+    chunked = tuple(t for r in regions for t in r.tiles)  # as each region chunks its tiles
     if len(regions) > limits.contexts:
         refusals.append(
             Refusal(
@@ -256,7 +254,7 @@ def _xdna2_layout(
                 (("limit", "contexts"), ("needed", len(regions)), ("available", limits.contexts)),
             )
         )
-    return tuple(tiles), regions, refusals
+    return chunked, regions, refusals
 
 
 def _numerics(

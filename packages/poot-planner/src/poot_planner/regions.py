@@ -6,9 +6,11 @@ FIFO and never reaches host memory; every other tensor it reads or writes is a h
 through a shim DMA channel, at a fixed offset in a host arena.
 
 Regions are formed greedily in program order: a region closes where adding the next tile job
-would break a bound (``RegionLimits``): compute tiles, host streams in, host streams out. The
-streams of a candidate region are counted exactly: a value produced inside it goes out to the
-host only if a tile outside it (earlier or later) or the program's results read it. A program
+would break a bound (``RegionLimits``): compute tiles, host streams in, host streams out, or
+tile-local bytes once the tiles that share a FIFO share its object size
+(``poot_planner.chunking``). The streams of a candidate region are counted exactly: a value
+produced inside it goes out to the host only if a tile outside it (earlier or later) or the
+program's results read it. The tiles of a formed region carry the chunking they run. A program
 needing more regions than the device has contexts is refused with ``CONTEXT_LIMIT``.
 """
 
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 from poot_ir import Program, Var
 
+from poot_planner.chunking import chunk_region
 from poot_planner.target import RegionLimits
 from poot_planner.tiles import TileOp
 
@@ -90,6 +93,7 @@ def form_regions(
             len(group) <= limits.compute_tiles
             and len(h_in) <= limits.host_streams_in
             and len(h_out) <= limits.host_streams_out
+            and not isinstance(chunk_region(group, limits.tile_bytes), int)
         )
 
     regions: list[Region] = []
@@ -97,9 +101,9 @@ def form_regions(
 
     def close() -> None:
         h_in, h_out, internal = _streams(current, readers, results)
-        regions.append(
-            Region(len(regions), tuple(current), tuple(h_in), tuple(h_out), tuple(internal))
-        )
+        chunked = chunk_region(current, limits.tile_bytes)
+        tiles_ = tuple(chunked[0]) if not isinstance(chunked, int) else tuple(current)
+        regions.append(Region(len(regions), tiles_, tuple(h_in), tuple(h_out), tuple(internal)))
 
     for t in tiles:
         if current and not fits([*current, t]):

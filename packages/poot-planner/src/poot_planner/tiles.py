@@ -1,20 +1,11 @@
-"""XDNA2 tile jobs: what each compute tile runs, and how its tensors are chunked to fit.
+"""XDNA2 tile jobs: what each compute tile runs.
 
 Every admitted equation (or recognized row kernel) is one ``TileOp`` on its own compute tile.
-A tile streams its tensors through its DMA channels in *chunks*, so that its buffers fit the
-tile's data memory:
-
-- A streamed tensor is double-buffered (an object FIFO of depth 2): ``2 * chunk`` units.
-- A resident tensor (a norm's weight vector, a gather's table and indices) is loaded once,
-  depth 1, whole.
-- ``tile_bytes = resident bytes + 2 * chunk * (bytes per unit of every streamed input and
-  of the output)`` must be at most the target's ``tile_bytes`` (64512: 64 KiB less the 1 KiB
-  stack).
-
-The chunk is the largest divisor of the tensor's units that fits, so every chunk is full and
-the object FIFOs have one fixed size. A *unit* is an element (pointwise), a row (row kernels),
-or one gathered slice (gather). An equation whose one-unit chunk does not fit is refused with
-``REGION_LIMIT`` naming ``tile_bytes``, the bytes needed and the bytes available.
+A tile streams its tensors through its DMA channels in *chunks* of whole *units*: an element
+(pointwise), a row (row kernels), or one gathered slice (gather). A resident tensor (a norm's
+weight vector, a gather's table and indices) is loaded once, whole. How many units go through
+per call is decided per region by ``poot_planner.chunking`` (tiles that share a FIFO share
+one object size); a job made here is unchunked until then.
 """
 
 from __future__ import annotations
@@ -24,11 +15,9 @@ from dataclasses import dataclass
 
 from poot_ir import Eqn, GatherParams, Literal, Var
 
-from poot_planner.target import KernelClass, RegionLimits
+from poot_planner.target import KernelClass
 
-__all__ = ["FIFO_DEPTH", "Operand", "TileOp", "chunk_for", "tile_for_eqn", "tile_for_group"]
-
-FIFO_DEPTH = 2
+__all__ = ["Operand", "TileOp", "tile_for_eqn", "tile_for_group"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,34 +64,6 @@ class TileOp:
         return len(self.inputs)
 
 
-def _bytes(inputs: tuple[Operand, ...], out: Var, out_unit: int, chunk: int) -> int:
-    resident = sum(op.var.type.nbytes for op in inputs if op.resident)
-    per_unit = (
-        sum(op.unit_bytes for op in inputs if not op.resident) + out_unit * out.dtype.itemsize
-    )
-    return resident + FIFO_DEPTH * chunk * per_unit
-
-
-def chunk_for(
-    inputs: tuple[Operand, ...], out: Var, out_unit: int, units: int, limit: int
-) -> tuple[int, int]:
-    """The largest chunk (a divisor of ``units``) whose buffers fit ``limit``, and its bytes.
-
-    Returns ``(0, bytes of a one-unit chunk)`` when not even one unit fits.
-    """
-    if units == 0:
-        return 1, _bytes(inputs, out, out_unit, 1)
-    divisors: set[int] = set()
-    for d in range(1, math.isqrt(units) + 1):
-        if units % d == 0:
-            divisors.update((d, units // d))
-    for d in sorted(divisors, reverse=True):
-        b = _bytes(inputs, out, out_unit, d)
-        if b <= limit:
-            return d, b
-    return 0, _bytes(inputs, out, out_unit, 1)
-
-
 def _distinct(vars_: list[Var]) -> list[Var]:
     seen: dict[int, Var] = {}
     for v in vars_:
@@ -110,8 +71,8 @@ def _distinct(vars_: list[Var]) -> list[Var]:
     return list(seen.values())
 
 
-def tile_for_eqn(index: int, i: int, e: Eqn, kind: KernelClass, limits: RegionLimits) -> TileOp:
-    """The tile job of one admitted equation. ``chunk == 0`` means it does not fit."""
+def tile_for_eqn(index: int, i: int, e: Eqn, kind: KernelClass) -> TileOp:
+    """The (unchunked) tile job of one admitted equation."""
     out = e.out
     tensors = _distinct([a for a in e.inputs if isinstance(a, Var)])
     inputs: tuple[Operand, ...]
@@ -122,20 +83,15 @@ def tile_for_eqn(index: int, i: int, e: Eqn, kind: KernelClass, limits: RegionLi
             inputs = (Operand(x, cols),)
             units, out_unit = out.type.size, 1
         case KernelClass.GATHER:
-            table, idx = e.inputs
-            assert (
-                isinstance(table, Var)
-                and isinstance(idx, Var)
-                and isinstance(e.params, GatherParams)
-            )
-            inner = math.prod(table.shape[e.params.axis + 1 :])
+            table, idx = tensors[0], tensors[-1]  # the type rules make both tensors
+            axis = e.params.axis if isinstance(e.params, GatherParams) else 0
+            inner = math.prod(table.shape[axis + 1 :])
             inputs = (Operand(table, 0, resident=True), Operand(idx, 0, resident=True))
             units, out_unit = out.type.size // inner if inner else 0, inner
         case _:
             inputs = tuple(Operand(v, 1) for v in tensors)
             units, out_unit = out.type.size, 1
-    chunk, nbytes = chunk_for(inputs, out, out_unit, units, limits.tile_bytes)
-    return TileOp(index, kind, (i,), inputs, out, out_unit, units, chunk, nbytes)
+    return TileOp(index, kind, (i,), inputs, out, out_unit, units, max(units, 1), 0)
 
 
 def tile_for_group(
@@ -145,7 +101,6 @@ def tile_for_group(
     output: Var,
     cols: int,
     bound: float | None,
-    limits: RegionLimits,
 ) -> TileOp:
     """The tile job of a row kernel: row-shaped inputs stream by rows, ``[cols]`` vectors are
     resident."""
@@ -154,9 +109,8 @@ def tile_for_group(
         for v in inputs
     )
     units = output.type.size // cols if cols else 0
-    chunk, nbytes = chunk_for(ops, output, cols, units, limits.tile_bytes)
     return TileOp(
-        index, KernelClass.FUSED_NORM, eqns, ops, output, cols, units, chunk, nbytes, bound
+        index, KernelClass.FUSED_NORM, eqns, ops, output, cols, units, max(units, 1), 0, bound
     )
 
 

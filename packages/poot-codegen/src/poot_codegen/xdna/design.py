@@ -39,6 +39,7 @@ from enum import Enum
 
 from poot_ir import CodegenError, DType
 from poot_planner import KernelClass, RegionLimits
+from poot_planner.chunking import words as chunking_words
 
 __all__ = [
     "ARENA_ALIGN",
@@ -75,9 +76,7 @@ ARENA_ALIGN = 64
 """Every slot starts at a multiple of this many bytes of its arena."""
 
 
-def words(nbytes: int) -> int:
-    """``nbytes`` rounded up to whole 32-bit words, in bytes (what a DMA moves)."""
-    return -(-nbytes // 4) * 4
+words = chunking_words  # one rounding rule for the planner's chunking and the layout
 
 
 class DesignError(CodegenError):

@@ -4,22 +4,18 @@
   row ``2 + k % 4``), as IRON's ``SequentialPlacer`` places workers.
 - FIFOs: one per tile output (producer -> its consumer tiles, plus the shim when the value
   goes to the host: a broadcast), one per host input (shim -> its consumer tiles).
-- Chunking: every endpoint of a FIFO must see objects of one size, so the tiles that stream a
-  common FIFO (a *chunk group*) make the same number of calls per run. A group takes the
-  fewest calls (the largest chunks, as the planner chose them per tile) that divide every
-  member's units and fit every member's buffers; a FIFO that some tile holds resident (a
-  gather's table or indices, a norm's weight) is one object, so the tiles streaming it make
-  one call. A group that fits no chunking is a ``DesignError`` naming the tile bytes.
+- Chunking: exactly the planner's (``poot_planner.chunking``): the tiles that stream a common
+  FIFO make the same number of calls per run, and a FIFO some tile holds resident is one
+  object. The design records it; ``validate`` checks every bound again.
 - Shims: a host input on the shim of its first consumer's column, an output on its producer's
   column; when that shim's two channels are taken, the nearest shim with one free.
 """
 
 from __future__ import annotations
 
-import math
-
 from poot_ir import Var
 from poot_planner import Plan, Region, RegionLimits, TileOp
+from poot_planner.chunking import Chunking, words
 
 from poot_codegen.xdna.arenas import build_layout
 from poot_codegen.xdna.design import (
@@ -36,7 +32,6 @@ from poot_codegen.xdna.design import (
     ProgramDesign,
     RegionDesign,
     Transfer,
-    words,
 )
 from poot_codegen.xdna.kernels import kernel_symbol, region_object
 from poot_codegen.xdna.validate import validate
@@ -72,95 +67,15 @@ def build_design(plan: Plan) -> ProgramDesign:
     return ProgramDesign(plan.program.name, DEVICE, limits, layout, regions)
 
 
-class _Endpoints:
-    """Who streams and who holds each value of one region."""
-
-    def __init__(self, region: Region) -> None:
-        self.made: dict[int, TileOp] = {t.output.id: t for t in region.tiles}
-        self.values: dict[int, Var] = {v.id: v for v in region.host_in}
-        self.values.update((t.output.id, t.output) for t in region.tiles)
-        self.readers: dict[int, list[tuple[TileOp, bool]]] = {v: [] for v in self.values}
-        for t in region.tiles:
-            for op in t.inputs:
-                self.readers[op.var.id].append((t, op.resident))
-
-    def whole(self, v: int) -> bool:
-        """Some tile holds ``v`` resident: it moves as one object."""
-        return any(resident for _, resident in self.readers[v])
-
-    def streaming(self, v: int) -> list[TileOp]:
-        tiles = [t for t, resident in self.readers[v] if not resident]
-        return ([self.made[v]] if v in self.made else []) + tiles
-
-
-def _chunk_groups(region: Region, ends: _Endpoints) -> list[list[TileOp]]:
-    parent = {t.index: t.index for t in region.tiles}
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for v in ends.values:
-        tiles = ends.streaming(v)
-        for t in tiles[1:]:
-            parent[find(t.index)] = find(tiles[0].index)
-    groups: dict[int, list[TileOp]] = {}
-    for t in region.tiles:
-        groups.setdefault(find(t.index), []).append(t)
-    return list(groups.values())
-
-
 def _object(v: Var, n: int) -> tuple[int, int]:
     """(elements, bytes) of one object when ``v`` moves as ``n`` objects."""
     elems = v.type.size // n
     return elems, words(elems * v.dtype.itemsize)
 
 
-def _tile_bytes(t: TileOp, n: int, ends: _Endpoints) -> int | None:
-    """FIFO buffer bytes of ``t`` making ``n`` calls per run, or None when a padded BOOL
-    object would have to be split."""
-    total = 0
-    for v in [op.var for op in t.inputs] + [t.output]:
-        whole = ends.whole(v.id)
-        objects = 1 if whole else n
-        elems, nbytes = _object(v, objects)
-        if nbytes != elems * v.dtype.itemsize and objects > 1:
-            return None
-        total += (1 if whole else 2) * nbytes
-    return total
-
-
-def _calls(region: Region, ends: _Endpoints, limits: RegionLimits) -> dict[int, int]:
-    """Calls per run of every tile job of the region."""
-    calls: dict[int, int] = {}
-    for group in _chunk_groups(region, ends):
-        where = f"region {region.index}, tiles {[t.index for t in group]}"
-        if any(t.units == 0 for t in group):
-            raise DesignError("a tile job over an empty tensor", where=where)
-        forced = any(
-            ends.whole(v.id) for t in group for v in [op.var for op in t.inputs] + [t.output]
-        )
-        g = math.gcd(*(t.units for t in group))
-        candidates = [1] if forced else sorted(d for d in range(1, g + 1) if g % d == 0)
-        best: int | None = None
-        need = 0
-        for n in candidates:
-            sizes = [_tile_bytes(t, n, ends) for t in group]
-            if all(s is not None and s <= limits.tile_bytes for s in sizes):
-                best = n
-                break
-            need = max((s for s in sizes if s is not None), default=need)
-        if best is None:  # ``need``: the largest tile's bytes at the finest chunking tried
-            raise DesignError("tile-local bytes", need, limits.tile_bytes, where)
-        calls.update((t.index, best) for t in group)
-    return calls
-
-
 def _region(region: Region, layout: HostLayout, limits: RegionLimits) -> RegionDesign:
-    ends = _Endpoints(region)
-    calls = _calls(region, ends, limits)
+    ends = Chunking(region.tiles)
+    calls = {t.index: t.n_chunks for t in region.tiles}  # the planner's chunking, as it ran
     placed = {t.index: place(k) for k, t in enumerate(region.tiles)}
     host_out = {v.id for v in region.host_out}
     shims = _Shims()
@@ -169,7 +84,7 @@ def _region(region: Region, layout: HostLayout, limits: RegionLimits) -> RegionD
         whole = ends.whole(v.id)
         producer = ends.made.get(v.id)
         streaming = ends.streaming(v.id)
-        n = 1 if whole or not streaming else calls[streaming[0].index]
+        n = 1 if whole or not streaming else max(calls[streaming[0].index], 1)
         elems, nbytes = _object(v, n)
         consumers = tuple(sorted({t.index for t, _ in ends.readers[v.id]}))
         is_in, is_out = producer is None, v.id in host_out
@@ -225,7 +140,7 @@ def _core(t: TileOp, at: tuple[int, int], n: int, fifos: dict[int, Fifo]) -> Cor
         inputs=ins,
         output=out,
         units=t.units,
-        chunk=t.units // n,
+        chunk=t.chunk,
         n_chunks=n,
         buffer_bytes=sum(f.depth * f.nbytes for f in used),
     )

@@ -1,0 +1,126 @@
+"""How many calls each tile of a region makes per run: the chunking the NPU actually runs.
+
+Every endpoint of an object FIFO sees objects of one size, so the tiles that *stream* a common
+FIFO (its producer and its streaming readers: a *chunk group*) make the same number of calls
+per run. A FIFO that some tile holds resident (a gather's table or indices, a norm's weight) is
+one object, so a tile that streams it makes one call. A group takes the fewest calls (the
+largest chunks) that divide every member's units and fit every member's buffers:
+
+    bytes of a tile = sum over its tensors of (1 if the tensor is one object else 2) x
+                      (its object bytes, rounded up to whole 32-bit words)
+
+A BOOL tensor whose object is not a whole number of words moves as one object. This is the one
+place the rule lives: the region former asks it whether a candidate region can be chunked, and
+the XDNA2 designer lays out exactly the chunks it returns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+from poot_ir import Var
+
+from poot_planner.tiles import TileOp
+
+__all__ = ["Chunking", "chunk_region", "words"]
+
+
+def words(nbytes: int) -> int:
+    """``nbytes`` rounded up to whole 32-bit words (DMA moves words)."""
+    return -(-nbytes // 4) * 4
+
+
+class Chunking:
+    """Who streams and who holds each value of one candidate region."""
+
+    def __init__(self, tiles: Sequence[TileOp]) -> None:
+        self.tiles = list(tiles)
+        self.made: dict[int, TileOp] = {t.output.id: t for t in tiles}
+        # host inputs first, then the tiles' outputs, each in program order
+        self.values: dict[int, Var] = {
+            op.var.id: op.var for t in tiles for op in t.inputs if op.var.id not in self.made
+        }
+        self.values.update((t.output.id, t.output) for t in tiles)
+        self.readers: dict[int, list[tuple[TileOp, bool]]] = {v: [] for v in self.values}
+        for t in tiles:
+            for op in t.inputs:
+                self.readers[op.var.id].append((t, op.resident))
+
+    def whole(self, v: int) -> bool:
+        """Some tile holds ``v`` resident: it moves as one object."""
+        return any(resident for _, resident in self.readers[v])
+
+    def streaming(self, v: int) -> list[TileOp]:
+        """The tiles that stream ``v``: its producer (if in the region) and non-resident readers."""
+        readers = [t for t, resident in self.readers[v] if not resident]
+        return ([self.made[v]] if v in self.made else []) + readers
+
+    def groups(self) -> list[list[TileOp]]:
+        parent = {t.index: t.index for t in self.tiles}
+
+        def find(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        for v in self.values:
+            tiles = self.streaming(v)
+            for t in tiles[1:]:
+                parent[find(t.index)] = find(tiles[0].index)
+        out: dict[int, list[TileOp]] = {}
+        for t in self.tiles:
+            out.setdefault(find(t.index), []).append(t)
+        return list(out.values())
+
+    def tile_bytes(self, t: TileOp, n: int) -> int | None:
+        """Buffer bytes of ``t`` making ``n`` calls per run (None: a padded BOOL object would
+        have to be split)."""
+        total = 0
+        for v in [op.var for op in t.inputs] + [t.output]:
+            objects = 1 if self.whole(v.id) else n
+            elems = v.type.size // objects
+            nbytes = words(elems * v.dtype.itemsize)
+            if nbytes != elems * v.dtype.itemsize and objects > 1:
+                return None
+            total += (1 if objects == 1 and self.whole(v.id) else 2) * nbytes
+        return total
+
+    def forced_single(self, group: list[TileOp]) -> bool:
+        """A member streams a value some tile holds resident: the group makes one call."""
+        members = {t.index for t in group}
+        return any(
+            self.whole(v) and any(t.index in members for t in self.streaming(v))
+            for v in self.values
+        )
+
+
+def chunk_region(tiles: Sequence[TileOp], limit: int) -> tuple[list[TileOp], int] | int:
+    """The region's tiles with the chunking they run (``TileOp.chunk`` and ``tile_bytes``
+    updated) and the region's largest tile bytes, or, when some chunk group fits no chunking,
+    the bytes its largest tile would need at the finest chunking tried."""
+    c = Chunking(tiles)
+    calls: dict[int, int] = {}
+    for group in c.groups():
+        if any(t.units == 0 for t in group):
+            calls.update((t.index, 0) for t in group)  # an empty tensor: no call at all
+            continue
+        g = math.gcd(*(t.units for t in group))
+        candidates = [1] if c.forced_single(group) else [d for d in range(1, g + 1) if g % d == 0]
+        need = 0
+        for n in candidates:
+            sizes = [c.tile_bytes(t, n) for t in group]
+            if all(s is not None and s <= limit for s in sizes):
+                calls.update((t.index, n) for t in group)
+                break
+            need = max([s for s in sizes if s is not None] + [need])
+        else:
+            return need
+    out = []
+    for t in tiles:
+        n = calls[t.index]
+        nbytes = c.tile_bytes(t, max(n, 1)) or 0
+        out.append(replace(t, chunk=t.units // n if n else 1, tile_bytes=nbytes))
+    return out, max((t.tile_bytes for t in out), default=0)
