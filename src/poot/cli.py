@@ -134,7 +134,10 @@ def _import(console: Console, args: argparse.Namespace) -> int:
     from poot_ir import format_program
     from poot_ir.onnx import import_model
 
-    imported = import_model(args.model)
+    try:
+        imported = import_model(args.model)
+    except OSError as err:
+        raise _InputError(f"cannot read {args.model}: {err.strerror or err}") from None
     text = format_program(imported.program)
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")

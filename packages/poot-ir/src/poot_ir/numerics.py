@@ -131,7 +131,9 @@ def _smallest_normal(x: Array) -> float:
 
 
 def _f64(x: Any) -> Array:
-    return np.asarray(x).astype(np.float64)
+    # widening a signalling NaN raises "invalid" in numpy; the value is still a NaN
+    with np.errstate(invalid="ignore"):
+        return np.asarray(x).astype(np.float64)
 
 
 class _Domain:
