@@ -30,7 +30,9 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def conformance(session: nox.Session) -> None:
     """One suite, programs x targets x devices, on every hardware-free device."""
-    session.run("pytest", "-q", "tests/conformance", "-m", "not xdna and not npu_intel", *session.posargs)
+    session.run(
+        "pytest", "-q", "tests/conformance", "-m", "not xdna and not npu_intel", *session.posargs
+    )
 
 
 @nox.session
@@ -52,7 +54,9 @@ def bench(session: nox.Session) -> None:
 
 def _hardware_session(session: nox.Session, shell: str, marker: str, probe: str) -> None:
     if os.environ.get("POOT_NIX_SHELL") != shell:
-        session.error(f"run this session inside `nix develop .#{shell}` (POOT_NIX_SHELL is not {shell!r})")
+        session.error(
+            f"run this session inside `nix develop .#{shell}` (POOT_NIX_SHELL is not {shell!r})"
+        )
     session.run("python", "-m", "poot", "devices", "--require", probe)
     session.run("pytest", "-q", "-m", marker, "-p", "no:randomly", *session.posargs)
 
