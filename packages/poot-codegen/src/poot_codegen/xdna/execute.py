@@ -1,10 +1,17 @@
-"""A reference executor of a ``ProgramDesign`` over numpy arenas, for codegen's own tests.
+"""The executor of a ``ProgramDesign`` over host memory: the one piece of code that runs a design
+without the NPU.
 
-It follows the execution contract in ``design`` to the letter, with the region kernels built by
-the host C compiler (``hostbuild``): it proves that the kernels, the layout, the offsets and the
-chunking compute what the oracle computes. It is not a device (no engine, no recording, no
-checks): ``poot_npu.XdnaHostDevice`` is. Cores run one after another in design order, each over
-all its chunks, which is what the pipelined array computes (producers come first).
+It follows the execution contract in ``design`` to the letter, with the kernels built by the host
+C compiler (``hostbuild``): it proves that the kernels, the layout, the offsets and the chunking
+compute what the oracle computes. ``poot_npu.xdna_host.XdnaHostDevice`` runs its dispatches with
+it (``write_arguments``, ``run_region`` per region, ``read_results`` over arenas it keeps), the
+fake XRT of poot-npu's tests runs each kernel call with ``run_region`` over the buffer objects'
+memory, and codegen's own tests call ``run_design``. Cores run one after another in design order,
+each over all its chunks, which is what the pipelined array computes (producers come first).
+
+Arenas are flat ``uint8`` arrays, one per ``HostLayout.arenas`` entry, in index order. A region
+reads and writes only the byte ranges its transfers name; a value one region hands to a later
+one crosses through its slot (in the scratch arena), exactly as on the NPU.
 """
 
 from __future__ import annotations
@@ -17,11 +24,19 @@ from typing import Any
 import numpy as np
 from poot_planner import Plan
 
-from poot_codegen.xdna.design import Core, Direction, ProgramDesign, RegionDesign
+from poot_codegen.xdna.design import Core, Direction, HostLayout, ProgramDesign, RegionDesign
 from poot_codegen.xdna.hostbuild import load_library
 from poot_codegen.xdna.kernels import region_source
 
-__all__ = ["load_region_libraries", "run_design", "run_region"]
+__all__ = [
+    "Bytes",
+    "load_region_libraries",
+    "new_arenas",
+    "read_results",
+    "run_design",
+    "run_region",
+    "write_arguments",
+]
 
 Bytes = np.ndarray[Any, np.dtype[np.uint8]]
 
@@ -31,25 +46,43 @@ def load_region_libraries(plan: Plan, cache_dir: Path) -> tuple[ctypes.CDLL, ...
     return tuple(load_library(region_source(plan, r), cache_dir) for r in plan.regions)
 
 
-def run_design(
-    design: ProgramDesign, libraries: Sequence[ctypes.CDLL], inputs: Mapping[str, np.ndarray]
-) -> dict[str, np.ndarray]:
-    """Write ``inputs`` (one array per argument, by name) into fresh arenas, run every region
-    in order and return every result by name (fresh arrays)."""
-    layout = design.layout
-    arenas = [np.zeros(a.nbytes, np.uint8) for a in layout.arenas]
+def new_arenas(layout: HostLayout) -> list[Bytes]:
+    """Zero-filled arenas of ``layout``, in index order."""
+    return [np.zeros(a.nbytes, np.uint8) for a in layout.arenas]
+
+
+def write_arguments(
+    layout: HostLayout, arenas: Sequence[Bytes], inputs: Mapping[str, np.ndarray]
+) -> None:
+    """Write every argument (one array per argument name) into its slot."""
     for b in layout.arguments:
         s = layout.slot(b.value)
         data = np.ascontiguousarray(inputs[b.name], dtype=s.dtype.numpy).reshape(-1)
         arenas[s.arena][s.offset : s.offset + s.nbytes] = data.view(np.uint8)
-    for region, lib in zip(design.regions, libraries, strict=True):
-        run_region(region, lib, arenas)
+
+
+def read_results(layout: HostLayout, arenas: Sequence[Bytes]) -> dict[str, np.ndarray]:
+    """Every result, by name, read out of its slot as a fresh array."""
     out = {}
     for b in layout.results:
         s = layout.slot(b.value)
         raw = arenas[s.arena][s.offset : s.offset + s.nbytes].copy()
         out[b.name] = raw.view(s.dtype.numpy).reshape(s.shape)
     return out
+
+
+def run_design(
+    design: ProgramDesign, libraries: Sequence[ctypes.CDLL], inputs: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Write ``inputs`` (one array per argument, by name) into fresh arenas, run every region
+    in order (``libraries``: one per region, or one holding every region's kernels) and return
+    every result by name (fresh arrays)."""
+    libs = list(libraries) * len(design.regions) if len(libraries) == 1 else list(libraries)
+    arenas = new_arenas(design.layout)
+    write_arguments(design.layout, arenas, inputs)
+    for region, lib in zip(design.regions, libs, strict=True):
+        run_region(region, lib, arenas)
+    return read_results(design.layout, arenas)
 
 
 def run_region(region: RegionDesign, lib: ctypes.CDLL, arenas: Sequence[Bytes]) -> None:

@@ -1,0 +1,357 @@
+"""``XdnaHostDevice``: the hardware-free stand-in for the AMD XDNA2 NPU (target ``"xdna2"``).
+
+It runs what the NPU would run, short of the NPU's toolchain and silicon: the region design
+(``poot_codegen.xdna.design_program``) and the same generated C kernels, built by the host C
+compiler (``hostbuild``) instead of Peano, executed region by region over host arenas by the
+one design executor (``poot_codegen.xdna.execute``): the same layout, offsets, FIFO objects,
+chunking and call order as the NPU's runtime sequence. It proves the generated kernels, layout,
+offsets and chunking; not the NPU toolchain or silicon (``stand_in``, ``describe()``).
+
+The artifact:
+
+- ``lower``: the design (``encode_design``), the whole program's kernels as one C translation
+  unit (``program_source``) and ``link.artifact_source`` (the MLIR of every region, its kernel
+  source and the kernel headers) framed into one bytes value, and the design's signature.
+- ``compile``: the host C compiler builds the kernels into a shared library, cached under
+  ``cache_dir`` by the sha256 of the compiler, flags, source and headers; the blob is the
+  design and the C source (portable: any process with a C compiler can load it, and a process
+  sharing ``cache_dir`` finds the library built).
+- ``load``: checks the blob's frame and digest and decodes and re-validates the design (a
+  damaged or foreign blob, or one whose kernels do not build or lack a core's symbol, is
+  ``BlobRefused``), loads the library (from the cache, else building it), and reads the
+  signature back from the design's layout. Each artifact keeps its own arenas.
+
+Buffers are numpy arrays. A dispatch checks its command first (``check_dispatch``: another
+device's or an unloaded artifact, a buffer not allocated here or not the artifact's ABI is
+``DispatchRefused`` before anything runs), then, in a worker thread waited on for at most the
+deadline (``DeadlineRunner``): writes the argument buffers into their arena slots, runs each
+region (transfers in, every core's chunks through ctypes, transfers out; a value crossing
+regions goes through its scratch-arena slot) and reads the results out of their slots; then
+copies them into the output buffers. A missed deadline is ``DeadlineExceeded`` and poisons the
+device: every later call but ``close`` raises ``DevicePoisoned``, and the failed run's arenas and
+buffers stay referenced until ``close``.
+
+``last_run_stats()`` counts the last dispatch: regions run (one kernel call, so one hardware
+context's dispatch each) and the bytes its transfers moved between the host arenas and the array,
+against the minimum (``traffic``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+from poot_codegen.xdna import Direction, ProgramDesign, design_program, program_source
+from poot_codegen.xdna.execute import (
+    Bytes,
+    new_arenas,
+    read_results,
+    run_region,
+    write_arguments,
+)
+from poot_codegen.xdna.hostbuild import (
+    DEFAULT_COMPILERS,
+    HOST_CFLAGS,
+    build_library,
+    load_library,
+)
+from poot_codegen.xdna.link import artifact_source
+from poot_engine.blob_cache import default_cache_dir
+from poot_engine.deadline import DeadlineRunner
+from poot_engine.device import (
+    Artifact,
+    ArtifactSource,
+    Buffer,
+    DeviceIdentity,
+    check_dispatch,
+)
+from poot_ir import (
+    BlobRefused,
+    CompileFailed,
+    DeadlineExceeded,
+    DeviceFailed,
+    DevicePoisoned,
+    TensorType,
+)
+
+from poot_npu.host_buffers import HostBuffers, next_id
+from poot_npu.xdna_artifact import (
+    decode_design,
+    design_signature,
+    encode_design,
+    frame,
+    unframe,
+)
+
+if TYPE_CHECKING:
+    from poot_codegen.xdna import RegionDesign
+    from poot_planner import Plan
+
+__all__ = ["TARGET", "RunStats", "XdnaHostDevice", "traffic"]
+
+TARGET: Final = "xdna2"
+_SOURCE: Final = "xdna2 host source"
+_BLOB: Final = "xdna2 host blob"
+_TOOL: Final = "XdnaHostDevice"
+
+
+@dataclass(frozen=True, slots=True)
+class RunStats:
+    """What one dispatch of a design moves. ``regions``: kernel calls (one per region, each on
+    its own hardware context on the NPU). ``host_bytes``: bytes its transfers move between the
+    host arenas and the array, both ways (a value crossing regions counts twice: out to the
+    scratch arena, back in). ``min_host_bytes``: each argument a region reads moved in once and
+    each result a region writes moved out once."""
+
+    regions: int
+    host_bytes: int
+    min_host_bytes: int
+
+    @property
+    def host_ratio(self) -> float:
+        """``host_bytes`` over the minimum: 1.0 when no intermediate reaches host memory."""
+        return self.host_bytes / self.min_host_bytes if self.min_host_bytes else 1.0
+
+
+def traffic(design: ProgramDesign) -> RunStats:
+    """The ``RunStats`` of one dispatch of ``design`` (the same every dispatch)."""
+    layout = design.layout
+    arguments = {b.value for b in layout.arguments}
+    results = {b.value for b in layout.results}
+    moved, minimum = 0, {}
+    for region in design.regions:
+        for t in region.transfers:
+            moved += t.nbytes
+            value = region.fifo(t.fifo).value
+            if (t.direction is Direction.TO_DEVICE and value in arguments) or (
+                t.direction is Direction.FROM_DEVICE and value in results
+            ):
+                minimum.setdefault((value, t.direction), t.nbytes)
+    return RunStats(len(design.regions), moved, sum(minimum.values()))
+
+
+@dataclass(slots=True)
+class _Loaded:
+    artifact: Artifact
+    design: ProgramDesign
+    library: ctypes.CDLL
+    arenas: list[Bytes]
+    stats: RunStats
+
+
+class XdnaHostDevice:
+    """The XDNA2 stand-in; see the module docstring. ``cache_dir`` holds the built kernel
+    libraries (default: ``xdna-host`` under the user cache directory); ``compiler`` is the host
+    C compiler (default ``cc``, then ``gcc``). ``runs`` counts completed dispatches."""
+
+    def __init__(self, cache_dir: Path | str | None = None, *, compiler: str | None = None) -> None:
+        self._name = "XdnaHostDevice"
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else _default_kernel_cache()
+        self._compiler = compiler
+        self._identity: DeviceIdentity | None = None
+        self._loaded: dict[int, _Loaded] = {}
+        self._buffers = HostBuffers(self._name)
+        self._runner = DeadlineRunner(f"poot {self._name} dispatch")
+        self._failed: list[tuple[_Loaded, tuple[np.ndarray, ...]]] = []
+        self._last: RunStats | None = None
+        self._closed = False
+        self.runs = 0
+
+    @property
+    def stand_in(self) -> bool:
+        """Always True: this is not the NPU."""
+        return True
+
+    @property
+    def target(self) -> str:
+        return TARGET
+
+    @property
+    def identity(self) -> DeviceIdentity:
+        if self._identity is None:
+            cc, version = _compiler_identity(self._compiler)
+            self._identity = DeviceIdentity(
+                part=f"host {platform.machine() or 'cpu'} standing in for an XDNA2 NPU (npu2)",
+                compiler=cc,
+                compiler_version=f"{version}; poot-codegen {metadata.version('poot-codegen')}",
+                options=(("cflags", " ".join(HOST_CFLAGS)),),
+            )
+        return self._identity
+
+    def describe(self) -> str:
+        i = self.identity
+        return (
+            f"{self._name}: hardware-free stand-in for the AMD XDNA2 NPU: the generated C "
+            f"kernels built by {i.compiler} ({i.compiler_version.split(';')[0]}) and each "
+            f"region design executed step by step over host arenas; proves the generated "
+            f"kernels, layout, offsets and chunking; not the NPU toolchain or silicon"
+        )
+
+    # -- artifacts -----------------------------------------------------------------------------
+
+    def lower(self, plan: Plan) -> ArtifactSource:
+        self._usable()
+        if plan.target.name != TARGET:
+            raise ValueError(f"{self._name} runs {TARGET} plans, not {plan.target.name}")
+        design = design_program(plan)
+        i = self.identity
+        fields = {"part": i.part, "compiler": i.compiler, "version": i.compiler_version}
+        sections = [
+            encode_design(design),
+            program_source(plan).encode(),
+            artifact_source(plan, fields=fields),
+        ]
+        return ArtifactSource(frame(_SOURCE, sections), design_signature(design))
+
+    def compile(self, source: ArtifactSource) -> bytes:
+        self._usable()
+        try:
+            design, c_source, _ = unframe(_SOURCE, source.data)
+            decode_design(design)
+            text = c_source.decode()
+        except (ValueError, UnicodeDecodeError) as err:
+            raise CompileFailed(_TOOL, str(err), "an artifact source") from None
+        build_library(text, self.cache_dir, compiler=self._compiler)
+        return frame(_BLOB, [design, c_source])
+
+    def load(self, blob: bytes) -> Artifact:
+        self._usable()
+        try:
+            raw, c_source = unframe(_BLOB, blob)
+            design = decode_design(raw)
+            text = c_source.decode()
+        except (ValueError, UnicodeDecodeError) as err:
+            raise BlobRefused(self._name, str(err)) from None
+        try:
+            library = load_library(text, self.cache_dir, compiler=self._compiler)
+        except CompileFailed as err:
+            raise BlobRefused(self._name, f"its kernels do not build: {err}") from None
+        for region in design.regions:
+            for core in region.cores:
+                if not hasattr(library, core.symbol):
+                    raise BlobRefused(self._name, f"no kernel {core.symbol} in its library")
+        artifact = Artifact(next_id(), design_signature(design))
+        arenas = new_arenas(design.layout)
+        self._loaded[artifact.id] = _Loaded(artifact, design, library, arenas, traffic(design))
+        return artifact
+
+    def unload(self, artifact: Artifact) -> None:
+        self._usable()
+        self._loaded.pop(artifact.id, None)
+
+    def design(self, artifact: Artifact) -> ProgramDesign:
+        """The design a loaded artifact runs (read from its blob)."""
+        return self._get(artifact).design
+
+    def arenas(self, artifact: Artifact) -> tuple[np.ndarray, ...]:
+        """Copies of a loaded artifact's arenas as the last dispatch left them."""
+        return tuple(a.copy() for a in self._get(artifact).arenas)
+
+    def last_run_stats(self) -> RunStats | None:
+        """The ``RunStats`` of the last completed dispatch (None before the first)."""
+        return self._last
+
+    # -- buffers -------------------------------------------------------------------------------
+
+    def allocate(self, type: TensorType) -> Buffer:
+        self._usable()
+        return self._buffers.allocate(type)
+
+    def free(self, buffer: Buffer) -> None:
+        self._usable()
+        self._buffers.free(buffer)
+
+    def write(self, buffer: Buffer, data: np.ndarray) -> None:
+        self._usable()
+        self._buffers.write(buffer, data)
+
+    def read(self, buffer: Buffer) -> np.ndarray:
+        self._usable()
+        return self._buffers.read(buffer)
+
+    def copy(self, src: Buffer, dst: Buffer) -> None:
+        self._usable()
+        self._buffers.copy(src, dst)
+
+    # -- running -------------------------------------------------------------------------------
+
+    def dispatch(self, artifact: Artifact, buffers: tuple[Buffer, ...], deadline_s: float) -> None:
+        self._usable()
+        loaded = self._loaded.get(artifact.id)
+        memory = self._buffers.memory
+        check_dispatch(artifact, buffers, loaded.artifact if loaded else None, memory, self._name)
+        assert loaded is not None  # check_dispatch refused otherwise
+        arrays = tuple(memory[b.id] for b in buffers)
+        n_in = len(artifact.signature.inputs)
+        specs = artifact.signature.args
+        inputs = {s.name: a for s, a in zip(specs[:n_in], arrays[:n_in], strict=True)}
+        design, library, arenas = loaded.design, loaded.library, loaded.arenas
+
+        def run() -> dict[str, np.ndarray]:
+            write_arguments(design.layout, arenas, inputs)
+            for region in design.regions:
+                self._run_region(region, library, arenas)
+            return read_results(design.layout, arenas)
+
+        what = f"{self._name} run of artifact {artifact.id}"
+        try:
+            results = self._runner.run(run, deadline_s, what)
+        except DeadlineExceeded:
+            self._failed.append((loaded, arrays))
+            raise
+        for spec, out in zip(specs[n_in:], arrays[n_in:], strict=True):
+            np.copyto(out, results[spec.name], casting="no")
+        self._last = loaded.stats
+        self.runs += 1
+
+    def _run_region(self, region: RegionDesign, library: ctypes.CDLL, arenas: list[Bytes]) -> None:
+        """One region's kernel call (in the worker thread). Tests slow it down here."""
+        run_region(region, library, arenas)
+
+    def close(self) -> None:
+        # A run that missed its deadline may still be writing its arenas: its worker holds its
+        # own references, so dropping ours here cannot free memory under it.
+        self._closed = True
+        self._runner.close()
+        self._failed.clear()
+        self._loaded.clear()
+        self._buffers.clear()
+
+    def _usable(self) -> None:
+        if self._closed:
+            raise DeviceFailed(f"{self._name} is closed")
+        if self._runner.missed:
+            raise DevicePoisoned(f"{self._name}: a run missed its deadline; close the device")
+
+    def _get(self, artifact: Artifact) -> _Loaded:
+        self._usable()
+        loaded = self._loaded.get(artifact.id)
+        if loaded is None or loaded.artifact != artifact:
+            raise DeviceFailed(f"{self._name}: artifact {artifact.id} is not loaded here")
+        return loaded
+
+
+def _default_kernel_cache() -> Path:
+    return default_cache_dir() / "xdna-host"
+
+
+def _compiler_identity(compiler: str | None) -> tuple[str, str]:
+    """(the host compiler's path, the first line of its ``--version``), or "unavailable"."""
+    for name in DEFAULT_COMPILERS if compiler is None else (compiler,):
+        path = shutil.which(name)
+        if path is None:
+            continue
+        try:
+            done = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
+        except OSError:
+            continue
+        lines = done.stdout.strip().splitlines()
+        return path, lines[0] if done.returncode == 0 and lines else "unknown version"
+    return "unavailable", "unavailable"
