@@ -125,7 +125,8 @@ def traffic(design: ProgramDesign) -> RunStats:
     layout = design.layout
     arguments = {b.value for b in layout.arguments}
     results = {b.value for b in layout.results}
-    moved, minimum = 0, {}
+    moved = 0
+    minimum: dict[tuple[int, Direction], int] = {}
     for region in design.regions:
         for t in region.transfers:
             moved += t.nbytes
@@ -245,6 +246,11 @@ class XdnaHostDevice:
     def unload(self, artifact: Artifact) -> None:
         self._usable()
         self._loaded.pop(artifact.id, None)
+
+    def loaded(self) -> tuple[Artifact, ...]:
+        """The artifacts loaded now, in load order."""
+        self._usable()
+        return tuple(x.artifact for x in self._loaded.values())
 
     def design(self, artifact: Artifact) -> ProgramDesign:
         """The design a loaded artifact runs (read from its blob)."""

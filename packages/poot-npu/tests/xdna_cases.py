@@ -1,0 +1,215 @@
+"""Programs, inputs and comparisons shared by the XDNA2 device tests (host stand-in, fake XRT and
+hardware): each op is compared with the oracle under the ``xdna2`` target's own contract."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from poot_engine import Engine
+from poot_ir import Builder, DType, Prim, Program, Storage, Var, evaluate, ops
+from poot_ir.numerics import (
+    Comparison,
+    Contract,
+    FiniteInputs,
+    FiniteNormalResult,
+    Interval,
+    NotNaN,
+    PositiveNormal,
+)
+from poot_planner import TARGETS
+
+XDNA2 = TARGETS["xdna2"]
+F32, I32 = DType.F32, DType.I32
+Array = np.ndarray[Any, np.dtype[Any]]
+
+UNARY = (Prim.NEG, Prim.RECIP, Prim.EXP, Prim.LOG, Prim.TANH, Prim.ERF, Prim.SQRT)
+BINARY = (Prim.ADD, Prim.SUB, Prim.MUL, Prim.DIV, Prim.GE, Prim.MAX)
+POINTWISE_SHAPE = (24, 700)  # 16800 elements: several chunks per tile
+
+
+def contract(prim: Prim) -> Contract:
+    cap = XDNA2.capability(prim, F32)
+    assert cap is not None, f"xdna2 admits no {prim.value} on f32"
+    return cap.contract
+
+
+def sample(prim: Prim, shape: tuple[int, ...], rng: np.random.Generator) -> Array:
+    """F32 values inside ``prim``'s contract domain, reaching its edges (and a few outside it,
+    which the comparison masks out)."""
+    tiny, big = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
+    n = int(np.prod(shape))
+    match contract(prim).domain:
+        case Interval(lo=lo, hi=hi):
+            x = rng.uniform(lo, hi, n)
+            edges = [lo, hi, 0.0, -0.0, 1e-30, -1e-30, lo / 2, hi / 2]
+        case PositiveNormal():
+            x = np.exp2(rng.uniform(np.log2(tiny), np.log2(big) - 1, n))
+            edges = [tiny, big, 1.0, 4.0, 2.0**40, tiny * 3, 2.0**-126]
+        case FiniteNormalResult():
+            x = rng.choice([-1.0, 1.0], n) * np.exp2(rng.uniform(-20, 20, n))
+            edges = [0.0, -0.0, 1.0, -1.0, 3.0, 1e10, 3e38, -3e38, 1e-38]
+        case FiniteInputs():
+            x = rng.choice([-1.0, 1.0], n) * np.exp2(rng.uniform(-12, 8, n))
+            edges = [0.0, -0.0, big, -big, tiny, 20.0, -20.0, 1e-30, 4.0, -4.0]
+        case NotNaN():
+            x = rng.uniform(-100, 100, n)
+            edges = [0.0, -0.0, np.inf, -np.inf, big, -big]
+        case other:
+            raise AssertionError(f"no sampler for {other}")
+    at = rng.choice(n, size=min(len(edges), n), replace=False)
+    x[at] = edges[: len(at)]
+    return x.astype(np.float32).reshape(shape)
+
+
+def pointwise(prim: Prim, shape: tuple[int, ...] = POINTWISE_SHAPE) -> Program:
+    b = Builder(f"{prim.value}_f32")
+    x = b.slot("x", F32, shape)
+    if prim in BINARY:
+        y = b.slot("y", F32, shape)
+        b.output("z", getattr(b, prim.value)(x, y))
+    else:
+        b.output("z", getattr(b, prim.value)(x))
+    return b.build()
+
+
+def row(prim: Prim, shape: tuple[int, ...] = (48, 300)) -> Program:
+    b = Builder(f"row_{prim.value}")
+    b.output("r", getattr(b, prim.value)(b.slot("x", F32, shape), axes=1))
+    return b.build()
+
+
+def rmsnorm(rows: int = 16, cols: int = 64) -> Program:
+    b = Builder("rmsnorm")
+    x = b.slot("x", F32, (rows, cols))
+    b.output("y", ops.rmsnorm(b, x, b.weight("w", F32, (cols,))))
+    return b.build()
+
+
+def gather(axis: int, dtype: DType) -> Program:
+    b = Builder(f"gather_{dtype.value}_axis{axis}")
+    table = b.weight("table", dtype, (5, 6, 7))
+    idx = b.slot("idx", I32, (3, 2))
+    b.output("g", b.gather(table, idx, axis=axis))
+    return b.build()
+
+
+def running_sum(shape: tuple[int, ...] = (8, 33)) -> Program:
+    """An activation slot, an activation output and a carried running sum."""
+    b = Builder("running_sum")
+    x = b.slot("x", F32, shape)
+    acc = b.state("acc", F32, shape)
+    b.output("act", b.tanh(x))
+    b.update(acc, b.add(acc, x))
+    return b.build()
+
+
+def twenty() -> Program:
+    """Twenty equations, twenty distinct result shapes: ten pointwise jobs over ten slots of
+    their own shape, each feeding a row reduction of yet another shape; every value is a
+    result (so each reduction is checked over the oracle's own operand)."""
+    b = Builder("twenty")
+    cycle = (b.exp, b.tanh, b.neg, b.erf, b.sqrt)
+    for k in range(10):
+        x = b.slot(f"x{k}", F32, (k + 1, 3 + 2 * k))
+        y = cycle[k % len(cycle)](x)
+        b.output(f"p{k}", y)
+        b.output(f"r{k}", b.reduce_sum(y, axes=1) if k % 2 else b.reduce_max(y, axes=1))
+    return b.build()
+
+
+def negs(n: int) -> Program:
+    """A chain of ``n`` neg tiles: ``n`` compute tiles, one stream in and out."""
+    b = Builder(f"negs{n}")
+    x = b.slot("x", F32, (4, 16))
+    for _ in range(n):
+        x = b.neg(x)
+    b.output("y", x)
+    return b.build()
+
+
+def sums(n: int) -> Program:
+    """The sum of ``n`` slots: ``n`` host streams in."""
+    b = Builder(f"sums{n}")
+    xs = [b.slot(f"x{i}", F32, (4, 8)) for i in range(n)]
+    acc = xs[0]
+    for x in xs[1:]:
+        acc = b.add(acc, x)
+    b.output("s", acc)
+    return b.build()
+
+
+def fanout(n: int) -> Program:
+    """``n`` results of one slot: ``n`` host streams out."""
+    b = Builder(f"fanout{n}")
+    x = b.slot("x", F32, (4, 8))
+    for i in range(n):
+        b.output(f"y{i}", b.exp(x) if i % 2 else b.neg(x))
+    return b.build()
+
+
+def uniform_inputs(program: Program, seed: int) -> dict[str, Array]:
+    """Moderate inputs for every argument (gather indices inside their axis, negatives too)."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, Array] = {}
+    for a in program.args:
+        t = a.var.type
+        if t.dtype is I32:
+            out[a.name] = rng.integers(-3, 3, t.shape).astype(np.int32)
+        else:
+            out[a.name] = rng.uniform(-2, 2, t.shape).astype(np.float32)
+    return out
+
+
+Check = Callable[[str, Mapping[str, Array], Mapping[str, Array], Mapping[str, Array]], Comparison]
+"""``check(name, device results, oracle results, arguments)``: one result against the oracle."""
+
+
+def run_steps(
+    engine: Engine,
+    program: Program,
+    inputs: Callable[[int], Mapping[str, Array]],
+    check: Check,
+    steps: int = 3,
+) -> list[Comparison]:
+    """Add ``program`` (weights and initial states from ``inputs(0)``), run ``steps`` steps over
+    ``inputs(s)``'s slots (the first records, the rest replay) and compare every result of
+    every step with the oracle fed the same arguments (states as the device carried them)."""
+    first = inputs(0)
+    kinds = {a.name: a.storage for a in program.args}
+    weights = {n: v for n, v in first.items() if kinds[n] is Storage.WEIGHT}
+    state = {n: v for n, v in first.items() if kinds[n] is Storage.STATE}
+    entry = engine.add_entry(
+        program, engine.load_weights(weights) if weights else None, initial_state=state
+    )
+    out = []
+    for s in range(steps):
+        slots = {n: v for n, v in inputs(s).items() if kinds[n] is Storage.SLOT}
+        feed = {**weights, **state, **slots}
+        got = engine.step(entry, slots)
+        want = evaluate(program, feed)
+        assert list(got) == list(program.result_names)
+        for name in program.result_names:
+            cmp = check(name, got, want, feed)
+            assert cmp.ok, f"step {s}, {name}: {cmp}"
+            out.append(cmp)
+        state = {n: got[n] for n in state}
+    engine.remove_entry(entry)
+    return out
+
+
+def by_maker(program: Program) -> Check:
+    """Each result under the contract of the primitive that makes it, over its operands (every
+    one an argument)."""
+    makers = {e.out.id: e for e in program.eqns}
+    args = {a.var.id: a.name for a in program.args}
+
+    def check(
+        name: str, got: Mapping[str, Array], want: Mapping[str, Array], feed: Mapping[str, Array]
+    ) -> Comparison:
+        e = makers[dict(program.results())[name].id]
+        operands = [feed[args[v.id]] for v in e.inputs if isinstance(v, Var)]
+        return contract(e.prim).check(got[name], want[name], operands)
+
+    return check
