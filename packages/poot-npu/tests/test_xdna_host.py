@@ -178,17 +178,7 @@ def test_twenty_equations_twenty_shapes_in_at_most_three_contexts(engine: Engine
     assert len({e.out.type.shape for e in program.eqns}) == 20
     pl = plan(program, "xdna2").check()
     assert 1 <= pl.contexts <= 3
-    pointwise = cases.by_maker(program)
-    reductions = {f"r{k}": e for k, e in enumerate(program.eqns[1::2])}
-
-    def check(name: str, got: Results, want: Results, feed: Results) -> Comparison:
-        if name not in reductions:
-            return pointwise(name, got, want, feed)
-        # a row kernel under its own contract, over the device's own operand
-        p = got["p" + name[1:]]
-        row = cases.row(reductions[name].prim, p.shape)
-        return cases.contract(row.eqns[0].prim).check(got[name], evaluate(row, {"x": p})["r"], [p])
-
+    check = cases.twenty_check(program)
     cases.run_steps(engine, program, lambda s: _positive(program, s), check)
     stats = _host(engine).last_run_stats()
     assert stats is not None and stats.regions == pl.contexts

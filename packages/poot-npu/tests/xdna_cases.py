@@ -213,3 +213,21 @@ def by_maker(program: Program) -> Check:
         return contract(e.prim).check(got[name], want[name], operands)
 
     return check
+
+
+def twenty_check(program: Program) -> Check:
+    """``twenty()``'s results: each pointwise one under its contract over its slot, each row
+    reduction under its own contract over the device's own operand (the pointwise result)."""
+    pointwise = by_maker(program)
+    reductions = {f"r{k}": e.prim for k, e in enumerate(program.eqns[1::2])}
+
+    def check(
+        name: str, got: Mapping[str, Array], want: Mapping[str, Array], feed: Mapping[str, Array]
+    ) -> Comparison:
+        if name not in reductions:
+            return pointwise(name, got, want, feed)
+        p = got["p" + name[1:]]
+        reduce = row(reductions[name], p.shape)
+        return contract(reductions[name]).check(got[name], evaluate(reduce, {"x": p})["r"], [p])
+
+    return check

@@ -1,0 +1,408 @@
+"""``XdnaDevice``: the AMD XDNA2 NPU (Strix, Strix Halo; aie2p) through XRT's ``pyxrt``.
+
+``pyxrt`` ships with XRT, not on PyPI (the ``.#npu`` Nix shell provides it), so it is imported
+inside ``probe`` and the constructor, never when this module is imported. ``probe()`` is None
+only when ``pyxrt`` imports and ``pyxrt.device(0)`` opens; otherwise it says why, and the
+constructor raises ``DeviceUnavailable`` with that reason.
+
+The artifact (one per program; one xclbin, instruction stream and hardware context per region):
+
+- ``lower``: the planned program's text, its design (``encode_design``) and
+  ``link.artifact_source`` (the part, tool versions, options, every region's MLIR and kernel
+  source, the kernel headers) framed into one bytes value, and the design's signature.
+- ``compile``: re-plans the program (the design must come out identical), then ``link.link``:
+  Peano builds each region's kernels and aiecc links its design into an xclbin and an
+  instruction stream. A missing tool is ``ToolchainUnavailable`` naming every missing tool; a
+  tool that fails is ``CompileFailed`` with its log. The blob frames the design and each
+  region's xclbin and instructions.
+- ``load``: checks the frame, its digest and the design (else ``BlobRefused``); a blob needing
+  more hardware contexts than are free (16 on Strix-class NPUs, shared by every loaded artifact)
+  is ``DeviceFailed`` naming the bound. Then for each region: ``device.register_xclbin``, one
+  ``hw_context(device, uuid)``, ``kernel(ctx, "MLIR_AIE")`` and the instruction buffer
+  ``bo(device, nbytes, bo.cacheable, kernel.group_id(1))``, written and synced to the device.
+  The arenas, shared by every region (a value crossing regions goes through its scratch slot),
+  are ``bo(device, nbytes, bo.host_only, kernel.group_id(3 + i))``. XRT refusing any of it is
+  ``BlobRefused``. The signature is read back from the design's layout.
+
+Buffers are host numpy arrays. A dispatch checks its command first (``check_dispatch``: another
+device's or an unloaded artifact, a buffer not allocated here or not the artifact's ABI is
+``DispatchRefused`` before XRT is touched), writes each argument into its arena slot and syncs
+the weight and input arenas to the device, then for each region starts
+``kernel(3, insts, n_words, *arenas)`` (opcode 3; the instruction count in 32-bit words) and
+waits with ``run.wait(ms)`` for what is left of the deadline (whole milliseconds, at least 1:
+XRT's 0 waits forever). ``ERT_CMD_STATE_TIMEOUT`` is ``DeadlineExceeded`` and poisons the
+device: every later call but ``close`` raises ``DevicePoisoned`` and the run's buffers, arenas
+and contexts stay allocated until ``close`` (which waits ``_CLOSE_GRACE_MS`` for the run and,
+since XRT's abort is not bound, keeps one still running alive for the rest of the process).
+Any other state but ``ERT_CMD_STATE_COMPLETED`` is ``DeviceFailed`` naming it. Then the results
+arena is synced from the device and each result read from its slot.
+
+Known upstream hazards (``xdna-toolchain.md``): a third distinct hardware context in one process
+returning garbage while reporting COMPLETED, and a sync returning before the last DMA landed.
+Nothing here can see either; tests that sample results against the oracle do.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+from poot_codegen.xdna import ArenaRole, ProgramDesign, RegionDesign, design_program
+from poot_codegen.xdna import link as xlink
+from poot_codegen.xdna.execute import read_results, write_arguments
+from poot_engine.device import Artifact, ArtifactSource, Buffer, DeviceIdentity, check_dispatch
+from poot_ir import (
+    BlobRefused,
+    CompileFailed,
+    DeadlineExceeded,
+    DeviceFailed,
+    DevicePoisoned,
+    DeviceUnavailable,
+    IRError,
+    PlanRefused,
+    TensorType,
+    format_program,
+    parse_program,
+)
+from poot_planner import plan as plan_program
+
+from poot_npu.host_buffers import HostBuffers, next_id
+from poot_npu.xdna_artifact import decode_design, design_signature, encode_design, frame, unframe
+
+if TYPE_CHECKING:
+    from poot_planner import Plan
+
+__all__ = ["KERNEL", "OPCODE", "TARGET", "XdnaDevice"]
+
+TARGET: Final = "xdna2"
+KERNEL: Final = "MLIR_AIE"
+"""The xclbin kernel aiecc generates."""
+OPCODE: Final = 3
+"""The first argument of every kernel call: run the instruction stream."""
+INSTS_GROUP: Final = 1
+"""The kernel argument index (and memory group) of the instruction buffer."""
+ARENA_GROUP: Final = 3
+"""The kernel argument index of the first arena; arena ``i`` is argument ``3 + i``."""
+_SOURCE: Final = "xdna2 xrt source"
+_BLOB: Final = "xdna2 xrt blob"
+_CLOSE_GRACE_MS: Final = 1000
+_abandoned: list[object] = []  # runs still going at close, kept alive (module docstring)
+
+
+def _import_pyxrt() -> tuple[Any, str | None]:
+    try:
+        import pyxrt
+    except ImportError as err:
+        why = f"python module 'pyxrt' does not import ({err}): XRT's Python bindings, `nix develop .#npu`"
+        return None, why
+    return pyxrt, None
+
+
+@dataclass(slots=True)
+class _Region:
+    design: RegionDesign
+    xclbin: Any
+    context: Any
+    kernel: Any
+    insts: Any
+    n_words: int
+
+
+@dataclass(slots=True)
+class _Loaded:
+    artifact: Artifact
+    design: ProgramDesign
+    regions: list[_Region]
+    arenas: list[Any]  # one bo per arena (empty when the design has no region)
+    to_device: tuple[int, ...]  # arenas the host writes before each run: weights and inputs
+    from_device: tuple[int, ...]  # arenas synced back after each run: results
+    host: list[np.ndarray] = field(default_factory=list)  # arenas of a design with no region
+
+
+class XdnaDevice:
+    """The XDNA2 NPU through ``pyxrt``; see the module docstring. ``env`` is the environment the
+    link step finds its tools in (default: this process's). ``runs`` counts completed
+    dispatches."""
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self._name = "XdnaDevice"
+        xrt, why = _import_pyxrt()
+        if why is not None:
+            raise DeviceUnavailable(self._name, why)
+        try:
+            device = xrt.device(0)
+        except Exception as err:  # pyxrt raises RuntimeError; any failure means "not here"
+            raise DeviceUnavailable(self._name, f"pyxrt.device(0) does not open: {err}") from None
+        self._xrt: Any = xrt
+        self._device: Any = device
+        self._env = None if env is None else dict(env)
+        self._fields: dict[str, str] | None = None
+        self._loaded: dict[int, _Loaded] = {}
+        self._buffers = HostBuffers(self._name)
+        self._failed: list[tuple[_Loaded, tuple[np.ndarray, ...], Any]] = []
+        self._poisoned = False
+        self._closed = False
+        self.runs = 0
+
+    @staticmethod
+    def probe() -> str | None:
+        """None when ``pyxrt`` imports and ``pyxrt.device(0)`` opens, else the reason."""
+        xrt, why = _import_pyxrt()
+        if why is not None:
+            return why
+        try:
+            xrt.device(0)
+        except Exception as err:  # pyxrt raises RuntimeError; any failure means "not here"
+            return f"pyxrt.device(0) does not open: {err}"
+        return None
+
+    @property
+    def stand_in(self) -> bool:
+        return False
+
+    @property
+    def target(self) -> str:
+        return TARGET
+
+    @property
+    def identity(self) -> DeviceIdentity:
+        f = self._identity_fields()
+        return DeviceIdentity(
+            part=f"{f['part']} ({f['arch']})",
+            compiler="peano+aiecc",
+            compiler_version=f"peano {f['peano']}; aiecc {f['aiecc']}",
+            options=(("aiecc_flags", f["aiecc_flags"]), ("peano_flags", f["peano_flags"])),
+        )
+
+    def describe(self) -> str:
+        i = self.identity
+        return f"{self._name}: AMD XDNA2 NPU ({i.part}) through XRT, linked by {i.compiler_version}"
+
+    # -- artifacts -----------------------------------------------------------------------------
+
+    def lower(self, plan: Plan) -> ArtifactSource:
+        self._usable()
+        if plan.target.name != TARGET:
+            raise ValueError(f"{self._name} runs {TARGET} plans, not {plan.target.name}")
+        design = design_program(plan)
+        sections = [
+            format_program(plan.program).encode(),
+            encode_design(design),
+            xlink.artifact_source(plan, fields=self._identity_fields()),
+        ]
+        return ArtifactSource(frame(_SOURCE, sections), design_signature(design))
+
+    def compile(self, source: ArtifactSource) -> bytes:
+        self._usable()
+        try:
+            text, design, _ = unframe(_SOURCE, source.data)
+            planned = plan_program(parse_program(text.decode()), TARGET).check()
+        except (ValueError, UnicodeDecodeError, IRError, PlanRefused) as err:
+            raise CompileFailed(self._name, str(err), "an artifact source") from None
+        if encode_design(design_program(planned)) != design:
+            raise CompileFailed(self._name, "re-planning gave another design", "an artifact source")
+        artifacts = xlink.link(planned, env=self._env)
+        sections = [design]
+        for a in artifacts:
+            sections += [a.xclbin, a.insts]
+        return frame(_BLOB, sections)
+
+    def load(self, blob: bytes) -> Artifact:
+        self._usable()
+        try:
+            raw, *parts = unframe(_BLOB, blob)
+            design = decode_design(raw)
+        except ValueError as err:
+            raise BlobRefused(self._name, str(err)) from None
+        n = len(design.regions)
+        if len(parts) != 2 * n or any(not p or len(p) % 4 for p in parts[1::2]):
+            raise BlobRefused(self._name, f"not {n} regions of an xclbin and whole-word insts")
+        limit = design.limits.contexts
+        used = sum(len(x.regions) for x in self._loaded.values())
+        if n > limit - used:
+            raise DeviceFailed(
+                f"{self._name}: hardware contexts: needs {n}, available {limit - used} "
+                f"(of {limit}; {used} held by loaded artifacts)"
+            )
+        try:
+            regions = [
+                self._load_region(r, parts[2 * i], parts[2 * i + 1])
+                for i, r in enumerate(design.regions)
+            ]
+            arenas = self._arenas(design, regions)
+        except RuntimeError as err:
+            raise BlobRefused(self._name, f"XRT refused it: {err}") from None
+        layout = design.layout
+        written = {layout.slot(b.value).arena for b in layout.arguments}
+        results = layout.arena(ArenaRole.RESULTS)
+        artifact = Artifact(next_id(), design_signature(design))
+        self._loaded[artifact.id] = _Loaded(
+            artifact,
+            design,
+            regions,
+            arenas,
+            tuple(sorted(written)),
+            () if results is None else (results.index,),
+            [] if regions else [np.zeros(a.nbytes, np.uint8) for a in layout.arenas],
+        )
+        return artifact
+
+    def _load_region(self, region: RegionDesign, xclbin: bytes, insts: bytes) -> _Region:
+        xrt, device = self._xrt, self._device
+        with tempfile.TemporaryDirectory(prefix="poot-xclbin-") as scratch:
+            path = Path(scratch) / f"region{region.index}.xclbin"
+            path.write_bytes(xclbin)
+            xb = xrt.xclbin(str(path))  # read whole here: the file may go
+        device.register_xclbin(xb)
+        context = xrt.hw_context(device, xb.get_uuid())
+        kernel = xrt.kernel(context, KERNEL)
+        words = np.frombuffer(insts, dtype="<u4").astype(np.uint32)
+        bo = xrt.bo(device, words.nbytes, xrt.bo.cacheable, kernel.group_id(INSTS_GROUP))
+        bo.write(words.view(np.uint8), 0)
+        bo.sync(xrt.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE)
+        return _Region(region, xb, context, kernel, bo, len(words))
+
+    def _arenas(self, design: ProgramDesign, regions: list[_Region]) -> list[Any]:
+        if not regions:
+            return []
+        xrt, kernel = self._xrt, regions[0].kernel
+        return [
+            xrt.bo(self._device, a.nbytes, xrt.bo.host_only, kernel.group_id(ARENA_GROUP + a.index))
+            for a in design.layout.arenas
+        ]
+
+    def unload(self, artifact: Artifact) -> None:
+        self._usable()
+        self._loaded.pop(artifact.id, None)
+
+    # -- buffers -------------------------------------------------------------------------------
+
+    def allocate(self, type: TensorType) -> Buffer:
+        self._usable()
+        return self._buffers.allocate(type)
+
+    def free(self, buffer: Buffer) -> None:
+        self._usable()
+        self._buffers.free(buffer)
+
+    def write(self, buffer: Buffer, data: np.ndarray) -> None:
+        self._usable()
+        self._buffers.write(buffer, data)
+
+    def read(self, buffer: Buffer) -> np.ndarray:
+        self._usable()
+        return self._buffers.read(buffer)
+
+    def copy(self, src: Buffer, dst: Buffer) -> None:
+        self._usable()
+        self._buffers.copy(src, dst)
+
+    # -- running -------------------------------------------------------------------------------
+
+    def dispatch(self, artifact: Artifact, buffers: tuple[Buffer, ...], deadline_s: float) -> None:
+        self._usable()
+        loaded = self._loaded.get(artifact.id)
+        memory = self._buffers.memory
+        check_dispatch(artifact, buffers, loaded.artifact if loaded else None, memory, self._name)
+        assert loaded is not None  # check_dispatch refused otherwise
+        start = time.monotonic()
+        arrays = tuple(memory[b.id] for b in buffers)
+        specs = artifact.signature.args
+        n_in = len(artifact.signature.inputs)
+        if not loaded.regions:  # nothing runs on the NPU: every result is an argument
+            self._run_on_host(loaded, specs, arrays, n_in)
+            return
+        xrt = self._xrt
+        layout = loaded.design.layout
+        try:
+            for spec, arr in zip(specs[:n_in], arrays[:n_in], strict=True):
+                s = layout.argument(spec.name)
+                if s.nbytes:
+                    data = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+                    loaded.arenas[s.arena].write(data, s.offset)
+            for i in loaded.to_device:
+                loaded.arenas[i].sync(xrt.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE)
+            for r in loaded.regions:
+                self._run(loaded, r, arrays, deadline_s - (time.monotonic() - start), deadline_s)
+            for i in loaded.from_device:
+                loaded.arenas[i].sync(xrt.xclBOSyncDirection.XCL_BO_SYNC_BO_FROM_DEVICE)
+            for spec, out in zip(specs[n_in:], arrays[n_in:], strict=True):
+                s = layout.result(spec.name)
+                if s.nbytes:
+                    raw = np.asarray(loaded.arenas[s.arena].read(s.nbytes, s.offset))
+                    out[...] = raw.view(np.uint8).view(out.dtype).reshape(out.shape)
+        except RuntimeError as err:
+            raise DeviceFailed(f"{self._name}: XRT failed artifact {artifact.id}: {err}") from None
+        self.runs += 1
+
+    def _run(
+        self,
+        loaded: _Loaded,
+        r: _Region,
+        arrays: tuple[np.ndarray, ...],
+        left_s: float,
+        deadline_s: float,
+    ) -> None:
+        states = self._xrt.ert_cmd_state
+        what = f"{self._name} run of artifact {loaded.artifact.id}, region {r.design.index}"
+        if left_s <= 0:  # the deadline passed before this region started: nothing is running
+            self._poisoned = True
+            raise DeadlineExceeded(deadline_s, what)
+        run = r.kernel(OPCODE, r.insts, r.n_words, *loaded.arenas)
+        state = run.wait(_timeout_ms(left_s))
+        if state == states.ERT_CMD_STATE_TIMEOUT:
+            self._poisoned = True
+            self._failed.append((loaded, arrays, run))
+            raise DeadlineExceeded(deadline_s, what)
+        if state != states.ERT_CMD_STATE_COMPLETED:
+            raise DeviceFailed(f"{what} ended in {getattr(state, 'name', state)}")
+
+    def _run_on_host(
+        self, loaded: _Loaded, specs: tuple[Any, ...], arrays: tuple[np.ndarray, ...], n_in: int
+    ) -> None:
+        layout = loaded.design.layout
+        inputs = {s.name: a for s, a in zip(specs[:n_in], arrays[:n_in], strict=True)}
+        write_arguments(layout, loaded.host, inputs)
+        results = read_results(layout, loaded.host)
+        for spec, out in zip(specs[n_in:], arrays[n_in:], strict=True):
+            np.copyto(out, results[spec.name], casting="no")
+        self.runs += 1
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        timeout = self._xrt.ert_cmd_state.ERT_CMD_STATE_TIMEOUT
+        for failed in self._failed:
+            try:
+                still = failed[2].wait(_CLOSE_GRACE_MS) == timeout
+            except RuntimeError:
+                still = False
+            if still:
+                _abandoned.append(failed)
+        self._failed.clear()
+        self._loaded.clear()
+        self._buffers.clear()
+        self._device = None
+
+    def _usable(self) -> None:
+        if self._closed:
+            raise DeviceFailed(f"{self._name} is closed")
+        if self._poisoned:
+            raise DevicePoisoned(f"{self._name}: a run missed its deadline; close the device")
+
+    def _identity_fields(self) -> dict[str, str]:
+        if self._fields is None:
+            self._fields = xlink.identity_fields(self._env)
+        return self._fields
+
+
+def _timeout_ms(left_s: float) -> int:
+    """``run.wait``'s timeout for ``left_s``: whole milliseconds, rounded up, at least 1."""
+    return max(1, math.ceil(left_s * 1000))
