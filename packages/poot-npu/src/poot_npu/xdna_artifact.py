@@ -19,6 +19,7 @@ artifact's signature back from the design's layout, never from the plan being lo
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import struct
@@ -126,8 +127,7 @@ def _decode(tp: Any, raw: Any, where: str) -> object:
             raise ValueError(f"{where}: expected a list")
         return tuple(_decode(item, r, f"{where}[{i}]") for i, r in enumerate(raw))
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        hints = typing.get_type_hints(tp)
-        names = [f.name for f in dataclasses.fields(tp)]
+        hints, names = _fields(tp)
         if not isinstance(raw, dict) or sorted(raw) != sorted(names):
             raise ValueError(f"{where}: expected the fields {names}")
         return tp(**{n: _decode(hints[n], raw[n], f"{where}.{n}") for n in names})
@@ -139,6 +139,12 @@ def _decode(tp: Any, raw: Any, where: str) -> object:
     if tp in (int, str, bool) and type(raw) is tp:
         return raw
     raise ValueError(f"{where}: expected {getattr(tp, '__name__', tp)}, got {raw!r}")
+
+
+@functools.cache
+def _fields(tp: type) -> tuple[dict[str, Any], list[str]]:
+    """A dataclass's resolved field types and its field names (resolving is the slow part)."""
+    return typing.get_type_hints(tp), [f.name for f in dataclasses.fields(tp)]
 
 
 # -- the signature ----------------------------------------------------------------------------
