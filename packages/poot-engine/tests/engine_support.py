@@ -128,7 +128,7 @@ class SlowDevice(CpuDevice):
 
     @property
     def live_buffers(self) -> set[int]:
-        return set(self._memory)
+        return set(self._buffers.memory)
 
 
 class ReorderingDevice(CpuDevice):

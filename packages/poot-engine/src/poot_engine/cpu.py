@@ -9,7 +9,6 @@ that target: an ideal FP16 device, as the oracle rounds F16 after every primitiv
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping
 from importlib import metadata
 from typing import TYPE_CHECKING
@@ -37,13 +36,12 @@ from poot_engine.device import (
     check_dispatch,
     signature_of,
 )
+from poot_engine.host_buffers import HostBuffers, next_id
 
 if TYPE_CHECKING:
     from poot_planner import Plan
 
 __all__ = ["CpuDevice"]
-
-_ids = itertools.count(1)  # buffer and artifact ids are unique across devices
 
 
 class CpuDevice:
@@ -53,7 +51,7 @@ class CpuDevice:
         self._target = target
         self._name = f"CpuDevice({target})"
         self._artifacts: dict[int, tuple[Artifact, Program]] = {}
-        self._memory: dict[int, np.ndarray] = {}
+        self._buffers = HostBuffers(self._name)
         self._runner = DeadlineRunner(f"poot {self._name} dispatch")
         self._closed = False
         self.runs = 0
@@ -87,7 +85,7 @@ class CpuDevice:
             program = parse_program(blob.decode("utf-8"))
         except (UnicodeDecodeError, IRError) as err:
             raise BlobRefused(self._name, f"not a program: {err}") from None
-        artifact = Artifact(next(_ids), signature_of(program))
+        artifact = Artifact(next_id(), signature_of(program))
         self._artifacts[artifact.id] = (artifact, program)
         return artifact
 
@@ -97,48 +95,41 @@ class CpuDevice:
 
     def allocate(self, type: TensorType) -> Buffer:
         self._usable()
-        buf = Buffer(next(_ids), type)
-        self._memory[buf.id] = np.zeros(type.shape, dtype=type.dtype.numpy)
-        return buf
+        return self._buffers.allocate(type)
 
     def free(self, buffer: Buffer) -> None:
         self._usable()
-        self._memory.pop(buffer.id, None)
+        self._buffers.free(buffer)
 
     def write(self, buffer: Buffer, data: np.ndarray) -> None:
         self._usable()
-        mem = self._buffer(buffer)
-        if data.dtype != mem.dtype or data.shape != mem.shape:
-            raise DispatchRefused(
-                f"{self._name}: a {data.dtype}{list(data.shape)} array is not buffer "
-                f"{buffer.id} ({buffer.type})"
-            )
-        np.copyto(mem, data, casting="no")
+        self._buffers.write(buffer, data)
 
     def read(self, buffer: Buffer) -> np.ndarray:
         self._usable()
-        return self._buffer(buffer).copy()
+        return self._buffers.read(buffer)
 
     def copy(self, src: Buffer, dst: Buffer) -> None:
         self._usable()
-        if src.type != dst.type:
-            raise DispatchRefused(f"{self._name}: copy from {src.type} into {dst.type}")
-        np.copyto(self._buffer(dst), self._buffer(src), casting="no")
+        self._buffers.copy(src, dst)
 
     def dispatch(self, artifact: Artifact, buffers: tuple[Buffer, ...], deadline_s: float) -> None:
         self._usable()
         entry = self._artifacts.get(artifact.id)
-        check_dispatch(artifact, buffers, entry[0] if entry else None, self._memory, self._name)
-        assert entry is not None  # check_dispatch refused otherwise
+        check_dispatch(
+            artifact, buffers, entry[0] if entry else None, self._buffers.memory, self._name
+        )
+        if entry is None:  # check_dispatch refused it already; this keeps the types exact
+            raise DispatchRefused(f"{self._name}: artifact {artifact.id} is not loaded")
         program = entry[1]
         n_in = len(program.args)
         inputs = {
-            spec.name: self._memory[b.id]
+            spec.name: self._buffers.memory[b.id]
             for spec, b in zip(artifact.signature.args[:n_in], buffers[:n_in], strict=True)
         }
         results = self._runner.run(lambda: self._run(program, inputs), deadline_s, "dispatch")
         for spec, b in zip(artifact.signature.args[n_in:], buffers[n_in:], strict=True):
-            np.copyto(self._memory[b.id], results[spec.name], casting="no")
+            np.copyto(self._buffers.memory[b.id], results[spec.name], casting="no")
         self.runs += 1
 
     def _run(self, program: Program, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -151,16 +142,10 @@ class CpuDevice:
         self._closed = True
         self._runner.close()
         self._artifacts.clear()
-        self._memory.clear()
+        self._buffers.clear()
 
     def _usable(self) -> None:
         if self._closed:
             raise DeviceFailed(f"{self._name} is closed")
         if self._runner.missed:
             raise DevicePoisoned(f"{self._name}: a dispatch missed its deadline; close the device")
-
-    def _buffer(self, buffer: Buffer) -> np.ndarray:
-        mem = self._memory.get(buffer.id)
-        if mem is None or buffer.type.shape != mem.shape:
-            raise DispatchRefused(f"{self._name}: buffer {buffer.id} is not allocated here")
-        return mem

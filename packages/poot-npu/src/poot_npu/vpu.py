@@ -39,7 +39,6 @@ process rather than freeing memory the runtime may still write.
 
 from __future__ import annotations
 
-import itertools
 import math
 import struct
 from dataclasses import dataclass, field
@@ -58,6 +57,7 @@ from poot_engine.device import (
     Signature,
     check_dispatch,
 )
+from poot_engine.host_buffers import HostBuffers, next_id
 from poot_ir import (
     BlobRefused,
     CompileFailed,
@@ -91,7 +91,6 @@ _NPU_COMPILER_KEYS: Final = ("NPU_COMPILER_TYPE", "NPU_COMPILER_VERSION", "NPU_D
 
 # Handle ids, shared by every VpuDevice and disjoint from CpuDevice's (which count from 1), so
 # an artifact or buffer of another device is never mistaken for one of ours.
-_ids = itertools.count(1 << 48)
 _abandoned: list[object] = []  # requests still running at close, kept alive (module docstring)
 
 
@@ -143,7 +142,7 @@ class VpuDevice:
         self._config = dict(openvino_ir.CPU_STANDIN_CONFIG if self.stand_in else NPU_CONFIG)
         self._identity = _identity(self._core, device, self._config, self.stand_in)
         self._loaded: dict[int, _Loaded] = {}
-        self._memory: dict[int, np.ndarray] = {}
+        self._buffers = HostBuffers(self._name)
         self._failed: list[tuple[_Loaded, tuple[np.ndarray, ...]]] = []
         self._poisoned = False
         self._closed = False
@@ -216,7 +215,7 @@ class VpuDevice:
             request = compiled.create_infer_request()
         except RuntimeError as err:
             raise BlobRefused(self._name, f"no infer request: {err}") from None
-        artifact = Artifact(next(_ids), sig)
+        artifact = Artifact(next_id(), sig)
         self._loaded[artifact.id] = _Loaded(artifact, compiled, request, len(sig.inputs))
         return artifact
 
@@ -235,33 +234,23 @@ class VpuDevice:
 
     def allocate(self, type: TensorType) -> Buffer:
         self._usable()
-        buf = Buffer(next(_ids), type)
-        self._memory[buf.id] = np.zeros(type.shape, dtype=type.dtype.numpy)
-        return buf
+        return self._buffers.allocate(type)
 
     def free(self, buffer: Buffer) -> None:
         self._usable()
-        self._memory.pop(buffer.id, None)
+        self._buffers.free(buffer)
 
     def write(self, buffer: Buffer, data: np.ndarray) -> None:
         self._usable()
-        mem = self._buffer(buffer)
-        if data.dtype != mem.dtype or data.shape != mem.shape:
-            raise DispatchRefused(
-                f"{self._name}: a {data.dtype}{list(data.shape)} array is not buffer "
-                f"{buffer.id} ({buffer.type})"
-            )
-        np.copyto(mem, data, casting="no")  # in place: a bound tensor shares this memory
+        self._buffers.write(buffer, data)  # in place: a bound tensor shares this memory
 
     def read(self, buffer: Buffer) -> np.ndarray:
         self._usable()
-        return self._buffer(buffer).copy()
+        return self._buffers.read(buffer)
 
     def copy(self, src: Buffer, dst: Buffer) -> None:
         self._usable()
-        if src.type != dst.type:
-            raise DispatchRefused(f"{self._name}: copy from {src.type} into {dst.type}")
-        np.copyto(self._buffer(dst), self._buffer(src), casting="no")
+        self._buffers.copy(src, dst)
 
     # -- running -------------------------------------------------------------------------------
 
@@ -269,10 +258,11 @@ class VpuDevice:
         self._usable()
         loaded = self._loaded.get(artifact.id)
         check_dispatch(
-            artifact, buffers, loaded.artifact if loaded else None, self._memory, self._name
+            artifact, buffers, loaded.artifact if loaded else None, self._buffers.memory, self._name
         )
-        assert loaded is not None  # check_dispatch refused otherwise
-        req, memory = loaded.request, self._memory
+        if loaded is None:  # check_dispatch refused it already; this keeps the types exact
+            raise DispatchRefused(f"{self._name}: artifact {artifact.id} is not loaded here")
+        req, memory = loaded.request, self._buffers.memory
         for port, buf in enumerate(buffers[: loaded.n_in]):
             have = loaded.bound.get(port)
             if have is None or have[0] != buf.id:
@@ -304,19 +294,13 @@ class VpuDevice:
                 _abandoned.append((loaded, arrays))
         self._failed.clear()
         self._loaded.clear()
-        self._memory.clear()
+        self._buffers.clear()
 
     def _usable(self) -> None:
         if self._closed:
             raise DeviceFailed(f"{self._name} is closed")
         if self._poisoned:
             raise DevicePoisoned(f"{self._name}: a run missed its deadline; close the device")
-
-    def _buffer(self, buffer: Buffer) -> np.ndarray:
-        mem = self._memory.get(buffer.id)
-        if mem is None or buffer.type.shape != mem.shape:
-            raise DispatchRefused(f"{self._name}: buffer {buffer.id} is not allocated here")
-        return mem
 
 
 # -- helpers ------------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ from poot_codegen.xdna import ArenaRole, ProgramDesign, RegionDesign, design_pro
 from poot_codegen.xdna import link as xlink
 from poot_codegen.xdna.execute import read_results, write_arguments
 from poot_engine.device import Artifact, ArtifactSource, Buffer, DeviceIdentity, check_dispatch
+from poot_engine.host_buffers import HostBuffers, next_id
 from poot_ir import (
     BlobRefused,
     CompileFailed,
@@ -72,7 +73,6 @@ from poot_ir import (
 )
 from poot_planner import plan as plan_program
 
-from poot_npu.host_buffers import HostBuffers, next_id
 from poot_npu.xdna_artifact import decode_design, design_signature, encode_design, frame, unframe
 
 if TYPE_CHECKING:

@@ -72,6 +72,7 @@ from poot_engine.device import (
     DeviceIdentity,
     check_dispatch,
 )
+from poot_engine.host_buffers import HostBuffers, next_id
 from poot_ir import (
     BlobRefused,
     CompileFailed,
@@ -81,7 +82,6 @@ from poot_ir import (
     TensorType,
 )
 
-from poot_npu.host_buffers import HostBuffers, next_id
 from poot_npu.xdna_artifact import (
     decode_design,
     design_signature,

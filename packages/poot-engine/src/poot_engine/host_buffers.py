@@ -1,0 +1,68 @@
+"""Device buffers that are host numpy arrays, and the one source of handle ids.
+
+Every device here keeps its buffers in host memory (the oracle does; both NPUs address host
+memory), so a buffer is a numpy array of exactly its type, and this is the one implementation
+of allocate, free, write, read and copy. Every device takes its artifact and buffer ids from
+``next_id``, so a handle one device issued is never mistaken for another's.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Final
+
+import numpy as np
+from poot_ir import DispatchRefused, TensorType
+
+from poot_engine.device import Buffer
+
+__all__ = ["HostBuffers", "next_id"]
+
+_ids: Final = itertools.count(1)
+
+
+def next_id() -> int:
+    """A handle id no other device issues."""
+    return next(_ids)
+
+
+class HostBuffers:
+    """The buffers one device allocated, by id. ``name`` prefixes every refusal."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.memory: dict[int, np.ndarray] = {}
+
+    def allocate(self, type: TensorType) -> Buffer:
+        buf = Buffer(next_id(), type)
+        self.memory[buf.id] = np.zeros(type.shape, dtype=type.dtype.numpy)
+        return buf
+
+    def free(self, buffer: Buffer) -> None:
+        self.memory.pop(buffer.id, None)
+
+    def write(self, buffer: Buffer, data: np.ndarray) -> None:
+        mem = self.get(buffer)
+        if data.dtype != mem.dtype or data.shape != mem.shape:
+            raise DispatchRefused(
+                f"{self.name}: a {data.dtype}{list(data.shape)} array is not buffer "
+                f"{buffer.id} ({buffer.type})"
+            )
+        np.copyto(mem, data, casting="no")
+
+    def read(self, buffer: Buffer) -> np.ndarray:
+        return self.get(buffer).copy()
+
+    def copy(self, src: Buffer, dst: Buffer) -> None:
+        if src.type != dst.type:
+            raise DispatchRefused(f"{self.name}: copy from {src.type} into {dst.type}")
+        np.copyto(self.get(dst), self.get(src), casting="no")
+
+    def get(self, buffer: Buffer) -> np.ndarray:
+        mem = self.memory.get(buffer.id)
+        if mem is None or buffer.type.shape != mem.shape:
+            raise DispatchRefused(f"{self.name}: buffer {buffer.id} is not allocated here")
+        return mem
+
+    def clear(self) -> None:
+        self.memory.clear()
