@@ -1,0 +1,153 @@
+"""The ``poot`` command line, end to end through ``poot.cli.main``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from poot.cli import EXAMPLES, main
+from poot_ir import parse_program
+from poot_planner import feature_matrix, plan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_every_example_parses_and_the_cpu_admits_it() -> None:
+    examples = sorted(EXAMPLES.glob("*.poot"))
+    assert len(examples) >= 8
+    for path in examples:
+        assert plan(parse_program(path.read_text()), "cpu").admitted, path.name
+
+
+def test_demo_runs_every_example_on_every_present_device(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, _ = _run(capsys, "--cache-dir", str(tmp_path), "demo", "--steps", "2")
+    assert code == 0, out
+    for path in EXAMPLES.glob("*.poot"):
+        assert path.stem in out
+    for device in ("cpu", "vpu-cpu", "xdna-host"):
+        assert device in out
+    assert "FAILED" not in out
+    assert "refused" in out  # layernorm on xdna2, tanh on intel-npu4: typed refusals
+
+
+def test_plan_prints_regions_refusals_and_numerics(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "plan", str(EXAMPLES / "rmsnorm_step.poot"), "--target", "xdna2")
+    assert code == 0 and "admitted" in out and "regions (1 hardware contexts)" in out
+    code, out, _ = _run(capsys, "plan", str(EXAMPLES / "layernorm.poot"), "--target", "xdna2")
+    assert code == 1 and "MISSING_BOUND" in out and "subtraction" in out
+
+
+def test_run_checks_against_the_oracle(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, _ = _run(
+        capsys,
+        "--cache-dir",
+        str(tmp_path),
+        "run",
+        str(EXAMPLES / "row_stats.poot"),
+        "--target",
+        "xdna2",
+        "--device",
+        "xdna-host",
+        "--steps",
+        "2",
+    )
+    assert code == 0 and "ok" in out and "FAILED" not in out
+
+
+def test_run_with_inputs_from_an_npz(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((32, 48)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    code, out, _ = _run(
+        capsys, "--cache-dir", str(tmp_path), "run", str(EXAMPLES / "row_stats.poot"),
+        "--inputs", str(tmp_path / "in.npz"), "--steps", "1",
+    )  # fmt: skip
+    assert code == 0 and "ok" in out
+
+
+def test_a_device_of_another_target_is_a_typed_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(
+        capsys, "run", str(EXAMPLES / "row_stats.poot"), "--target", "xdna2", "--device", "vpu-cpu"
+    )
+    assert code == 2 and "runs target 'intel-npu4', not 'xdna2'" in err
+
+
+def test_bad_files_are_typed_errors_naming_what_is_wrong(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = _run(capsys, "plan", str(tmp_path / "missing.poot"))
+    assert code == 2 and "missing.poot" in err
+    bad = tmp_path / "bad.poot"
+    bad.write_text("program p\n  slot x %0: f33[2]\nend\n")
+    code, _, err = _run(capsys, "plan", str(bad))
+    assert code == 2 and "ParseError" in err and "line 2" in err
+
+
+def test_features_prints_the_committed_matrix(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "features")
+    assert code == 0 and out == feature_matrix()
+    assert out == (ROOT / "docs/features.md").read_text()
+
+
+def test_devices_reports_stand_ins_and_missing_hardware(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "devices")
+    assert code == 0 and "xdna-host" in out and "vpu-cpu" in out
+    code, out, _ = _run(capsys, "devices", "--require", "xdna")
+    assert code == 1 and "hardware unavailable" in out
+
+
+def test_cache_ls_verify_clear(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cache = str(tmp_path / "cache")
+    code, _, _ = _run(
+        capsys, "--cache-dir", cache, "run", str(EXAMPLES / "embedding.poot"), "--steps", "1"
+    )
+    assert code == 0
+    code, out, _ = _run(capsys, "--cache-dir", cache, "cache", "ls")
+    assert code == 0 and "1 entries" in out
+    code, out, _ = _run(capsys, "--cache-dir", cache, "cache", "verify")
+    assert code == 0 and "ok" in out
+    blob = next(Path(cache).glob("*.blob"))
+    data = bytearray(blob.read_bytes())
+    data[-1] ^= 0xFF
+    blob.write_bytes(bytes(data))
+    code, out, _ = _run(capsys, "--cache-dir", cache, "cache", "verify")
+    assert code == 1 and "damaged" in out
+    code, out, _ = _run(capsys, "--cache-dir", cache, "cache", "clear")
+    assert code == 0 and "removed 1 entry" in out
+
+
+def test_import_an_onnx_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from onnx import TensorProto, helper, save
+
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4], [1.0, 2.0, 3.0, 4.0])
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "w"], ["y"]), helper.make_node("Exp", ["y"], ["z"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 4])],
+        [w],
+    )
+    model = tmp_path / "m.onnx"
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    out_file = tmp_path / "m.poot"
+    code, out, _ = _run(capsys, "import", str(model), "-o", str(out_file))
+    assert code == 0 and out_file.exists()
+    program = parse_program(out_file.read_text())
+    assert [e.prim.value for e in program.eqns][-2:] == ["mul", "exp"]
+    weights = np.load(tmp_path / "m.npz")
+    np.testing.assert_array_equal(weights["w"], [1.0, 2.0, 3.0, 4.0])
+    code, _, err = _run(capsys, "import", str(tmp_path / "nope.onnx"))
+    assert code == 2 and "nope.onnx" in err
