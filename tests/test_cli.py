@@ -6,9 +6,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from poot.cli import EXAMPLES, main
 from poot_ir import parse_program
 from poot_planner import feature_matrix, plan
+
+from poot.cli import EXAMPLES, main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -143,7 +144,7 @@ def test_import_an_onnx_model(capsys: pytest.CaptureFixture[str], tmp_path: Path
     model = tmp_path / "m.onnx"
     save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
     out_file = tmp_path / "m.poot"
-    code, out, _ = _run(capsys, "import", str(model), "-o", str(out_file))
+    code, _, _ = _run(capsys, "import", str(model), "-o", str(out_file))
     assert code == 0 and out_file.exists()
     program = parse_program(out_file.read_text())
     assert [e.prim.value for e in program.eqns][-2:] == ["mul", "exp"]
