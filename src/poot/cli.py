@@ -49,6 +49,16 @@ class _InputError(PootError):
     """A file the command line could not read."""
 
 
+def _with_progress(device: object, console: Console) -> None:
+    """Long builds show progress: a device with a link step (XDNA2) reports each stage."""
+    if hasattr(device, "progress"):
+
+        def show(stage: str, done: int, total: int) -> None:
+            console.print(f"[dim]link {done}/{total}: {stage}[/]")
+
+        device.progress = show
+
+
 def _demo(console: Console, args: argparse.Namespace) -> int:
     examples = sorted(EXAMPLES.glob("*.poot"))
     devices = [(d, d.unavailable_reason()) for d in DEVICES]
@@ -61,6 +71,7 @@ def _demo(console: Console, args: argparse.Namespace) -> int:
             if why is not None:
                 continue
             device = info.make()
+            _with_progress(device, console)
             try:
                 report = run_program(
                     program, device, info.name, steps=args.steps, cache_dir=args.cache_dir
@@ -97,6 +108,7 @@ def _run(console: Console, args: argparse.Namespace) -> int:
     if args.target and info.target != args.target:
         raise _InputError(f"device {name!r} runs target {info.target!r}, not {args.target!r}")
     device = make_device(name)
+    _with_progress(device, console)
     try:
         inputs = None
         if args.inputs:

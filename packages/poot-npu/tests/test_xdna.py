@@ -388,3 +388,17 @@ def test_regions_and_state_on_the_npu(hardware: Engine) -> None:
         for a in twenty.args
     }
     cases.run_steps(hardware, twenty, lambda s: positive, cases.twenty_check(twenty))
+
+
+def test_the_link_step_reports_progress(
+    fake: ModuleType, toolchain: dict[str, str], tmp_path: Path
+) -> None:
+    program = _install(cases.pointwise(Prim.EXP, (4, 8)), tmp_path)
+    seen: list[tuple[str, int, int]] = []
+    device = XdnaDevice(
+        toolchain, progress=lambda stage, done, total: seen.append((stage, done, total))
+    )
+    with Engine(device, tmp_path / "blobs") as e:
+        e.add_entry(program)
+    assert seen and seen[-1][0] == "done" and seen[-1][1] == seen[-1][2]
+    assert [done for _, done, _ in seen] == sorted(done for _, done, _ in seen)

@@ -56,6 +56,7 @@ import numpy as np
 from poot_codegen.xdna import ArenaRole, ProgramDesign, RegionDesign, design_program
 from poot_codegen.xdna import link as xlink
 from poot_codegen.xdna.execute import read_results, write_arguments
+from poot_codegen.xdna.link import Progress
 from poot_engine.device import Artifact, ArtifactSource, Buffer, DeviceIdentity, check_dispatch
 from poot_engine.host_buffers import HostBuffers, next_id
 from poot_ir import (
@@ -130,8 +131,12 @@ class XdnaDevice:
     link step finds its tools in (default: this process's). ``runs`` counts completed
     dispatches."""
 
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, env: Mapping[str, str] | None = None, progress: Progress | None = None
+    ) -> None:
         self._name = "XdnaDevice"
+        #: Called as ``(stage, done, total)`` while the link step runs (the CLI renders it).
+        self.progress = progress
         xrt, why = _import_pyxrt()
         if why is not None:
             raise DeviceUnavailable(self._name, why)
@@ -207,7 +212,7 @@ class XdnaDevice:
             raise CompileFailed(self._name, str(err), "an artifact source") from None
         if encode_design(design_program(planned)) != design:
             raise CompileFailed(self._name, "re-planning gave another design", "an artifact source")
-        artifacts = xlink.link(planned, env=self._env)
+        artifacts = xlink.link(planned, env=self._env, progress=self.progress)
         sections = [design]
         for a in artifacts:
             sections += [a.xclbin, a.insts]
