@@ -27,7 +27,6 @@ from poot_ir import (
     ConvertParams,
     DType,
     Eqn,
-    IotaParams,
     Literal,
     Output,
     Prim,
@@ -154,8 +153,6 @@ def narrow_to_device_precision(program: Program, contract: NarrowingContract) ->
                 env[e.out.id] = ins[0]
                 continue
             params = ConvertParams(dst)
-        elif isinstance(params, IotaParams) and params.dtype is wide:
-            params = IotaParams(params.shape, narrow, params.axis)
         env[e.out.id] = emit(e.prim, ins, params)
 
     def exit_value(v: Var) -> Var:
