@@ -5,9 +5,8 @@ Each node test case either imports and evaluates to the case's expected outputs 
 shape, the case's rtol/atol for floats, bit-equal otherwise), or raises ``UnsupportedOnnx``;
 nothing else is allowed. A floor per op type on the passed count catches regressions.
 
-The cases feed shapes, axes and indices as graph inputs; a model poot imports has them as
-constants, so the harness binds (``constants=``) every graph input of type int64 and every input
-that feeds a position in ``STATIC_INPUTS``. Everything else stays a runtime slot.
+The cases, and the inputs each binds as constants, come from ``onnx_cases`` (shared with the
+conformance suite, which runs the same cases on every device).
 """
 
 from __future__ import annotations
@@ -17,17 +16,17 @@ import contextlib
 import functools
 import subprocess
 import sys
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import onnx
+import onnx_cases
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnx_cases import array, is_float, node_cases
 from poot_ir import (
     DType,
     Literal,
@@ -37,22 +36,9 @@ from poot_ir import (
     UnsupportedOnnx,
     evaluate,
 )
-from poot_ir.onnx import STATIC_INPUTS, SUPPORTED_OPS, Imported, import_model
+from poot_ir.onnx import SUPPORTED_OPS, Imported, import_model
 
 # -- the ONNX node test cases ------------------------------------------------------------------
-
-
-@functools.cache
-def _node_cases() -> tuple[Any, ...]:
-    """Generated in memory by onnx (about 5 s), once per session."""
-    with warnings.catch_warnings():
-        # The generators compute their expected outputs in numpy and overflow on purpose;
-        # onnx may also deprecate its own helpers. Only onnx's modules are silenced.
-        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"onnx(\.|$)")
-        with np.errstate(all="ignore"):
-            import onnx.backend.test.case.node as node_cases
-
-            return tuple(node_cases.collect_testcases())
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,45 +49,18 @@ class Outcome:
     float64: bool  # a graph input or output is float64
 
 
-def _array(x: Any) -> np.ndarray | None:
-    """A tensor as an array; None for a sequence, an optional or a map."""
-    if isinstance(x, onnx.TensorProto):
-        return numpy_helper.to_array(x)
-    return np.asarray(x) if isinstance(x, np.ndarray | np.generic) else None
-
-
-def _is_float(dtype: np.dtype) -> bool:
-    return dtype.kind == "f" or dtype == np.dtype(ml_dtypes.bfloat16)
-
-
 def _elem(vi: Any) -> int:
     return int(vi.type.tensor_type.elem_type) if vi.type.HasField("tensor_type") else 0
 
 
 def _run_case(case: Any) -> Outcome:
     graph = case.model.graph
-    ops = {n.op_type for n in graph.node}
-    supported = ops <= set(SUPPORTED_OPS)
-    group = (
-        graph.node[0].op_type
-        if len(graph.node) == 1 and supported
-        else ("graph" if supported else "unsupported")
-    )
+    group = onnx_cases.group(case)
+    supported = group != "unsupported"
     f64 = any(_elem(vi) == TensorProto.DOUBLE for vi in [*graph.input, *graph.output])
-    static = {
-        n.input[i]
-        for n in graph.node
-        for i in STATIC_INPUTS.get(n.op_type, ())
-        if i < len(n.input) and n.input[i]
-    }
-    names = [vi.name for vi in graph.input]
     for inputs, expected in case.data_sets:
-        ins = [_array(x) for x in inputs]
-        bind = {
-            name: value
-            for name, value in zip(names, ins, strict=False)
-            if value is not None and (name in static or value.dtype == np.int64)
-        }
+        ins = [array(x) for x in inputs]
+        bind = onnx_cases.constants(case, ins)
         try:
             imported = import_model(case.model, constants=bind)
         except UnsupportedOnnx as err:
@@ -110,23 +69,19 @@ def _run_case(case: Any) -> Outcome:
             return Outcome(case.name, group, f"FAILED: import raised {err!r}", f64)
         if not supported:
             return Outcome(case.name, group, "FAILED: an unsupported op was imported", f64)
-        feed = {
-            imported.inputs[name]: value
-            for name, value in zip(names, ins, strict=False)
-            if name in imported.inputs
-        }
+        feed = onnx_cases.slots(case, imported, ins)
         try:
             got = evaluate(imported.program, {**feed, **imported.weights})
         except Exception as err:
             return Outcome(case.name, group, f"FAILED: evaluate raised {err!r}", f64)
-        for vi, want in zip(graph.output, (_array(x) for x in expected), strict=True):
+        for vi, want in zip(graph.output, (array(x) for x in expected), strict=True):
             y = got[imported.outputs[vi.name]]
             if want is None:
                 return Outcome(case.name, group, "FAILED: expected a non-tensor", f64)
             if y.dtype != want.dtype or y.shape != want.shape:
                 why = f"{vi.name}: {y.dtype}{y.shape}, expected {want.dtype}{want.shape}"
                 return Outcome(case.name, group, f"FAILED: {why}", f64)
-            if _is_float(want.dtype):
+            if is_float(want.dtype):
                 a, b = y.astype(np.float64), want.astype(np.float64)
                 ok = np.allclose(a, b, rtol=case.rtol, atol=case.atol, equal_nan=True)
             else:
@@ -138,7 +93,7 @@ def _run_case(case: Any) -> Outcome:
 
 @functools.cache
 def _outcomes() -> tuple[Outcome, ...]:
-    return tuple(_run_case(c) for c in _node_cases() if c.kind == "node")
+    return tuple(_run_case(c) for c in node_cases() if c.kind == "node")
 
 
 #: The passed count each group must reach (what the importer achieves today).
@@ -265,10 +220,10 @@ def _mutate(m: onnx.ModelProto, rng: np.random.Generator) -> None:
 
 def test_damaged_models_raise_only_unsupported_onnx() -> None:
     rng = np.random.default_rng(2024)
-    for case in _node_cases():
+    for case in node_cases():
         if not {n.op_type for n in case.model.graph.node} <= set(SUPPORTED_OPS):
             continue
-        ins = [_array(x) for x in case.data_sets[0][0]]
+        ins = [array(x) for x in case.data_sets[0][0]]
         names = [v.name for v in case.model.graph.input]
         bind = {
             k: v for k, v in zip(names, ins, strict=False) if v is not None and v.dtype == np.int64
