@@ -37,7 +37,7 @@ from poot_ir.core import (
 )
 from poot_ir.dtypes import DType, TensorType
 from poot_ir.errors import TypeCheckError
-from poot_ir.typing_rules import infer_type, validate
+from poot_ir.typing_rules import _show, infer_type, validate
 
 __all__ = ["Builder", "Operand"]
 
@@ -72,14 +72,23 @@ class Builder:
 
     def output(self, name: str, value: Var) -> None:
         self._check_own(value, f"output {name!r}")
+        if name in self._result_names():
+            raise TypeCheckError(f"output {name!r}: the name is already a result of {self.name!r}")
         self._outputs.append(Output(name, value))
 
     def update(self, state: Var, value: Var) -> None:
         """``value`` replaces the state argument ``state`` after each step."""
-        arg = next((a for a in self._args if a.var == state and a.storage is Storage.STATE), None)
+        arg = next((a for a in self._args if a.var is state and a.storage is Storage.STATE), None)
         if arg is None:
-            raise TypeCheckError(f"update: %{state.id} is not a state argument of {self.name!r}")
-        self._check_own(value, f"update of {arg.name!r}")
+            raise TypeCheckError(f"update: {state!r} is not a state argument of {self.name!r}")
+        where = f"update of {arg.name!r}"
+        self._check_own(value, where)
+        if arg.name in self._result_names():
+            raise TypeCheckError(f"{where}: {arg.name!r} is already a result of {self.name!r}")
+        if value.type != state.type:
+            raise TypeCheckError(
+                f"{where}: the state is {state.type} but its update is {value.type}"
+            )
         self._updates.append(Update(arg.name, value))
 
     def build(self) -> Program:
@@ -150,13 +159,15 @@ class Builder:
         return self._binary(Prim.EQ, a, b)
 
     def select(self, pred: Var, a: Operand, b: Operand) -> Var:
-        """``a`` where ``pred`` is true, else ``b``; branches broadcast to the predicate."""
-        dtype = self._dtype_of(a, b, Prim.SELECT)
-        branches = [self._atom(v, dtype) for v in (a, b)]
-        shape = np.broadcast_shapes(pred.shape, *(v.shape for v in branches if isinstance(v, Var)))
-        pred = self._broadcast_to(pred, shape)
-        branches = [self._broadcast_to(v, shape) if isinstance(v, Var) else v for v in branches]
-        return self._emit(Prim.SELECT, (pred, *branches))
+        """``a`` where ``pred`` is true, else ``b``; the predicate and the branches broadcast
+        numpy-style."""
+        index, prim = len(self._eqns), Prim.SELECT
+        self._check_own(pred, "predicate", index, prim)
+        dtype = self._dtype_of(a, b, prim)
+        operands = [pred, *(self._atom(v, dtype, prim) for v in (a, b))]
+        shape = self._broadcast_shape(operands, prim)
+        operands = [self._broadcast_to(v, shape, prim) for v in operands]
+        return self._emit(prim, tuple(operands))
 
     def convert(self, x: Var, dtype: DType) -> Var:
         return self._emit(Prim.CONVERT, (x,), ConvertParams(dtype))
@@ -165,19 +176,24 @@ class Builder:
 
     def reduce_sum(self, x: Var, axes: int | Sequence[int]) -> Var:
         """Sum over ``axes`` (negative axes count from the end); they leave the shape."""
-        return self._emit(Prim.REDUCE_SUM, (x,), ReduceParams(self._axes(x, axes)))
+        axes = self._axes(x, axes, Prim.REDUCE_SUM)
+        return self._emit(Prim.REDUCE_SUM, (x,), ReduceParams(axes))
 
     def reduce_max(self, x: Var, axes: int | Sequence[int]) -> Var:
-        return self._emit(Prim.REDUCE_MAX, (x,), ReduceParams(self._axes(x, axes)))
+        axes = self._axes(x, axes, Prim.REDUCE_MAX)
+        return self._emit(Prim.REDUCE_MAX, (x,), ReduceParams(axes))
 
     # -- data movement ----------------------------------------------------------------------
 
     def gather(self, table: Var, indices: Var, axis: int = 0) -> Var:
         """``numpy.take(table, indices, axis)`` with i32 indices."""
-        return self._emit(Prim.GATHER, (table, indices), GatherParams(self._axis(table, axis)))
+        axis = self._axis(table, axis, Prim.GATHER)
+        return self._emit(Prim.GATHER, (table, indices), GatherParams(axis))
 
     def transpose(self, x: Var, perm: Sequence[int]) -> Var:
-        return self._emit(Prim.TRANSPOSE, (x,), TransposeParams(tuple(perm)))
+        """Result axis ``i`` is operand axis ``perm[i]`` (negative entries count from the end)."""
+        perm = tuple(self._axis(x, p, Prim.TRANSPOSE) for p in perm)
+        return self._emit(Prim.TRANSPOSE, (x,), TransposeParams(perm))
 
     def reshape(self, x: Var, shape: Sequence[int]) -> Var:
         return self._emit(Prim.RESHAPE, (x,), ReshapeParams(tuple(shape)))
@@ -198,7 +214,8 @@ class Builder:
     def concat(self, xs: Sequence[Var], axis: int) -> Var:
         if not xs:
             raise TypeCheckError("takes at least one operand", len(self._eqns), Prim.CONCAT.value)
-        return self._emit(Prim.CONCAT, tuple(xs), ConcatParams(self._axis(xs[0], axis)))
+        axis = self._axis(xs[0], axis, Prim.CONCAT)
+        return self._emit(Prim.CONCAT, tuple(xs), ConcatParams(axis))
 
     def dynamic_update_slice(self, operand: Var, update: Var, starts: Sequence[Var | int]) -> Var:
         """``operand`` with ``update`` written at ``starts`` (i32 scalars or Python ints)."""
@@ -206,8 +223,10 @@ class Builder:
         return self._emit(Prim.DYNAMIC_UPDATE_SLICE, (operand, update, *st))
 
     def iota(self, shape: Sequence[int], dtype: DType, axis: int) -> Var:
-        """Counts 0, 1, 2, ... along ``axis`` of ``shape``."""
-        return self._emit(Prim.IOTA, (), IotaParams(tuple(shape), dtype, axis))
+        """Counts 0, 1, 2, ... along ``axis`` of ``shape`` (a negative axis counts from the end)."""
+        shape = tuple(shape)
+        axis = axis + len(shape) if -len(shape) <= axis < 0 else axis
+        return self._emit(Prim.IOTA, (), IotaParams(shape, dtype, axis))
 
     # -- contraction ------------------------------------------------------------------------
 
@@ -220,7 +239,12 @@ class Builder:
     def _arg(self, name: str, dtype: DType, shape: Sequence[int], storage: Storage) -> Var:
         if any(a.name == name for a in self._args):
             raise TypeCheckError(f"argument {name!r} is declared twice")
-        v = self._fresh(TensorType(tuple(shape), dtype), name)
+        shape = tuple(shape)
+        if not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise TypeCheckError(
+                f"argument {name!r}: shape {_show(shape)} must be non-negative integers"
+            )
+        v = self._fresh(TensorType(shape, dtype), name)
         self._args.append(Arg(name, v, storage))
         return v
 
@@ -229,16 +253,26 @@ class Builder:
         self._vars[v.id] = v
         return v
 
-    def _check_own(self, v: object, where: str) -> None:
-        if not isinstance(v, Var) or self._vars.get(v.id) != v:
-            raise TypeCheckError(f"{where}: {v!r} is not a value of program {self.name!r}")
+    def _check_own(
+        self, v: object, where: str, eqn: int | None = None, prim: Prim | None = None
+    ) -> None:
+        # identity, not equality: another Builder's var may have the same id and type
+        if not isinstance(v, Var) or self._vars.get(v.id) is not v:
+            raise TypeCheckError(
+                f"{where}: {_show(v, repr)} is not a value of program {self.name!r}",
+                eqn,
+                None if prim is None else prim.value,
+            )
+
+    def _result_names(self) -> set[str]:
+        return {o.name for o in self._outputs} | {u.state for u in self._updates}
 
     def _emit(self, prim: Prim, inputs: tuple[Atom, ...], params: Params | None = None) -> Var:
         params = NoParams() if params is None else params
         index = len(self._eqns)
         for a in inputs:
             if isinstance(a, Var):
-                self._check_own(a, f"equation {index} ({prim.value})")
+                self._check_own(a, "operand", index, prim)
             elif not isinstance(a, Literal):
                 raise TypeCheckError(
                     f"operand {a!r} is neither a value nor a literal", index, prim.value
@@ -253,46 +287,72 @@ class Builder:
                 return v.dtype
         raise TypeCheckError("needs at least one tensor operand", len(self._eqns), prim.value)
 
-    def _atom(self, v: Operand, dtype: DType) -> Atom:
+    def _atom(self, v: Operand, dtype: DType, prim: Prim) -> Atom:
         if isinstance(v, Var | Literal):
             return v
         try:
             return Literal.of(v, dtype)
-        except ValueError as err:
-            raise TypeCheckError(f"literal {v!r}: {err}", len(self._eqns)) from None
+        except (ValueError, TypeError, OverflowError) as err:
+            raise TypeCheckError(
+                f"literal {_show(v, repr)} of {dtype.value}: {_show(err)}",
+                len(self._eqns),
+                prim.value,
+            ) from None
 
-    def _binary(self, prim: Prim, a: Operand, b: Operand) -> Var:
-        dtype = self._dtype_of(a, b, prim)
-        x, y = self._atom(a, dtype), self._atom(b, dtype)
-        shapes = [v.shape for v in (x, y) if isinstance(v, Var)]
+    def _broadcast_shape(self, operands: Sequence[Atom], prim: Prim) -> tuple[int, ...]:
+        """The numpy broadcast of the operands' shapes, after checking that the equation
+        type-checks at that shape (so a failed call emits no broadcast_in_dim)."""
+        index = len(self._eqns)
+        for v in operands:
+            if isinstance(v, Var):
+                self._check_own(v, "operand", index, prim)
+        shapes = [v.shape for v in operands if isinstance(v, Var)]
         try:
             shape = tuple(int(d) for d in np.broadcast_shapes(*shapes))
         except ValueError:
             raise TypeCheckError(
-                f"shapes {shapes[0]} and {shapes[1]} do not broadcast", len(self._eqns), prim.value
+                f"shapes {' and '.join(map(str, shapes))} do not broadcast", index, prim.value
             ) from None
-        x, y = (self._broadcast_to(v, shape) if isinstance(v, Var) else v for v in (x, y))
+        probe = [Var(-1, TensorType(shape, v.dtype)) if isinstance(v, Var) else v for v in operands]
+        infer_type(prim, probe, NoParams(), index)
+        return shape
+
+    def _binary(self, prim: Prim, a: Operand, b: Operand) -> Var:
+        dtype = self._dtype_of(a, b, prim)
+        operands = [self._atom(a, dtype, prim), self._atom(b, dtype, prim)]
+        shape = self._broadcast_shape(operands, prim)
+        x, y = (self._broadcast_to(v, shape, prim) for v in operands)
         return self._emit(prim, (x, y))
 
-    def _broadcast_to(self, v: Var, shape: tuple[int, ...]) -> Var:
+    def _broadcast_to(self, v: Atom, shape: tuple[int, ...], prim: Prim) -> Atom:
         """numpy-style: align trailing axes, then broadcast_in_dim when anything changes."""
-        if v.shape == shape:
+        if isinstance(v, Literal) or v.shape == shape:
             return v
         offset = len(shape) - v.type.rank
         if offset < 0:
-            raise TypeCheckError(f"cannot broadcast {v.type} to {shape}", len(self._eqns))
+            raise TypeCheckError(
+                f"cannot broadcast {v.type} to {shape}", len(self._eqns), prim.value
+            )
         return self.broadcast_in_dim(v, shape, tuple(range(offset, len(shape))))
 
-    def _axis(self, x: Var, axis: int) -> int:
+    def _axis(self, x: Atom, axis: int, prim: Prim) -> int:
+        """``axis`` of ``x``, a negative one counted from the end (one out of range is left
+        for the type rule to report)."""
+        index = len(self._eqns)
+        self._check_own(x, "operand", index, prim)
         rank = x.type.rank
         return axis + rank if -rank <= axis < 0 else axis
 
-    def _axes(self, x: Var, axes: int | Sequence[int]) -> tuple[int, ...]:
+    def _axes(self, x: Var, axes: int | Sequence[int], prim: Prim) -> tuple[int, ...]:
         seq = (axes,) if isinstance(axes, int) else tuple(axes)
-        return tuple(sorted(self._axis(x, a) for a in seq))
+        return tuple(sorted(self._axis(x, a, prim) for a in seq))
 
     def _int_literal(self, value: int) -> Literal:
         try:
             return Literal.of(value, DType.I32)
-        except ValueError as err:
-            raise TypeCheckError(f"start {value!r}: {err}", len(self._eqns)) from None
+        except (ValueError, TypeError, OverflowError) as err:
+            raise TypeCheckError(
+                f"start {_show(value, repr)}: {_show(err)}",
+                len(self._eqns),
+                Prim.DYNAMIC_UPDATE_SLICE.value,
+            ) from None

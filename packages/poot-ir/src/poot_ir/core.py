@@ -248,6 +248,9 @@ class Literal:
         elif dtype is DType.BOOL:
             arr = np.array(bool(value), dtype=np.bool_)
         else:
+            if isinstance(value, int) and abs(value) >= 2**1024:
+                # beyond float64 (float() would raise), so far beyond every float dtype
+                value = math.inf if value > 0 else -math.inf
             with np.errstate(over="ignore"):
                 arr = np.array(value).astype(dtype.numpy)
         return Literal(int(arr.view(dtype.bits_dtype)), dtype)

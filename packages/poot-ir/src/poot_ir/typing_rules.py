@@ -74,13 +74,30 @@ DTYPES_OF: dict[Prim, frozenset[DType]] = {
 def infer_type(
     prim: Prim, inputs: Sequence[Atom], params: Params, eqn: int | None = None
 ) -> TensorType:
-    """The type of ``prim(*inputs, params)``, or a ``TypeCheckError`` saying what is wrong."""
+    """The type of ``prim(*inputs, params)``, or a ``TypeCheckError`` saying what is wrong.
 
+    A literal operand must hold a bit pattern of its dtype's width."""
+    try:
+        return _infer_type(prim, inputs, params, eqn)
+    except ValueError:
+        # str() refuses integers of more than sys.get_int_max_str_digits() digits, which a
+        # message naming a huge parameter or shape would print.
+        raise TypeCheckError(
+            "a parameter or shape is too large to print (or to be a shape)", eqn, prim.value
+        ) from None
+
+
+def _infer_type(prim: Prim, inputs: Sequence[Atom], params: Params, eqn: int | None) -> TensorType:
     def fail(message: str) -> TypeCheckError:
         return TypeCheckError(message, eqn, prim.value)
 
     if not isinstance(params, PARAMS_OF[prim]):
         raise fail(f"takes {PARAMS_OF[prim].__name__}, got {type(params).__name__}")
+    for i, atom in enumerate(inputs):
+        if isinstance(atom, Literal) and not _fits(atom):
+            raise fail(
+                f"literal operand {i}: bit pattern {_bits(atom)} does not fit {atom.dtype.value}"
+            )
     types = [a.type for a in inputs]
 
     def arity(n: int) -> None:
@@ -266,6 +283,24 @@ def _binary_shape(inputs: Sequence[Atom]) -> tuple[int, ...] | None:
     return shapes.pop() if len(shapes) == 1 else None
 
 
+def _fits(lit: Literal) -> bool:
+    bits = lit.bits
+    return isinstance(bits, int) and 0 <= bits < 1 << (8 * lit.dtype.itemsize)
+
+
+def _bits(lit: Literal) -> str:
+    # hex, because str() of a huge integer raises
+    return f"{lit.bits:#x}" if isinstance(lit.bits, int) else repr(lit.bits)
+
+
+def _show(value: object, show: Callable[[object], str] = str) -> str:
+    """``show(value)``, or a placeholder when it holds an integer too long for str()."""
+    try:
+        return show(value)
+    except ValueError:
+        return "(too large to print)"
+
+
 def _check_shape(shape: tuple[int, ...], fail: Callable[[str], TypeCheckError]) -> None:
     if not all(isinstance(d, int) and d >= 0 for d in shape):
         raise fail(f"shape {shape} must be non-negative integers")
@@ -277,9 +312,9 @@ def validate(program: Program) -> Program:
     defined: dict[int, Var] = {}
     names: set[str] = set()
 
-    def define(v: Var, where: str) -> None:
+    def define(v: Var, where: str, eqn: int | None = None, prim: str | None = None) -> None:
         if v.id in defined:
-            raise TypeCheckError(f"{where}: %{v.id} is defined twice")
+            raise TypeCheckError(f"{where}: %{v.id} is defined twice", eqn, prim)
         defined[v.id] = v
 
     def use(a: Atom, where: str, eqn: int | None = None, prim: str | None = None) -> None:
@@ -297,7 +332,7 @@ def validate(program: Program) -> Program:
         where = f"argument {arg.name!r}"
         if not all(isinstance(d, int) and d >= 0 for d in arg.var.type.shape):
             raise TypeCheckError(
-                f"{where}: shape {arg.var.type.shape} must be non-negative integers"
+                f"{where}: shape {_show(arg.var.type.shape)} must be non-negative integers"
             )
         define(arg.var, where)
     for i, e in enumerate(program.eqns):
@@ -310,9 +345,11 @@ def validate(program: Program) -> Program:
         expect = infer_type(e.prim, e.inputs, e.params, i)
         if e.out.type != expect:
             raise TypeCheckError(
-                f"declares result {e.out.type}, but its type is {expect}", i, e.prim.value
+                f"declares result {_show(e.out.type)}, but its type is {_show(expect)}",
+                i,
+                e.prim.value,
             )
-        define(e.out, f"equation {i}")
+        define(e.out, "result", i, e.prim.value)
     result_names: set[str] = set()
     for o in program.outputs:
         if not _NAME.match(o.name) or o.name in result_names:
@@ -333,7 +370,7 @@ def validate(program: Program) -> Program:
         use(u.var, f"update of {u.state!r}")
         if u.var.type != state_arg.var.type:
             raise TypeCheckError(
-                f"state {u.state!r} is {state_arg.var.type} but its update is {u.var.type}"
+                f"state {u.state!r} is {_show(state_arg.var.type)} but its update is {_show(u.var.type)}"
             )
     missing = sorted(set(states) - updated)
     if missing:
