@@ -5,7 +5,8 @@ Each step's device results are compared with the oracle evaluating the *source* 
 same inputs, the states included: the reference for step ``k`` reads the state the device
 carried out of step ``k - 1``, so a comparison measures one step, never accumulated drift. The
 comparison uses the plan's published numerics class (``NarrowStorage``: normwise against the
-F32 oracle; ``Bounded``: elementwise; ``Exact``: bit for bit).
+F32 oracle; ``Bounded``: elementwise under the bound ``poot_planner.error_bounds`` derives for
+the step's inputs; ``Exact``: bit for bit).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import numpy as np
 from poot_engine import Engine
 from poot_engine.device import Device
 from poot_ir import Comparison, Program, Storage, compare, evaluate, sample_inputs
-from poot_ir.numerics import NumericsClass
+from poot_ir.numerics import Bounded, Derived
 from poot_planner import Plan, plan
+from poot_planner.error_bounds import result_bounds
 
 __all__ = ["RunReport", "StepCheck", "run_program"]
 
@@ -60,9 +62,18 @@ class RunReport:
 
 
 def _check(
-    numerics: NumericsClass, got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]
+    p: Plan,
+    feed: Mapping[str, np.ndarray],
+    got: Mapping[str, np.ndarray],
+    want: Mapping[str, np.ndarray],
 ) -> tuple[tuple[str, Comparison], ...]:
-    return tuple((name, compare(got[name], want[name], numerics.bound)) for name in want)
+    """Each result under the plan's class: bit for bit when exact, normwise when narrowed, and
+    when bounded, under the bound a running error analysis derives for these very inputs from
+    the target's per-step contracts (a chain of approximate steps compounds their errors)."""
+    if isinstance(p.numerics, Bounded):
+        bounds = result_bounds(p, feed)
+        return tuple((n, compare(got[n], want[n], Derived(), scale=bounds[n])) for n in want)
+    return tuple((n, compare(got[n], want[n], p.numerics.bound)) for n in want)
 
 
 def run_program(
@@ -98,7 +109,8 @@ def run_program(
             slots = {n: v for n, v in sample.items() if storage[n] is Storage.SLOT}
             got = engine.step(entry, slots)
             want = evaluate(program, {**weights, **states, **slots})
-            report.steps.append(StepCheck(k, _check(p.numerics, got, want)))
+            feed = {**weights, **states, **slots}
+            report.steps.append(StepCheck(k, _check(p, feed, got, want)))
             report.outputs.append(got)
             states = {n: got[n] for n in states}
         stats = engine.stats()

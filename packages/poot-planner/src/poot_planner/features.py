@@ -19,6 +19,7 @@ from poot_ir.numerics import (
     AnyInput,
     BitExact,
     Bound,
+    Derived,
     Domain,
     FiniteInputs,
     FiniteNormalResult,
@@ -68,6 +69,8 @@ def render_bound(b: Bound) -> str:
             return f"within {_num(u)} x cols x {_num(unit)} of the sum of the row's magnitudes"
         case Normwise(rel=r):
             return f"normwise rel {_num(r)}"
+        case Derived():
+            return "a bound derived per input by a running error analysis"
         case _:
             assert_never(b)
 
