@@ -30,7 +30,7 @@ def test_every_example_parses_and_the_cpu_admits_it() -> None:
 def test_demo_runs_every_example_on_every_present_device(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    code, out, _ = _run(capsys, "--cache-dir", str(tmp_path), "demo", "--steps", "2")
+    code, out, _ = _run(capsys, "--cache-dir", str(tmp_path), "demo")
     assert code == 0, out
     for path in EXAMPLES.glob("*.poot"):
         assert path.stem in out
