@@ -61,6 +61,9 @@ def _program(cap: Capability, dtype: DType) -> Program | None:
         return b.build()
     elif p is Prim.IOTA:
         out = b.iota((3, 4), dtype, axis=1)
+    elif p is Prim.SELECT:
+        pred = b.slot("p", DType.BOOL, _SHAPE)
+        out = b.select(pred, b.slot("x", dtype, _SHAPE), b.slot("y", dtype, _SHAPE))
     elif p is Prim.CONVERT:
         dst = next(d for d in cap.dtypes if d is not dtype)
         out = b.convert(b.slot("x", dtype, _SHAPE), dst)
@@ -92,7 +95,7 @@ def _cases() -> list[object]:
 def test_capability(info: object, cap: Capability, dtype: DType, tmp_path: Path) -> None:
     program = _program(cap, dtype)
     if program is None:
-        pytest.skip(f"{cap.prim.value} has no one-equation conformance program")
+        pytest.fail(f"{cap.prim.value} has no one-equation conformance program: add one")
     device = open_device(info)
     p = plan(program, device.target)
     assert p.admitted, (
