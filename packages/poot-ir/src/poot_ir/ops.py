@@ -79,6 +79,8 @@ def attention(b: Builder, q: Var, k: Var, v: Var, mask: Var | None = None) -> Va
     rank = q.type.rank
     if rank < 2:
         raise TypeCheckError(f"attention: q must have rank >= 2, got {q.type}")
+    if q.shape[-1] == 0:  # the scale 1 / sqrt(d) is undefined
+        raise TypeCheckError(f"attention: q has an empty last axis (d = 0): {q.type}")
     perm = (*range(rank - 2), rank - 1, rank - 2)
     scores = b.mul(b.matmul(q, b.transpose(k, perm)), 1.0 / math.sqrt(q.shape[-1]))
     if mask is not None:
