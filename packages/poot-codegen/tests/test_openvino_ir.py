@@ -689,3 +689,17 @@ def test_no_lowering_is_typed(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_package_imports_without_openvino() -> None:
     code = "import sys, poot_codegen; assert 'openvino' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("dtype", [DType.F32, DType.F16, DType.I32])
+def test_reduce_max_of_an_empty_axis_is_the_lowest_value(dtype: DType) -> None:
+    # OpenVINO's ReduceMax gives the lowest finite f32 there; the oracle says -inf (INT_MIN)
+    b = Builder("empty_max")
+    x = b.slot("x", dtype, (2, 0, 4))
+    b.output("m", b.reduce_max(x, axes=1))
+    program = b.build()
+    xs = np.zeros((2, 0, 4), dtype.numpy)
+    want = evaluate(program, {"x": xs})["m"]
+    for emulate in (False, True) if dtype is DType.F16 else (False,):
+        got = run(program, {"x": xs}, emulate=emulate)["m"]
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()

@@ -481,6 +481,13 @@ def _reduce(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
     assert isinstance(e.params, ReduceParams)
     if not e.params.axes:
         return ops.convert(xs[0], _OV_TYPE[g.carried(e.out.dtype)], name=name)
+    shape = e.inputs[0].type.shape
+    if e.prim is Prim.REDUCE_MAX and any(shape[a] == 0 for a in e.params.axes):
+        # the max of nothing is -inf (INT_MIN for i32), as the oracle says; OpenVINO's
+        # ReduceMax gives the lowest finite value instead, so it is a constant here
+        dtype = g.carried(e.out.dtype)
+        lowest = -np.inf if dtype.is_float else np.iinfo(np.int32).min
+        return _const(np.full(e.out.shape, lowest, dtype=dtype.numpy), name)
     fn = ops.reduce_sum if e.prim is Prim.REDUCE_SUM else ops.reduce_max
     return fn(xs[0], _i64(e.params.axes, f"{name}:axes"), keep_dims=False, name=name)
 
