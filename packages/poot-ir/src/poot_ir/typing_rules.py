@@ -285,6 +285,8 @@ def _binary_shape(inputs: Sequence[Atom]) -> tuple[int, ...] | None:
 
 def _fits(lit: Literal) -> bool:
     bits = lit.bits
+    if lit.dtype is DType.BOOL:  # a bool byte other than 0 or 1 would leak through select
+        return bits in (0, 1)
     return isinstance(bits, int) and 0 <= bits < 1 << (8 * lit.dtype.itemsize)
 
 
