@@ -23,8 +23,9 @@ SOURCES = [f"packages/poot-{p}/src" for p in PACKAGES] + ["src"]
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The hardware-free test run: unit tests of every package and the conformance suite."""
-    session.run("pytest", "-q", "-m", "not xdna and not npu_intel", *session.posargs)
+    """The whole test run. Hardware tests (markers ``xdna``, ``npu_intel``) are collected too,
+    so each shows as a skip with "hardware unavailable" and its reason, never a pass."""
+    session.run("pytest", "-q", *session.posargs)
 
 
 @nox.session
