@@ -27,7 +27,7 @@ class DType(Enum):
 
     @property
     def itemsize(self) -> int:
-        return int(self.numpy.itemsize)
+        return _ITEMSIZE[self]
 
     @property
     def is_float(self) -> bool:
@@ -60,6 +60,7 @@ _NUMPY: dict[DType, np.dtype[np.generic]] = {
     DType.I32: np.dtype(np.int32),
     DType.BOOL: np.dtype(np.bool_),
 }
+_ITEMSIZE: dict[DType, int] = {d: int(nd.itemsize) for d, nd in _NUMPY.items()}
 _BITS: dict[int, np.dtype[np.generic]] = {
     1: np.dtype(np.uint8),
     2: np.dtype(np.uint16),

@@ -24,7 +24,7 @@ from poot_ir import Var
 
 from poot_planner.tiles import TileOp
 
-__all__ = ["Chunking", "chunk_region", "words"]
+__all__ = ["Chunking", "chunk_calls", "chunk_region", "unchunked_bytes", "words"]
 
 
 def words(nbytes: int) -> int:
@@ -48,9 +48,11 @@ class Chunking:
             for op in t.inputs:
                 self.readers[op.var.id].append((t, op.resident))
 
+        self._whole = {v for v, rs in self.readers.items() if any(res for _, res in rs)}
+
     def whole(self, v: int) -> bool:
         """Some tile holds ``v`` resident: it moves as one object."""
-        return any(resident for _, resident in self.readers[v])
+        return v in self._whole
 
     def streaming(self, v: int) -> list[TileOp]:
         """The tiles that stream ``v``: its producer (if in the region) and non-resident readers."""
@@ -97,9 +99,21 @@ class Chunking:
         )
 
 
-def chunk_region(tiles: Sequence[TileOp], limit: int) -> tuple[list[TileOp], int] | int:
-    """The region's tiles with the chunking they run (``TileOp.chunk`` and ``tile_bytes``
-    updated) and the region's largest tile bytes, or, when some chunk group fits no chunking,
+def unchunked_bytes(t: TileOp) -> int:
+    """An upper bound on ``t``'s buffer bytes when it makes one call per run, in any region:
+    every tensor whole and double-buffered (a region can only make a tensor resident, which
+    halves it). When it fits, one call per run is a chunking that fits."""
+    return sum(2 * words(v.type.nbytes) for v in [op.var for op in t.inputs] + [t.output])
+
+
+def _divisors(n: int) -> list[int]:
+    """The divisors of ``n``, ascending (in O(sqrt n): a tensor may have millions of units)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
+def chunk_calls(tiles: Sequence[TileOp], limit: int) -> tuple[Chunking, dict[int, int]] | int:
+    """Calls per run of every tile (by index), or, when some chunk group fits no chunking,
     the bytes its largest tile would need at the finest chunking tried."""
     c = Chunking(tiles)
     calls: dict[int, int] = {}
@@ -108,7 +122,7 @@ def chunk_region(tiles: Sequence[TileOp], limit: int) -> tuple[list[TileOp], int
             calls.update((t.index, 0) for t in group)  # an empty tensor: no call at all
             continue
         g = math.gcd(*(t.units for t in group))
-        candidates = [1] if c.forced_single(group) else [d for d in range(1, g + 1) if g % d == 0]
+        candidates = [1] if c.forced_single(group) else _divisors(g)
         need = 0
         for n in candidates:
             sizes = [c.tile_bytes(t, n) for t in group]
@@ -118,6 +132,16 @@ def chunk_region(tiles: Sequence[TileOp], limit: int) -> tuple[list[TileOp], int
             need = max([s for s in sizes if s is not None] + [need])
         else:
             return need
+    return c, calls
+
+
+def chunk_region(tiles: Sequence[TileOp], limit: int) -> tuple[list[TileOp], int] | int:
+    """The region's tiles with the chunking they run (``TileOp.chunk`` and ``tile_bytes``
+    updated) and the region's largest tile bytes, or what ``chunk_calls`` says is needed."""
+    got = chunk_calls(tiles, limit)
+    if isinstance(got, int):
+        return got
+    c, calls = got
     out = []
     for t in tiles:
         n = calls[t.index]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from poot_ir import Program, Var
 
-from poot_planner.chunking import chunk_region
+from poot_planner.chunking import chunk_calls, chunk_region, unchunked_bytes
 from poot_planner.target import RegionLimits
 from poot_planner.tiles import TileOp
 
@@ -86,6 +86,7 @@ def form_regions(
         for op in t.inputs:
             readers.setdefault(op.var.id, set()).add(t.index)
     results = {v.id for _, v in program.results()}
+    upper = {t.index: unchunked_bytes(t) for t in tiles}
 
     def fits(group: list[TileOp]) -> bool:
         h_in, h_out, _ = _streams(group, readers, results)
@@ -93,7 +94,11 @@ def form_regions(
             len(group) <= limits.compute_tiles
             and len(h_in) <= limits.host_streams_in
             and len(h_out) <= limits.host_streams_out
-            and not isinstance(chunk_region(group, limits.tile_bytes), int)
+            # one call per run fits whatever the region shares: no need to work out groups
+            and (
+                all(upper[t.index] <= limits.tile_bytes for t in group)
+                or not isinstance(chunk_calls(group, limits.tile_bytes), int)
+            )
         )
 
     regions: list[Region] = []
