@@ -21,7 +21,6 @@ from poot_ir import (
     DispatchRefused,
     IRError,
     Program,
-    TensorType,
     evaluate,
     format_program,
     parse_program,
@@ -36,7 +35,7 @@ from poot_engine.device import (
     check_dispatch,
     signature_of,
 )
-from poot_engine.host_buffers import HostBuffers, next_id
+from poot_engine.host_buffers import HostBuffers, HostMemory, next_id
 
 if TYPE_CHECKING:
     from poot_planner import Plan
@@ -44,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["CpuDevice"]
 
 
-class CpuDevice:
+class CpuDevice(HostMemory):
     """The oracle as a device. ``runs`` counts completed dispatches (tests count with it)."""
 
     def __init__(self, target: str = "cpu") -> None:
@@ -92,26 +91,6 @@ class CpuDevice:
     def unload(self, artifact: Artifact) -> None:
         self._usable()
         self._artifacts.pop(artifact.id, None)
-
-    def allocate(self, type: TensorType) -> Buffer:
-        self._usable()
-        return self._buffers.allocate(type)
-
-    def free(self, buffer: Buffer) -> None:
-        self._usable()
-        self._buffers.free(buffer)
-
-    def write(self, buffer: Buffer, data: np.ndarray) -> None:
-        self._usable()
-        self._buffers.write(buffer, data)
-
-    def read(self, buffer: Buffer) -> np.ndarray:
-        self._usable()
-        return self._buffers.read(buffer)
-
-    def copy(self, src: Buffer, dst: Buffer) -> None:
-        self._usable()
-        self._buffers.copy(src, dst)
 
     def dispatch(self, artifact: Artifact, buffers: tuple[Buffer, ...], deadline_s: float) -> None:
         self._usable()

@@ -16,7 +16,7 @@ from poot_ir import DispatchRefused, TensorType
 
 from poot_engine.device import Buffer
 
-__all__ = ["HostBuffers", "next_id"]
+__all__ = ["HostBuffers", "HostMemory", "next_id"]
 
 _ids: Final = itertools.count(1)
 
@@ -66,3 +66,34 @@ class HostBuffers:
 
     def clear(self) -> None:
         self.memory.clear()
+
+
+class HostMemory:
+    """The five buffer methods of the ``Device`` protocol, for a device whose buffers are host
+    memory: it sets ``self._buffers`` and defines ``_usable()`` (raising when it is closed or
+    poisoned), and every call checks that first."""
+
+    _buffers: HostBuffers
+
+    def _usable(self) -> None:
+        raise NotImplementedError
+
+    def allocate(self, type: TensorType) -> Buffer:
+        self._usable()
+        return self._buffers.allocate(type)
+
+    def free(self, buffer: Buffer) -> None:
+        self._usable()
+        self._buffers.free(buffer)
+
+    def write(self, buffer: Buffer, data: np.ndarray) -> None:
+        self._usable()
+        self._buffers.write(buffer, data)  # in place: a bound runtime tensor shares this memory
+
+    def read(self, buffer: Buffer) -> np.ndarray:
+        self._usable()
+        return self._buffers.read(buffer)
+
+    def copy(self, src: Buffer, dst: Buffer) -> None:
+        self._usable()
+        self._buffers.copy(src, dst)

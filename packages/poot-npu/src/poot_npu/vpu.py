@@ -57,7 +57,7 @@ from poot_engine.device import (
     Signature,
     check_dispatch,
 )
-from poot_engine.host_buffers import HostBuffers, next_id
+from poot_engine.host_buffers import HostBuffers, HostMemory, next_id
 from poot_ir import (
     BlobRefused,
     CompileFailed,
@@ -126,7 +126,7 @@ class _Loaded:
     bound: dict[int, tuple[int, np.ndarray, Any]] = field(default_factory=dict)
 
 
-class VpuDevice:
+class VpuDevice(HostMemory):
     """The Intel NPU4 device (``"NPU"``) or its stand-in on OpenVINO's CPU plugin (``"CPU"``);
     see the module docstring. ``runs`` counts completed dispatches."""
 
@@ -229,28 +229,6 @@ class VpuDevice:
     def unload(self, artifact: Artifact) -> None:
         self._usable()
         self._loaded.pop(artifact.id, None)
-
-    # -- buffers -------------------------------------------------------------------------------
-
-    def allocate(self, type: TensorType) -> Buffer:
-        self._usable()
-        return self._buffers.allocate(type)
-
-    def free(self, buffer: Buffer) -> None:
-        self._usable()
-        self._buffers.free(buffer)
-
-    def write(self, buffer: Buffer, data: np.ndarray) -> None:
-        self._usable()
-        self._buffers.write(buffer, data)  # in place: a bound tensor shares this memory
-
-    def read(self, buffer: Buffer) -> np.ndarray:
-        self._usable()
-        return self._buffers.read(buffer)
-
-    def copy(self, src: Buffer, dst: Buffer) -> None:
-        self._usable()
-        self._buffers.copy(src, dst)
 
     # -- running -------------------------------------------------------------------------------
 

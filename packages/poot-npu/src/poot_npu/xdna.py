@@ -58,7 +58,7 @@ from poot_codegen.xdna import link as xlink
 from poot_codegen.xdna.execute import read_results, write_arguments
 from poot_codegen.xdna.link import Progress
 from poot_engine.device import Artifact, ArtifactSource, Buffer, DeviceIdentity, check_dispatch
-from poot_engine.host_buffers import HostBuffers, next_id
+from poot_engine.host_buffers import HostBuffers, HostMemory, next_id
 from poot_ir import (
     BlobRefused,
     CompileFailed,
@@ -66,9 +66,9 @@ from poot_ir import (
     DeviceFailed,
     DevicePoisoned,
     DeviceUnavailable,
+    DispatchRefused,
     IRError,
     PlanRefused,
-    TensorType,
     format_program,
     parse_program,
 )
@@ -126,7 +126,7 @@ class _Loaded:
     host: list[np.ndarray] = field(default_factory=list)  # arenas of a design with no region
 
 
-class XdnaDevice:
+class XdnaDevice(HostMemory):
     """The XDNA2 NPU through ``pyxrt``; see the module docstring. ``env`` is the environment the
     link step finds its tools in (default: this process's). ``runs`` counts completed
     dispatches."""
@@ -286,28 +286,6 @@ class XdnaDevice:
         self._usable()
         self._loaded.pop(artifact.id, None)
 
-    # -- buffers -------------------------------------------------------------------------------
-
-    def allocate(self, type: TensorType) -> Buffer:
-        self._usable()
-        return self._buffers.allocate(type)
-
-    def free(self, buffer: Buffer) -> None:
-        self._usable()
-        self._buffers.free(buffer)
-
-    def write(self, buffer: Buffer, data: np.ndarray) -> None:
-        self._usable()
-        self._buffers.write(buffer, data)
-
-    def read(self, buffer: Buffer) -> np.ndarray:
-        self._usable()
-        return self._buffers.read(buffer)
-
-    def copy(self, src: Buffer, dst: Buffer) -> None:
-        self._usable()
-        self._buffers.copy(src, dst)
-
     # -- running -------------------------------------------------------------------------------
 
     def dispatch(self, artifact: Artifact, buffers: tuple[Buffer, ...], deadline_s: float) -> None:
@@ -315,7 +293,8 @@ class XdnaDevice:
         loaded = self._loaded.get(artifact.id)
         memory = self._buffers.memory
         check_dispatch(artifact, buffers, loaded.artifact if loaded else None, memory, self._name)
-        assert loaded is not None  # check_dispatch refused otherwise
+        if loaded is None:  # check_dispatch refused it already; this keeps the types exact
+            raise DispatchRefused(f"{self._name}: artifact {artifact.id} is not loaded here")
         start = time.monotonic()
         arrays = tuple(memory[b.id] for b in buffers)
         specs = artifact.signature.args

@@ -72,14 +72,14 @@ from poot_engine.device import (
     DeviceIdentity,
     check_dispatch,
 )
-from poot_engine.host_buffers import HostBuffers, next_id
+from poot_engine.host_buffers import HostBuffers, HostMemory, next_id
 from poot_ir import (
     BlobRefused,
     CompileFailed,
     DeadlineExceeded,
     DeviceFailed,
     DevicePoisoned,
-    TensorType,
+    DispatchRefused,
 )
 
 from poot_npu.xdna_artifact import (
@@ -147,7 +147,7 @@ class _Loaded:
     stats: RunStats
 
 
-class XdnaHostDevice:
+class XdnaHostDevice(HostMemory):
     """The XDNA2 stand-in; see the module docstring. ``cache_dir`` holds the built kernel
     libraries (default: ``xdna-host`` under the user cache directory); ``compiler`` is the host
     C compiler (default ``cc``, then ``gcc``). ``runs`` counts completed dispatches."""
@@ -264,28 +264,6 @@ class XdnaHostDevice:
         """The ``RunStats`` of the last completed dispatch (None before the first)."""
         return self._last
 
-    # -- buffers -------------------------------------------------------------------------------
-
-    def allocate(self, type: TensorType) -> Buffer:
-        self._usable()
-        return self._buffers.allocate(type)
-
-    def free(self, buffer: Buffer) -> None:
-        self._usable()
-        self._buffers.free(buffer)
-
-    def write(self, buffer: Buffer, data: np.ndarray) -> None:
-        self._usable()
-        self._buffers.write(buffer, data)
-
-    def read(self, buffer: Buffer) -> np.ndarray:
-        self._usable()
-        return self._buffers.read(buffer)
-
-    def copy(self, src: Buffer, dst: Buffer) -> None:
-        self._usable()
-        self._buffers.copy(src, dst)
-
     # -- running -------------------------------------------------------------------------------
 
     def dispatch(self, artifact: Artifact, buffers: tuple[Buffer, ...], deadline_s: float) -> None:
@@ -293,7 +271,8 @@ class XdnaHostDevice:
         loaded = self._loaded.get(artifact.id)
         memory = self._buffers.memory
         check_dispatch(artifact, buffers, loaded.artifact if loaded else None, memory, self._name)
-        assert loaded is not None  # check_dispatch refused otherwise
+        if loaded is None:  # check_dispatch refused it already; this keeps the types exact
+            raise DispatchRefused(f"{self._name}: artifact {artifact.id} is not loaded here")
         arrays = tuple(memory[b.id] for b in buffers)
         n_in = len(artifact.signature.inputs)
         specs = artifact.signature.args
