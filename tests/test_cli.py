@@ -45,6 +45,11 @@ def test_plan_prints_regions_refusals_and_numerics(capsys: pytest.CaptureFixture
     assert code == 0 and "admitted" in out and "regions (1 hardware contexts)" in out
     code, out, _ = _run(capsys, "plan", str(EXAMPLES / "layernorm.poot"), "--target", "xdna2")
     assert code == 1 and "MISSING_BOUND" in out and "subtraction" in out
+    code, out, _ = _run(
+        capsys, "plan", str(EXAMPLES / "rmsnorm_step.poot"), "--target", "intel-npu4", "--program"
+    )
+    narrowed = parse_program(out[out.index("program rmsnorm_step") :])
+    assert code == 0 and narrowed.eqns[0].prim.value == "convert"  # the cast on entry
 
 
 def test_run_checks_against_the_oracle(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

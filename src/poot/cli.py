@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from poot_ir import PootError, Program, parse_program
+from poot_ir import PootError, Program, format_program, parse_program
 from poot_npu.registry import DEVICES, DeviceKind, device_info, make_device
 from poot_planner import TARGETS, plan
 from poot_planner.features import feature_matrix
@@ -94,6 +94,9 @@ def _plan(console: Console, args: argparse.Namespace) -> int:
     for t in targets:
         p = plan(program, t)
         console.print(render.plan_panel(p))
+        if args.program and p.admitted:
+            # what the device runs: after the target's passes (the Intel narrowing casts)
+            console.print(format_program(p.program), highlight=False, markup=False)
         code |= 0 if p.admitted else 1
     return code
 
@@ -192,6 +195,9 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="how a target runs a program, or why it refuses it")
     p.add_argument("file")
     p.add_argument("--target", choices=list(TARGETS))
+    p.add_argument(
+        "--program", action="store_true", help="also print the program as the target runs it"
+    )
     p.set_defaults(fn=_plan)
     r = sub.add_parser("run", help="run a program on a device, checked against the oracle")
     r.add_argument("file")
