@@ -16,7 +16,7 @@ for a caller that needs the program to run). The steps:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from poot_ir import PlanRefused, Program
 from poot_ir.numerics import (
@@ -44,7 +44,7 @@ from poot_planner.narrowing import (
 from poot_planner.refusal import Refusal, RefusalKind
 from poot_planner.regions import Region, form_regions
 from poot_planner.rowfusion import RowGroup, find_row_groups
-from poot_planner.target import KernelClass, NarrowingContract, Target
+from poot_planner.target import KernelClass, NarrowingContract, RegionLimits, Target
 from poot_planner.targets import get_target
 from poot_planner.tiles import TileOp, tile_for_eqn, tile_for_group
 
@@ -103,44 +103,8 @@ class Plan:
 def plan(program: Program, target: str | Target) -> Plan:
     """Plan ``program`` for ``target`` (a name in ``poot_planner.TARGETS`` or a Target)."""
     t = get_target(target)
-    refusals: list[Refusal] = []
+    grouped, kernels, refusals = _row_kernels(program, t)
     admissions: dict[int, Admission] = {}
-    grouped: set[int] = set()
-    groups = find_row_groups(program) if t.region_limits is not None else []
-    # a row kernel computes in the dtypes the target's row kernels admit (xdna2: F32 only)
-    row_dtypes = {d for c in t.capabilities if c.kernel is KernelClass.ROW for d in c.dtypes}
-    kernels: list[RowGroup] = []  # the groups that get a tile job
-    for g in groups:
-        grouped.update(g.eqns)
-        wrong_dtype = False
-        for i in g.eqns:
-            e = program.eqns[i]
-            if operating_dtype(e) not in row_dtypes:
-                wrong_dtype = True
-                admitted = " ".join(d.value for d in sorted(row_dtypes, key=lambda d: d.value))
-                refusals.append(
-                    Refusal(
-                        RefusalKind.UNSUPPORTED_DTYPE,
-                        i,
-                        e.prim.value,
-                        (("dtype", operating_dtype(e).value), ("admitted", admitted)),
-                    )
-                )
-        for f in g.failures:
-            refusals.append(
-                Refusal(RefusalKind.MISSING_BOUND, f.eqn, f.primitive, (("step", f.reason),))
-            )
-        if len(g.outputs) != 1 and not g.failures:
-            refusals.append(
-                Refusal(
-                    RefusalKind.REGION_LIMIT,
-                    g.eqns[-1],
-                    program.eqns[g.eqns[-1]].prim.value,
-                    (("limit", "row kernel outputs"), ("needed", len(g.outputs)), ("available", 1)),
-                )
-            )
-        if not wrong_dtype:
-            kernels.append(g)
     for i, e in enumerate(program.eqns):
         if i in grouped:
             continue
@@ -157,7 +121,7 @@ def plan(program: Program, target: str | Target) -> Plan:
     tiles: tuple[TileOp, ...] = ()
     regions: tuple[Region, ...] = ()
     if t.region_limits is not None:
-        tiles, regions, more = _xdna2_layout(program, t, admissions, kernels)
+        tiles, regions, more = _xdna2_layout(program, t.region_limits, admissions, kernels)
         refusals.extend(more)
 
     run = program
@@ -177,83 +141,81 @@ def plan(program: Program, target: str | Target) -> Plan:
     )
 
 
-def _xdna2_layout(
-    program: Program, t: Target, admissions: dict[int, Admission], groups: list[RowGroup]
-) -> tuple[tuple[TileOp, ...], tuple[Region, ...], list[Refusal]]:
-    """Tile jobs for the admitted equations and clean row kernels, then regions."""
-    limits = t.region_limits
-    if limits is None:  # only called for a target with region limits
-        return (), (), []
+def _limit(i: int, prim: str, limit: str, needed: int, available: int) -> Refusal:
+    facts = (("limit", limit), ("needed", needed), ("available", available))
+    return Refusal(RefusalKind.REGION_LIMIT, i, prim, facts)
+
+
+def _row_kernels(program: Program, t: Target) -> tuple[set[int], list[RowGroup], list[Refusal]]:
+    """XDNA2 row kernels: the equations they cover, the clean ones (a tile job each), and the
+    refusals of the others (a step with no bound, a dtype the row kernels do not take, more
+    than one output)."""
+    if t.region_limits is None:
+        return set(), [], []
+    # a row kernel computes in the dtypes the target's row kernels admit (xdna2: F32 only)
+    row_dtypes = {d for c in t.capabilities if c.kernel is KernelClass.ROW for d in c.dtypes}
+    admitted = " ".join(sorted(d.value for d in row_dtypes))
+    grouped: set[int] = set()
+    kernels: list[RowGroup] = []
     refusals: list[Refusal] = []
-    jobs: list[tuple[int, TileOp]] = []  # (last equation, job) so jobs follow program order
+    for g in find_row_groups(program):
+        grouped.update(g.eqns)
+        wrong = [i for i in g.eqns if operating_dtype(program.eqns[i]) not in row_dtypes]
+        for i in wrong:
+            e = program.eqns[i]
+            facts = (("dtype", operating_dtype(e).value), ("admitted", admitted))
+            refusals.append(Refusal(RefusalKind.UNSUPPORTED_DTYPE, i, e.prim.value, facts))
+        for f in g.failures:
+            facts_ = (("step", f.reason),)
+            refusals.append(Refusal(RefusalKind.MISSING_BOUND, f.eqn, f.primitive, facts_))
+        last = g.eqns[-1]
+        if len(g.outputs) != 1 and not g.failures:
+            prim = program.eqns[last].prim.value
+            refusals.append(_limit(last, prim, "row kernel outputs", len(g.outputs), 1))
+        if not wrong and not g.failures and len(g.outputs) == 1:
+            kernels.append(g)
+    return grouped, kernels, refusals
+
+
+def _xdna2_layout(
+    program: Program,
+    limits: RegionLimits,
+    admissions: dict[int, Admission],
+    kernels: list[RowGroup],
+) -> tuple[tuple[TileOp, ...], tuple[Region, ...], list[Refusal]]:
+    """Tile jobs for the admitted equations and the clean row kernels, then regions."""
+    refusals: list[Refusal] = []
+    jobs: list[tuple[int, TileOp]] = []  # (the equation that makes its output, job)
     for i, a in admissions.items():
         jobs.append((i, tile_for_eqn(0, i, program.eqns[i], a.kernel)))
-    for g in groups:
-        if g.failures or len(g.outputs) != 1:
-            continue
+    for g in kernels:
         # ordered by the equation that makes its output: a step after it is dead code, and a
         # later key would put the kernel after a tile that reads its output
         made_at = next(i for i in g.eqns if program.eqns[i].out.id == g.outputs[0].id)
         jobs.append((made_at, tile_for_group(0, g.eqns, g.inputs, g.outputs[0], g.cols, g.bound)))
     jobs.sort(key=lambda j: j[0])
     tiles: list[TileOp] = []
-    for last, job in jobs:
-        prim = program.eqns[last].prim.value
+    for at, job in jobs:
+        prim = program.eqns[at].prim.value
         alone = chunk_region([job], limits.tile_bytes)
         if isinstance(alone, int):
-            refusals.append(
-                Refusal(
-                    RefusalKind.REGION_LIMIT,
-                    last,
-                    prim,
-                    (("limit", "tile_bytes"), ("needed", alone), ("available", limits.tile_bytes)),
-                )
-            )
+            refusals.append(_limit(at, prim, "tile_bytes", alone, limits.tile_bytes))
             continue
-        job = alone[0][0]
         if job.streams_in > limits.streams_per_tile:
             refusals.append(
-                Refusal(
-                    RefusalKind.REGION_LIMIT,
-                    last,
-                    prim,
-                    (
-                        ("limit", "streams_per_tile"),
-                        ("needed", job.streams_in),
-                        ("available", limits.streams_per_tile),
-                    ),
-                )
+                _limit(at, prim, "streams_per_tile", job.streams_in, limits.streams_per_tile)
             )
             continue
         index = len(tiles)
-        tiles.append(
-            TileOp(
-                index,
-                job.kind,
-                job.eqns,
-                job.inputs,
-                job.output,
-                job.out_unit,
-                job.units,
-                job.chunk,
-                job.tile_bytes,
-                job.bound,
-            )
-        )
+        tiles.append(replace(alone[0][0], index=index))
         for i in job.eqns:
             contract = admissions[i].contract if i in admissions else None
             admissions[i] = Admission(i, job.kind, contract, index)
     regions = form_regions(program, tuple(tiles), limits)
     chunked = tuple(t for r in regions for t in r.tiles)  # as each region chunks its tiles
     if len(regions) > limits.contexts:
-        refusals.append(
-            Refusal(
-                RefusalKind.CONTEXT_LIMIT,
-                -1,
-                "",
-                (("limit", "contexts"), ("needed", len(regions)), ("available", limits.contexts)),
-            )
-        )
+        facts = (("limit", "contexts"), ("needed", len(regions)), ("available", limits.contexts))
+        refusals.append(Refusal(RefusalKind.CONTEXT_LIMIT, -1, "", facts))
     return chunked, regions, refusals
 
 
