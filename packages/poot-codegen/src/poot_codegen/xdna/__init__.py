@@ -11,8 +11,9 @@ From an admitted ``poot_planner.Plan`` for ``xdna2``:
 - ``mlir``: the design as MLIR-AIE text, one module per region.
 - ``link``: Peano and aiecc, giving an xclbin and an instruction stream per region
   (``link.link``; the modules ``link`` and ``validate`` are not shadowed by their functions).
-- ``hostbuild``: the same kernels built by the host C compiler (ctypes); ``execute`` is a
-  reference executor of a design over numpy arenas for codegen's own tests.
+- ``hostbuild``: the same kernels built by the host C compiler (ctypes); ``execute`` runs a
+  design over numpy arenas exactly as its execution contract says: the one executor that
+  ``XdnaHostDevice``, the fake pyxrt of the tests and codegen's own tests share.
 """
 
 from poot_codegen.xdna.design import (
