@@ -36,12 +36,11 @@ import numpy as np
 import pytest
 from onnx_cases import array, constants, group, is_float, node_cases, slots
 from poot_engine.checks import first_out_of_range
-from poot_engine.device import Artifact, Buffer, Device
+from poot_engine.device import Device
 from poot_ir import (
     NarrowingRangeError,
     NarrowingRangeResult,
     NarrowStorage,
-    TensorType,
     UnsupportedOnnx,
     compare,
     evaluate,
@@ -50,7 +49,7 @@ from poot_ir.onnx import SUPPORTED_OPS, Imported, import_model
 from poot_npu.registry import DeviceInfo
 from poot_planner import TARGETS, Refusal, RefusalKind, plan
 
-from conformance.devices import DEVICE_PARAMS, open_device
+from conformance.devices import DEVICE_PARAMS, Lent, open_device
 from poot.runner import run_program
 
 GROUPS = (*SUPPORTED_OPS, "graph")
@@ -118,45 +117,6 @@ def _imported(name: str) -> tuple[Imported, dict[str, np.ndarray], list[Any]] | 
     except UnsupportedOnnx:
         return None
     return imported, {**imported.weights, **slots(case, imported, ins)}, list(expected)
-
-
-class _Lent:
-    """A device lent to one ``run_program``, whose engine closes its device when it is done:
-    closing this releases what the run loaded and allocated, and the device stays open."""
-
-    def __init__(self, device: Device) -> None:
-        self._device = device
-        self._artifacts: dict[int, Artifact] = {}
-        self._buffers: dict[int, Buffer] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._device, name)
-
-    def load(self, blob: bytes) -> Artifact:
-        artifact = self._device.load(blob)
-        self._artifacts[artifact.id] = artifact
-        return artifact
-
-    def unload(self, artifact: Artifact) -> None:
-        self._artifacts.pop(artifact.id, None)
-        self._device.unload(artifact)
-
-    def allocate(self, type: TensorType) -> Buffer:
-        buffer = self._device.allocate(type)
-        self._buffers[buffer.id] = buffer
-        return buffer
-
-    def free(self, buffer: Buffer) -> None:
-        self._buffers.pop(buffer.id, None)
-        self._device.free(buffer)
-
-    def close(self) -> None:
-        for artifact in self._artifacts.values():
-            self._device.unload(artifact)
-        for buffer in self._buffers.values():
-            self._device.free(buffer)
-        self._artifacts.clear()
-        self._buffers.clear()
 
 
 class _Suite:
@@ -231,7 +191,7 @@ def _run_case(
         )
     try:
         report = run_program(
-            imported.program, _Lent(device), device_name, inputs=[feed], cache_dir=cache_dir
+            imported.program, Lent(device), device_name, inputs=[feed], cache_dir=cache_dir
         )
     except NarrowingRangeError as err:
         # FP16 holds no NaN, no infinity and nothing beyond 65504: on a narrowing target the
