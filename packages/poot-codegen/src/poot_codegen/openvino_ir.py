@@ -37,30 +37,11 @@ A result whose value is an argument, or is already another result, goes through 
 convert (``out:<name>:pass``): the CPU plugin merges the tensor names of results that share a
 producer, and a parameter's tensor name would be overwritten by the result's.
 
-F16 emulation (``emulate_f16=True``) is for the CPU stand-in only. OpenVINO's CPU plugin
-computes f16 in f32 and deletes convert pairs, so a plain F16 graph on it shows no FP16
-rounding at all. In emulation every F16 value is carried as f32 inside the graph: an F16
-parameter is converted to f32 on entry (exact), an F16 result back to f16 on exit (exact, the
-value is already an FP16 value), F16 literals and iotas are f32 constants holding the FP16
-value, and after every equation that computes a new F16 value (add, sub, mul, div, recip,
-sqrt, exp, log, tanh, erf, reduce_sum, matmul, a convert to F16) the f32 result is rounded to
-FP16 in the graph (``_round_to_f16``) exactly as ``numpy.astype(np.float16)`` rounds: to nearest
-even, 65504 < |x| < 65520 to 65504 and |x| >= 65520 to infinity, subnormals to multiples of
-2^-24, signs of zeros kept, NaN stays NaN (its payload is not promised). The tests prove this
-rounding bit for bit on the compiled CPU graph over 2^20 random f32 bit patterns and every FP16
-boundary, tie and neighbour. Exact F16 equations (neg, abs, max, min, select, comparisons,
-reduce_max, data movement) are not rounded.
-
-What emulation proves: for add, sub, mul, div and sqrt of FP16 operands, the f32 result rounded
-once equals the correctly rounded FP16 result (f32 has at least 2 * 11 + 2 bits), so those
-equations match an ideal per-op FP16 device (the oracle) bit for bit. The CPU plugin divides
-f32 as ``x * (1 / y)`` (not correctly rounded, within 1 ulp); for FP16 operands that only
-misrounds a quotient exactly halfway between two FP16 subnormals, which emulation detects
-exactly and corrects (``_fix_subnormal_ties``; tested over every pair of significands). exp, log, tanh and erf
-are the CPU's f32 functions rounded to FP16, within an FP16 ulp or so of the oracle. What it
-does not prove: anything about the NPU's own FP16 units (their rounding, subnormal handling,
-NaN and zero signs), or its accumulation order and width in reduce_sum and matmul; emulation
-accumulates those in f32 and rounds once at the end, the NPU may round partial sums to FP16.
+F16 emulation (``emulate_f16=True``) is for the CPU stand-in only: every F16 value is carried
+as f32 inside the graph (an F16 parameter converted to f32 on entry, an F16 result back to f16
+on exit, F16 literals and iotas as f32 constants holding the FP16 value), and each equation that
+computes a new F16 value is rounded to FP16 in the graph by ``openvino_f16``, whose docstring
+says how, what that proves and what it does not.
 
 Result names. OpenVINO's IR reader renames a tensor whose name another tensor already has to
 ``<name>_1``; a state update is named by its state, so naming results by the program's names
@@ -108,6 +89,8 @@ from poot_ir.core import (
 from poot_ir.core import Literal as PootLiteral
 from poot_ir.dtypes import DType
 from poot_ir.errors import NoLowering
+
+from poot_codegen import openvino_f16
 
 __all__ = [
     "CPU_STANDIN_CONFIG",
@@ -243,11 +226,8 @@ def lower(program: Program, *, emulate_f16: bool = False) -> Any:
         name = f"e{i}:{e.prim.value}"
         xs = [g.atom(a, f"{name}:lit{k}") for k, a in enumerate(e.inputs)]
         out = rule(g, e, xs, name)
-        if g.emulated(e.out.dtype) and _computes_f16(e):
-            rounded = _round_to_f16(out, f"{name}:f16")
-            if e.prim is Prim.DIV:
-                rounded = _fix_subnormal_ties(xs[0], xs[1], out, rounded, f"{name}:f16")
-            out = rounded
+        if g.emulated(e.out.dtype):
+            out = openvino_f16.round_result(e, xs, out, name)
         g.env[e.out.id] = out.output(0) if hasattr(out, "output") else out
     results = []
     claimed = {a.var.id for a in program.args}
@@ -323,107 +303,6 @@ def _i32(a: Var | PootLiteral) -> int:
 
 def _i64(values: Sequence[int], name: str) -> Node:
     return ops.constant(np.array(values, np.int64).reshape(len(values)), name=name)
-
-
-# -- FP16 rounding inside an f32 graph ------------------------------------------------------
-
-
-def _round_to_f16(x: Node, name: str) -> Node:
-    """The f32 value ``x`` rounded to the nearest FP16 value, as ``astype(np.float16)``.
-
-    Normal range (|x| >= 2^-14): Veltkamp's split ``t = x * 8193; t - (t - x)`` rounds to 11
-    significant bits, ties to even. Subnormal range: ``round_half_even(x * 2^24) * 2^-24``
-    (powers of two are exact; Round keeps the sign of a zero). |x| >= 65520 becomes ``x * inf``
-    (a signed infinity). A NaN takes the subnormal branch and stays NaN.
-    """
-
-    def c(value: float, role: str) -> Node:
-        return _const(np.float32(value), f"{name}.{role}")
-
-    a = ops.abs(x, name=f"{name}.abs")
-    t = ops.multiply(x, c(8193.0, "k"), name=f"{name}.t")
-    normal = ops.subtract(t, ops.subtract(t, x, name=f"{name}.tx"), name=f"{name}.normal")
-    scaled = ops.multiply(x, c(2.0**24, "up"), name=f"{name}.up")
-    rounded = ops.round(scaled, "half_to_even", name=f"{name}.round")
-    sub = ops.multiply(rounded, c(2.0**-24, "down"), name=f"{name}.sub")
-    tiny = ops.less(a, c(2.0**-14, "min_normal"), name=f"{name}.is_sub")
-    r = ops.select(tiny, sub, normal, name=f"{name}.finite")
-    big = ops.greater_equal(a, c(65520.0, "overflow"), name=f"{name}.is_inf")
-    inf = ops.multiply(x, c(np.inf, "inf"), name=f"{name}.inf")
-    return ops.select(big, inf, r, name=f"{name}.out")
-
-
-def _fix_subnormal_ties(x: Node, y: Node, q: Node, rounded: Node, name: str) -> Node:
-    """Correct ``rounded`` where ``x / y`` is exactly halfway between two FP16 subnormals.
-
-    The CPU plugin divides as ``x * (1 / y)`` (two roundings), so a quotient that is exactly an
-    odd multiple of 2^-25 can land a hair off the tie and round the wrong way. For FP16
-    operands this is the only case that goes wrong (a normal FP16 quotient is never a tie, and
-    a near tie is farther from it than the f32 error). The tie test is exact: ``mid * |y|`` has
-    at most 23 bits and its scaling by 2^-24 stays normal, so it equals ``|x|`` only at a tie.
-    """
-
-    def c(value: float, role: str) -> Node:
-        return _const(np.float32(value), f"{name}.{role}")
-
-    aq = ops.abs(q, name=f"{name}.tie.aq")
-    fl = ops.floor(
-        ops.multiply(aq, c(2.0**24, "tie.up"), name=f"{name}.tie.units"), name=f"{name}.tie.floor"
-    )
-    mid = ops.add(fl, c(0.5, "tie.half"), name=f"{name}.tie.mid")
-    back = ops.multiply(
-        ops.multiply(mid, ops.abs(y, name=f"{name}.tie.ay"), name=f"{name}.tie.my"),
-        c(2.0**-24, "tie.down"),
-        name=f"{name}.tie.back",
-    )
-    exact = ops.equal(back, ops.abs(x, name=f"{name}.tie.ax"), name=f"{name}.tie.exact")
-    small = ops.less(aq, c(2.0**-14, "tie.min_normal"), name=f"{name}.tie.small")
-    tie = ops.logical_and(exact, small, name=f"{name}.tie")
-    # the even one of fl and fl + 1: fl + (fl mod 2), with the quotient's sign
-    half = ops.floor(
-        ops.multiply(fl, c(0.5, "tie.halve"), name=f"{name}.tie.fl2"), name=f"{name}.tie.fl2f"
-    )
-    odd = ops.subtract(
-        fl, ops.multiply(half, c(2.0, "tie.two"), name=f"{name}.tie.even"), name=f"{name}.tie.odd"
-    )
-    even = ops.multiply(
-        ops.add(fl, odd, name=f"{name}.tie.sum"), c(2.0**-24, "tie.scale"), name=f"{name}.tie.mag"
-    )
-    sign = ops.select(
-        ops.less(q, c(0.0, "tie.zero"), name=f"{name}.tie.neg"),
-        c(-1.0, "tie.m1"),
-        c(1.0, "tie.p1"),
-        name=f"{name}.tie.sign",
-    )
-    fixed = ops.multiply(even, sign, name=f"{name}.tie.fixed")
-    return ops.select(tie, fixed, rounded, name=f"{name}.tie.out")
-
-
-_EXACT_F16: Final = frozenset(
-    {
-        Prim.NEG,
-        Prim.ABS,
-        Prim.MAX,
-        Prim.MIN,
-        Prim.SELECT,
-        Prim.REDUCE_MAX,
-        Prim.GATHER,
-        Prim.TRANSPOSE,
-        Prim.RESHAPE,
-        Prim.BROADCAST_IN_DIM,
-        Prim.SLICE,
-        Prim.CONCAT,
-        Prim.DYNAMIC_UPDATE_SLICE,
-        Prim.IOTA,
-    }
-)
-
-
-def _computes_f16(e: Eqn) -> bool:
-    """Whether an equation with an F16 result can produce a value FP16 does not hold."""
-    if e.prim is Prim.CONVERT:
-        return e.inputs[0].dtype is not DType.F16
-    return e.prim not in _EXACT_F16
 
 
 # -- the rules: one per primitive ------------------------------------------------------------
