@@ -182,6 +182,18 @@ def test_a_bool_output_is_padded_to_whole_words(tmp_path: Path) -> None:
     assert (slot.nbytes, slot.span) == (7, 8)
 
 
+def test_dead_code_designs_and_runs(tmp_path: Path) -> None:
+    """Regression: a dead equation's tile made a FIFO nobody reads, which validation refused."""
+    b = Builder("dead")
+    x, w = b.slot("x", DType.F32, (2, 8)), b.slot("w", DType.F32, (2, 8))
+    b.exp(x)  # nothing reads it
+    b.output("y", b.recip(w))
+    pl = plan(b.build(), "xdna2").check()
+    inputs = {"x": np.zeros((2, 8), np.float32), "w": np.full((2, 8), 2.0, np.float32)}
+    design = run_and_compare(pl, tmp_path, inputs)
+    assert [c.eqns for r in design.regions for c in r.cores] == [(1,)]
+
+
 def test_sequence_sends_every_input_then_drains_and_waits_on_every_output() -> None:
     design = design_program(plan(xdna_programs.two_regions(), "xdna2").check())
     first = design.regions[0]

@@ -336,3 +336,19 @@ def test_a_row_kernel_tile_precedes_the_tiles_that_read_it() -> None:
     reader = next(t for t in p.tiles if y in (op.var for op in t.inputs))
     assert kernel.index < reader.index
     assert region_sizes(p) == [32, 1]
+
+
+def test_dead_code_gets_no_tile() -> None:
+    """Regression: an admitted equation whose value nothing reads got a tile, whose output FIFO
+    no tile and no host stream reads: the design's validation refused it (a FIFO nobody reads)
+    after the plan had admitted the program."""
+    b = Builder("dead")
+    x, w = b.slot("x", F32, (2, 8)), b.slot("w", F32, (2, 8))
+    dead = b.exp(x)
+    b.neg(dead)  # dead too, and reads the dead value
+    b.output("y", b.recip(w))
+    p = xdna2(b.build())
+    assert p.admitted
+    assert [t.eqns for t in p.tiles] == [(2,)]
+    assert [a.tile for a in p.admissions] == [None, None, 0]
+    assert [(len(r.host_in), len(r.host_out), len(r.internal)) for r in p.regions] == [(1, 1, 0)]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from poot_ir import PlanRefused, Program
+from poot_ir import PlanRefused, Program, Var
 from poot_ir.numerics import (
     AbsRel,
     BitExact,
@@ -55,7 +55,8 @@ __all__ = ["Admission", "Plan", "plan"]
 class Admission:
     """An admitted equation of the source program: how it runs and what is promised.
     ``contract`` is None for a step of a row kernel (the kernel's derived bound covers it);
-    ``tile`` is the XDNA2 tile job that computes it."""
+    ``tile`` is the XDNA2 tile job that computes it (None for dead code, which no tile
+    computes)."""
 
     eqn: int
     kernel: KernelClass
@@ -193,6 +194,10 @@ def _xdna2_layout(
         # later key would put the kernel after a tile that reads its output
         made_at = next(i for i in g.eqns if program.eqns[i].out.id == g.outputs[0].id)
         jobs.append((made_at, tile_for_group(0, g.eqns, g.inputs, g.outputs[0], g.cols, g.bound)))
+    # a job whose output nothing reads (dead code) gets no tile: its value is never observed,
+    # and a tile whose output no tile and no host stream reads is no valid design
+    live = _live(program)
+    jobs = [j for j in jobs if j[1].output.id in live]
     jobs.sort(key=lambda j: j[0])
     tiles: list[TileOp] = []
     for at, job in jobs:
@@ -217,6 +222,15 @@ def _xdna2_layout(
         facts = (("limit", "contexts"), ("needed", len(regions)), ("available", limits.contexts))
         refusals.append(Refusal(RefusalKind.CONTEXT_LIMIT, -1, "", facts))
     return chunked, regions, refusals
+
+
+def _live(program: Program) -> set[int]:
+    """The ids of the values the program's results depend on (results included)."""
+    live = {v.id for _, v in program.results()}
+    for e in reversed(program.eqns):
+        if any(o.id in live for o in e.outputs):
+            live.update(a.id for a in e.inputs if isinstance(a, Var))
+    return live
 
 
 def _numerics(
