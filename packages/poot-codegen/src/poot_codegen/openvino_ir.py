@@ -66,7 +66,7 @@ import re
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final, Literal, NamedTuple, TypeAlias
+from typing import Any, Final, Literal, NamedTuple, TypeAlias, cast
 
 import numpy as np
 import openvino as ov
@@ -295,12 +295,6 @@ def _bits_const(bits: int, dtype: DType, name: str) -> Node:
     return _named(ov.op.Constant(t), name)
 
 
-def _i32(a: Var | PootLiteral) -> int:
-    """The value of an I32 literal."""
-    assert isinstance(a, PootLiteral) and a.dtype is DType.I32
-    return a.bits - 2**32 if a.bits >= 2**31 else a.bits
-
-
 def _i64(values: Sequence[int], name: str) -> Node:
     return ops.constant(np.array(values, np.int64).reshape(len(values)), name=name)
 
@@ -308,6 +302,8 @@ def _i64(values: Sequence[int], name: str) -> Node:
 # -- the rules: one per primitive ------------------------------------------------------------
 
 Rule: TypeAlias = Callable[[_Graph, Eqn, list[Node], str], Node]
+"""A rule lowers one equation of a validated program, so its params are ``PARAMS_OF[e.prim]``
+(the type rules check that); a rule's ``cast`` only names that type."""
 
 _UNARY: Final[dict[Prim, Callable[..., Node]]] = {
     Prim.NEG: ops.negative,
@@ -352,51 +348,50 @@ def _select(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
 
 
 def _convert(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
-    assert isinstance(e.params, ConvertParams)
-    return ops.convert(xs[0], _OV_TYPE[g.carried(e.params.dtype)], name=name)
+    p = cast(ConvertParams, e.params)
+    return ops.convert(xs[0], _OV_TYPE[g.carried(p.dtype)], name=name)
 
 
 def _reduce(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
-    assert isinstance(e.params, ReduceParams)
-    if not e.params.axes:
+    p = cast(ReduceParams, e.params)
+    if not p.axes:
         return ops.convert(xs[0], _OV_TYPE[g.carried(e.out.dtype)], name=name)
     shape = e.inputs[0].type.shape
-    if e.prim is Prim.REDUCE_MAX and any(shape[a] == 0 for a in e.params.axes):
+    if e.prim is Prim.REDUCE_MAX and any(shape[a] == 0 for a in p.axes):
         # the max of nothing is -inf (INT_MIN for i32), as the oracle says; OpenVINO's
         # ReduceMax gives the lowest finite value instead, so it is a constant here
         dtype = g.carried(e.out.dtype)
         lowest = -np.inf if dtype.is_float else np.iinfo(np.int32).min
         return _const(np.full(e.out.shape, lowest, dtype=dtype.numpy), name)
     fn = ops.reduce_sum if e.prim is Prim.REDUCE_SUM else ops.reduce_max
-    return fn(xs[0], _i64(e.params.axes, f"{name}:axes"), keep_dims=False, name=name)
+    return fn(xs[0], _i64(p.axes, f"{name}:axes"), keep_dims=False, name=name)
 
 
 def _gather(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
-    assert isinstance(e.params, GatherParams)
-    axis = _const(np.int64(e.params.axis), f"{name}:axis")
+    p = cast(GatherParams, e.params)
+    axis = _const(np.int64(p.axis), f"{name}:axis")
     return ops.gather(xs[0], xs[1], axis, batch_dims=0, name=name)
 
 
 def _transpose(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
-    assert isinstance(e.params, TransposeParams)
-    return ops.transpose(xs[0], _i64(e.params.perm, f"{name}:perm"), name=name)
+    p = cast(TransposeParams, e.params)
+    return ops.transpose(xs[0], _i64(p.perm, f"{name}:perm"), name=name)
 
 
 def _reshape(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
-    assert isinstance(e.params, ReshapeParams)
-    return ops.reshape(xs[0], _i64(e.params.shape, f"{name}:shape"), False, name=name)
+    p = cast(ReshapeParams, e.params)
+    return ops.reshape(xs[0], _i64(p.shape, f"{name}:shape"), False, name=name)
 
 
 def _broadcast(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
-    assert isinstance(e.params, BroadcastParams)
-    shape = _i64(e.params.shape, f"{name}:shape")
-    dims = _i64(e.params.dims, f"{name}:dims")
+    p = cast(BroadcastParams, e.params)
+    shape = _i64(p.shape, f"{name}:shape")
+    dims = _i64(p.dims, f"{name}:dims")
     return ops.broadcast(xs[0], shape, dims, "EXPLICIT", name=name)
 
 
 def _slice(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
-    p = e.params
-    assert isinstance(p, SliceParams)
+    p = cast(SliceParams, e.params)
     axes = range(len(p.start))
     return ops.slice(
         xs[0],
@@ -409,13 +404,12 @@ def _slice(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
 
 
 def _concat(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
-    assert isinstance(e.params, ConcatParams)
-    return ops.concat(xs, e.params.axis, name=name)
+    p = cast(ConcatParams, e.params)
+    return ops.concat(xs, p.axis, name=name)
 
 
 def _iota(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
-    p = e.params
-    assert isinstance(p, IotaParams)
+    p = cast(IotaParams, e.params)
     if len(p.shape) == 1:
         return g.array_const(np.arange(p.shape[0]), p.dtype, name)
     line = g.array_const(np.arange(p.shape[p.axis]), p.dtype, f"{name}:range")
@@ -437,8 +431,9 @@ def _dynamic_update_slice(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
         return ops.convert(xs[1], _OV_TYPE[g.carried(e.out.dtype)], name=name)
     grid = np.moveaxis(np.indices(update.shape, np.int32), 0, -1)
     starts = e.inputs[2:]
-    if all(isinstance(s, PootLiteral) for s in starts):
-        lit = [min(max(_i32(s), 0), h) for s, h in zip(starts, highs, strict=True)]
+    literal_starts = [s for s in starts if isinstance(s, PootLiteral)]  # i32, by the type rules
+    if len(literal_starts) == len(starts):
+        lit = [min(max(s.as_int(), 0), h) for s, h in zip(literal_starts, highs, strict=True)]
         index = _const((grid + np.array(lit, np.int32)).astype(np.int32), f"{name}:index")
     else:
         cols = []

@@ -146,9 +146,14 @@ def replay(
 ) -> tuple[dict[str, np.ndarray], float]:
     """Run ``recording`` once: the results by name and the seconds spent in dispatches.
     ``check_results`` sees the results before the commit; if it raises, no state changes."""
+    commands = recording.commands
+    commit = [c for c in commands[recording.commit_at :] if isinstance(c, Copy)]
+    if len(commit) != len(commands) - recording.commit_at:
+        raise DispatchRefused(
+            f"a recording whose commit (from command {recording.commit_at}) is not all copies"
+        )
     results: dict[str, np.ndarray] = {}
     device_s = 0.0
-    commands = recording.commands
     for cmd in commands[: recording.commit_at]:
         match cmd:
             case Write():
@@ -162,7 +167,6 @@ def replay(
             case Copy():
                 device.copy(cmd.src, cmd.dst)
     check_results(results)
-    for cmd in commands[recording.commit_at :]:
-        assert isinstance(cmd, Copy)
+    for cmd in commit:
         device.copy(cmd.src, cmd.dst)
     return results, device_s

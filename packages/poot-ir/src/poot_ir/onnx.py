@@ -102,8 +102,7 @@ def import_model(
             lo.env[vi.name] = Const(vi.name, _bound(vi, bound[vi.name]))
             continue
         dtype, shape = _tensor_type(vi, "graph input")
-        v = lo.slot(vi.name, dtype, shape)
-        inputs[vi.name] = _arg_of(v)
+        inputs[vi.name], v = lo.slot(vi.name, dtype, shape)
         lo.env[vi.name] = v
     for key, t in inits.items():
         lo.env[key] = Const(key, _array(t, key, "initializer"), initializer=True)
@@ -162,11 +161,6 @@ def _elem_types() -> ElemTypes:
         except (KeyError, TypeError, ValueError):
             table[int(code)] = (name, None)
     return table
-
-
-def _arg_of(v: Var) -> str:
-    assert v.name is not None  # arguments are always named
-    return v.name
 
 
 def _tensor_type(vi: Any, where: str) -> tuple[DType, tuple[int, ...]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from functools import reduce
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -104,13 +104,10 @@ def _variadic(kind: str) -> Rule:
             return
         atoms = lo.atoms(range(k))
         # Values first (each operation is symmetric, and the first operand must be a value).
-        order = [a for a in atoms if isinstance(a, Var)] + [
-            a for a in atoms if isinstance(a, Literal)
-        ]
-        first = order[0]
-        assert isinstance(first, Var)  # atoms() keeps at least one value
-        b, acc = lo.b, first
-        for a in order[1:]:
+        values = [a for a in atoms if isinstance(a, Var)]  # atoms() keeps at least one
+        rest = values[1:] + [a for a in atoms if isinstance(a, Literal)]
+        b, acc = lo.b, values[0]
+        for a in rest:
             acc = (
                 b.max(acc, a)
                 if kind == "max"
@@ -163,8 +160,7 @@ def _pow(lo: Lowering, n: Node) -> None:
 def _where(lo: Lowering, n: Node) -> None:
     vals = lo.folded((0, 1, 2), movement=True)
     if vals is not None and all(v is not None for v in vals):
-        cond, x, y = vals
-        assert cond is not None and x is not None and y is not None
+        cond, x, y = cast(list[Array], vals)
         lo.set(0, np.where(cond, x, y))
         return
     pred = lo.var(0)

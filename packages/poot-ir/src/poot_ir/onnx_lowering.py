@@ -169,8 +169,10 @@ class Lowering:
         self._arg_names.add(name)
         return name
 
-    def slot(self, onnx_name: str, dtype: DType, shape: Sequence[int]) -> Var:
-        return self.b.slot(self.arg_name(onnx_name), dtype, shape)
+    def slot(self, onnx_name: str, dtype: DType, shape: Sequence[int]) -> tuple[str, Var]:
+        """A fresh slot argument for ``onnx_name``: its name and its value."""
+        name = self.arg_name(onnx_name)
+        return name, self.b.slot(name, dtype, shape)
 
     def weight(self, onnx_name: str, value: Array) -> Var:
         dtype = DType.from_numpy(value.dtype)

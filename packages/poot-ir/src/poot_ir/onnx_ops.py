@@ -80,24 +80,23 @@ def _fold_by_oracle(lo: Lowering, node: Node, rule: Rule) -> bool:
     present = [(i, name) for i, name in enumerate(node.inputs) if name]
     if not present or node.op_type in _GENERATORS:
         return False
+    consts: list[tuple[int, str, Const]] = []
     for i, name in present:
         c = lo.env.get(name)
         if not isinstance(c, Const) or c.initializer or (c.dtype is None and i not in static):
             return False
+        consts.append((i, name, c))
     scratch = Lowering(Builder(f"fold_{identifier(node.op_type)}"), lo.opset, lo.elem_types)
     feed: dict[str, Array] = {}
-    for i, name in present:
-        c = lo.env[name]
-        assert isinstance(c, Const)
+    for i, name, c in consts:
         if name in scratch.env:
             continue
         if i in static or c.dtype is None:
             scratch.env[name] = c
         else:
-            v = scratch.slot(name, c.dtype, c.shape)
-            assert v.name is not None
+            arg, v = scratch.slot(name, c.dtype, c.shape)
             scratch.env[name] = v
-            feed[v.name] = c.value
+            feed[arg] = c.value
     scratch.enter(node)
     rule.handler(scratch, node)
     computed: list[tuple[str, str]] = []

@@ -47,7 +47,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -70,6 +70,7 @@ from poot_ir.core import (
 from poot_ir.dtypes import DType, TensorType
 from poot_ir.errors import (
     ArgumentError,
+    EvaluationError,
     IndexOutOfRange,
     IntegerDivisionByZero,
     WindowOutOfRange,
@@ -80,7 +81,9 @@ __all__ = ["evaluate"]
 Array = np.ndarray[Any, np.dtype[Any]]
 #: A kernel computes one equation from its operand values (arrays, or numpy scalars).
 Kernel = Callable[..., Any]
-#: A rule turns one equation (and its index, for errors) into its kernel.
+#: A rule turns one equation (and its index, for errors) into its kernel. The equation is of a
+#: validated program, so its params are ``PARAMS_OF[eqn.prim]`` (the type rules check that) and
+#: a rule's ``cast`` only names that type.
 Rule = Callable[[Eqn, int], Kernel]
 Step = Callable[[list[Any]], None]
 
@@ -234,8 +237,7 @@ def _select(eqn: Eqn, _: int) -> Kernel:
 
 def _convert(eqn: Eqn, _: int) -> Kernel:
     src = _dtype(eqn)
-    assert isinstance(eqn.params, ConvertParams)
-    dst = eqn.params.dtype
+    dst = cast(ConvertParams, eqn.params).dtype
     if dst is DType.BOOL:
         return lambda x: np.not_equal(x, 0)
     if src is DType.BOOL or src is dst:
@@ -256,16 +258,14 @@ def _convert(eqn: Eqn, _: int) -> Kernel:
 
 
 def _reduce_sum(eqn: Eqn, _: int) -> Kernel:
-    assert isinstance(eqn.params, ReduceParams)
-    axes, dt = eqn.params.axes, _dtype(eqn)
+    axes, dt = cast(ReduceParams, eqn.params).axes, _dtype(eqn)
     if dt is DType.F32 or dt is DType.I32:
         return lambda x: np.sum(x, axis=axes, dtype=dt.numpy)
     return lambda x: _round(np.sum(np.asarray(x, _F64), axis=axes), dt)
 
 
 def _reduce_max(eqn: Eqn, _: int) -> Kernel:
-    assert isinstance(eqn.params, ReduceParams)
-    axes, dt = eqn.params.axes, _dtype(eqn)
+    axes, dt = cast(ReduceParams, eqn.params).axes, _dtype(eqn)
     if dt is DType.I32:
         return lambda x: np.max(x, axis=axes, initial=_INT_MIN)
 
@@ -284,8 +284,7 @@ def _reduce_max(eqn: Eqn, _: int) -> Kernel:
 
 
 def _gather(eqn: Eqn, index: int) -> Kernel:
-    assert isinstance(eqn.params, GatherParams)
-    axis = eqn.params.axis
+    axis = cast(GatherParams, eqn.params).axis
     size = eqn.inputs[0].type.shape[axis]
 
     def kernel(x: Any, idx: Any) -> Any:
@@ -299,20 +298,18 @@ def _gather(eqn: Eqn, index: int) -> Kernel:
 
 
 def _transpose(eqn: Eqn, _: int) -> Kernel:
-    assert isinstance(eqn.params, TransposeParams)
-    perm = eqn.params.perm
+    perm = cast(TransposeParams, eqn.params).perm
     return lambda x: np.transpose(x, perm)
 
 
 def _reshape(eqn: Eqn, _: int) -> Kernel:
-    assert isinstance(eqn.params, ReshapeParams)
-    shape = eqn.params.shape
+    shape = cast(ReshapeParams, eqn.params).shape
     return lambda x: np.reshape(x, shape)
 
 
 def _broadcast_in_dim(eqn: Eqn, _: int) -> Kernel:
-    assert isinstance(eqn.params, BroadcastParams)
-    shape, dims = eqn.params.shape, eqn.params.dims
+    p = cast(BroadcastParams, eqn.params)
+    shape, dims = p.shape, p.dims
     expanded = [1] * len(shape)
     for i, d in enumerate(dims):
         expanded[d] = eqn.inputs[0].type.shape[i]
@@ -320,15 +317,13 @@ def _broadcast_in_dim(eqn: Eqn, _: int) -> Kernel:
 
 
 def _slice(eqn: Eqn, _: int) -> Kernel:
-    assert isinstance(eqn.params, SliceParams)
-    p = eqn.params
+    p = cast(SliceParams, eqn.params)
     window = tuple(slice(*t) for t in zip(p.start, p.limit, p.strides, strict=True))
     return lambda x: np.asarray(x)[window]
 
 
 def _concat(eqn: Eqn, _: int) -> Kernel:
-    assert isinstance(eqn.params, ConcatParams)
-    axis = eqn.params.axis
+    axis = cast(ConcatParams, eqn.params).axis
     return lambda *xs: np.concatenate(xs, axis=axis)
 
 
@@ -347,8 +342,7 @@ def _dynamic_update_slice(eqn: Eqn, index: int) -> Kernel:
 
 
 def _iota(eqn: Eqn, _: int) -> Kernel:
-    assert isinstance(eqn.params, IotaParams)
-    p = eqn.params
+    p = cast(IotaParams, eqn.params)
     expanded = [1] * len(p.shape)
     expanded[p.axis] = p.shape[p.axis]
     counts = np.arange(p.shape[p.axis], dtype=_I64).reshape(expanded)
@@ -394,7 +388,10 @@ _RULES: dict[Prim, Rule] = {
     Prim.IOTA: _iota,
     Prim.MATMUL: _matmul,
 }
-assert set(_RULES) == set(Prim), set(Prim) - set(_RULES)
+if set(_RULES) != set(Prim):  # a primitive added without its reference rule: found at import
+    raise EvaluationError(
+        f"the oracle has no rule for {sorted(p.value for p in set(Prim) - set(_RULES))}"
+    )
 
 
 # -- compiling and running a program ----------------------------------------------------------

@@ -86,7 +86,7 @@ from poot_ir.core import (
     Var,
 )
 from poot_ir.dtypes import DType, TensorType
-from poot_ir.errors import ParseError, TypeCheckError
+from poot_ir.errors import IRError, ParseError, TypeCheckError
 from poot_ir.typing_rules import validate
 
 __all__ = ["format_program", "parse_program"]
@@ -111,7 +111,14 @@ _PARAM_KINDS = {"int": "an integer", "tuple[int, ...]": "a tuple of integers", "
 _PARAM_FIELDS: dict[type[Params], dict[str, str]] = {
     cls: {f.name: str(f.type) for f in dataclasses.fields(cls)} for cls in set(PARAMS_OF.values())
 }
-assert all(k in _PARAM_KINDS for fs in _PARAM_FIELDS.values() for k in fs.values())
+_UNWRITABLE = sorted(
+    f"{cls.__name__}.{name}: {kind}"
+    for cls, fs in _PARAM_FIELDS.items()
+    for name, kind in fs.items()
+    if kind not in _PARAM_KINDS
+)
+if _UNWRITABLE:  # a parameter field added without its text form: found at import
+    raise IRError(f"the text format cannot write the param field(s) {', '.join(_UNWRITABLE)}")
 
 
 def _bits_of(x: float, dtype: DType) -> int:
@@ -479,10 +486,9 @@ def parse_program(text: str) -> Program:
             finished = True
         else:
             parser.statement(line)
-    if not finished:
+    if not finished or name is None:  # 'end' is only read after the name
         what = "'program' and its name" if name is None else "'end'"
         raise ParseError(f"truncated input: expected {what}", len(lines), len(lines[-1]) + 1)
-    assert name is not None
     program = Program(
         name,
         tuple(parser.args),

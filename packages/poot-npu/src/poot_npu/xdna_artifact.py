@@ -27,7 +27,7 @@ import types
 import typing
 from collections.abc import Sequence
 from enum import Enum
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from poot_codegen.xdna import ProgramDesign
 from poot_codegen.xdna.validate import validate
@@ -93,8 +93,7 @@ def decode_design(data: bytes) -> ProgramDesign:
         raw = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"not a design: {err}") from None
-    design = _decode(ProgramDesign, raw, "design")
-    assert isinstance(design, ProgramDesign)
+    design = cast(ProgramDesign, _decode(ProgramDesign, raw, "design"))  # a dataclass or ValueError
     try:
         return validate(design)
     except CodegenError as err:

@@ -178,7 +178,9 @@ def _sequence(region: Region, fifos: dict[int, Fifo], shims: _Shims) -> tuple[Tr
     for v, d in plan:
         f = fifos[v.id]
         slot = f.source if d is Direction.TO_DEVICE else f.sink
-        assert slot is not None and f.shim is not None
+        if slot is None or f.shim is None:  # a host value always gets both: a designer bug
+            where = f"region {region.index}, transfer of {f.name}"
+            raise DesignError(f"a {d.value} transfer of a FIFO without that end", where=where)
         ch = channel.get((f.shim, d), 0)
         channel[(f.shim, d)] = ch + 1
         out.append(

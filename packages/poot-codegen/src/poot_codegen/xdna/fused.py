@@ -18,6 +18,8 @@ reduced scalars lives across loops.
 
 from __future__ import annotations
 
+from typing import cast
+
 from poot_ir import BroadcastParams, DType, Eqn, Literal, NoLowering, Prim, Program, Var
 from poot_planner import TileOp
 
@@ -90,10 +92,9 @@ class _Kernel:
             and p.shape == self.row_shape
         )
 
-    def name(self, a: object) -> str:
+    def name(self, a: Var | Literal) -> str:
         if isinstance(a, Literal):
             return self.literals[a.bits]
-        assert isinstance(a, Var)
         return f"v{a.id}"
 
     def _element(self, v: int) -> bool:
@@ -130,8 +131,7 @@ class _Kernel:
                 continue
             if e.prim is Prim.BROADCAST_IN_DIM:
                 src = e.inputs[0]
-                assert isinstance(src, Var)
-                if src.id in self.inputs and not self._is_back(e):
+                if isinstance(src, Var) and src.id in self.inputs and not self._is_back(e):
                     k, _ = self.inputs[src.id]
                     expr = f"in{k}[c]"  # a [cols] vector: the same element on every row
                 else:
@@ -164,8 +164,7 @@ def fused_norm_body(tile: TileOp, program: Program) -> str:
     for _, r in reductions:
         init, step = _REDUCE[r.prim]
         acc = k.name(r.out)
-        x = r.inputs[0]
-        assert isinstance(x, Var)
+        x = cast(Var, r.inputs[0])  # the type rules: a reduction's operand is a tensor
         lines.append(f"        float {acc} = {init}; /* {r.prim.value} */\n")
         lines.append(f"        for (int32_t c = 0; c < {cols}; c++) {{\n")
         lines += k.column_steps([x.id], "            ")

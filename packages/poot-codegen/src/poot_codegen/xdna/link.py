@@ -161,12 +161,11 @@ def find_toolchain(env: Mapping[str, str] | None = None) -> Toolchain:
         if path is None:
             need = "" if tool == "aiecc" else ", which aiecc runs"
             missing.append((tool, f"{tool}: not on PATH{need}"))
-    if missing:
+    aiecc = found["aiecc"]
+    if missing or clang is None or aiecc is None:  # a None tool is in missing already
         raise ToolchainUnavailable(
             ", ".join(t for t, _ in missing), "; ".join(d for _, d in missing)
         )
-    aiecc = found["aiecc"]
-    assert clang is not None and aiecc is not None
     root = e.get("MLIR_AIE_DIR") or str(aiecc.resolve().parent.parent)
     return Toolchain(clang, aiecc, Path(root), tuple(sorted(e.items())))
 

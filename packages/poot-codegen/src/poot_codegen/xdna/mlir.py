@@ -37,6 +37,7 @@ from poot_ir import DType
 
 from poot_codegen.xdna.design import (
     Core,
+    DesignError,
     Direction,
     Fifo,
     HostLayout,
@@ -110,13 +111,15 @@ def _fifo(f: Fifo, cores: dict[int, Core], layout: HostLayout) -> list[str]:
     if f.producer is not None:
         p = cores[f.producer]
         src, what = _tile(p.column, p.row), f"output of {p.symbol}"
-    else:
-        assert f.shim is not None and f.source is not None
+    elif f.shim is not None and f.source is not None:
         src = _tile(f.shim, 0)
         what = f"from arena {f.source.arena} at {f.source.offset}"
+    else:  # validate() refuses this design before rendering
+        raise DesignError("neither a producer nor a host source on a shim", where=f"FIFO {f.name}")
     dsts = [_tile(cores[t].column, cores[t].row) for t in f.consumers]
     if f.sink is not None:
-        assert f.shim is not None
+        if f.shim is None:  # as above
+            raise DesignError("a drain with no shim", where=f"FIFO {f.name}")
         dsts.append(_tile(f.shim, 0))
         what += f", to arena {f.sink.arena} at {f.sink.offset}"
     kind = "resident" if f.resident else f"{f.n_objects} object(s) of {f.elems}"

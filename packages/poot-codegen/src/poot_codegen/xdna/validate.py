@@ -220,11 +220,11 @@ def _validate_sequence(
     for t in region.transfers:
         w = f"{where}, transfer of {t.fifo}"
         f = fifos.get(t.fifo)
-        _check(f is not None, "a transfer of no FIFO", w)
-        assert f is not None
+        if f is None:
+            raise DesignError("a transfer of no FIFO", where=w)
         slot = f.source if t.direction is Direction.TO_DEVICE else f.sink
-        _check(slot is not None, f"a {t.direction.value} transfer of a FIFO without that end", w)
-        assert slot is not None
+        if slot is None:
+            raise DesignError(f"a {t.direction.value} transfer of a FIFO without that end", where=w)
         _check(
             (t.shim, t.arena, t.offset, t.nbytes)
             == (f.shim, slot.arena, slot.offset, f.n_objects * f.nbytes),
