@@ -267,12 +267,11 @@ class _Npu:
 
 
 #: Left out of narrowed F32 programs (whose inputs are positive, within FP16's normal range):
-#: their NarrowStorage bound is normwise relative, with no absolute floor, so it holds only where
-#: the graph is well conditioned. A subtraction can cancel, a log near 1 has a tiny result, a
-#: comparison flips on an FP16 rounding; and an F32 value below FP16's normal range (2^-14) loses
-#: everything or flushes to zero: a one-element result of 4.2e-33 comes back as 0. These are
-#: limits of the published class (a gap in the narrowing contract, which promises nothing about
-#: small magnitudes but does not say so), not of a device.
+#: their NarrowStorage bound is normwise relative (above FP16's absolute floor of 2^-24 per
+#: element), so it holds only where the graph is well conditioned. A subtraction can cancel, a
+#: log near 1 has a small result, a comparison flips on an FP16 rounding. These are limits of a
+#: narrowed graph's published class, not of a device: the contract, a measured figure, covers
+#: the graphs it was measured on.
 _NARROWED = frozenset({Prim.SUB, Prim.LOG, Prim.GE})
 
 _UNARY = (Prim.NEG, Prim.RECIP, Prim.EXP, Prim.LOG, Prim.TANH, Prim.ERF, Prim.SQRT)

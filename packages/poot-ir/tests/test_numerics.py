@@ -182,3 +182,13 @@ def test_comparison_line() -> None:
     assert str(ok).startswith("ok") and ok.error_ratio == 0.0
     empty = compare(ref, ref, AbsRel(0, 0), mask=np.zeros(2, bool))
     assert empty.ok and empty.compared == 0
+
+
+def test_a_normwise_floor_admits_what_the_narrow_type_cannot_hold() -> None:
+    # FP16 flushes 4.2e-33 to zero: no relative bound holds, the absolute floor does
+    want = np.array([4.2e-33, 0.0], np.float32)
+    got = np.zeros(2, np.float32)
+    assert not compare(got, want, Normwise(2.0**-8)).ok
+    assert compare(got, want, Normwise(2.0**-8, 2.0**-24)).ok
+    # the floor is per element: it does not excuse an error above FP16's resolution
+    assert not compare(np.array([1e-6, 0.0], np.float32), want, Normwise(2.0**-8, 2.0**-24)).ok

@@ -75,7 +75,7 @@ def test_narrowing_is_the_first_pass_and_publishes_narrow_storage() -> None:
     p = intel(source)
     assert p.admitted and p.narrowing == CONTRACT
     assert p.program == narrow_to_device_precision(source, CONTRACT)
-    assert p.numerics == NarrowStorage(CONTRACT.normwise)
+    assert p.numerics == NarrowStorage(CONTRACT.normwise, 2.0**-24)
     assert p.program != source
 
 

@@ -102,9 +102,12 @@ class ScaledSum:
 
 @dataclass(frozen=True, slots=True)
 class Normwise:
-    """A whole result tensor: ``||y - ref||_2 <= rel * ||ref||_2`` (a narrowed graph)."""
+    """A whole result tensor: ``||y - ref||_2 <= rel * ||ref||_2 + floor * sqrt(n)`` (a
+    narrowed graph). ``floor`` is the narrow type's absolute resolution near zero (FP16's
+    smallest subnormal, 2^-24): a value it cannot hold is promised no relative accuracy."""
 
     rel: float
+    floor: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,14 +281,15 @@ class Bounded:
 
 @dataclass(frozen=True, slots=True)
 class NarrowStorage:
-    """Computed in a narrower type (FP16): each result within ``normwise_rel`` normwise. The
-    loosest class."""
+    """Computed in a narrower type (FP16): each result within ``normwise_rel`` normwise, plus
+    the narrow type's absolute ``floor`` per element. The loosest class."""
 
     normwise_rel: float
+    floor: float = 0.0
 
     @property
     def bound(self) -> Bound:
-        return Normwise(self.normwise_rel)
+        return Normwise(self.normwise_rel, self.floor)
 
 
 NumericsClass = Exact | Bounded | NarrowStorage
@@ -304,7 +308,7 @@ def looser(a: NumericsClass, b: NumericsClass) -> NumericsClass:
         case Bounded(), Bounded():
             return Bounded(max(a.abs, b.abs), max(a.rel, b.rel))
         case NarrowStorage(), NarrowStorage():
-            return NarrowStorage(max(a.normwise_rel, b.normwise_rel))
+            return NarrowStorage(max(a.normwise_rel, b.normwise_rel), max(a.floor, b.floor))
         case NarrowStorage(), _:
             return a
         case _:
@@ -483,7 +487,7 @@ def _normwise(
         )
     diff = float(np.sqrt(np.sum(np.where(m, err, 0.0) ** 2)))
     ref_finite = np.where(m & np.isfinite(r64), r64, 0.0)
-    allowed = bound.rel * float(np.sqrt(np.sum(ref_finite**2)))
+    allowed = bound.rel * float(np.sqrt(np.sum(ref_finite**2))) + bound.floor * float(np.sqrt(n))
     flat = int(np.argmax(np.where(m, err, -1.0)))
     at = tuple(int(i) for i in np.unravel_index(flat, ref.shape))
     return Comparison(

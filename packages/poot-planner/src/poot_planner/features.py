@@ -67,8 +67,8 @@ def render_bound(b: Bound) -> str:
             return f"rel {_num(r)}"
         case ScaledSum(ulps_per_term=u, unit=unit):
             return f"within {_num(u)} x cols x {_num(unit)} of the sum of the row's magnitudes"
-        case Normwise(rel=r):
-            return f"normwise rel {_num(r)}"
+        case Normwise(rel=r, floor=f):
+            return f"normwise rel {_num(r)}" + (f" + {_num(f)} per element" if f else "")
         case Derived():
             return "a bound derived per input by a running error analysis"
         case _:
@@ -171,7 +171,7 @@ def _target_section(t: Target) -> list[str]:
             ["field", "value"],
             [
                 ["device dtype", n.device_dtype.value],
-                ["normwise bound", render_bound(Normwise(n.normwise))],
+                ["normwise bound", render_bound(Normwise(n.normwise, n.floor))],
                 ["largest magnitude", _num(n.max_magnitude)],
                 ["measured on", n.measured_on],
             ],

@@ -246,7 +246,7 @@ def _numerics(
     row's magnitudes) are published as the same figures relative to the result, which is what
     they are when nothing cancels."""
     if narrowing is not None:
-        return NarrowStorage(narrowing.normwise)
+        return NarrowStorage(narrowing.normwise, narrowing.floor)
     out: NumericsClass = Exact()
     for a in admissions.values():
         if a.contract is None:

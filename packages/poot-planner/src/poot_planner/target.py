@@ -69,13 +69,16 @@ class NarrowingContract:
     """A target that computes in FP16 and records how far a narrowed graph may stray.
 
     ``normwise`` bounds ||y - ref|| / ||ref|| of each F32 result of a narrowed graph against the
-    F32 oracle; ``max_magnitude`` is the largest F32 value the bound holds for (FP16's 65504).
+    F32 oracle, above ``floor`` per element (the device type's absolute resolution near zero:
+    FP16's smallest subnormal, 2^-24); ``max_magnitude`` is the largest F32 value the bound
+    holds for (FP16's 65504).
     """
 
     device_dtype: DType
     normwise: float
     max_magnitude: float
     measured_on: str
+    floor: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

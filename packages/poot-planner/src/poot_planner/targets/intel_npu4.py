@@ -72,6 +72,7 @@ TARGET = Target(
         # 2^-11), to be replaced by the figure measured on a Lunar Lake NPU by `nox -s npu_intel`.
         normwise=2.0**-8,
         max_magnitude=65504.0,
+        floor=2.0**-24,  # FP16's smallest subnormal: below it, a value is zero
         measured_on="design figure (ideal FP16); not yet measured on a Lunar Lake NPU here",
     ),
 )
