@@ -6,6 +6,7 @@ Intel narrowing, and the feature matrix.
 
 from poot_planner.features import feature_matrix
 from poot_planner.narrowing import narrow_to_device_precision
+from poot_planner.partition import Span, partition
 from poot_planner.plan import Admission, Plan, plan
 from poot_planner.refusal import Refusal, RefusalKind
 from poot_planner.regions import Region
@@ -33,10 +34,12 @@ __all__ = [
     "RefusalKind",
     "Region",
     "RegionLimits",
+    "Span",
     "Target",
     "TileOp",
     "feature_matrix",
     "get_target",
     "narrow_to_device_precision",
+    "partition",
     "plan",
 ]

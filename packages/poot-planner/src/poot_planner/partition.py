@@ -1,0 +1,167 @@
+"""``partition(program, target)``: a refused program cut into spans the target runs and spans
+the CPU oracle runs (ARCHITECTURE section 4: the partitioned plan a caller may ask for).
+
+The rules:
+
+- A span is a maximal contiguous run of equations in program order; the spans cover every
+  equation once, in order. A program with no equations has no spans.
+- A fully admitted program is one device span.
+- Otherwise the equations the whole program's plan refuses are oracle equations, and each run
+  of the others is a candidate device span. A candidate's sub-program is re-planned for the
+  target (its own facts, row kernels, narrowing and regions). If that plan refuses some of its
+  equations, those become oracle equations and the rest of the run is tried again, piece by
+  piece (an XDNA2 row kernel split by a refused equation in the middle is refused here); if it
+  is refused as a whole (a context limit), the run goes to the oracle.
+- The device spans together use at most the target's hardware contexts (XDNA2: 16, one per
+  region): a device span past that budget, in program order, goes to the oracle.
+- Adjacent oracle runs merge into one oracle span; adjacent device spans stay apart (each was
+  admitted alone, not together).
+- Every device span's plan is admitted; oracle spans are never planned.
+
+A span's sub-program (``<program>_e<first>_<last>``) has:
+
+- arguments: the values its equations read that are defined outside it, original arguments in
+  program order first, then intermediates by id. An original weight stays a weight; every other
+  input (an original slot or state, a value an earlier span made) is a slot.
+- outputs: the values it defines that a later span or the program's results read, by id.
+- no state updates: a partitioned entry carries the program's states itself.
+
+Names are global to the program and deterministic: an original argument keeps its name, every
+other value is ``v<id>`` (with ``_`` appended while that clashes with an argument's name), so a
+value has the same name in the span that makes it and in every span that reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from poot_ir import Arg, Output, Program, Storage, Var, validate
+
+from poot_planner.plan import plan
+from poot_planner.target import Target
+from poot_planner.targets import get_target
+
+__all__ = ["Span", "partition", "value_names"]
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A maximal contiguous run of ``eqns`` (source equation indices, ascending) run by the
+    target (``device``) or by the CPU oracle, as the sub-program ``program``."""
+
+    device: bool
+    eqns: tuple[int, ...]
+    program: Program
+
+    @property
+    def first(self) -> int:
+        return self.eqns[0]
+
+    @property
+    def last(self) -> int:
+        return self.eqns[-1]
+
+
+def value_names(program: Program) -> dict[int, str]:
+    """The name of every value of ``program`` by var id (see the module docstring)."""
+    names = {a.var.id: a.name for a in program.args}
+    taken = set(names.values())
+    for e in program.eqns:
+        for v in e.outputs:
+            name = f"v{v.id}"
+            while name in taken:
+                name += "_"
+            taken.add(name)
+            names[v.id] = name
+    return names
+
+
+def partition(program: Program, target: str | Target) -> tuple[Span, ...]:
+    """Cut ``program`` into device and oracle spans for ``target`` (rules: module docstring)."""
+    t = get_target(target)
+    n = len(program.eqns)
+    if n == 0:
+        return ()
+    names = value_names(program)
+    whole = plan(program, t)
+    if whole.admitted:
+        return (Span(True, tuple(range(n)), _sub_program(program, tuple(range(n)), names)),)
+    refused = {r.eqn for r in whole.refusals if r.eqn >= 0}
+    pieces: list[tuple[bool, tuple[int, ...]]] = []
+    for device, run in _runs(tuple(range(n)), refused):
+        if device:
+            pieces.extend(_device_pieces(program, run, names, t))
+        else:
+            pieces.append((False, run))
+    budget = t.region_limits.contexts if t.region_limits is not None else None
+    used = 0
+    merged: list[tuple[bool, tuple[int, ...]]] = []
+    for device, run in pieces:
+        if device and budget is not None:
+            contexts = plan(_sub_program(program, run, names), t).contexts
+            if used + contexts > budget:
+                device = False
+            else:
+                used += contexts
+        if not device and merged and not merged[-1][0]:
+            merged[-1] = (False, merged[-1][1] + run)
+        else:
+            merged.append((device, run))
+    return tuple(Span(d, run, _sub_program(program, run, names)) for d, run in merged)
+
+
+def _runs(eqns: tuple[int, ...], refused: set[int]) -> list[tuple[bool, tuple[int, ...]]]:
+    """``eqns`` as maximal runs of not-refused (True) and refused (False) equations."""
+    runs: list[tuple[bool, tuple[int, ...]]] = []
+    for i in eqns:
+        ok = i not in refused
+        if runs and runs[-1][0] == ok:
+            runs[-1] = (ok, runs[-1][1] + (i,))
+        else:
+            runs.append((ok, (i,)))
+    return runs
+
+
+def _device_pieces(
+    program: Program, run: tuple[int, ...], names: dict[int, str], t: Target
+) -> list[tuple[bool, tuple[int, ...]]]:
+    """``run`` as device pieces whose own plans are admitted, and oracle pieces."""
+    p = plan(_sub_program(program, run, names), t)
+    if p.admitted:
+        return [(True, run)]
+    refused = {run[r.eqn] for r in p.refusals if r.eqn >= 0}
+    if not refused:  # refused as a whole (a context limit): no simple split helps
+        return [(False, run)]
+    out: list[tuple[bool, tuple[int, ...]]] = []
+    for device, piece in _runs(run, refused):
+        out.extend(_device_pieces(program, piece, names, t) if device else [(False, piece)])
+    return out
+
+
+def _sub_program(program: Program, run: tuple[int, ...], names: dict[int, str]) -> Program:
+    eqns = tuple(program.eqns[i] for i in run)
+    defined = {v.id for e in eqns for v in e.outputs}
+    read: dict[int, Var] = {}
+    for e in eqns:
+        for a in e.inputs:
+            if isinstance(a, Var) and a.id not in defined:
+                read[a.id] = a
+    storage = {a.var.id: a.storage for a in program.args}
+    order = {a.var.id: k for k, a in enumerate(program.args)}
+    ids = sorted(read, key=lambda i: (i not in order, order.get(i, 0), i))
+    args = tuple(
+        Arg(
+            names[i],
+            read[i],
+            Storage.WEIGHT if storage.get(i) is Storage.WEIGHT else Storage.SLOT,
+        )
+        for i in ids
+    )
+    later: dict[int, Var] = {v.id: v for _, v in program.results() if v.id in defined}
+    for j in range(run[-1] + 1, len(program.eqns)):  # a span is contiguous: later is after
+        for a in program.eqns[j].inputs:
+            if isinstance(a, Var) and a.id in defined:
+                later[a.id] = a
+    outputs = tuple(Output(names[i], later[i]) for i in sorted(later))
+    name = f"{program.name}_e{run[0]}_{run[-1]}"
+    return validate(Program(name, args, eqns, outputs))

@@ -1,0 +1,151 @@
+"""``partition``: span structure, crossing values, names, and that the spans composed on the
+oracle are the whole program's oracle bit for bit."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+from poot_ir import Program, Storage, Var, evaluate, parse_program, sample_inputs
+from poot_planner import Span, partition, plan
+from poot_planner.partition import value_names
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "src" / "poot" / "examples"
+
+LOG_STATE = """
+program logstate
+  slot x %0: f32[4,8]
+  weight w %1: f32[4,8]
+  state s %2: f32[4,8]
+  %3: f32[4,8] = mul %0 %0
+  %4: f32[4,8] = add %3 1.0:f32
+  %5: f32[4,8] = log %4
+  %6: f32[4,8] = mul %5 %1
+  %7: f32[4,8] = add %6 %2
+  %8: f32[4,8] = mul %7 0.5:f32
+  output y = %8
+  update s = %7
+end
+"""
+
+
+def _example(name: str) -> Program:
+    return parse_program((EXAMPLES / f"{name}.poot").read_text())
+
+
+def _compose(
+    program: Program, spans: tuple[Span, ...], inputs: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    env = dict(inputs)
+    for s in spans:
+        env.update(evaluate(s.program, {a.name: env[a.name] for a in s.program.args}))
+    names = value_names(program)
+    return {n: env[names[v.id]] for n, v in program.results()}
+
+
+def _check_structure(program: Program, spans: tuple[Span, ...]) -> None:
+    names = value_names(program)
+    assert [i for s in spans for i in s.eqns] == list(range(len(program.eqns)))
+    for a, b in itertools.pairwise(spans):
+        assert a.device or b.device, "adjacent oracle spans merge"
+    storage = {a.var.id: a.storage for a in program.args}
+    for k, s in enumerate(spans):
+        assert s.eqns == tuple(range(s.first, s.last + 1))
+        assert not s.program.updates
+        defined = {program.eqns[i].out.id for i in s.eqns}
+        read = {
+            a.id
+            for i in s.eqns
+            for a in program.eqns[i].inputs
+            if isinstance(a, Var) and a.id not in defined
+        }
+        assert {a.var.id for a in s.program.args} == read
+        for a in s.program.args:
+            assert a.name == names[a.var.id]
+            want = Storage.WEIGHT if storage.get(a.var.id) is Storage.WEIGHT else Storage.SLOT
+            assert a.storage is want
+        later = {
+            a.id
+            for t in spans[k + 1 :]
+            for i in t.eqns
+            for a in program.eqns[i].inputs
+            if isinstance(a, Var)
+        } | {v.id for _, v in program.results()}
+        assert {o.var.id for o in s.program.outputs} == defined & later
+        assert all(o.name == names[o.var.id] for o in s.program.outputs)
+        if s.device:
+            assert plan(s.program, _TARGET[program.name]).admitted
+
+
+_TARGET = {
+    "layernorm": "xdna2",
+    "attention": "xdna2",
+    "logstate": "intel-npu4",
+    "pointwise": "intel-npu4",
+}
+
+
+@pytest.mark.parametrize(
+    ("program", "target"),
+    [
+        (_example("layernorm"), "xdna2"),
+        (_example("attention"), "xdna2"),
+        (parse_program(LOG_STATE), "intel-npu4"),
+        (_example("pointwise"), "intel-npu4"),
+    ],
+    ids=["layernorm-xdna2", "attention-xdna2", "log-intel", "pointwise-intel"],
+)
+def test_refused_programs_split_and_compose_bit_for_bit(program: Program, target: str) -> None:
+    assert not plan(program, target).admitted
+    spans = partition(program, target)
+    assert any(s.device for s in spans) and any(not s.device for s in spans)
+    _check_structure(program, spans)
+    for seed in range(3):
+        inputs = sample_inputs(program, seed)
+        got = _compose(program, spans, inputs)
+        want = evaluate(program, inputs)
+        for n in want:
+            assert got[n].tobytes() == want[n].tobytes(), n
+
+
+def test_log_on_intel_goes_to_the_oracle_alone() -> None:
+    spans = partition(parse_program(LOG_STATE), "intel-npu4")
+    assert [(s.device, s.eqns) for s in spans] == [(True, (0, 1)), (False, (2,)), (True, (3, 4, 5))]
+    last = spans[2].program
+    assert [(a.name, a.storage) for a in last.args] == [
+        ("w", Storage.WEIGHT),
+        ("s", Storage.SLOT),
+        ("v5", Storage.SLOT),
+    ]
+    assert [o.name for o in last.outputs] == ["v7", "v8"]
+
+
+def test_partition_is_deterministic() -> None:
+    p = _example("layernorm")
+    assert partition(p, "xdna2") == partition(p, "xdna2")
+
+
+def test_an_admitted_program_is_one_device_span() -> None:
+    p = _example("rmsnorm_step")
+    spans = partition(p, "xdna2")
+    assert len(spans) == 1 and spans[0].device
+    assert spans[0].eqns == tuple(range(len(p.eqns)))
+    assert partition(_example("layernorm"), "cpu")[0].device
+
+
+def test_intermediate_names_avoid_argument_names() -> None:
+    p = parse_program(
+        """
+program clash
+  slot v2 %0: f32[4]
+  %1: f32[4] = log %0
+  %2: f32[4] = mul %1 2.0:f32
+  output y = %2
+end
+"""
+    )
+    spans = partition(p, "intel-npu4")
+    assert value_names(p)[2] == "v2_"
+    assert [o.name for o in spans[-1].program.outputs] == ["v2_"]
