@@ -5,6 +5,7 @@
     engine = Engine(CpuDevice())                  # cache_dir defaults to the user cache dir
     weights = engine.load_weights({"w": w})       # uploaded once; range-checked on a narrowing target
     entry = engine.add_entry(program, weights)    # plan, lower, compile or load from cache, load
+    part = engine.add_entry(program, weights, partition=True)  # refused spans on the oracle
     out = engine.step(entry, {"x": x})            # first step records, later steps replay
     engine.reset_state(entry); engine.remove_entry(entry); engine.stats(); engine.close()
 
@@ -54,9 +55,12 @@ from poot_engine.checks import (
     window_checks,
 )
 from poot_engine.device import Artifact, ArtifactSource, Buffer, Device, signature_of
+from poot_engine.partitioned import PartitionedEntry, load_partitioned
 from poot_engine.recording import Recording, record, replay
 
 __all__ = ["DEFAULT_DEADLINE_S", "Engine", "Entry", "Stats", "Weights"]
+
+Results = dict[str, np.ndarray]
 
 DEFAULT_DEADLINE_S = 10.0
 _engines = itertools.count(1)
@@ -130,6 +134,7 @@ class Engine:
         self._ids = itertools.count(1)
         self._weights: dict[int, dict[str, Buffer]] = {}
         self._entries: dict[int, _Entry] = {}
+        self._parts: dict[int, PartitionedEntry] = {}
         self._failed: list[tuple[Buffer, ...]] = []  # kept alive after a missed deadline
         self._poisoned = False
         self._closed = False
@@ -169,14 +174,22 @@ class Engine:
         program: Program,
         weights: Weights | None = None,
         initial_state: Mapping[str, np.ndarray] | None = None,
+        *,
+        partition: bool = False,
     ) -> Entry:
         """Plan ``program`` for the device's target, lower it, load its blob (from the cache,
         or compiled and cached) and bind ``weights`` to its weight arguments by name. States
         start at zero, or at ``initial_state``. Raises ``PlanRefused`` (every refusal),
         ``WeightMismatch``, ``StepInputError`` (a bad initial state), ``NarrowingRangeInput``
-        (an initial state beyond the range) and ``SignatureMismatch``."""
+        (an initial state beyond the range) and ``SignatureMismatch``. With ``partition`` a
+        program the target refuses in part runs its refused spans on the host oracle
+        (``poot_engine.partitioned``); an admitted one gets the ordinary entry."""
         self._usable()
         planned = plan(program, self.device.target)
+        if partition and not planned.admitted:
+            handle = Entry(self._id, next(self._ids), program.name)
+            self._parts[handle.id] = load_partitioned(self, program, weights, initial_state or {})
+            return handle
         planned.check()
         prog = planned.program
         wbufs = self._weights_of(weights) if weights is not None else {}
@@ -206,14 +219,26 @@ class Engine:
         self._entries[handle.id] = e
         return handle
 
+    def partitioned(self, entry: Entry) -> PartitionedEntry | None:
+        """The spans, sub-entries and last step's boundary values of a partitioned entry."""
+        return self._parts.get(entry.id) if entry.engine == self._id else None
+
     def reset_state(self, entry: Entry) -> None:
         """Restore every state of ``entry`` to its initial value."""
         self._usable()
+        if (part := self.partitioned(entry)) is not None:
+            return part.reset()
         self._write_states(self._entry(entry))
 
     def remove_entry(self, entry: Entry) -> None:
-        """Unload the entry's artifact and free its buffers (not the weights it bound)."""
+        """Unload the entry's artifact and free its buffers (not the weights it bound); a
+        partitioned entry removes its sub-entries."""
         self._usable()
+        if part := self._parts.pop(entry.id, None) if entry.engine == self._id else None:
+            for sub in part.subs:
+                if sub is not None:
+                    self.remove_entry(sub)
+            return
         e = self._entry(entry)
         del self._entries[entry.id]
         weights = {a.name for a in e.program.args if a.storage is Storage.WEIGHT}
@@ -229,10 +254,20 @@ class Engine:
         Before anything runs: the inputs against the slot arguments (``StepInputError``), on a
         narrowing target every F32 input against the range (``NarrowingRangeInput``), and each
         window an I32 argument places (``WindowOutOfRange``). After the run, before any state
-        changes: every F32 result against the range (``NarrowingRangeResult``)."""
+        changes: every F32 result against the range (``NarrowingRangeResult``). A partitioned
+        step is one step (``poot_engine.partitioned``)."""
         t0 = perf_counter()
         self._usable()
-        e = self._entry(entry)
+        if (part := self.partitioned(entry)) is not None:
+            results, device_s = part.step(inputs, lambda h, x: self._run(self._entry(h), x))
+        else:
+            results, device_s = self._run(self._entry(entry), inputs)
+        self._steps += 1
+        self._device_s += device_s
+        self._host_s += perf_counter() - t0 - device_s
+        return results
+
+    def _run(self, e: _Entry, inputs: Mapping[str, np.ndarray]) -> tuple[Results, float]:
         checked = check_step_inputs(e.program, e.slots, inputs)
         arrays = {name: arr for (name, _), arr in zip(e.slots, checked, strict=True)}
         rec = e.recording
@@ -259,10 +294,7 @@ class Engine:
             raise
         for name in e.mirrors:
             e.mirrors[name] = results[name].copy()
-        self._steps += 1
-        self._device_s += device_s
-        self._host_s += perf_counter() - t0 - device_s
-        return results
+        return results, device_s
 
     def stats(self) -> Stats:
         steps = max(self._steps, 1)
@@ -284,6 +316,7 @@ class Engine:
             return
         self._closed = True
         self._entries.clear()
+        self._parts.clear()
         self._weights.clear()
         self._failed.clear()
         self.device.close()

@@ -1,0 +1,143 @@
+"""Partitioned entries: a program its target refuses in part, run span by span.
+
+``Engine.add_entry(program, weights, initial_state, partition=True)`` makes one when the plan
+refuses something (an admitted program gets the ordinary entry). ``poot_planner.partition``
+cuts the program into spans; here:
+
+- a device span is an ordinary sub-entry on the engine's device (its sub-program's weights
+  bound by name from the caller's handle; its own recording and replay, host-side checks,
+  range checks on a narrowing target, deadline and blob cache);
+- an oracle span is evaluated on the host by ``poot_ir.evaluate`` (the weights it reads are
+  read back from their device buffers once, when the entry is made);
+- the entry carries the program's states on the host (zeros or ``initial_state``;
+  ``reset_state`` restores them): a sub-program has no states, it reads them as slots.
+
+A step checks its inputs exactly as an ordinary step does (``check_step_inputs``: the
+program's slot arguments, exact dtypes and shapes, errors naming the argument), then feeds
+values span to span by their global names (``poot_planner.partition.value_names``), and only
+when every span has run replaces the states: a failing span leaves them as they were. The
+values that crossed span boundaries in the last step stay readable (``trace``), so a caller can
+check each span against the oracle on the inputs it really had.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+from poot_ir import Program, Storage, TensorType, evaluate
+from poot_planner.partition import Span, partition, value_names
+
+from poot_engine.checks import bind_weights, check_step_inputs
+
+if TYPE_CHECKING:
+    from poot_engine.engine import Engine, Entry, Weights
+
+__all__ = ["PartitionedEntry", "RunSub", "load_partitioned"]
+
+#: Runs one step of a device sub-entry: its results by name and the seconds spent on the device.
+RunSub = Callable[["Entry", Mapping[str, np.ndarray]], tuple[dict[str, np.ndarray], float]]
+
+
+@dataclass(slots=True)
+class PartitionedEntry:
+    """One loaded partitioned program. ``subs[k]`` is span ``k``'s sub-entry (None: oracle)."""
+
+    program: Program
+    spans: tuple[Span, ...]
+    subs: tuple[Entry | None, ...]
+    host_weights: dict[str, np.ndarray]  # the weights an oracle span reads
+    initial: dict[str, np.ndarray]
+    names: dict[int, str] = field(default_factory=dict)
+    states: dict[str, np.ndarray] = field(default_factory=dict)
+    trace: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @staticmethod
+    def build(
+        program: Program,
+        spans: tuple[Span, ...],
+        read_weight: Callable[[str], np.ndarray],
+        initial: dict[str, np.ndarray],
+        add_sub: Callable[[Program], Entry],
+        remove_sub: Callable[[Entry], None],
+    ) -> PartitionedEntry:
+        """Load every device span as a sub-entry (``add_sub``); on any failure the sub-entries
+        made so far are removed again and the error propagates."""
+        wanted = {
+            a.name
+            for s in spans
+            if not s.device
+            for a in s.program.args
+            if a.storage is Storage.WEIGHT
+        }
+        host = {n: read_weight(n) for n in sorted(wanted)}
+        subs: list[Entry | None] = []
+        try:
+            for s in spans:
+                subs.append(add_sub(s.program) if s.device else None)
+        except BaseException:
+            for sub in subs:
+                if sub is not None:
+                    remove_sub(sub)
+            raise
+        e = PartitionedEntry(program, spans, tuple(subs), host, initial, value_names(program))
+        e.reset()
+        return e
+
+    @property
+    def slots(self) -> tuple[tuple[str, TensorType], ...]:
+        return tuple((a.name, a.var.type) for a in self.program.args if a.storage is Storage.SLOT)
+
+    def reset(self) -> None:
+        self.states = {n: v.copy() for n, v in self.initial.items()}
+
+    def step(
+        self, inputs: Mapping[str, np.ndarray], run: RunSub
+    ) -> tuple[dict[str, np.ndarray], float]:
+        """The program's outputs and updated states by name, and the seconds on the device."""
+        slots = self.slots
+        checked = check_step_inputs(self.program, slots, inputs)
+        env: dict[str, np.ndarray] = {**self.host_weights, **self.states}
+        env.update((name, arr.copy()) for (name, _), arr in zip(slots, checked, strict=True))
+        device_s = 0.0
+        for span, sub in zip(self.spans, self.subs, strict=True):
+            p = span.program
+            if sub is None:
+                out = evaluate(p, {a.name: env[a.name] for a in p.args})
+            else:
+                feed = {a.name: env[a.name] for a in p.args if a.storage is Storage.SLOT}
+                out, seconds = run(sub, feed)
+                device_s += seconds
+            env.update(out)
+        results = {name: env[self.names[v.id]].copy() for name, v in self.program.results()}
+        self.trace = env
+        for u in self.program.updates:
+            self.states[u.state] = results[u.state].copy()
+        return results, device_s
+
+
+def load_partitioned(
+    engine: Engine, program: Program, weights: Weights | None, initial: Mapping[str, np.ndarray]
+) -> PartitionedEntry:
+    """The partitioned entry of ``program`` on ``engine`` (its own module's helper: it uses the
+    engine's weight table to bind each device span to the subset of ``weights`` it reads)."""
+    from poot_engine.engine import Weights
+
+    wbufs = engine._weights_of(weights) if weights is not None else {}
+    bind_weights(program, {n: b.type for n, b in wbufs.items()})  # exactly the program's
+    states = engine._initial_states(program, initial)
+
+    def add_sub(sub: Program) -> Entry:
+        names = tuple(a.name for a in sub.args if a.storage is Storage.WEIGHT)
+        view = Weights(engine._id, next(engine._ids), names)  # the span's weights, same buffers
+        engine._weights[view.id] = {n: wbufs[n] for n in names}
+        try:
+            return engine.add_entry(sub, view)
+        finally:
+            del engine._weights[view.id]
+
+    spans = partition(program, engine.device.target)
+    read = lambda name: engine.device.read(wbufs[name])  # noqa: E731
+    return PartitionedEntry.build(program, spans, read, states, add_sub, engine.remove_entry)
