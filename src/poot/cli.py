@@ -6,6 +6,7 @@
                                             run on every device present, checked against the oracle
     poot plan FILE --target T               admission, regions, contexts, refusals, numerics
     poot run FILE --target T [--device D]   run a program and check it against the oracle
+             [--partition]                  (refused spans on the CPU oracle, the rest on D)
     poot features                           the feature matrix (docs/features.md)
     poot devices [--require NAME]           what is on this machine, and why not
     poot import MODEL.onnx [-o FILE]        an ONNX model as a poot program
@@ -118,7 +119,13 @@ def _run(console: Console, args: argparse.Namespace) -> int:
             with np.load(args.inputs) as data:
                 inputs = [{k: data[k] for k in data.files}]
         report = run_program(
-            program, device, name, steps=args.steps, cache_dir=args.cache_dir, inputs=inputs
+            program,
+            device,
+            name,
+            steps=args.steps,
+            cache_dir=args.cache_dir,
+            inputs=inputs,
+            partition=args.partition,
         )
     finally:
         device.close()
@@ -205,6 +212,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--device", choices=[d.name for d in DEVICES])
     r.add_argument("--steps", type=int, default=3)
     r.add_argument("--inputs", help="an .npz of every argument (default: deterministic samples)")
+    r.add_argument(
+        "--partition",
+        action="store_true",
+        help="run a refused program in spans: refused ones on the CPU oracle, the rest on the device",
+    )
     r.set_defaults(fn=_run)
     f = sub.add_parser("features", help="the feature matrix, generated from the target tables")
     f.set_defaults(fn=_features)

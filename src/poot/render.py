@@ -148,8 +148,13 @@ def run_report(report: RunReport) -> Group:
     for s in report.steps:
         for name, cmp in s.results:
             t.add_row(str(s.step), name, Text(str(cmp), style="green" if cmp.ok else "bold red"))
+    if report.spans:
+        parts.append(Text(f"partitioned into {len(report.spans)} spans:"))
+        for k, span in enumerate(report.spans):
+            where = "device" if span.device else "oracle"
+            parts.append(Text(f"  span {k}: {where} equations {span.first}..{span.last}"))
     parts.append(t)
-    if report.plan.admitted:
+    if report.plan.admitted or report.spans:
         parts.append(Text(f"{report.compiles} compiled, {report.cache_hits} loaded from the cache"))
     return Group(*parts)  # type: ignore[arg-type]
 
