@@ -199,12 +199,32 @@ def find_row_groups(program: Program) -> list[RowGroup]:
             if eqns[i].out.id in results
             or any(k not in idx for k in consumers.get(eqns[i].out.id, ()))
         ]
-        cols = max((eqns[i].out.shape[-1] for i in idx if eqns[i].out.type.rank), default=1)
+        # the row-shaped output (a reduced value is one element per row) sets the row length
+        rows = max((o.shape for o in outputs), key=len, default=())
+        cols = rows[-1] if rows else 1
+        if not _is_row_kernel([eqns[i] for i in idx], list(inputs.values()), rows, cols):
+            continue  # not a row kernel: its equations are admitted (or refused) one by one
         bound, failures = derive_bound([eqns[i] for i in idx], idx, facts, outputs)
         out.append(
             RowGroup(tuple(idx), tuple(inputs.values()), tuple(outputs), cols, bound, failures)
         )
     return out
+
+
+def _is_row_kernel(steps: list[Eqn], inputs: list[Var], rows: tuple[int, ...], cols: int) -> bool:
+    """A chain the row kernel can run: it reduces rows, and everything it reads is a whole row
+    (the shape ``rows`` of its row-shaped output) or a ``[cols]`` vector it only broadcasts
+    across the rows (a norm weight). A broadcast of a value reduced elsewhere (a per-row input)
+    is no row kernel."""
+    if not any(e.prim in (Prim.REDUCE_SUM, Prim.REDUCE_MAX) for e in steps) or not rows:
+        return False
+    for v in inputs:
+        if v.shape == rows:
+            continue
+        readers = [e for e in steps if any(isinstance(a, Var) and a.id == v.id for a in e.inputs)]
+        if v.shape != (cols,) or not all(_is_vector_broadcast(e) for e in readers):
+            return False
+    return True
 
 
 def derive_bound(
