@@ -6,41 +6,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conformance.devices import open_device
 from poot_ir import parse_program
 from poot_npu.registry import device_info
 
 from poot.cli import EXAMPLES, main
 from poot.runner import run_program
 
-LOG = """
-program logstate
-  slot x %0: f32[4,8]
-  weight w %1: f32[4,8]
-  state s %2: f32[4,8]
-  %3: f32[4,8] = mul %0 %0
-  %4: f32[4,8] = add %3 1.0:f32
-  %5: f32[4,8] = log %4
-  %6: f32[4,8] = mul %5 %1
-  %7: f32[4,8] = add %6 %2
-  %8: f32[4,8] = mul %7 0.5:f32
-  output y = %8
-  update s = %7
-end
-"""
-
-
-def _device(name: str):  # type: ignore[no-untyped-def]
-    info = device_info(name)
-    why = info.unavailable_reason()
-    if why is not None:
-        pytest.fail(f"the hardware-free device {name} is missing: {why}")
-    return info.make()
+LOG = (EXAMPLES / "log_state.poot").read_text()
 
 
 def test_log_program_on_vpu_cpu(tmp_path: Path) -> None:
     report = run_program(
         parse_program(LOG),
-        _device("vpu-cpu"),
+        open_device(device_info("vpu-cpu")),
         "vpu-cpu",
         steps=3,
         cache_dir=tmp_path,
@@ -57,7 +36,12 @@ def test_log_program_on_vpu_cpu(tmp_path: Path) -> None:
 def test_fp16_boundary_on_xdna_host(tmp_path: Path) -> None:
     program = parse_program((EXAMPLES / "fp16_boundary.poot").read_text())
     report = run_program(
-        program, _device("xdna-host"), "xdna-host", steps=3, cache_dir=tmp_path, partition=True
+        program,
+        open_device(device_info("xdna-host")),
+        "xdna-host",
+        steps=3,
+        cache_dir=tmp_path,
+        partition=True,
     )
     assert [(s.device, s.first, s.last) for s in report.spans] == [(False, 0, 4), (True, 5, 5)]
     assert len(report.steps) == 3 and report.ok, report.steps

@@ -20,22 +20,9 @@ from poot_ir import (
     sample_inputs,
 )
 
+# the example program shipped with the CLI (the planner and device tests use it too)
 LOG_STATE = parse_program(
-    """
-program logstate
-  slot x %0: f32[4,8]
-  weight w %1: f32[4,8]
-  state s %2: f32[4,8]
-  %3: f32[4,8] = mul %0 %0
-  %4: f32[4,8] = add %3 1.0:f32
-  %5: f32[4,8] = log %4
-  %6: f32[4,8] = mul %5 %1
-  %7: f32[4,8] = add %6 %2
-  %8: f32[4,8] = mul %7 0.5:f32
-  output y = %8
-  update s = %7
-end
-"""
+    (Path(__file__).resolve().parents[3] / "src/poot/examples/log_state.poot").read_text()
 )
 LOOSE = Normwise(rel=2.0**-8, floor=2.0**-24)  # the Intel narrowing contract, for a few steps
 
