@@ -18,7 +18,6 @@ from poot_ir import (
     BlobRefused,
     DeviceFailed,
     DevicePoisoned,
-    DispatchRefused,
     IRError,
     Program,
     evaluate,
@@ -94,12 +93,9 @@ class CpuDevice(HostMemory):
 
     def dispatch(self, artifact: Artifact, buffers: tuple[Buffer, ...], deadline_s: float) -> None:
         self._usable()
-        entry = self._artifacts.get(artifact.id)
-        check_dispatch(
-            artifact, buffers, entry[0] if entry else None, self._buffers.memory, self._name
+        entry = check_dispatch(
+            artifact, buffers, self._artifacts, lambda e: e[0], self._buffers.memory, self._name
         )
-        if entry is None:  # check_dispatch refused it already; this keeps the types exact
-            raise DispatchRefused(f"{self._name}: artifact {artifact.id} is not loaded")
         program = entry[1]
         n_in = len(program.args)
         inputs = {

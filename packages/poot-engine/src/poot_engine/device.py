@@ -12,16 +12,18 @@ memory and runtime objects behind them stay inside the device.
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 from poot_ir import DispatchRefused, Program, TensorType
 
 if TYPE_CHECKING:
     from poot_planner import Plan
+
+T = TypeVar("T")
 
 __all__ = [
     "ArgSpec",
@@ -177,16 +179,18 @@ class Device(Protocol):
 def check_dispatch(
     artifact: Artifact,
     buffers: tuple[Buffer, ...],
-    loaded: Artifact | None,
+    loaded: Mapping[int, T],
+    artifact_of: Callable[[T], Artifact],
     live: Container[int],
     device: str,
-) -> None:
-    """The dispatch refusals that need no hardware, shared by every device. ``loaded`` is the
-    device's own record of ``artifact.id`` (``None`` when it loaded no such artifact or unloaded
-    it) and ``live`` the ids of its allocated buffers. Refused: an artifact this device did not
-    load (another device's, a removed entry's), a buffer it did not allocate or freed, and
-    buffers that are not the artifact's ABI (count, dtype, extents)."""
-    if loaded is None or loaded != artifact:
+) -> T:
+    """The dispatch refusals that need no hardware, shared by every device; returns the
+    device's own record of ``artifact`` from ``loaded`` (by artifact id; ``artifact_of`` reads
+    the artifact back from a record). ``live`` holds the ids of its allocated buffers. Refused:
+    an artifact this device did not load (another device's, a removed entry's), a buffer it did
+    not allocate or freed, and buffers that are not the artifact's ABI (count, dtype, extents)."""
+    record = loaded.get(artifact.id)
+    if record is None or artifact_of(record) != artifact:
         raise DispatchRefused(f"{device}: artifact {artifact.id} is not loaded on this device")
     specs = artifact.signature.args
     if len(buffers) != len(specs):
@@ -201,3 +205,4 @@ def check_dispatch(
                 f"{device}: buffer {buf.id} of type {buf.type} is not the artifact's "
                 f"{spec} (argument {spec.name!r})"
             )
+    return record

@@ -234,12 +234,9 @@ class VpuDevice(HostMemory):
 
     def dispatch(self, artifact: Artifact, buffers: tuple[Buffer, ...], deadline_s: float) -> None:
         self._usable()
-        loaded = self._loaded.get(artifact.id)
-        check_dispatch(
-            artifact, buffers, loaded.artifact if loaded else None, self._buffers.memory, self._name
+        loaded = check_dispatch(
+            artifact, buffers, self._loaded, lambda e: e.artifact, self._buffers.memory, self._name
         )
-        if loaded is None:  # check_dispatch refused it already; this keeps the types exact
-            raise DispatchRefused(f"{self._name}: artifact {artifact.id} is not loaded here")
         req, memory = loaded.request, self._buffers.memory
         for port, buf in enumerate(buffers[: loaded.n_in]):
             have = loaded.bound.get(port)

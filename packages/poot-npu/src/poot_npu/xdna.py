@@ -66,7 +66,6 @@ from poot_ir import (
     DeviceFailed,
     DevicePoisoned,
     DeviceUnavailable,
-    DispatchRefused,
     IRError,
     PlanRefused,
     format_program,
@@ -290,11 +289,10 @@ class XdnaDevice(HostMemory):
 
     def dispatch(self, artifact: Artifact, buffers: tuple[Buffer, ...], deadline_s: float) -> None:
         self._usable()
-        loaded = self._loaded.get(artifact.id)
         memory = self._buffers.memory
-        check_dispatch(artifact, buffers, loaded.artifact if loaded else None, memory, self._name)
-        if loaded is None:  # check_dispatch refused it already; this keeps the types exact
-            raise DispatchRefused(f"{self._name}: artifact {artifact.id} is not loaded here")
+        loaded = check_dispatch(
+            artifact, buffers, self._loaded, lambda e: e.artifact, memory, self._name
+        )
         start = time.monotonic()
         arrays = tuple(memory[b.id] for b in buffers)
         specs = artifact.signature.args

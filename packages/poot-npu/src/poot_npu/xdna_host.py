@@ -79,7 +79,6 @@ from poot_ir import (
     DeadlineExceeded,
     DeviceFailed,
     DevicePoisoned,
-    DispatchRefused,
 )
 
 from poot_npu.xdna_artifact import (
@@ -268,11 +267,10 @@ class XdnaHostDevice(HostMemory):
 
     def dispatch(self, artifact: Artifact, buffers: tuple[Buffer, ...], deadline_s: float) -> None:
         self._usable()
-        loaded = self._loaded.get(artifact.id)
         memory = self._buffers.memory
-        check_dispatch(artifact, buffers, loaded.artifact if loaded else None, memory, self._name)
-        if loaded is None:  # check_dispatch refused it already; this keeps the types exact
-            raise DispatchRefused(f"{self._name}: artifact {artifact.id} is not loaded here")
+        loaded = check_dispatch(
+            artifact, buffers, self._loaded, lambda e: e.artifact, memory, self._name
+        )
         arrays = tuple(memory[b.id] for b in buffers)
         n_in = len(artifact.signature.inputs)
         specs = artifact.signature.args
