@@ -31,12 +31,12 @@ from poot_ir import (
     WeightMismatch,
     WindowOutOfRange,
 )
+from poot_ir.oracle import exact_array
 
 from poot_engine.device import Signature
 
 __all__ = [
     "WindowCheck",
-    "as_input",
     "bind_weights",
     "check_range",
     "check_signature",
@@ -61,24 +61,6 @@ def check_signature(expected: Signature, found: Signature, what: str) -> None:
         )
 
 
-def as_input(name: str, value: object, type: TensorType, error: type[StepInputError]) -> np.ndarray:
-    """``value`` as an array of exactly ``type``, or ``error`` naming ``name``. A numpy scalar
-    of the exact dtype is accepted for a shape of ``()``; nothing is ever converted."""
-    if isinstance(value, np.generic) and type.shape == ():
-        value = np.asarray(value)
-    if not isinstance(value, np.ndarray):
-        raise error(f"expected a numpy array of {type}, got {builtin_type(value)}", name)
-    if value.dtype != type.dtype.numpy:
-        raise error(f"dtype {value.dtype} is not {type.dtype.value} (nothing is converted)", name)
-    if value.shape != type.shape:
-        raise error(f"shape {value.shape} is not {type.shape}", name)
-    return value
-
-
-def builtin_type(value: object) -> str:
-    return type(value).__name__
-
-
 def check_step_inputs(
     program: Program, slots: tuple[tuple[str, TensorType], ...], inputs: Mapping[str, object]
 ) -> tuple[np.ndarray, ...]:
@@ -88,7 +70,7 @@ def check_step_inputs(
     for name, type in slots:
         if name not in inputs:
             raise StepInputError(f"missing; expected an array of {type}", name)
-        arrays.append(as_input(name, inputs[name], type, StepInputError))
+        arrays.append(exact_array(name, inputs[name], type, StepInputError))
     if len(inputs) != len(slots):
         for name in inputs:
             if not any(name == s for s, _ in slots):

@@ -40,13 +40,13 @@ from poot_ir import (
     UnknownEntry,
     WeightMismatch,
 )
+from poot_ir.oracle import exact_array
 from poot_planner import plan
 from poot_planner.targets import get_target
 
 from poot_engine.blob_cache import BlobCache, EntryStatus, blob_key
 from poot_engine.checks import (
     WindowCheck,
-    as_input,
     bind_weights,
     check_range,
     check_signature,
@@ -359,7 +359,7 @@ class Engine:
         initial = {}
         for name, t in states.items():
             if name in given:
-                arr = as_input(name, given[name], t, StepInputError).copy()
+                arr = exact_array(name, given[name], t, StepInputError).copy()
                 check_range(NarrowingRangeInput, name, arr, self.limit)
             else:
                 arr = np.zeros(t.shape, dtype=t.dtype.numpy)

@@ -73,10 +73,11 @@ from poot_ir.errors import (
     EvaluationError,
     IndexOutOfRange,
     IntegerDivisionByZero,
+    PootError,
     WindowOutOfRange,
 )
 
-__all__ = ["evaluate"]
+__all__ = ["evaluate", "exact_array"]
 
 Array = np.ndarray[Any, np.dtype[Any]]
 #: A kernel computes one equation from its operand values (arrays, or numpy scalars).
@@ -513,16 +514,24 @@ def _compiled(program: Program) -> _Compiled:
     return compiled
 
 
-def _argument(name: str, value: object, t: TensorType) -> Any:
+def exact_array(
+    name: str,
+    value: object,
+    t: TensorType,
+    error: Callable[[str, str], PootError] = ArgumentError,
+) -> np.ndarray:
+    """``value`` as an array of exactly ``t``, or ``error(message, name)`` saying what it is
+    instead. A numpy scalar of the exact dtype is accepted for a shape of ``()``; nothing is
+    ever converted. The oracle checks its arguments with it, the engine a step's inputs."""
     expect = f"expected an array of {t}"
     if isinstance(value, np.generic) and t.shape == ():
         value = np.asarray(value)
     if not isinstance(value, np.ndarray):
-        raise ArgumentError(f"{expect}, got {type(value).__name__}", name)
+        raise error(f"{expect}, got {type(value).__name__}", name)
     if value.dtype != t.dtype.numpy:
-        raise ArgumentError(f"{expect}, got dtype {value.dtype} (no conversion is made)", name)
+        raise error(f"{expect}, got dtype {value.dtype} (no conversion is made)", name)
     if value.shape != t.shape:
-        raise ArgumentError(f"{expect}, got shape {value.shape}", name)
+        raise error(f"{expect}, got shape {value.shape}", name)
     return value
 
 
@@ -539,7 +548,7 @@ def evaluate(program: Program, inputs: Mapping[str, object]) -> dict[str, np.nda
     for name, s, t in compiled.args:
         if name not in inputs:
             raise ArgumentError(f"missing; expected an array of {t}", name)
-        env[s] = _argument(name, inputs[name], t)
+        env[s] = exact_array(name, inputs[name], t)
     extra = sorted(set(inputs) - {name for name, _, _ in compiled.args})
     if extra:
         raise ArgumentError(f"is not an argument of {program.name!r}", extra[0])
