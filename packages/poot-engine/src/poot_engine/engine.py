@@ -24,7 +24,6 @@ from time import perf_counter
 
 import numpy as np
 from poot_ir import (
-    BlobRefused,
     DeadlineExceeded,
     DeviceFailed,
     DevicePoisoned,
@@ -33,7 +32,6 @@ from poot_ir import (
     NarrowingRangeResult,
     NarrowingRangeUpload,
     Program,
-    SignatureMismatch,
     StepInputError,
     Storage,
     TensorType,
@@ -44,7 +42,8 @@ from poot_ir.oracle import exact_array
 from poot_planner import plan
 from poot_planner.targets import get_target
 
-from poot_engine.blob_cache import BlobCache, EntryStatus, blob_key
+from poot_engine.artifacts import Fetch, artifact_key, load_artifact
+from poot_engine.blob_cache import BlobCache
 from poot_engine.checks import (
     WindowCheck,
     bind_weights,
@@ -383,41 +382,15 @@ class Engine:
         return check
 
     def _load(self, source: ArtifactSource) -> Artifact:
-        """The artifact of ``source``: a verified cache entry the device loads and whose
-        signature matches, or else compiled, published and loaded (a repair if an entry was
-        there but damaged, foreign, unsafe or refused)."""
-        ident = self.device.identity
-        key = self.cache_key(source)
-        found = self.cache.get(key)
-        repair = found.status is not EntryStatus.MISSING
-        if found.blob is not None:
-            try:
-                artifact = self.device.load(found.blob)
-            except BlobRefused:
-                pass
-            else:
-                if artifact.signature == source.signature:
-                    self._counts["hits"] += 1
-                    return artifact
-                self.device.unload(artifact)
-        blob = self.device.compile(source)
-        self._counts["compiles"] += 1
-        meta = {"part": ident.part, "compiler": ident.compiler, "version": ident.compiler_version}
-        self.cache.put(key, blob, meta)
-        if repair:
+        artifact, fetch = load_artifact(self.cache, self.device, source)
+        self._counts["hits" if fetch is Fetch.HIT else "compiles"] += 1
+        if fetch is Fetch.REPAIRED:
             self._counts["repairs"] += 1
-        artifact = self.device.load(blob)
-        try:
-            check_signature(source.signature, artifact.signature, "the compiled artifact")
-        except SignatureMismatch:
-            self.device.unload(artifact)
-            raise
         return artifact
 
     def cache_key(self, source: ArtifactSource) -> str:
         """The blob-cache key of ``source`` on this engine's device."""
-        i = self.device.identity
-        return blob_key(i.part, i.compiler, i.compiler_version, i.options, source.data)
+        return artifact_key(self.device, source)
 
     def _free_all(self, buffers: Iterable[Buffer]) -> None:
         for b in buffers:
