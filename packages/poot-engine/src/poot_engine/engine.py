@@ -233,7 +233,8 @@ class Engine:
         """Unload the entry's artifact and free its buffers (not the weights it bound); a
         partitioned entry removes its sub-entries."""
         self._usable()
-        if part := self._parts.pop(entry.id, None) if entry.engine == self._id else None:
+        part = self._parts.pop(entry.id, None) if entry.engine == self._id else None
+        if part is not None:
             for sub in part.subs:
                 if sub is not None:
                     self.remove_entry(sub)
