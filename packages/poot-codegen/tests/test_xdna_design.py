@@ -101,6 +101,10 @@ def test_weights_inputs_and_results_arenas_and_no_slot_for_internal_values() -> 
         assert not layout.has_slot(v.id)
         f = design.regions[0].fifo(f"v{v.id}")
         assert f.source is None and f.sink is None and f.shim is None and f.producer is not None
+        with pytest.raises(DesignError, match="no host slot"):
+            layout.slot(v.id)  # a typed error naming the value, not a bare KeyError
+    with pytest.raises(DesignError, match="no FIFO"):
+        design.regions[0].fifo("v999999")
     norm = plan(xdna_programs.rmsnorm_weight(), "xdna2").check()
     roles = [a.role for a in build_layout(norm).arenas]
     assert roles == [ArenaRole.WEIGHTS, ArenaRole.INPUTS, ArenaRole.RESULTS]

@@ -16,6 +16,7 @@ from poot_ir import (
     DevicePoisoned,
     DispatchRefused,
     DType,
+    EngineError,
     TensorType,
 )
 
@@ -71,7 +72,7 @@ def test_the_default_deadline_is_generous_and_positive(tmp_path: Path) -> None:
     engine = Engine(CountingDevice(), cache_dir=tmp_path)
     assert engine.deadline_s == 10.0
     engine.close()
-    with pytest.raises(ValueError):
+    with pytest.raises(EngineError, match="deadline_s"):
         Engine(CountingDevice(), cache_dir=tmp_path, deadline_s=0)
 
 

@@ -798,8 +798,8 @@ def test_a_file_that_is_no_model_is_refused(tmp_path: Path) -> None:
         import_model(tmp_path / "missing.onnx")
 
 
-def test_a_non_model_argument_is_a_type_error() -> None:
-    with pytest.raises(TypeError):
+def test_a_non_model_argument_is_a_typed_refusal() -> None:
+    with pytest.raises(UnsupportedOnnx):
         import_model(42)  # type: ignore[arg-type]
 
 

@@ -40,6 +40,7 @@ from poot_ir import (
     SignatureMismatch,
     Storage,
     TensorType,
+    UnsupportedDevice,
     Var,
     WindowOutOfRange,
     compare,
@@ -589,7 +590,7 @@ def test_identity_and_description(device: str) -> None:
 def test_probe_says_why_and_an_absent_npu_is_unavailable() -> None:
     assert VpuDevice.probe("CPU") is None
     assert "'AUTO'" in (VpuDevice.probe("AUTO") or "")
-    with pytest.raises(ValueError):
+    with pytest.raises(UnsupportedDevice):
         VpuDevice("AUTO")  # never AUTO: it falls back to CPU silently
     why = VpuDevice.probe("NPU")
     if why is None:  # an NPU is here: it opens

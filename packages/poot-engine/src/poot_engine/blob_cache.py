@@ -211,7 +211,7 @@ class BlobCache:
 
     def path(self, key: str) -> Path:
         if len(key) != 2 * _DIGEST or any(c not in "0123456789abcdef" for c in key):
-            raise ValueError(f"{key!r} is not a blob key (64 lowercase hex digits)")
+            raise CacheError(str(self.root), f"{key!r} is not a blob key (64 lowercase hex digits)")
         return self.root / (key + SUFFIX)
 
     def get(self, key: str) -> Lookup:

@@ -28,6 +28,7 @@ from poot_ir import (
     DeviceFailed,
     DevicePoisoned,
     DType,
+    EngineError,
     NarrowingRangeInput,
     NarrowingRangeResult,
     NarrowingRangeUpload,
@@ -122,7 +123,9 @@ class Engine:
         deadline_s: float = DEFAULT_DEADLINE_S,
     ) -> None:
         if not deadline_s > 0:
-            raise ValueError(f"deadline_s must be positive, got {deadline_s!r}")
+            raise EngineError(
+                f"deadline_s must be a positive number of seconds, got {deadline_s!r}"
+            )
         self.device = device
         self.deadline_s = deadline_s
         self.cache = BlobCache(cache_dir)

@@ -38,7 +38,8 @@ them to a caller who asked for a program that must run.
     │   ├── BlobRefused                   the device will not load a compiled blob: recompile it
     │   └── UnknownEntry                  an entry or weights handle this engine did not issue
     ├── CacheError                    the blob cache directory is unsafe (owner, mode, symlink)
-    └── DeviceUnavailable             no such device here ("hardware unavailable", not "unsupported")
+    ├── DeviceUnavailable             no such device here ("hardware unavailable", not "unsupported")
+    └── UnsupportedDevice             a device or a use of one poot never drives (OpenVINO's AUTO)
 
 Every error carries the facts as attributes as well as in its message, so tests and callers can
 match on them without parsing text.
@@ -79,6 +80,7 @@ __all__ = [
     "TypeCheckError",
     "UnknownEntry",
     "UnknownTarget",
+    "UnsupportedDevice",
     "UnsupportedOnnx",
     "WeightMismatch",
     "WindowOutOfRange",
@@ -378,5 +380,15 @@ class DeviceUnavailable(PootError):
 
     def __init__(self, device: str, why: str) -> None:
         super().__init__(f"{device}: hardware unavailable ({why})")
+        self.device = device
+        self.why = why
+
+
+class UnsupportedDevice(PootError):
+    """A device, or a use of a device, that poot never drives: OpenVINO's ``AUTO`` (it falls
+    back to the CPU silently), or a plan for another target handed to a device."""
+
+    def __init__(self, device: str, why: str) -> None:
+        super().__init__(f"{device}: unsupported ({why})")
         self.device = device
         self.why = why

@@ -141,7 +141,9 @@ def _load(model: Any) -> Any:
             raise
         except Exception as err:  # protobuf's DecodeError and friends: a file that is no model
             raise UnsupportedOnnx(str(path), "model", "model", f"cannot be read: {err}") from err
-    raise TypeError(f"import_model takes an onnx.ModelProto or a path, got {type(model).__name__}")
+    raise UnsupportedOnnx(
+        type(model).__name__, "model", "model", "import_model takes an onnx.ModelProto or a path"
+    )
 
 
 def _opset(proto: Any) -> int:

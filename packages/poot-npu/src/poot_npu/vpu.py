@@ -69,6 +69,7 @@ from poot_ir import (
     DType,
     SignatureMismatch,
     TensorType,
+    UnsupportedDevice,
 )
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ class VpuDevice(HostMemory):
 
     def __init__(self, device: str = "NPU") -> None:
         if device not in DEVICES:
-            raise ValueError(f"VpuDevice runs on {' or '.join(DEVICES)}, not {device!r}")
+            raise UnsupportedDevice(device, f"VpuDevice runs on {' or '.join(DEVICES)} only")
         self._device = device
         self._name = f"VpuDevice({device})"
         self._core = ov.Core()
@@ -185,7 +186,7 @@ class VpuDevice(HostMemory):
     def lower(self, plan: Plan) -> ArtifactSource:
         self._usable()
         if plan.target.name != TARGET:
-            raise ValueError(f"{self._name} runs {TARGET} plans, not {plan.target.name}")
+            raise UnsupportedDevice(self._name, f"it runs {TARGET} plans, not {plan.target.name}")
         model = openvino_ir.lower(plan.program, emulate_f16=self.stand_in)
         data = frame_ir(*openvino_ir.serialize(model))
         return ArtifactSource(data, _signature(openvino_ir.model_signature(model), self._name))

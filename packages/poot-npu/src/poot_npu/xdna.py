@@ -68,6 +68,7 @@ from poot_ir import (
     DeviceUnavailable,
     IRError,
     PlanRefused,
+    UnsupportedDevice,
     format_program,
     parse_program,
 )
@@ -193,7 +194,7 @@ class XdnaDevice(HostMemory):
     def lower(self, plan: Plan) -> ArtifactSource:
         self._usable()
         if plan.target.name != TARGET:
-            raise ValueError(f"{self._name} runs {TARGET} plans, not {plan.target.name}")
+            raise UnsupportedDevice(self._name, f"it runs {TARGET} plans, not {plan.target.name}")
         design = design_program(plan)
         sections = [
             format_program(plan.program).encode(),

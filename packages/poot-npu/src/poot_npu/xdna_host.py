@@ -79,6 +79,7 @@ from poot_ir import (
     DeadlineExceeded,
     DeviceFailed,
     DevicePoisoned,
+    UnsupportedDevice,
 )
 
 from poot_npu.xdna_artifact import (
@@ -199,7 +200,7 @@ class XdnaHostDevice(HostMemory):
     def lower(self, plan: Plan) -> ArtifactSource:
         self._usable()
         if plan.target.name != TARGET:
-            raise ValueError(f"{self._name} runs {TARGET} plans, not {plan.target.name}")
+            raise UnsupportedDevice(self._name, f"it runs {TARGET} plans, not {plan.target.name}")
         design = design_program(plan)
         i = self.identity
         fields = {"part": i.part, "compiler": i.compiler, "version": i.compiler_version}

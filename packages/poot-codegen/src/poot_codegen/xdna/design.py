@@ -159,7 +159,7 @@ class HostLayout:
         for s in self.slots:
             if s.value == value:
                 return s
-        raise KeyError(f"value %{value} has no host slot")
+        raise DesignError(f"value %{value} has no host slot")
 
     def has_slot(self, value: int) -> bool:
         return any(s.value == value for s in self.slots)
@@ -178,7 +178,7 @@ def _bound(bindings: tuple[Binding, ...], name: str, what: str) -> int:
     for b in bindings:
         if b.name == name:
             return b.value
-    raise KeyError(f"no {what} named {name!r}")
+    raise DesignError(f"no {what} named {name!r}")
 
 
 # -- regions ----------------------------------------------------------------------------------
@@ -285,13 +285,13 @@ class RegionDesign:
         for f in self.fifos:
             if f.name == name:
                 return f
-        raise KeyError(f"region {self.index} has no FIFO {name!r}")
+        raise DesignError(f"no FIFO {name!r}", where=f"region {self.index}")
 
     def core(self, tile: int) -> Core:
         for c in self.cores:
             if c.tile == tile:
                 return c
-        raise KeyError(f"region {self.index} has no core for tile {tile}")
+        raise DesignError(f"no core for tile {tile}", where=f"region {self.index}")
 
 
 @dataclass(frozen=True, slots=True)
