@@ -71,6 +71,9 @@ class Derivation:
                 return repr(other)
 
 
+_MEMO: dict[tuple[Rule, Target, DType], Derivation] = {}
+
+
 @dataclass(frozen=True, slots=True)
 class _Val:
     lo: float
@@ -93,7 +96,12 @@ def derive(rule: Rule, eqns: list[Eqn], target: Target, dtype: DType) -> Derivat
         case Numerics.SENTINEL:
             return Derivation(BitExact(signed_zero=False))  # exact where FP16 holds the value
         case Numerics.APPROXIMATION:
-            return _approximation(rule, eqns, target, device)
+            # the chain of an approximation does not depend on the shape it runs at, so its
+            # analysis (some thousands of interval steps) is made once per rule and target
+            key = (rule, target, device)
+            if key not in _MEMO:
+                _MEMO[key] = _approximation(rule, eqns, target, device)
+            return _MEMO[key]
 
 
 def _identity(eqns: list[Eqn], target: Target, device: DType) -> Derivation:
