@@ -17,12 +17,14 @@ from poot_npu.registry import device_info
 from poot_planner import TARGETS, narrow_to_device_precision, plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages/poot-planner/tests"))
-from test_legalize import IDENTITIES, _f16_values, _pairs, _select_program, unary  # noqa: E402
+from test_legalize import IDENTITIES, _f16_values, _pairs, _select_program, unary
 
 INTEL = TARGETS["intel-npu4"]
 
 
-def _run(device: str, program: Program, inputs: dict[str, np.ndarray], tmp: Path) -> dict[str, np.ndarray]:
+def _run(
+    device: str, program: Program, inputs: dict[str, np.ndarray], tmp: Path
+) -> dict[str, np.ndarray]:
     with Engine(open_device(device_info(device)), cache_dir=tmp) as engine:
         entry = engine.add_entry(program, engine.load_weights({}))
         return engine.step(entry, inputs)

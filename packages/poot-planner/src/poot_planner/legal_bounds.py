@@ -24,6 +24,7 @@ device dtype's range leaves the rule without a bound (the reason says which step
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -143,7 +144,7 @@ def _approximation(rule: Rule, eqns: list[Eqn], target: Target, device: DType) -
     if unit is None:
         return Derivation(None, f"no unit roundoff known for {device.value}")
     edges = [-_EDGE + 2 * _EDGE * k / _SLICES for k in range(_SLICES + 1)]
-    pieces = [(-limit, -_EDGE), *zip(edges, edges[1:], strict=False), (_EDGE, limit)]
+    pieces = [(-limit, -_EDGE), *itertools.pairwise(edges), (_EDGE, limit)]
     worst = 0.0
     for lo, hi in pieces:
         got = _analyse(eqns, target, device, unit, limit, _Val(lo, hi, 0.0))
