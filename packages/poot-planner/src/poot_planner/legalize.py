@@ -50,8 +50,9 @@ class Rewrite:
 
     def describe(self) -> str:
         return (
-            f"equation {self.eqn}: {self.primitive} -> {self.rule.decomposition}"
-            f" ({self.last - self.first + 1} equations), bound {self.derivation.describe()}"
+            f"{self.primitive} -> {self.rule.decomposition}, bound "
+            f"{self.derivation.describe()} (equation {self.eqn}: "
+            f"{self.last - self.first + 1} equations)"
         )
 
 
