@@ -233,6 +233,26 @@ def _convert(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
     return True
 
 
+_MOVES = frozenset({Prim.RESHAPE, Prim.BROADCAST_IN_DIM, Prim.TRANSPOSE, Prim.SLICE})
+
+
+def _readers_through_movement(vid: int, ctx: RuleContext) -> list[Eqn] | None:
+    """The equations that compute with value ``vid``, looking through pure data movement (a
+    mask is reshaped and broadcast before it is added); None when a moved copy is a result."""
+    out: list[Eqn] = []
+    stack = [vid]
+    while stack:
+        v = stack.pop()
+        if v in ctx.results:
+            return None
+        for r in ctx.consumers.get(v, ()):
+            if r.prim in _MOVES:
+                stack.append(r.out.id)
+            else:
+                out.append(r)
+    return out
+
+
 def _mask_scale(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
     # v * L with |L| beyond FP16, read only by adds and subtracts: an additive mask, so L
     # saturates to the sentinel exactly as an additive literal does
@@ -241,7 +261,7 @@ def _mask_scale(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
     if limit is None or len(lits) != 1 or e.out.id in ctx.results:
         return False
     v = lits[0].as_float()
-    readers = ctx.consumers.get(e.out.id, ())
+    readers = _readers_through_movement(e.out.id, ctx)
     if not (math.isfinite(v) and abs(v) > limit and readers):
         return False
     if any(r.prim not in (Prim.ADD, Prim.SUB) for r in readers):

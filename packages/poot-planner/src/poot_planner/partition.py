@@ -107,30 +107,35 @@ def value_names(program: Program) -> dict[int, str]:
     return names
 
 
-def partition(program: Program, target: str | Target) -> tuple[Span, ...]:
-    """Cut ``program`` into device and oracle spans for ``target`` (rules: module docstring)."""
+def partition(
+    program: Program, target: str | Target, *, legalization: bool = True
+) -> tuple[Span, ...]:
+    """Cut ``program`` into device and oracle spans for ``target`` (rules: module docstring);
+    ``legalization=False`` cuts it as the target refuses it before any rewrite."""
     t = get_target(target)
     n = len(program.eqns)
     if n == 0:
         return ()
     names = value_names(program)
-    whole = plan(program, t)
+    whole = plan(program, t, legalization=legalization)
     if whole.admitted:
         return (Span(True, tuple(range(n)), _sub_program(program, tuple(range(n)), names)),)
     refused = {r.eqn for r in whole.refusals if r.eqn >= 0}
     pieces: list[tuple[bool, tuple[int, ...]]] = []
     for device, run in _runs(tuple(range(n)), refused):
         if device:
-            pieces.extend(_device_pieces(program, run, names, t))
+            pieces.extend(_device_pieces(program, run, names, t, legalization))
         else:
             pieces.append((False, run))
-    pieces = _merge_devices(program, pieces, names, t)
+    pieces = _merge_devices(program, pieces, names, t, legalization)
     budget = t.region_limits.contexts if t.region_limits is not None else None
     used = 0
     merged: list[tuple[bool, tuple[int, ...]]] = []
     for device, run in pieces:
         if device and budget is not None:
-            contexts = plan(_sub_program(program, run, names), t).contexts
+            contexts = plan(
+                _sub_program(program, run, names), t, legalization=legalization
+            ).contexts
             if used + contexts > budget:
                 device = False
             else:
@@ -147,13 +152,14 @@ def _merge_devices(
     pieces: list[tuple[bool, tuple[int, ...]]],
     names: dict[int, str],
     t: Target,
+    legalization: bool,
 ) -> list[tuple[bool, tuple[int, ...]]]:
     """Adjacent device pieces joined wherever the union's own plan is admitted."""
     out: list[tuple[bool, tuple[int, ...]]] = []
     for device, run in pieces:
         if device and out and out[-1][0]:
             union = out[-1][1] + run
-            if plan(_sub_program(program, union, names), t).admitted:
+            if plan(_sub_program(program, union, names), t, legalization=legalization).admitted:
                 out[-1] = (True, union)
                 continue
         out.append((device, run))
@@ -173,10 +179,10 @@ def _runs(eqns: tuple[int, ...], refused: set[int]) -> list[tuple[bool, tuple[in
 
 
 def _device_pieces(
-    program: Program, run: tuple[int, ...], names: dict[int, str], t: Target
+    program: Program, run: tuple[int, ...], names: dict[int, str], t: Target, legalization: bool
 ) -> list[tuple[bool, tuple[int, ...]]]:
     """``run`` as device pieces whose own plans are admitted, and oracle pieces."""
-    p = plan(_sub_program(program, run, names), t)
+    p = plan(_sub_program(program, run, names), t, legalization=legalization)
     if p.admitted:
         return [(True, run)]
     refused = {run[r.eqn] for r in p.refusals if r.eqn >= 0}
@@ -184,7 +190,9 @@ def _device_pieces(
         return [(False, run)]
     out: list[tuple[bool, tuple[int, ...]]] = []
     for device, piece in _runs(run, refused):
-        out.extend(_device_pieces(program, piece, names, t) if device else [(False, piece)])
+        out.extend(
+            _device_pieces(program, piece, names, t, legalization) if device else [(False, piece)]
+        )
     return out
 
 

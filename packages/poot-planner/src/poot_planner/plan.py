@@ -39,7 +39,7 @@ from poot_ir.numerics import (
 
 from poot_planner.admission import admit
 from poot_planner.chunking import chunk_region
-from poot_planner.legalize import Rewrite, legalize
+from poot_planner.legalize import Legalized, Rewrite, legalize
 from poot_planner.narrowing import (
     literal_refusals,
     narrow_to_device_precision,
@@ -113,11 +113,12 @@ class Plan:
         return self
 
 
-def plan(program: Program, target: str | Target) -> Plan:
-    """Plan ``program`` for ``target`` (a name in ``poot_planner.TARGETS`` or a Target)."""
+def plan(program: Program, target: str | Target, *, legalization: bool = True) -> Plan:
+    """Plan ``program`` for ``target`` (a name in ``poot_planner.TARGETS`` or a Target);
+    ``legalization=False`` plans it as written (what the target refuses before any rewrite)."""
     t = get_target(target)
     source = program
-    legal = legalize(source, t)
+    legal = legalize(source, t) if legalization else Legalized(source, (), ())
     program = legal.program
     grouped, kernels, refusals = _row_kernels(program, t)
     admissions: dict[int, Admission] = {}
