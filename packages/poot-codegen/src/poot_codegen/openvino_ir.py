@@ -114,11 +114,6 @@ TARGET: Final = "openvino"
 CPU_STANDIN_CONFIG: Final[dict[str, str]] = {
     "INFERENCE_PRECISION_HINT": "f32",
     "EXECUTION_MODE_HINT": "ACCURACY",
-    # The CPU plugin's snippets (JIT fusion of elementwise chains) fail to allocate registers
-    # on a long legalized chain (erf through exp: 34 steps, each with its f16 rounding):
-    # "Can't allocate registers for a snippet". Off, every op runs as its own kernel with the
-    # same per-op results.
-    "SNIPPETS_MODE": "DISABLE",
 }
 """Compile options for the CPU stand-in: keep f32 as f32 (no bf16 or f16 inference)."""
 
