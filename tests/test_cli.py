@@ -40,6 +40,25 @@ def test_demo_runs_every_example_on_every_present_device(
     assert "refused" in out  # layernorm on xdna2, tanh on intel-npu4: typed refusals
 
 
+def test_plan_shows_rewrites_and_the_partition(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "g.poot"
+    path.write_text(
+        "program g\n  slot x %0: f32[4,8]\n  %1: f32[4,8] = erf %0\n"
+        "  %2: f32[4,8] = log %1\n  output y = %2\nend\n"
+    )
+    code, out, _ = _run(capsys, "plan", str(path), "--target", "intel-npu4")
+    assert code == 1
+    flat = " ".join(out.replace("│", " ").split())
+    assert "legalized: erf -> sign(x) (1 - t P(t) exp(-x^2))" in flat
+    assert "bound abs 0.0206 (equation 0: 34 equations)" in flat
+    assert (
+        "partitioned: 2 spans (1 device, 1 oracle); per step: 1 graphs, 1 compiles, 1 host round trips"
+        in flat
+    )
+
+
 def test_plan_prints_regions_refusals_and_numerics(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "plan", str(EXAMPLES / "rmsnorm_step.poot"), "--target", "xdna2")
     assert code == 0 and "admitted" in out and "regions (1 hardware contexts)" in out

@@ -11,7 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from poot_ir import AbsRel, BitExact, Builder, DType, Prim, Program, evaluate, ops
-from poot_planner import TARGETS, RefusalKind, narrow_to_device_precision, plan
+from poot_planner import (
+    TARGETS,
+    RefusalKind,
+    narrow_to_device_precision,
+    partition,
+    plan,
+    summarize,
+)
 from poot_planner.error_bounds import result_bounds
 from poot_planner.legal_rules import RULES, Numerics
 
@@ -229,3 +236,42 @@ def test_running_bound_carries_the_rewrite(seed: int) -> None:
     run = result_bounds(p, {"x": x})["y"]
     assert np.all(np.isfinite(run))
     assert np.all(run >= rw.rule.approximation) and np.all(run <= bound.abs)
+
+
+def test_partition_after_legalization_merges_and_reports() -> None:
+    b = Builder("chain")
+    x = b.slot("x", F32, (8,))
+    y = b.tanh(b.exp(b.log(b.erf(b.mul(x, 0.5)))))
+    b.output("y", y)
+    program = b.build()
+    before = summarize(partition(program, INTEL, legalization=False), INTEL)
+    spans = partition(program, INTEL)
+    after = summarize(spans, INTEL)
+    # before: mul | erf | log | exp | tanh  ->  device, oracle (erf, log), device, oracle
+    assert (before.device_spans, before.oracle_spans) == (2, 2)
+    # after: mul, erf (legalized) | log | exp, tanh (legalized)
+    assert [(s.device, s.eqns) for s in spans] == [(True, (0, 1)), (False, (2,)), (True, (3, 4))]
+    assert (after.graphs, after.compiles, after.round_trips) == (2, 2, 2)
+    assert "3 spans (2 device, 1 oracle)" in after.describe()
+
+
+def test_adjacent_device_pieces_merge_when_their_union_is_admitted() -> None:
+    from poot_planner.partition import _merge_devices, value_names
+
+    b = Builder("two")
+    x = b.slot("x", F32, (8,))
+    b.output("y", b.add(b.exp(x), 1.0))
+    program = b.build()
+    names = value_names(program)
+    pieces = [(True, (0,)), (True, (1,))]
+    assert _merge_devices(program, pieces, names, INTEL, True) == [(True, (0, 1))]
+    # a union the target refuses stays apart (log refused on intel)
+    b = Builder("three")
+    x = b.slot("x", F32, (8,))
+    b.output("y", b.log(b.exp(x)))
+    program = b.build()
+    names = value_names(program)
+    assert _merge_devices(program, [(True, (0,)), (True, (1,))], names, INTEL, True) == [
+        (True, (0,)),
+        (True, (1,)),
+    ]
