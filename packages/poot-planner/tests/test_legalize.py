@@ -4,6 +4,7 @@ an identity, within the derived bound for an approximation; and what is not rewr
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from poot_ir import AbsRel, BitExact, Builder, DType, Prim, Program, evaluate, ops
+from poot_ir.numerics import Contract, Interval
 from poot_planner import (
     TARGETS,
     RefusalKind,
@@ -275,3 +277,23 @@ def test_adjacent_device_pieces_merge_when_their_union_is_admitted() -> None:
         (True, (0,)),
         (True, (1,)),
     ]
+
+
+def test_a_rule_whose_bound_cannot_be_derived_is_not_applied() -> None:
+    """On a copy of intel-npu4 whose exp is promised only on [-1, 1], erf's exp(-x^2) (x up
+    to 4) leaves its contract's domain: no bound, so erf stays refused with its typed reason,
+    while tanh, whose exp(-2|x|) the copy does not cover either, stays refused too."""
+    caps = tuple(
+        dataclasses.replace(c, contract=Contract(c.prim, c.contract.bound, Interval(-1.0, 1.0)))
+        if c.prim is Prim.EXP
+        else c
+        for c in INTEL.capabilities
+    )
+    narrow_exp = dataclasses.replace(INTEL, capabilities=caps)
+    for prim in ("erf", "tanh"):
+        p = plan(unary(prim, 4), narrow_exp)
+        assert p.rewrites == ()
+        assert [(r.kind, r.primitive) for r in p.refusals] == [
+            (RefusalKind.UNSUPPORTED_PRIMITIVE, prim)
+        ]
+    assert plan(unary("recip", 4), narrow_exp).rewrites != ()  # no exp in it
