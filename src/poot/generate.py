@@ -33,6 +33,9 @@ from poot_ir import Comparison, Program, UnknownEntry, evaluate
 from poot_ir.numerics import NumericsClass, compare
 from poot_npu.registry import device_info, make_device
 from poot_planner import plan
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
 
 from poot.decoder import DecoderConfig, build_decode, build_prefill, weights
 from poot.runner import _check
@@ -42,8 +45,10 @@ __all__ = [
     "Loaded",
     "OracleRun",
     "generate",
+    "handoff_table",
     "oracle_run",
     "prompt_tokens",
+    "render_report",
     "run_handoff",
 ]
 
@@ -241,3 +246,77 @@ def generate(
             dst.close()
     finally:
         src.close()
+
+
+# -- rendering (``poot generate``, ``poot demo``) -------------------------------------------
+
+
+def _worst(report: GenerateReport) -> Text:
+    checks = [(f"prefill {n}", c) for n, c in report.prefill_checks]
+    checks += [(f"decode step {k}", c) for k, c in enumerate(report.step_checks)]
+    name, c = max(checks, key=lambda nc: (not nc[1].ok, nc[1].error_ratio))
+    if not c.ok:
+        return Text(f"FAILED: {name}: {c.error_ratio:.3g} x bound", style="bold red")
+    return Text("exact" if c.error_ratio == 0 else f"{c.error_ratio:.2g} of bound", style="green")
+
+
+def handoff_table(reports: list[GenerateReport], title: str = "Handoff") -> Table:
+    """One row per run: where each half ran, the tokens against the whole oracle run, the
+    times, the bytes moved over the KV cache's size, and the worst check."""
+    t = Table(title=title, title_justify="left")
+    cols = ("prefill on", "decode on", "tokens", "prefill ms", "decode ms/step", "moved")
+    for col in (*cols, "numerics", "worst vs bound"):
+        t.add_column(col, overflow="fold")
+    for r in reports:
+        same = Text("= oracle", style="green") if r.tokens_match else Text("DIFFER", "bold red")
+        per = sum(r.decode_s) / max(len(r.decode_s), 1)
+        t.add_row(
+            r.prefill_where,
+            r.decode_where,
+            Text.assemble(f"{len(r.tokens)} ", same),
+            f"{r.prefill_s * 1e3:.2f}",
+            f"{per * 1e3:.2f}",
+            f"{r.moved.bytes_moved} B ({r.moved.bytes_moved / r.cache_bytes:.2f} x cache)",
+            type(r.numerics).__name__,
+            _worst(r),
+        )
+    return t
+
+
+def _ratio(c: Comparison) -> str:
+    return f"{c.error_ratio:.2g}" if c.ok else f"FAILED {c.error_ratio:.3g}"
+
+
+def render_report(r: GenerateReport) -> Group:
+    """``poot generate``'s output: the summary row, then every token with its step's time."""
+    steps = Table(title="Tokens", title_justify="left")
+    for col in ("step", "ran on", "position", "token", "oracle", "ms", "logits vs bound"):
+        steps.add_column(col)
+    logits = next(c for n, c in r.prefill_checks if n == "logits")
+    steps.add_row(
+        "prefill",
+        r.prefill_where,
+        f"0..{len(r.prompt) - 1}",
+        str(r.tokens[0]),
+        str(r.oracle_tokens[0]),
+        f"{r.prefill_s * 1e3:.2f}",
+        _ratio(logits),
+    )
+    for k, s in enumerate(r.decode_s):
+        c = r.step_checks[k] if k < len(r.step_checks) else None
+        steps.add_row(
+            str(k),
+            r.decode_where,
+            str(len(r.prompt) + k),
+            str(r.tokens[k + 1]),
+            str(r.oracle_tokens[k + 1]),
+            f"{s * 1e3:.2f}",
+            _ratio(c) if c else "-",
+        )
+    moved = ", ".join(r.moved.names)
+    note = Text(
+        f"prompt {list(r.prompt)}; handed over {moved} "
+        f"({r.moved.bytes_moved} of {r.cache_bytes} cache bytes, {r.moved.seconds * 1e3:.2f} ms); "
+        f"decode numerics after the handoff: {r.numerics}"
+    )
+    return Group(handoff_table([r], f"{r.example}: prefill, handoff, decode"), note, steps)
