@@ -21,12 +21,12 @@ import tempfile
 import time
 
 import numpy as np
-from poot.decoder import EXAMPLES, build_decode, build_prefill, weights
-from poot.generate import Loaded, prompt_tokens
 from poot_engine import handoff
 from poot_npu.registry import device_info
 
 from benchmarks.harness import Figure, median_time
+from poot.decoder import EXAMPLES, build_decode, build_prefill
+from poot.generate import Loaded, prompt_tokens
 
 T = 128
 ROUNDS = 5
