@@ -10,14 +10,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from engine_support import CpuDevice, affine_program, running_sum_program
+from engine_support import CpuDevice, SlowDevice, affine_program, running_sum_program
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from poot_engine import Engine, Entry, handoff
 from poot_engine.device import Artifact, Buffer
 from poot_ir import (
     Builder,
+    DeadlineExceeded,
     DeviceFailed,
+    DevicePoisoned,
     DType,
     NarrowingRangeState,
     Program,
@@ -346,3 +348,51 @@ def test_a_closed_source_engine_is_refused(tmp_path: Path, npu: Engine) -> None:
     assert _same(_states(npu, dst), before)
     with pytest.raises(DeviceFailed, match="closed"):  # and as a destination
         handoff(npu, dst, src_engine, src)
+
+
+def test_a_poisoned_source_is_refused_and_the_destination_keeps_its_states(
+    tmp_path: Path, cpu: Engine
+) -> None:
+    slow = Engine(SlowDevice(delay_s=0.3), cache_dir=tmp_path / "slow", deadline_s=0.05)
+    src = slow.add_entry(running_sum_program(3))
+    with pytest.raises(DeadlineExceeded):
+        slow.step(src, {"x": np.ones(3, np.float32)})
+    dst = cpu.add_entry(running_sum_program(3))
+    cpu.write_state(dst, "total", np.array([1.0, 2.0, 3.0], np.float32))
+    with pytest.raises(DevicePoisoned):
+        handoff(slow, src, cpu, dst)
+    np.testing.assert_array_equal(cpu.read_state(dst, "total"), [1.0, 2.0, 3.0])
+    slow.close()
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(
+    st.lists(
+        st.sampled_from([0.0, -0.0, 1e-8, 6e-8, 65504.0, -65504.0, 65505.0, 1e5, float("nan")])
+        | st.floats(-1e5, 1e5, width=32),
+        min_size=3,
+        max_size=3,
+    )
+)
+def test_handoff_to_an_fp16_device_moves_exactly_what_it_can_hold(
+    tmp_path_factory: pytest.TempPathFactory, values: list[float]
+) -> None:
+    """From the exact CPU to the ideal FP16 device: a value beyond 65504 or a NaN is refused
+    naming its element, with both sides as they were; anything else arrives bit for bit (the
+    narrowing happens inside the destination's graph, not in the handoff)."""
+    root = tmp_path_factory.mktemp("h")
+    cpu, npu = Engine(CpuDevice(), cache_dir=root), Engine(CpuDevice("intel-npu4"), cache_dir=root)
+    src, dst = cpu.add_entry(running_sum_program(3)), npu.add_entry(running_sum_program(3))
+    arr = np.array(values, np.float32)
+    cpu.write_state(src, "total", arr)
+    outside = [i for i, v in enumerate(values) if not abs(np.float32(v)) <= 65504.0]
+    if outside:
+        err = _refused(cpu, src, npu, dst, NarrowingRangeState)
+        assert isinstance(err, NarrowingRangeState) and err.element == (outside[0],)
+        assert npu.stats().state_writes == 0
+    else:
+        handoff(cpu, src, npu, dst)
+        got = npu.read_state(dst, "total")
+        assert got.tobytes() == arr.tobytes()
+    cpu.close()
+    npu.close()
