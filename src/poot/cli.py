@@ -99,8 +99,11 @@ def _demo(console: Console, args: argparse.Namespace) -> int:
 
 
 def _generate(console: Console, args: argparse.Namespace) -> int:
+    cfg = DECODERS[args.example]
+    if args.prompt_len is not None:
+        cfg = cfg.with_prompt(args.prompt_len)
     report = generate(
-        args.example, args.prefill_device, args.decode_device, args.steps, args.cache_dir
+        args.example, args.prefill_device, args.decode_device, args.steps, args.cache_dir, cfg
     )
     console.print(render_report(report))
     return 0 if report.ok else 1
@@ -247,6 +250,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--prefill-device", choices=[d.name for d in DEVICES], default="cpu")
     g.add_argument("--decode-device", choices=[d.name for d in DEVICES], default="cpu")
     g.add_argument("--steps", type=_positive, default=32)
+    g.add_argument("--prompt-len", type=_positive, help="prefill's T (default: the example's)")
     g.set_defaults(fn=_generate)
     f = sub.add_parser("features", help="the feature matrix, generated from the target tables")
     f.set_defaults(fn=_features)

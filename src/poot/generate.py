@@ -7,7 +7,8 @@ against a whole run on the oracle (prefill then decode, evaluated by ``poot_ir.e
 
 - the prefill's results (the logits and every state it hands over) against the oracle's
   prefill, under the source plan's numerics class (the runner's rule: bit for bit, a running
-  bound, or normwise when narrowed to FP16);
+  bound, or normwise when narrowed to FP16); a partitioned prefill span by span, each on the
+  inputs it really had (``poot.runner``'s rule for a partitioned step);
 - each decode step's logits against the whole run's, under the destination entry's numerics
   class after the handoff (``Engine.numerics``): its own plan's class loosened by the class
   the handed-over states carry from the source. So a prefill narrowed to FP16 makes the
@@ -29,7 +30,7 @@ from time import perf_counter
 
 import numpy as np
 from poot_engine import Engine, Entry, Handoff, handoff
-from poot_ir import Comparison, Program, UnknownEntry, evaluate
+from poot_ir import Comparison, Program, Storage, UnknownEntry, evaluate
 from poot_ir.numerics import NumericsClass, compare
 from poot_npu.registry import device_info, make_device
 from poot_planner import plan
@@ -38,7 +39,7 @@ from rich.table import Table
 from rich.text import Text
 
 from poot.decoder import DecoderConfig, build_decode, build_prefill, weights
-from poot.runner import _check
+from poot.runner import _check, _check_spans, partition_of
 
 __all__ = [
     "GenerateReport",
@@ -148,6 +149,8 @@ class GenerateReport:
     """One prefill, handoff and greedy decode, with every check (see the module)."""
 
     example: str
+    prefill_device: str
+    decode_device: str
     prefill_where: str
     decode_where: str
     prompt: tuple[int, ...]
@@ -190,11 +193,21 @@ def run_handoff(
     t0 = perf_counter()
     pout = src.engine.step(src.prefill, {"tokens": prompt})
     prefill_s = perf_counter() - t0
-    psrc = plan(prefill, src.engine.device.target)
-    pchecks = _check(psrc, oracle.prefill_feed, pout, oracle.prefill)
+    target = src.engine.device.target
+    part = src.engine.partitioned(src.prefill)
+    if part is None:
+        pchecks = _check(plan(prefill, target), oracle.prefill_feed, pout, oracle.prefill)
+    else:  # the runner's rule for a partitioned step: each span on the inputs it really had
+        w = {
+            a.name: oracle.prefill_feed[a.name] for a in prefill.args if a.storage is Storage.WEIGHT
+        }
+        trace = {**w, **part.trace}
+        pchecks = _check_spans(prefill, partition_of(prefill, target), trace, pout)
     moved = handoff(src.engine, src.prefill, dst.engine, dst.decode)
     report = GenerateReport(
         cfg.name,
+        src.name,
+        dst.name,
         src.where(src.prefill),
         dst.where(dst.decode),
         tuple(int(t) for t in prompt),
@@ -284,6 +297,8 @@ def handoff_table(reports: list[GenerateReport], title: str = "Handoff") -> Tabl
 
 
 def _ratio(c: Comparison) -> str:
+    if c.compared == 0:
+        return "not compared"
     return f"{c.error_ratio:.2g}" if c.ok else f"FAILED {c.error_ratio:.3g}"
 
 
@@ -295,7 +310,7 @@ def render_report(r: GenerateReport) -> Group:
     logits = next(c for n, c in r.prefill_checks if n == "logits")
     steps.add_row(
         "prefill",
-        r.prefill_where,
+        r.prefill_device,
         f"0..{len(r.prompt) - 1}",
         str(r.tokens[0]),
         str(r.oracle_tokens[0]),
@@ -306,7 +321,7 @@ def render_report(r: GenerateReport) -> Group:
         c = r.step_checks[k] if k < len(r.step_checks) else None
         steps.add_row(
             str(k),
-            r.decode_where,
+            r.decode_device,
             str(len(r.prompt) + k),
             str(r.tokens[k + 1]),
             str(r.oracle_tokens[k + 1]),
