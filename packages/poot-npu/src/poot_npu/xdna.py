@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 from poot_codegen.xdna import ArenaRole, ProgramDesign, RegionDesign, design_program
 from poot_codegen.xdna import link as xlink
-from poot_codegen.xdna.execute import read_results, write_arguments
+from poot_codegen.xdna.execute import check_indices, read_results, write_arguments
 from poot_codegen.xdna.link import Progress
 from poot_engine.device import Artifact, ArtifactSource, Buffer, DeviceIdentity, check_dispatch
 from poot_engine.host_buffers import HostBuffers, HostMemory, next_id
@@ -298,6 +298,10 @@ class XdnaDevice(HostMemory):
         arrays = tuple(memory[b.id] for b in buffers)
         specs = artifact.signature.args
         n_in = len(artifact.signature.inputs)
+        # the gather kernel reads wherever a host-passed index points: refuse before any write
+        check_indices(
+            loaded.design, {s.name: a for s, a in zip(specs[:n_in], arrays, strict=False)}
+        )
         if not loaded.regions:  # nothing runs on the NPU: every result is an argument
             self._run_on_host(loaded, specs, arrays, n_in)
             return

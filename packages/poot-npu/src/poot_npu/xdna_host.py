@@ -51,6 +51,7 @@ import numpy as np
 from poot_codegen.xdna import Direction, ProgramDesign, design_program, program_source
 from poot_codegen.xdna.execute import (
     Bytes,
+    check_indices,
     new_arenas,
     read_results,
     run_region,
@@ -277,6 +278,7 @@ class XdnaHostDevice(HostMemory):
         specs = artifact.signature.args
         inputs = {s.name: a for s, a in zip(specs[:n_in], arrays[:n_in], strict=True)}
         design, library, arenas = loaded.design, loaded.library, loaded.arenas
+        check_indices(design, inputs)  # before the worker runs: a kernel trusts these indices
 
         def run() -> dict[str, np.ndarray]:
             write_arguments(design.layout, arenas, inputs)

@@ -162,6 +162,7 @@ def _target_section(t: Target) -> list[str]:
                 ["tile-local bytes", str(lim.tile_bytes)],
                 ["hardware contexts (one per region)", str(lim.contexts)],
                 ["host buffers per kernel call", str(lim.host_buffers)],
+                ["elements per tensor (int32 kernel ABI)", str(lim.tensor_elements)],
             ],
         )
     if t.narrowing is not None:

@@ -62,6 +62,8 @@ class RegionLimits:
     tile_bytes: int  # 64 KiB data memory less the 1 KiB stack
     contexts: int  # hardware contexts: one per loaded artifact (region)
     host_buffers: int  # buffers one kernel call takes (opcode, insts, n, bo0..bo4)
+    #: Elements of one tensor: the kernel ABI counts units and elements in ``int32_t``.
+    tensor_elements: int = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)

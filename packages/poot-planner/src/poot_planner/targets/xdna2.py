@@ -78,7 +78,8 @@ TARGET = Target(
             KernelClass.GATHER,
             Contract(Prim.GATHER, BitExact(), AnyInput()),
             AxisRule.ANY,
-            "i32 indices; an index outside the axis is not checked",
+            "i32 indices; one outside the axis: refused before the run when the host passes it, "
+            "clamped by the kernel when a region computes it",
         ),
     ),
     region_limits=RegionLimits(
