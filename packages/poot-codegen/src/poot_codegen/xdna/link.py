@@ -38,12 +38,10 @@ from typing import Any, Final
 
 import numpy as np
 from poot_ir import CompileFailed, ToolchainUnavailable
-from poot_planner import Plan
 
-from poot_codegen.xdna.designer import design_program
 from poot_codegen.xdna.hostbuild import CSRC_DIR
-from poot_codegen.xdna.kernels import region_object, region_source
-from poot_codegen.xdna.mlir import render_program
+from poot_codegen.xdna.kernels import region_object
+from poot_codegen.xdna.lower import Lowered
 
 __all__ = [
     "AIECC_FLAGS",
@@ -170,10 +168,10 @@ def find_toolchain(env: Mapping[str, str] | None = None) -> Toolchain:
     return Toolchain(clang, aiecc, Path(root), tuple(sorted(e.items())))
 
 
-def link_commands(plan: Plan, toolchain: Toolchain) -> tuple[LinkCommand, ...]:
-    """The tool runs that link ``plan``, in order, as data (nothing runs)."""
+def link_commands(lowered: Lowered, toolchain: Toolchain) -> tuple[LinkCommand, ...]:
+    """The tool runs that link ``lowered``, in order, as data (nothing runs)."""
     out: list[LinkCommand] = []
-    for r in plan.regions:
+    for r in lowered.design.regions:
         cwd, obj = f"region{r.index}", region_object(r.index)
         source = f"region{r.index}.cc"
         peano = (
@@ -223,7 +221,7 @@ def _encode(parts: list[bytes]) -> bytes:
 
 
 def artifact_source(
-    plan: Plan,
+    lowered: Lowered,
     region: int | None = None,
     *,
     env: Mapping[str, str] | None = None,
@@ -236,45 +234,43 @@ def artifact_source(
     parts += [f"{k}={f[k]}".encode() for k in sorted(f)]
     for header in sorted(CSRC_DIR.glob("*.h")):
         parts += [header.name.encode(), header.read_bytes()]
-    mlir = render_program(design_program(plan))
-    for r in plan.regions:
-        if region is None or r.index == region:
-            parts += [f"region {r.index}".encode(), mlir[r.index].encode()]
-            parts.append(region_source(plan, r).encode())
+    for i in range(lowered.regions):
+        if region is None or i == region:
+            parts += [f"region {i}".encode(), lowered.mlir[i].encode()]
+            parts.append(lowered.kernels[i].encode())
     return _encode(parts)
 
 
-def artifact_identity(plan: Plan, region: int | None = None, **kw: Any) -> str:
-    """The sha256 (hex) of ``artifact_source(plan, region, ...)``."""
-    return hashlib.sha256(artifact_source(plan, region, **kw)).hexdigest()
+def artifact_identity(lowered: Lowered, region: int | None = None, **kw: Any) -> str:
+    """The sha256 (hex) of ``artifact_source(lowered, region, ...)``."""
+    return hashlib.sha256(artifact_source(lowered, region, **kw)).hexdigest()
 
 
 def link(
-    plan: Plan,
+    lowered: Lowered,
     work_dir: Path | None = None,
     *,
     env: Mapping[str, str] | None = None,
     progress: Progress | None = None,
 ) -> tuple[RegionArtifact, ...]:
-    """Link every region of ``plan``: its xclbin and instruction stream (see the module)."""
+    """Link every region of ``lowered``: its xclbin and instruction stream (see the module).
+    Nothing is planned or designed here: the MLIR and kernel C are ``lowered``'s."""
     toolchain = find_toolchain(env)
-    design = design_program(plan)
-    mlir = render_program(design)
     fields = identity_fields(env)
-    commands = link_commands(plan, toolchain)
+    commands = link_commands(lowered, toolchain)
     report = progress or (lambda stage, done, total: None)
     with tempfile.TemporaryDirectory(prefix="poot-xdna-") as scratch:
         root = Path(scratch) if work_dir is None else work_dir
-        for r in plan.regions:
-            d = root / f"region{r.index}"
+        for i in range(lowered.regions):
+            d = root / f"region{i}"
             d.mkdir(parents=True, exist_ok=True)
-            (d / f"region{r.index}.cc").write_text(region_source(plan, r), encoding="utf-8")
-            (d / MLIR_NAME).write_text(mlir[r.index], encoding="utf-8")
+            (d / f"region{i}.cc").write_text(lowered.kernels[i], encoding="utf-8")
+            (d / MLIR_NAME).write_text(lowered.mlir[i], encoding="utf-8")
         for done, cmd in enumerate(commands):
             report(f"{cmd.stage} region {cmd.region}", done, len(commands))
             _run(cmd, root, dict(toolchain.env))
         report("done", len(commands), len(commands))
-        return tuple(_collect(plan, r.index, root, fields) for r in plan.regions)
+        return tuple(_collect(lowered, i, root, fields) for i in range(lowered.regions))
 
 
 def _run(cmd: LinkCommand, root: Path, env: dict[str, str]) -> None:
@@ -294,7 +290,9 @@ def _run(cmd: LinkCommand, root: Path, env: dict[str, str]) -> None:
             raise CompileFailed(tool, f"{name} was not written\n{log}".strip(), what)
 
 
-def _collect(plan: Plan, region: int, root: Path, fields: Mapping[str, str]) -> RegionArtifact:
+def _collect(
+    lowered: Lowered, region: int, root: Path, fields: Mapping[str, str]
+) -> RegionArtifact:
     d = root / f"region{region}"
     insts = (d / INSTS_NAME).read_bytes()
     if len(insts) % 4 or not insts:
@@ -303,5 +301,5 @@ def _collect(plan: Plan, region: int, root: Path, fields: Mapping[str, str]) -> 
             f"{INSTS_NAME} has {len(insts)} bytes: not whole 32-bit words",
             f"region {region}",
         )
-    identity = hashlib.sha256(artifact_source(plan, region, fields=fields)).hexdigest()
+    identity = hashlib.sha256(artifact_source(lowered, region, fields=fields)).hexdigest()
     return RegionArtifact(region, identity, (d / XCLBIN_NAME).read_bytes(), insts)
