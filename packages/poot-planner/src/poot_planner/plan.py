@@ -44,7 +44,7 @@ from poot_planner.narrowing import (
 from poot_planner.refusal import Refusal, RefusalKind
 from poot_planner.regions import Region, form_regions
 from poot_planner.rowfusion import RowGroup, find_row_groups
-from poot_planner.target import KernelClass, NarrowingContract, RegionLimits, Target
+from poot_planner.target import CodeSize, KernelClass, NarrowingContract, RegionLimits, Target
 from poot_planner.targets import get_target
 from poot_planner.tiles import TileOp, tile_for_eqn, tile_for_group
 
@@ -122,7 +122,7 @@ def plan(program: Program, target: str | Target) -> Plan:
     tiles: tuple[TileOp, ...] = ()
     regions: tuple[Region, ...] = ()
     if t.region_limits is not None:
-        tiles, regions, more = _xdna2_layout(program, t.region_limits, admissions, kernels)
+        tiles, regions, more = _xdna2_layout(program, t, t.region_limits, admissions, kernels)
         refusals.extend(more)
 
     run = program
@@ -180,6 +180,7 @@ def _row_kernels(program: Program, t: Target) -> tuple[set[int], list[RowGroup],
 
 def _xdna2_layout(
     program: Program,
+    target: Target,
     limits: RegionLimits,
     admissions: dict[int, Admission],
     kernels: list[RowGroup],
@@ -209,6 +210,11 @@ def _xdna2_layout(
             continue
         if job.output.type.size == 0:
             continue  # an empty result: nothing to compute, so no tile (its slot is empty)
+        code = _code_bytes(program, job, target.code_size)
+        if target.code_size is not None and code > target.code_size.program_bytes:
+            refusals.append(_limit(at, prim, "program_bytes", code, target.code_size.program_bytes))
+            continue
+        job = replace(job, code_bytes=code)
         alone = chunk_region([job], limits.tile_bytes)
         if isinstance(alone, int):
             refusals.append(_limit(at, prim, "tile_bytes", alone, limits.tile_bytes))
@@ -229,6 +235,13 @@ def _xdna2_layout(
         facts = (("limit", "contexts"), ("needed", len(regions)), ("available", limits.contexts))
         refusals.append(Refusal(RefusalKind.CONTEXT_LIMIT, -1, "", facts))
     return chunked, regions, refusals
+
+
+def _code_bytes(program: Program, job: TileOp, sizes: CodeSize | None) -> int:
+    """The target's estimate of the program memory of ``job``'s core (0 without a table)."""
+    if sizes is None:
+        return 0
+    return sizes.estimate(tuple(program.eqns[i].prim for i in job.eqns))
 
 
 def _tensor_refusal(at: int, prim: str, job: TileOp, limits: RegionLimits) -> Refusal | None:

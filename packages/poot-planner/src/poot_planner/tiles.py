@@ -68,6 +68,7 @@ class TileOp:
     tile_bytes: int
     bound: float | None = None  # a row kernel's derived relative bound
     index_guard: IndexGuard | None = None  # a gather's: how its indices stay in the axis
+    code_bytes: int = 0  # the target's estimate of its core's program memory (``CodeSize``)
 
     @property
     def n_chunks(self) -> int:
