@@ -19,7 +19,7 @@ from poot_ir import ops
 from poot_ir.builder import Builder
 from poot_ir.core import Atom, Literal, Var
 from poot_ir.dtypes import DType
-from poot_ir.onnx_lowering import (
+from poot_ir.onnx.context import (
     FLOATS,
     NUMERIC,
     Array,
