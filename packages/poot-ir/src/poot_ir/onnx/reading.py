@@ -63,10 +63,11 @@ def load(model: Any) -> Any:
     except (OSError, ValueError) as err:
         why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
         raise _model_error(str(path), f"cannot be read: {why}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise _model_error(str(path), "is not a regular file (a FIFO, device or directory)")
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise _model_error(str(path), "is not a regular file (a FIFO, device or directory)")
         if st.st_size == 0:
             raise _model_error(str(path), "is an empty file, not a model")
         if st.st_size > MAX_FILE_BYTES:

@@ -19,7 +19,7 @@ from poot_ir.core import Var
 from poot_ir.dtypes import DType
 from poot_ir.errors import EvaluationError, TypeCheckError, UnsupportedOnnx
 from poot_ir.onnx import compute, layout
-from poot_ir.onnx.context import Array, Blocked, Const, Lowering, Node, Rule
+from poot_ir.onnx.context import Array, Blocked, Const, Graph, Lowering, Node, Rule
 from poot_ir.onnx.folding import NEVER_FOLDED, evaluate_node
 
 __all__ = ["OPS", "STATIC_INPUTS", "Rule", "lower"]
@@ -73,7 +73,7 @@ def lower(lo: Lowering, nodes: Sequence[Node]) -> None:
             lo.blockers.append(err)
             lo.poisoned.update(o for o in node.outputs if o)
         for k in range(start, lo.b.eqn_count):
-            lo.origins[k] = (node.label, node.op_type)
+            lo.origins.setdefault(k, (node.label, node.op_type))  # an inlined branch's own
     lo.enter(None)
 
 
@@ -152,5 +152,38 @@ def _fold(lo: Lowering, node: Node, rule: Rule | None) -> bool:
     return True
 
 
+def _if(lo: Lowering, n: Node) -> None:
+    """An ``If`` whose condition is known at import: its branch is inlined (its nodes lowered
+    in place, its outputs the node's). A condition known only at run time is refused."""
+    cond = lo.const(0, "condition")
+    if cond.size != 1:
+        raise lo.fail("value", f"the condition has {cond.size} elements, not one")
+    key = "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"
+    branch = lo.attr(key)
+    if not isinstance(branch, Graph):
+        raise lo.fail("attribute", f"{key} is not a graph")
+    if len(branch.outputs) != len(n.outputs):
+        raise lo.fail(
+            "model", f"{key} has {len(branch.outputs)} outputs, the node {len(n.outputs)}"
+        )
+    for name, value in branch.initializers.items():
+        lo.env[name] = Const(name, value, initializer=True)
+    lower(lo, branch.nodes)
+    lo.enter(n)
+    for k, out in enumerate(branch.outputs):
+        value = lo.env.get(out)
+        if value is None:
+            raise (
+                Blocked(out)
+                if out in lo.poisoned
+                else lo.fail("model", f"{key} never computes {out!r}")
+            )
+        lo.set(k, value)
+
+
 #: Every op type the importer lowers (default domain), with its rule.
-OPS: Mapping[str, Rule] = {**compute.RULES, **layout.RULES}
+OPS: Mapping[str, Rule] = {
+    **compute.RULES,
+    **layout.RULES,
+    "If": Rule(_if, frozenset({"then_branch", "else_branch"})),
+}
