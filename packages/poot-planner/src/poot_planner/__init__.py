@@ -19,13 +19,14 @@ from poot_planner.target import (
     Target,
 )
 from poot_planner.targets import TARGETS, get_target
-from poot_planner.tiles import Operand, TileOp
+from poot_planner.tiles import IndexGuard, Operand, TileOp
 
 __all__ = [
     "TARGETS",
     "Admission",
     "AxisRule",
     "Capability",
+    "IndexGuard",
     "KernelClass",
     "NarrowingContract",
     "Operand",

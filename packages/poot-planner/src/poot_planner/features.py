@@ -198,6 +198,25 @@ def _target_section(t: Target) -> list[str]:
                 ["tile-local bytes", str(lim.tile_bytes)],
                 ["hardware contexts (one per region)", str(lim.contexts)],
                 ["host buffers per kernel call", str(lim.host_buffers)],
+                ["elements per tensor (int32 kernel ABI)", str(lim.tensor_elements)],
+            ],
+        )
+    if t.code_size is not None:
+        cs = t.code_size
+        state = "measured" if cs.measured else "UNMEASURED estimate"
+        out += [
+            f"Program memory: {cs.program_bytes} bytes per compute tile; an equation whose "
+            f"kernel needs more is refused (`program_bytes`). Code-size figures ({state}; "
+            f"{cs.source}): base {cs.base} B per core, then once per core each library routine "
+            "its primitives call, plus each primitive's body:",
+            "",
+        ]
+        routines = dict(cs.routines)
+        out += _table(
+            ["primitive", "body bytes", "routines called (bytes)"],
+            [
+                [p.value, str(n), ", ".join(f"{r} ({routines[r]})" for r in calls) or _NONE]
+                for p, calls, n in cs.bodies
             ],
         )
     if t.narrowing is not None:

@@ -49,7 +49,7 @@ from poot_planner.narrowing import (
 from poot_planner.refusal import Refusal, RefusalKind
 from poot_planner.regions import Region, form_regions
 from poot_planner.rowfusion import RowGroup, find_row_groups
-from poot_planner.target import KernelClass, NarrowingContract, RegionLimits, Target
+from poot_planner.target import CodeSize, KernelClass, NarrowingContract, RegionLimits, Target
 from poot_planner.targets import get_target
 from poot_planner.tiles import TileOp, tile_for_eqn, tile_for_group
 
@@ -138,7 +138,7 @@ def plan(program: Program, target: str | Target, *, legalization: bool = True) -
     tiles: tuple[TileOp, ...] = ()
     regions: tuple[Region, ...] = ()
     if t.region_limits is not None:
-        tiles, regions, more = _xdna2_layout(program, t.region_limits, admissions, kernels)
+        tiles, regions, more = _xdna2_layout(program, t, t.region_limits, admissions, kernels)
         refusals.extend(more)
 
     run = program
@@ -222,6 +222,7 @@ def _row_kernels(program: Program, t: Target) -> tuple[set[int], list[RowGroup],
 
 def _xdna2_layout(
     program: Program,
+    target: Target,
     limits: RegionLimits,
     admissions: dict[int, Admission],
     kernels: list[RowGroup],
@@ -229,8 +230,9 @@ def _xdna2_layout(
     """Tile jobs for the admitted equations and the clean row kernels, then regions."""
     refusals: list[Refusal] = []
     jobs: list[tuple[int, TileOp]] = []  # (the equation that makes its output, job)
+    arguments = frozenset(a.var.id for a in program.args)
     for i, a in admissions.items():
-        jobs.append((i, tile_for_eqn(0, i, program.eqns[i], a.kernel)))
+        jobs.append((i, tile_for_eqn(0, i, program.eqns[i], a.kernel, arguments)))
     for g in kernels:
         # ordered by the equation that makes its output: a step after it is dead code, and a
         # later key would put the kernel after a tile that reads its output
@@ -244,6 +246,17 @@ def _xdna2_layout(
     tiles: list[TileOp] = []
     for at, job in jobs:
         prim = program.eqns[at].prim.value
+        refused = _tensor_refusal(at, prim, job, limits)
+        if refused is not None:
+            refusals.append(refused)
+            continue
+        if job.output.type.size == 0:
+            continue  # an empty result: nothing to compute, so no tile (its slot is empty)
+        code = _code_bytes(program, job, target.code_size)
+        if target.code_size is not None and code > target.code_size.program_bytes:
+            refusals.append(_limit(at, prim, "program_bytes", code, target.code_size.program_bytes))
+            continue
+        job = replace(job, code_bytes=code)
         alone = chunk_region([job], limits.tile_bytes)
         if isinstance(alone, int):
             refusals.append(_limit(at, prim, "tile_bytes", alone, limits.tile_bytes))
@@ -264,6 +277,27 @@ def _xdna2_layout(
         facts = (("limit", "contexts"), ("needed", len(regions)), ("available", limits.contexts))
         refusals.append(Refusal(RefusalKind.CONTEXT_LIMIT, -1, "", facts))
     return chunked, regions, refusals
+
+
+def _code_bytes(program: Program, job: TileOp, sizes: CodeSize | None) -> int:
+    """The target's estimate of the program memory of ``job``'s core (0 without a table)."""
+    if sizes is None:
+        return 0
+    return sizes.estimate(tuple(program.eqns[i].prim for i in job.eqns))
+
+
+def _tensor_refusal(at: int, prim: str, job: TileOp, limits: RegionLimits) -> Refusal | None:
+    """A job no region can hold whatever its chunking, decided from its tensors' sizes alone
+    (so before any chunking search): a tensor past the kernel ABI's element count, or an
+    empty tensor the job must stream to make a non-empty output (a DMA moves at least one
+    32-bit word; a job whose output is empty needs no tile at all)."""
+    tensors = [op.var for op in job.inputs] + [job.output]
+    largest = max(v.type.size for v in tensors)
+    if largest > limits.tensor_elements:
+        return _limit(at, prim, "tensor_elements", largest, limits.tensor_elements)
+    if job.output.type.size and any(v.type.size == 0 for v in tensors):
+        return _limit(at, prim, "stream_bytes", 0, 4)
+    return None
 
 
 def _live(program: Program) -> set[int]:
