@@ -127,3 +127,19 @@ end
     spans = partition(p, "intel-npu4")
     assert value_names(p)[2] == "v2_"
     assert [o.name for o in spans[-1].program.outputs] == ["v2_"]
+
+
+def test_a_wide_slot_stays_wide_in_its_spans() -> None:
+    """An imported model's int64 input (an I32 slot that takes int64, ``Arg.wide``) keeps
+    taking int64 in every span that reads it."""
+    from poot_ir import Builder, DType
+
+    b = Builder("wide")
+    ids = b.slot("ids", DType.I32, (4,), wide=True)
+    table = b.weight("t", DType.F32, (8, 2))
+    y = b.log(b.add(b.gather(table, ids, axis=0), 2.0))  # log: refused on intel-npu4
+    b.output("y", b.add(y, 1.0))
+    spans = partition(b.build(), "intel-npu4")
+    assert [s.device for s in spans] == [True, False, True]
+    first = spans[0].program
+    assert [(a.name, a.wide) for a in first.args] == [("ids", True), ("t", False)]

@@ -207,11 +207,13 @@ def _sub_program(program: Program, run: tuple[int, ...], names: dict[int, str]) 
     storage = {a.var.id: a.storage for a in program.args}
     order = {a.var.id: k for k, a in enumerate(program.args)}
     ids = sorted(read, key=lambda i: (i not in order, order.get(i, 0), i))
+    wide = {a.var.id for a in program.args if a.wide}  # an int64-taking slot stays one
     args = tuple(
         Arg(
             names[i],
             read[i],
             Storage.WEIGHT if storage.get(i) is Storage.WEIGHT else Storage.SLOT,
+            i in wide,
         )
         for i in ids
     )
