@@ -17,7 +17,14 @@ from poot_npu.registry import device_info
 from poot_planner import TARGETS, narrow_to_device_precision, plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages/poot-planner/tests"))
-from test_legalize import IDENTITIES, _f16_values, _pairs, _select_program, unary
+from test_legalize import (
+    IDENTITIES,
+    _counters,
+    _f16_values,
+    _pairs,
+    _select_program,
+    unary,
+)
 
 INTEL = TARGETS["intel-npu4"]
 
@@ -93,3 +100,15 @@ def test_xdna2_identities_on_xdna_host(name: str, tmp_path: Path) -> None:
     got = _run("xdna-host", program, inputs, tmp_path)["y"]
     want = evaluate(program, inputs)["y"]
     assert np.array_equal(got, want)
+
+
+def test_counter_compares_and_converts_on_vpu_cpu(tmp_path: Path) -> None:
+    program = _counters(33)
+    x = np.random.default_rng(5).normal(0, 2, (33, 33)).astype(np.float16).astype(np.float32)
+    got = _run("vpu-cpu", program, {"x": x}, tmp_path)
+    want = evaluate(program, {"x": x})
+    for name in ("ge", "gt", "eq"):
+        assert np.array_equal(got[name], want[name]), name
+    assert INTEL.narrowing is not None  # the product rounds to FP16, as the narrowed original
+    narrowed = evaluate(narrow_to_device_precision(program, INTEL.narrowing), {"x": x})
+    assert np.array_equal(got["pos"], narrowed["pos"])

@@ -221,7 +221,11 @@ def test_every_rule_is_a_row_of_the_tables_and_none_is_duplicated() -> None:
     keys = [(r.target, r.prim, r.name) for r in RULES]
     assert len(keys) == len(set(keys))
     for r in RULES:
-        assert not TARGETS[r.target].admits_prim(r.prim) or r.prim in (Prim.MUL, Prim.CONVERT)
+        assert not TARGETS[r.target].admits_prim(r.prim) or r.prim in (
+            Prim.MUL,
+            Prim.CONVERT,
+            Prim.GE,
+        )
 
 
 @given(seed=st.integers(0, 2**16))
@@ -297,3 +301,38 @@ def test_a_rule_whose_bound_cannot_be_derived_is_not_applied() -> None:
             (RefusalKind.UNSUPPORTED_PRIMITIVE, prim)
         ]
     assert plan(unary("recip", 4), narrow_exp).rewrites != ()  # no exp in it
+
+
+def _counters(n: int) -> Program:
+    """A causal mask and a position ramp from counters, as a decoder's graph builds them."""
+    b = Builder("causal")
+    x = b.slot("x", F32, (n, n))
+    i, j = b.iota((n, n), DType.I32, 0), b.iota((n, n), DType.I32, 1)
+    b.output("ge", b.select(b.ge(i, j), x, -1e4))
+    b.output("gt", b.gt(i, j))
+    b.output("eq", b.eq(i, b.literal(3, DType.I32)))
+    b.output("pos", b.mul(b.convert(j, F32), x))
+    return b.build()
+
+
+@pytest.mark.parametrize("n", [1, 5, 2049])
+def test_integer_compares_and_converts_of_counters(n: int) -> None:
+    program = _counters(n)
+    p = plan(program, INTEL)
+    assert p.admitted, [str(r) for r in p.refusals]
+    assert {rw.primitive for rw in p.rewrites} >= {"ge", "gt", "eq", "convert"}
+    rng = np.random.default_rng(n)
+    x = rng.normal(0, 2, (n, n)).astype(np.float16).astype(np.float32)
+    got = evaluate(p.program, {"x": x})
+    want = _narrowed_original(program, {"x": x}) if n <= 5 else evaluate(program, {"x": x})
+    for name in ("ge", "gt", "eq"):
+        assert np.array_equal(got[name], evaluate(program, {"x": x})[name]), name
+    if n <= 5:
+        assert np.array_equal(got["pos"], want["pos"])
+
+
+def test_counters_past_fp16s_exact_integers_stay_refused() -> None:
+    p = plan(_counters(2050), INTEL)
+    assert {(r.primitive, r.kind) for r in p.refusals} >= {
+        ("convert", RefusalKind.INTEGER_TO_FLOAT)
+    }

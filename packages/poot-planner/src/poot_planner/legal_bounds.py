@@ -93,7 +93,7 @@ def derive(rule: Rule, eqns: list[Eqn], target: Target, dtype: DType) -> Derivat
         device = target.narrowing.device_dtype
     match rule.numerics:
         case Numerics.IDENTITY:
-            return _identity(eqns, target, device)
+            return _identity(eqns, target)
         case Numerics.SENTINEL:
             return Derivation(BitExact(signed_zero=False))  # exact where FP16 holds the value
         case Numerics.APPROXIMATION:
@@ -105,10 +105,10 @@ def derive(rule: Rule, eqns: list[Eqn], target: Target, dtype: DType) -> Derivat
             return _MEMO[key]
 
 
-def _identity(eqns: list[Eqn], target: Target, device: DType) -> Derivation:
+def _identity(eqns: list[Eqn], target: Target) -> Derivation:
     approx: list[tuple[int, Bound]] = []
     for k, e in enumerate(eqns):
-        cap = target.capability(e.prim, _operand_dtype(e, device))
+        cap = target.capability(e.prim, _operand_dtype(e, target))
         if cap is None:
             return Derivation(None, f"{e.prim.value} has no contract")
         if not isinstance(cap.contract.bound, BitExact):
@@ -120,11 +120,14 @@ def _identity(eqns: list[Eqn], target: Target, device: DType) -> Derivation:
     return Derivation(None, "more than one approximate step, or one not last")
 
 
-def _operand_dtype(e: Eqn, device: DType) -> DType:
+def _operand_dtype(e: Eqn, target: Target) -> DType:
+    """The dtype the step computes in on ``target`` (F32 narrowed where the target narrows)."""
     d = e.inputs[0].dtype if e.inputs else e.out.dtype
     if e.prim is Prim.SELECT:
         d = e.inputs[1].dtype
-    return device if d in (DType.F32, device) else d
+    if d is DType.F32 and target.narrowing is not None:
+        return target.narrowing.device_dtype
+    return d
 
 
 def _device_value(x: float, device: DType) -> float:

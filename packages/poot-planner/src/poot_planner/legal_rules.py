@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from poot_ir import BroadcastParams, ConvertParams, Eqn, Literal, Prim, Var
+from poot_ir import Atom, BroadcastParams, ConvertParams, DType, Eqn, IotaParams, Literal, Prim, Var
 
 from poot_planner.legal_emit import Emit
 
@@ -100,10 +100,17 @@ def _mask_of(em: Emit, pred: Var, ctx: RuleContext) -> Var | None:
         inner = e.inputs[0]
         m = _mask_of(em, inner, ctx) if isinstance(inner, Var) else None
         return None if m is None else em.op(Prim.BROADCAST_IN_DIM, m, params=e.params)
-    if e.prim not in (Prim.GE, Prim.GT, Prim.EQ) or not _float_operands(e, em):
+    if e.prim not in (Prim.GE, Prim.GT, Prim.EQ):
         return None
     a, b = e.inputs
     if isinstance(a, Literal) and isinstance(b, Literal):
+        return None
+    if all(x.dtype is DType.I32 for x in e.inputs) and em.dtype.is_float:
+        fa, fb = _exact_float(em, a, ctx), _exact_float(em, b, ctx)  # counters, as floats
+        if fa is None or fb is None:
+            return None
+        a, b = fa, fb
+    elif not _float_operands(e, em):
         return None
     match e.prim:
         case Prim.GT:  # a > b  <=>  a - b > 0
@@ -253,6 +260,66 @@ def _readers_through_movement(vid: int, ctx: RuleContext) -> list[Eqn] | None:
     return out
 
 
+#: FP16 holds every integer of magnitude up to 2048 exactly
+EXACT_INTEGERS = 2048
+
+
+def _exact_float(em: Emit, a: Atom, ctx: RuleContext) -> Atom | None:
+    """An I32 operand as the same values in ``em.dtype``, when they provably fit FP16's exact
+    integers: a literal, or a counter (``iota``, possibly broadcast) along an axis of at most
+    2049; None otherwise (a runtime integer's range is not known)."""
+    if isinstance(a, Literal):
+        v = a.as_int()
+        return em.lit(float(v)) if abs(v) <= EXACT_INTEGERS else None
+    e = ctx.producer.get(a.id)
+    if e is None:
+        return None
+    if e.prim is Prim.BROADCAST_IN_DIM and isinstance(e.inputs[0], Var):
+        inner = _exact_float(em, e.inputs[0], ctx)
+        return None if inner is None else em.op(Prim.BROADCAST_IN_DIM, inner, params=e.params)
+    if e.prim is Prim.IOTA and isinstance(e.params, IotaParams):
+        if e.params.shape[e.params.axis] - 1 > EXACT_INTEGERS:
+            return None
+        # made in F16 (the counter the NPU has), then widened to the operating dtype: a
+        # convert the narrowing pass removes again
+        f16 = em.op(Prim.IOTA, params=IotaParams(e.params.shape, DType.F16, e.params.axis))
+        if em.dtype is DType.F16:
+            return f16
+        return em.op(Prim.CONVERT, f16, params=ConvertParams(em.dtype))
+    return None
+
+
+def _integer_compare(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
+    # a comparison of counters and small literals (a causal or position mask): the same
+    # integers in F32 (F16 once narrowed) compare the same; x > y is x - y >= 1 on integers
+    if any(a.dtype is not DType.I32 for a in e.inputs):
+        return False
+    em.dtype = DType.F32
+    fa, fb = (_exact_float(em, a, ctx) for a in e.inputs)
+    if fa is None or fb is None:
+        return False
+    match e.prim:
+        case Prim.GE:
+            em.ge(fa, fb, out=e.out)
+        case Prim.GT:
+            em.ge(em.sub(fa, fb), 1.0, out=e.out)
+        case _:
+            em.ge(em.neg(em.max(em.sub(fa, fb), em.sub(fb, fa))), 0.0, out=e.out)
+    return True
+
+
+def _counter_convert(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
+    # convert of a counter (iota) FP16 holds exactly: the counter made in the float dtype
+    p = e.inputs[0]
+    if p.dtype is not DType.I32 or not em.dtype.is_float or not isinstance(p, Var):
+        return False
+    f = _exact_float(em, p, ctx)
+    if f is None or not isinstance(f, Var):
+        return False
+    em.mul(f, 1.0, out=e.out)
+    return True
+
+
 def _mask_scale(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
     # v * L with |L| beyond FP16, read only by adds and subtracts: an additive mask, so L
     # saturates to the sentinel exactly as an additive literal does
@@ -315,6 +382,25 @@ RULES: tuple[Rule, ...] = (
         "m, the comparison as 0/1 by exact clamped steps",
         _I,
         _convert,
+    ),
+    Rule(
+        Prim.CONVERT,
+        INTEL,
+        "a counter to float",
+        "iota in the float dtype (axis <= 2049: FP16's exact integers)",
+        _I,
+        _counter_convert,
+    ),
+    *(
+        Rule(
+            p,
+            INTEL,
+            f"integer {p.value} of counters",
+            "the same integers in F32 (F16 once narrowed); x > y as x - y >= 1",
+            _I,
+            _integer_compare,
+        )
+        for p in (Prim.GE, Prim.GT, Prim.EQ)
     ),
     Rule(
         Prim.MUL,
