@@ -8,11 +8,24 @@ after it changes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from poot_ir import Atom, DType, Eqn, Literal, NoParams, Params, Prim, Var, infer_type
 
-__all__ = ["Emit"]
+__all__ = ["Emit", "RuleContext"]
 
 Value = Atom | float
+
+
+@dataclass(frozen=True, slots=True)
+class RuleContext:
+    """What a rule may look at beyond its equation: who makes and who reads each value, which
+    values are results, and the narrowing contract's largest magnitude (None: no narrowing)."""
+
+    producer: dict[int, Eqn] = field(default_factory=dict)
+    consumers: dict[int, tuple[Eqn, ...]] = field(default_factory=dict)
+    results: frozenset[int] = frozenset()
+    max_magnitude: float | None = None
 
 
 class Emit:

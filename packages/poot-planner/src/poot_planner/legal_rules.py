@@ -24,12 +24,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
-from poot_ir import Atom, BroadcastParams, ConvertParams, DType, Eqn, IotaParams, Literal, Prim, Var
+from poot_ir import ConvertParams, DType, Eqn, Literal, Prim, Var
 
-from poot_planner.legal_emit import Emit
+from poot_planner.legal_emit import Emit, RuleContext
+from poot_planner.legal_steps import (
+    TINY_F16,
+    exact_float,
+    float_operands,
+    mask_of,
+    multiplicand,
+    readers_through_movement,
+    sign,
+)
 
 __all__ = ["RULES", "Numerics", "Rule", "RuleContext", "rules_for"]
 
@@ -38,17 +47,6 @@ class Numerics(Enum):
     IDENTITY = "exact identity"
     APPROXIMATION = "approximation"
     SENTINEL = "saturated sentinel"
-
-
-@dataclass(frozen=True, slots=True)
-class RuleContext:
-    """What a rule may look at beyond its equation: who makes and who reads each value, which
-    values are results, and the narrowing contract's largest magnitude (None: no narrowing)."""
-
-    producer: dict[int, Eqn] = field(default_factory=dict)
-    consumers: dict[int, tuple[Eqn, ...]] = field(default_factory=dict)
-    results: frozenset[int] = frozenset()
-    max_magnitude: float | None = None
 
 
 #: Emits the decomposition of the equation (its last step writing the equation's output) and
@@ -69,72 +67,6 @@ class Rule:
     source: str = ""
 
 
-TINY_F16 = 2.0**-24  # FP16's smallest subnormal
-_AMP = 4096.0  # 2^12: two clamped steps amplify by 2^24, exactly (powers of two)
-
-
-def _step(em: Emit, d: Var) -> Var:
-    """1 where ``d > 0``, else 0, exactly for an F16 ``d`` (module docstring)."""
-    g = em.max(d, 0.0)
-    g = em.min(em.mul(g, _AMP), 1.0)
-    return em.min(em.mul(g, _AMP), 1.0)
-
-
-def _sign(em: Emit, x: Var) -> Var:
-    """-1, 0 or 1 by the sign of ``x``, exactly for an F16 ``x`` (|x| >= 2^-24 when nonzero)."""
-    s = em.clamp(em.mul(x, _AMP), -1.0, 1.0)
-    return em.clamp(em.mul(s, _AMP), -1.0, 1.0)
-
-
-def _float_operands(e: Eqn, em: Emit) -> bool:
-    return all(a.dtype is em.dtype for a in e.inputs) and em.dtype.is_float
-
-
-def _mask_of(em: Emit, pred: Var, ctx: RuleContext) -> Var | None:
-    """The 0/1 value (in ``em.dtype``) of a predicate made by a comparison of values of that
-    dtype (possibly broadcast), or None when the predicate comes from anywhere else."""
-    e = ctx.producer.get(pred.id)
-    if e is None:
-        return None
-    if e.prim is Prim.BROADCAST_IN_DIM and isinstance(e.params, BroadcastParams):
-        inner = e.inputs[0]
-        m = _mask_of(em, inner, ctx) if isinstance(inner, Var) else None
-        return None if m is None else em.op(Prim.BROADCAST_IN_DIM, m, params=e.params)
-    if e.prim not in (Prim.GE, Prim.GT, Prim.EQ):
-        return None
-    a, b = e.inputs
-    if isinstance(a, Literal) and isinstance(b, Literal):
-        return None
-    if all(x.dtype is DType.I32 for x in e.inputs) and em.dtype.is_float:
-        fa, fb = _exact_float(em, a, ctx), _exact_float(em, b, ctx)  # counters, as floats
-        if fa is None or fb is None:
-            return None
-        a, b = fa, fb
-    elif not _float_operands(e, em):
-        return None
-    match e.prim:
-        case Prim.GT:  # a > b  <=>  a - b > 0
-            return _step(em, em.sub(a, b))
-        case Prim.GE:  # a >= b  <=>  not (b - a > 0)
-            return em.sub(1.0, _step(em, em.sub(b, a)))
-        case _:  # a == b  <=>  not (|a - b| > 0)
-            return em.sub(1.0, _step(em, em.abs(em.sub(a, b))))
-
-
-def _branch(em: Emit, v: Var | Literal, ctx: RuleContext) -> Var | Literal | None:
-    """A select branch as a multiplicand: a literal FP16 cannot hold becomes the saturated
-    sentinel on a narrowing target (the mask-sentinel rule); a NaN literal stays refused."""
-    if not isinstance(v, Literal):
-        return v
-    x = v.as_float()
-    if math.isnan(x):
-        return None
-    limit = ctx.max_magnitude
-    if limit is not None and abs(x) > limit:
-        return em.lit(math.copysign(limit, x))
-    return None if math.isinf(x) else v
-
-
 # -- the expanders ---------------------------------------------------------------------------
 
 
@@ -146,7 +78,7 @@ def _tanh(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
         return False
     c = em.clamp(x, -9.0, 9.0)
     g = em.exp(em.mul(em.abs(c), -2.0))
-    em.mul(_sign(em, c), em.div(em.sub(1.0, g), em.add(1.0, g)), out=e.out)
+    em.mul(sign(em, c), em.div(em.sub(1.0, g), em.add(1.0, g)), out=e.out)
     return True
 
 
@@ -169,7 +101,7 @@ def _erf(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
         poly = em.mul(em.add(poly, k), t)
     g = em.exp(em.neg(em.mul(a, a)))
     magnitude = em.sub(1.0, em.mul(poly, g))
-    em.mul(_sign(em, c), magnitude, out=e.out)
+    em.mul(sign(em, c), magnitude, out=e.out)
     return True
 
 
@@ -199,7 +131,7 @@ def _abs(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
 def _eq(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
     # a == b  <=>  -|a - b| >= 0 (a difference of finite floats is zero only when they are equal)
     a, b = e.inputs
-    if not _float_operands(e, em):
+    if not float_operands(e, em):
         return False
     em.ge(em.neg(em.max(em.sub(a, b), em.sub(b, a))), 0.0, out=e.out)
     return True
@@ -207,7 +139,7 @@ def _eq(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
 
 def _gt(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
     a, b = e.inputs
-    if not _float_operands(e, em):
+    if not float_operands(e, em):
         return False
     em.ge(em.sub(a, b), TINY_F16, out=e.out)
     return True
@@ -218,10 +150,10 @@ def _select(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
     pred, x, y = e.inputs
     if not isinstance(pred, Var) or not em.dtype.is_float:
         return False
-    bx, by = _branch(em, x, ctx), _branch(em, y, ctx)
+    bx, by = multiplicand(em, x, ctx), multiplicand(em, y, ctx)
     if bx is None or by is None:
         return False
-    m = _mask_of(em, pred, ctx)
+    m = mask_of(em, pred, ctx)
     if m is None:
         return False
     em.add(em.mul(bx, m), em.mul(by, em.sub(1.0, m)), out=e.out)
@@ -233,60 +165,11 @@ def _convert(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
     p = e.inputs[0]
     if not isinstance(e.params, ConvertParams) or not isinstance(p, Var) or not em.dtype.is_float:
         return False
-    m = _mask_of(em, p, ctx)
+    m = mask_of(em, p, ctx)
     if m is None:
         return False
     em.mul(m, 1.0, out=e.out)
     return True
-
-
-_MOVES = frozenset({Prim.RESHAPE, Prim.BROADCAST_IN_DIM, Prim.TRANSPOSE, Prim.SLICE})
-
-
-def _readers_through_movement(vid: int, ctx: RuleContext) -> list[Eqn] | None:
-    """The equations that compute with value ``vid``, looking through pure data movement (a
-    mask is reshaped and broadcast before it is added); None when a moved copy is a result."""
-    out: list[Eqn] = []
-    stack = [vid]
-    while stack:
-        v = stack.pop()
-        if v in ctx.results:
-            return None
-        for r in ctx.consumers.get(v, ()):
-            if r.prim in _MOVES:
-                stack.append(r.out.id)
-            else:
-                out.append(r)
-    return out
-
-
-#: FP16 holds every integer of magnitude up to 2048 exactly
-EXACT_INTEGERS = 2048
-
-
-def _exact_float(em: Emit, a: Atom, ctx: RuleContext) -> Atom | None:
-    """An I32 operand as the same values in ``em.dtype``, when they provably fit FP16's exact
-    integers: a literal, or a counter (``iota``, possibly broadcast) along an axis of at most
-    2049; None otherwise (a runtime integer's range is not known)."""
-    if isinstance(a, Literal):
-        v = a.as_int()
-        return em.lit(float(v)) if abs(v) <= EXACT_INTEGERS else None
-    e = ctx.producer.get(a.id)
-    if e is None:
-        return None
-    if e.prim is Prim.BROADCAST_IN_DIM and isinstance(e.inputs[0], Var):
-        inner = _exact_float(em, e.inputs[0], ctx)
-        return None if inner is None else em.op(Prim.BROADCAST_IN_DIM, inner, params=e.params)
-    if e.prim is Prim.IOTA and isinstance(e.params, IotaParams):
-        if e.params.shape[e.params.axis] - 1 > EXACT_INTEGERS:
-            return None
-        # made in F16 (the counter the NPU has), then widened to the operating dtype: a
-        # convert the narrowing pass removes again
-        f16 = em.op(Prim.IOTA, params=IotaParams(e.params.shape, DType.F16, e.params.axis))
-        if em.dtype is DType.F16:
-            return f16
-        return em.op(Prim.CONVERT, f16, params=ConvertParams(em.dtype))
-    return None
 
 
 def _integer_compare(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
@@ -295,7 +178,7 @@ def _integer_compare(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
     if any(a.dtype is not DType.I32 for a in e.inputs):
         return False
     em.dtype = DType.F32
-    fa, fb = (_exact_float(em, a, ctx) for a in e.inputs)
+    fa, fb = (exact_float(em, a, ctx) for a in e.inputs)
     if fa is None or fb is None:
         return False
     match e.prim:
@@ -313,7 +196,7 @@ def _counter_convert(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
     p = e.inputs[0]
     if p.dtype is not DType.I32 or not em.dtype.is_float or not isinstance(p, Var):
         return False
-    f = _exact_float(em, p, ctx)
+    f = exact_float(em, p, ctx)
     if f is None or not isinstance(f, Var):
         return False
     em.mul(f, 1.0, out=e.out)
@@ -328,7 +211,7 @@ def _mask_scale(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
     if limit is None or len(lits) != 1 or e.out.id in ctx.results:
         return False
     v = lits[0].as_float()
-    readers = _readers_through_movement(e.out.id, ctx)
+    readers = readers_through_movement(e.out.id, ctx)
     if not (math.isfinite(v) and abs(v) > limit and readers):
         return False
     if any(r.prim not in (Prim.ADD, Prim.SUB) for r in readers):
