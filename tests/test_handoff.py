@@ -29,6 +29,8 @@ from poot_ir import (
     StateError,
     Storage,
     evaluate,
+    format_program,
+    parse_program,
 )
 from poot_ir.numerics import Bounded, Exact, NarrowStorage
 from poot_npu.registry import DeviceKind, device_info, make_device
@@ -96,6 +98,16 @@ def test_the_decoder_pair_plans_on_every_target() -> None:
         xdna = plan(program, "xdna2")  # no matmul on xdna2: the partitioned path
         assert not xdna.admitted
         assert {r.primitive for r in xdna.refusals} >= {"matmul"}
+
+
+def test_the_decoder_program_files_are_what_the_builder_builds() -> None:
+    """``poot plan src/poot/examples/decoder/prefill.poot`` reads the same program (regenerate:
+    write ``format_program(build_prefill(CFG))`` under the comment line)."""
+    here = Path(__file__).resolve().parents[1] / "src/poot/examples/decoder"
+    for program in PROGRAMS:
+        text = (here / f"{program.name}.poot").read_text(encoding="utf-8")
+        assert parse_program(text) == program
+        assert text.split("\n", 1)[1] == format_program(program)
 
 
 def test_prefill_writes_the_cache_that_decoding_the_prompt_would() -> None:
