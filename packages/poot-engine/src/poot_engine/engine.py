@@ -42,7 +42,7 @@ from poot_ir import (
 )
 from poot_ir.numerics import NumericsClass, looser
 from poot_ir.oracle import exact_array
-from poot_planner import plan
+from poot_planner import Plan, plan
 from poot_planner.targets import get_target
 
 from poot_engine.artifacts import Fetch, artifact_key, load_artifact
@@ -191,6 +191,7 @@ class Engine:
         initial_state: Mapping[str, np.ndarray] | None = None,
         *,
         partition: bool = False,
+        planned: Plan | None = None,
     ) -> Entry:
         """Plan ``program`` for the device's target, lower it, load its blob (from the cache,
         or compiled and cached) and bind ``weights`` to its weight arguments by name. States
@@ -198,9 +199,11 @@ class Engine:
         ``WeightMismatch``, ``StepInputError`` (a bad initial state), ``NarrowingRangeInput``
         (an initial state beyond the range) and ``SignatureMismatch``. With ``partition`` a
         program the target refuses in part runs its refused spans on the host oracle
-        (``poot_engine.partitioned``); an admitted one gets the ordinary entry."""
+        (``poot_engine.partitioned``); an admitted one gets the ordinary entry. ``planned``: a
+        caller's plan of this very program, so that it is planned once."""
         self._usable()
-        planned = plan(program, self.device.target)
+        if planned is None or planned.source is not program:
+            planned = plan(program, self.device.target)
         if partition and not planned.admitted:
             handle = Entry(self._id, next(self._ids), program.name)
             self._parts[handle.id] = load_partitioned(self, program, weights, initial_state or {})

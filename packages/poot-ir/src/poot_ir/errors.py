@@ -183,16 +183,26 @@ class WindowOutOfRange(EvaluationError):
 
 
 class IndexOutOfRange(EvaluationError):
-    """A gather index outside ``[-size, size)`` of its axis."""
+    """A gather index outside ``[-size, size)`` of its axis; ``argument`` names the program
+    argument holding it when a device checked it before a run."""
 
-    def __init__(self, eqn: int, index: int, size: int, element: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        eqn: int,
+        index: int,
+        size: int,
+        element: tuple[int, ...],
+        argument: str | None = None,
+    ) -> None:
+        of = f" of argument {argument!r}" if argument is not None else ""
         super().__init__(
-            f"equation {eqn} (gather): index {index} at element {element} is outside an axis of size {size}"
+            f"equation {eqn} (gather): index {index} at element {element}{of} is outside an axis of size {size}"
         )
         self.eqn = eqn
         self.index = index
         self.size = size
         self.element = element
+        self.argument = argument
 
 
 class IntegerDivisionByZero(EvaluationError):
