@@ -34,7 +34,7 @@ from poot_ir.numerics import (
 )
 
 from poot_planner.admission import admit
-from poot_planner.chunking import chunk_region
+from poot_planner.chunking import chunk_region, unchunked_bytes
 from poot_planner.narrowing import (
     literal_refusals,
     narrow_to_device_precision,
@@ -214,18 +214,21 @@ def _xdna2_layout(
         if target.code_size is not None and code > target.code_size.program_bytes:
             refusals.append(_limit(at, prim, "program_bytes", code, target.code_size.program_bytes))
             continue
-        job = replace(job, code_bytes=code)
-        alone = chunk_region([job], limits.tile_bytes)
-        if isinstance(alone, int):
-            refusals.append(_limit(at, prim, "tile_bytes", alone, limits.tile_bytes))
-            continue
+        # whole and double-buffered fits: one call is a chunking, so no search (the region
+        # chunks its tiles again in any case)
+        if unchunked_bytes(job) > limits.tile_bytes:
+            alone = chunk_region([job], limits.tile_bytes)
+            if isinstance(alone, int):
+                refusals.append(_limit(at, prim, "tile_bytes", alone, limits.tile_bytes))
+                continue
+            job = alone[0][0]
         if job.streams_in > limits.streams_per_tile:
             refusals.append(
                 _limit(at, prim, "streams_per_tile", job.streams_in, limits.streams_per_tile)
             )
             continue
         index = len(tiles)
-        tiles.append(replace(alone[0][0], index=index))
+        tiles.append(replace(job, index=index, code_bytes=code))
         for i in job.eqns:
             contract = admissions[i].contract if i in admissions else None
             admissions[i] = Admission(i, job.kind, contract, index)
