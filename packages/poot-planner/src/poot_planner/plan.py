@@ -4,6 +4,10 @@
 ``refusals`` say why, every one of them (``Plan.check()`` raises ``PlanRefused`` carrying them
 for a caller that needs the program to run). The steps:
 
+0. Legalization (``legalize``): each refused equation a rule of the target rewrites into
+   admitted equations with a derived bound is replaced by them (``Plan.rewrites``); the steps
+   below run on the legalized program. Refusals name source equations; admissions and tiles
+   index the legalized program (``Plan.legalized``).
 1. Admission of each equation by the target's capability table (``admission``), plus the
    target's own rules: XDNA2 row kernels with derived bounds (``rowfusion``), Intel literal
    rules (``narrowing``).
@@ -35,6 +39,7 @@ from poot_ir.numerics import (
 
 from poot_planner.admission import admit
 from poot_planner.chunking import chunk_region, unchunked_bytes
+from poot_planner.legalize import Legalized, Rewrite, legalize
 from poot_planner.narrowing import (
     literal_refusals,
     narrow_to_device_precision,
@@ -79,6 +84,13 @@ class Plan:
     narrowing: NarrowingContract | None = None
     tiles: tuple[TileOp, ...] = ()
     regions: tuple[Region, ...] = ()
+    rewrites: tuple[Rewrite, ...] = ()
+    legal: Program | None = None  # the legalized program when a rewrite was made
+
+    @property
+    def legalized(self) -> Program:
+        """The program admission ran on: ``source`` with its rewrites made."""
+        return self.source if self.legal is None else self.legal
 
     @property
     def admitted(self) -> bool:
@@ -101,9 +113,13 @@ class Plan:
         return self
 
 
-def plan(program: Program, target: str | Target) -> Plan:
-    """Plan ``program`` for ``target`` (a name in ``poot_planner.TARGETS`` or a Target)."""
+def plan(program: Program, target: str | Target, *, legalization: bool = True) -> Plan:
+    """Plan ``program`` for ``target`` (a name in ``poot_planner.TARGETS`` or a Target);
+    ``legalization=False`` plans it as written (what the target refuses before any rewrite)."""
     t = get_target(target)
+    source = program
+    legal = legalize(source, t) if legalization else Legalized(source, (), ())
+    program = legal.program
     grouped, kernels, refusals = _row_kernels(program, t)
     admissions: dict[int, Admission] = {}
     for i, e in enumerate(program.eqns):
@@ -128,18 +144,44 @@ def plan(program: Program, target: str | Target) -> Plan:
     run = program
     if narrowing is not None and not refusals:
         run = narrow_to_device_precision(program, narrowing)
+    if legal.rewrites:
+        refusals = [_to_source(r, legal.origin, source) for r in refusals]
     refusals.sort(key=lambda r: (r.eqn, r.kind.value))
     return Plan(
         target=t,
-        source=program,
+        source=source,
         program=run,
         admissions=tuple(admissions[i] for i in sorted(admissions)),
         refusals=tuple(refusals),
-        numerics=_numerics(program, admissions, tiles, narrowing),
+        numerics=_with_rewrites(_numerics(program, admissions, tiles, narrowing), legal.rewrites),
         narrowing=narrowing,
         tiles=tiles,
         regions=regions,
+        rewrites=legal.rewrites,
+        legal=program if legal.rewrites else None,
     )
+
+
+def _with_rewrites(cls: NumericsClass, rewrites: tuple[Rewrite, ...]) -> NumericsClass:
+    """The class loosened by each approximate rewrite's derived absolute bound (a narrowed
+    program's class is the narrowing contract's, which the rewrites' tests hold it to)."""
+    if isinstance(cls, NarrowStorage):
+        return cls
+    for rw in rewrites:
+        if isinstance(rw.derivation.bound, AbsRel):
+            cls = looser(cls, Bounded(rw.derivation.bound.abs, rw.derivation.bound.rel))
+    return cls
+
+
+def _to_source(r: Refusal, origin: tuple[int, ...], source: Program) -> Refusal:
+    """A refusal of a legalized equation, naming the source equation it comes from (and the
+    step of a rewrite it is)."""
+    if r.eqn < 0:
+        return r
+    i = origin[r.eqn]
+    prim = source.eqns[i].prim.value
+    facts = r.facts if prim == r.primitive else (("step", r.primitive), *r.facts)
+    return replace(r, eqn=i, primitive=prim, facts=facts)
 
 
 def _limit(i: int, prim: str, limit: str, needed: int, available: int) -> Refusal:
