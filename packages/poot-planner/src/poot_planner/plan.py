@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from poot_ir import PlanRefused, Program, Var
+from poot_ir import PlanRefused, Prim, Program, Var
 from poot_ir.numerics import (
     AbsRel,
     BitExact,
@@ -231,6 +231,7 @@ def _xdna2_layout(
     refusals: list[Refusal] = []
     jobs: list[tuple[int, TileOp]] = []  # (the equation that makes its output, job)
     arguments = frozenset(a.var.id for a in program.args)
+    estimates: dict[tuple[Prim, ...], int] = {}
     for i, a in admissions.items():
         jobs.append((i, tile_for_eqn(0, i, program.eqns[i], a.kernel, arguments)))
     for g in kernels:
@@ -252,7 +253,7 @@ def _xdna2_layout(
             continue
         if job.output.type.size == 0:
             continue  # an empty result: nothing to compute, so no tile (its slot is empty)
-        code = _code_bytes(program, job, target.code_size)
+        code = _code_bytes(program, job, target.code_size, estimates)
         if target.code_size is not None and code > target.code_size.program_bytes:
             refusals.append(_limit(at, prim, "program_bytes", code, target.code_size.program_bytes))
             continue
@@ -282,11 +283,17 @@ def _xdna2_layout(
     return chunked, regions, refusals
 
 
-def _code_bytes(program: Program, job: TileOp, sizes: CodeSize | None) -> int:
-    """The target's estimate of the program memory of ``job``'s core (0 without a table)."""
+def _code_bytes(
+    program: Program, job: TileOp, sizes: CodeSize | None, seen: dict[tuple[Prim, ...], int]
+) -> int:
+    """The target's estimate of the program memory of ``job``'s core (0 without a table);
+    ``seen`` holds the estimates made so far (a program has few distinct kernels)."""
     if sizes is None:
         return 0
-    return sizes.estimate(tuple(program.eqns[i].prim for i in job.eqns))
+    prims = tuple(program.eqns[i].prim for i in job.eqns)
+    if prims not in seen:
+        seen[prims] = sizes.estimate(prims)
+    return seen[prims]
 
 
 def _tensor_refusal(at: int, prim: str, job: TileOp, limits: RegionLimits) -> Refusal | None:
