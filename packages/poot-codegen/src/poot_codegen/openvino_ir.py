@@ -25,13 +25,16 @@ reduce_sum/max         reduce_sum/reduce_max, keep_dims False (no axes: an ident
 gather                 gather(axis), batch_dims 0 (negative indices count from the end)
 transpose reshape      transpose, reshape (special_zero False)
 broadcast_in_dim       broadcast EXPLICIT, axes_mapping = dims
-slice                  slice (opset8: start, stop, step over every axis)
+slice                  strided_slice (opset1: begin, end, stride over every axis, no masks)
 concat matmul          concat, matmul (no transposes)
 iota                   a Constant range along the axis, broadcast EXPLICIT to the shape
-dynamic_update_slice   scatter_nd_update with a full index grid whose start is clamped to
+dynamic_update_slice   scatter_nd_update (opset4, v3) with a full index grid whose start is clamped to
                        [0, dim - update_dim] as XLA does (a Constant grid for literal starts)
 a scalar Literal       a Constant of its dtype and exact bit pattern (NaN payload, -0 kept)
 =====================  ===================================================================
+
+Versions: every op emitted without emulation is one the NPU compiler's frontend imports
+(``npu_frontend_ops.ACCEPTED``, read from its source; ``op_census`` lists a model's).
 
 A result whose value is an argument, or is already another result, goes through an identity
 convert (``out:<name>:pass``): the CPU plugin merges the tensor names of results that share a
@@ -70,6 +73,8 @@ from typing import Any, Final, Literal, NamedTuple, TypeAlias, cast
 
 import numpy as np
 import openvino as ov
+import openvino.opset1 as opset1
+import openvino.opset4 as opset4
 import openvino.opset16 as ops
 from poot_ir.core import (
     BroadcastParams,
@@ -100,6 +105,7 @@ __all__ = [
     "deserialize",
     "lower",
     "model_signature",
+    "op_census",
     "program_result_name",
     "result_tensor_name",
     "serialize",
@@ -186,6 +192,14 @@ def model_signature(model: Any) -> tuple[ArgSignature, ...]:
     return tuple(entry(p, "in") for p in model.inputs) + tuple(
         entry(p, "out") for p in model.outputs
     )
+
+
+def op_census(model: Any) -> set[tuple[str, str]]:
+    """Every (op type, op version) in ``model``, as the IR's ``type`` and ``version`` say."""
+    return {
+        (str(n.get_type_info().name), str(n.get_type_info().version_id))
+        for n in model.get_ordered_ops()
+    }
 
 
 def serialize(model: Any) -> tuple[bytes, bytes]:
@@ -391,14 +405,17 @@ def _broadcast(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
 
 
 def _slice(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    # StridedSlice-1, not Slice-8: the NPU compiler's frontend has no Slice parser
+    # (npu_frontend_ops). No masks: begin, end and stride are given for every axis.
     p = cast(SliceParams, e.params)
-    axes = range(len(p.start))
-    return ops.slice(
+    no_mask = [0] * len(p.start)
+    return opset1.strided_slice(
         xs[0],
         _i64(p.start, f"{name}:start"),
         _i64(p.limit, f"{name}:stop"),
         _i64(p.strides, f"{name}:step"),
-        _i64(axes, f"{name}:axes"),
+        no_mask,
+        no_mask,
         name=name,
     )
 
@@ -444,7 +461,9 @@ def _dynamic_update_slice(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
             )
         start = ops.concat(cols, 0, name=f"{name}:start")
         index = ops.add(_const(grid, f"{name}:grid"), start, name=f"{name}:index")
-    return ops.scatter_nd_update(xs[0], index, xs[1], name=name)
+    # ScatterNDUpdate-3 (opset4), the only version the NPU compiler's frontend imports
+    # (npu_frontend_ops); for reduction none it gives what opset15's does.
+    return opset4.scatter_nd_update(xs[0], index, xs[1], name=name)
 
 
 _RULES: Final[dict[Prim, Rule]] = {
