@@ -703,3 +703,25 @@ def test_reduce_max_of_an_empty_axis_is_the_lowest_value(dtype: DType) -> None:
     for emulate in (False, True) if dtype is DType.F16 else (False,):
         got = run(program, {"x": xs}, emulate=emulate)["m"]
         assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+def test_emulation_carries_f32_as_the_npu_compiler_does() -> None:
+    """An un-narrowed F32 graph on the stand-in differs from exact F32 as it would on the NPU,
+    whose compiler converts every F32 tensor to FP16: a transpose rounds (1e5 becomes inf), an
+    F32 add rounds, and a splat literal beyond 65504 is clamped to 65504, not made infinite."""
+    b = Builder("f32_moves")
+    x = b.slot("x", DType.F32, (2, 3))
+    b.output("t", b.transpose(x, (1, 0)))
+    b.output("s", b.add(x, 1e5))
+    p = b.build()
+    x_in = np.array([[1.0001, 1e5, -3.0], [2049.0, 0.1, -65504.0]], np.float32)
+    got = run(p, {"x": x_in}, emulate=True)
+    with np.errstate(over="ignore"):
+        fp16 = x_in.astype(np.float16).astype(np.float32)
+        s = (fp16 + np.float32(65504.0)).astype(np.float16).astype(np.float32)
+    assert_bits(got["t"], fp16.T)
+    assert np.isinf(got["t"][1, 0])
+    assert_bits(got["s"], s)
+    assert got["s"][1, 2] == 0.0  # -65504 + 65504: the literal was clamped, not infinite
+    exact = run(p, {"x": x_in})  # without emulation the CPU plugin keeps F32
+    assert_bits(exact["t"], x_in.T)

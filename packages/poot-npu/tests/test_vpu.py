@@ -34,6 +34,7 @@ from poot_ir import (
     DType,
     NarrowingRangeInput,
     NarrowingRangeResult,
+    NarrowingRangeUpload,
     NarrowStorage,
     Prim,
     Program,
@@ -279,7 +280,8 @@ PROGRAMS: dict[str, Callable[[], Program]] = {
 @pytest.mark.parametrize("name", list(PROGRAMS))
 def test_verified_programs_bit_exact_on_integers(engine: Engine, name: str) -> None:
     program = PROGRAMS[name]()
-    assert plan(program, TARGET.name).narrowing is None
+    # only f32_boundary has F32 arguments and results, which the NPU carries as FP16
+    assert (plan(program, TARGET.name).narrowing is not None) == (name == "f32_boundary")
     run_checked(engine, program, steps=4)
 
 
@@ -328,6 +330,38 @@ def test_f32_range_boundary(engine: Engine) -> None:
         engine.step(entry, {"x": x, "y": y})
     assert (res.value.argument, res.value.element) == ("z", (0, 1))
     assert vpu.runs == runs + 1  # it ran, and its result was refused
+
+
+def _f32_gather() -> Program:
+    b = Builder("f32_gather")
+    table = b.weight("table", DType.F32, [4, 3])
+    b.output("rows", b.gather(table, b.slot("idx", DType.I32, [2]), 0))
+    b.output("t", b.transpose(b.slot("x", DType.F32, [2, 3]), [1, 0]))
+    return b.build()
+
+
+def test_f32_data_movement_is_fp16_and_range_checked(engine: Engine) -> None:
+    """F32 data movement is FP16 on the NPU (ConvertPrecisionToFP16): the plan publishes
+    NarrowStorage, values come back FP16-rounded (numpy's rounding, independent of the code),
+    65504 runs, and 1e5 is refused on upload and as an input."""
+    program = _f32_gather()
+    assert isinstance(plan(program, TARGET.name).numerics, NarrowStorage)
+    table = np.array([[1.0001, -2.5, 65504.0], [3.14159, 0.1, -65504.0]] * 2, np.float32)
+    entry = engine.add_entry(program, engine.load_weights({"table": table}))
+    x = np.array([[1e-3, 2049.0, -7.77], [0.0, 1.0 / 3.0, 60000.5]], np.float32)
+    got = engine.step(entry, {"idx": np.array([1, 0], np.int32), "x": x})
+    fp16 = lambda a: a.astype(np.float16).astype(np.float32)  # noqa: E731
+    np.testing.assert_array_equal(got["rows"], fp16(table[[1, 0]]))
+    np.testing.assert_array_equal(got["t"], fp16(x.T))
+    assert got["rows"][1, 0] == 1.0 and got["t"][1, 0] == 2048.0  # rounded, not carried
+    big = table.copy()
+    big[2, 1] = 1e5
+    with pytest.raises(NarrowingRangeUpload):
+        engine.load_weights({"table": big})
+    x[1, 2] = 1e5
+    with pytest.raises(NarrowingRangeInput) as err:
+        engine.step(entry, {"idx": np.array([1, 0], np.int32), "x": x})
+    assert (err.value.argument, err.value.element) == ("x", (1, 2))
 
 
 def test_runtime_window_out_of_range_refused_before_the_replay(engine: Engine) -> None:

@@ -149,20 +149,34 @@ def test_a_convert_the_boundary_already_made_disappears() -> None:
     assert narrowed.outputs[0].var.dtype is F16
 
 
-def test_f32_data_movement_alone_is_not_narrowed() -> None:
-    """Data movement is bit exact in any width: an F32 program with no arithmetic runs as F32."""
+def test_f32_data_movement_is_narrowed_as_the_npu_compiler_does() -> None:
+    """The NPU compiler carries every F32 tensor as FP16 (ConvertPrecisionToFP16), data
+    movement included: an F32 program with no arithmetic is narrowed and published as
+    NarrowStorage, and its values come back FP16-rounded."""
     b = Builder("moves")
     x = b.slot("x", F32, (4, 8))
     t = b.transpose(x, (1, 0))
     b.output("y", b.concat([b.slice(t, (0, 0), (2, 4)), b.reshape(x, (8, 4))], 0))
     source = b.build()
     p = intel(source)
-    assert p.admitted and p.narrowing is None and p.program == source
-    assert isinstance(p.numerics, Exact)
-    bits = np.array([0.0, -0.0, np.nan, 1e30, -1e-40] * 7, np.float32)[:32].reshape(4, 8)
-    got = evaluate(p.program, {"x": bits})["y"]
-    want = np.concatenate([bits.T[:2], bits.reshape(8, 4)], 0)
+    assert p.admitted and p.narrowing == CONTRACT
+    assert isinstance(p.numerics, NarrowStorage)
+    assert [e.prim for e in p.program.eqns][0] is Prim.CONVERT
+    assert {e.out.dtype for e in p.program.eqns[1:-1]} == {F16}
+    vals = np.array([0.0, -0.0, 1.0001, 65504.0, -3.14159] * 7, np.float32)[:32].reshape(4, 8)
+    got = evaluate(p.program, {"x": vals})["y"]
+    rounded = vals.astype(np.float16).astype(np.float32)  # numpy's FP16 rounding, independent
+    want = np.concatenate([rounded.T[:2], rounded.reshape(8, 4)], 0)
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype", [DType.I32, DType.BF16, DType.BOOL], ids=lambda d: d.value)
+def test_data_movement_in_widths_the_npu_keeps_is_not_narrowed(dtype: DType) -> None:
+    b = Builder("moves")
+    b.output("y", b.transpose(b.slot("x", dtype, (4, 8)), (1, 0)))
+    p = intel(b.build())
+    assert p.admitted and p.narrowing is None and p.program == p.source
+    assert isinstance(p.numerics, Exact)
 
 
 def test_an_f16_program_is_not_narrowed() -> None:

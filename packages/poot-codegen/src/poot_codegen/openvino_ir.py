@@ -40,8 +40,13 @@ A result whose value is an argument, or is already another result, goes through 
 convert (``out:<name>:pass``): the CPU plugin merges the tensor names of results that share a
 producer, and a parameter's tensor name would be overwritten by the result's.
 
-F16 emulation (``emulate_f16=True``) is for the CPU stand-in only: every F16 value is carried
-as f32 inside the graph (an F16 parameter converted to f32 on entry, an F16 result back to f16
+F16 emulation (``emulate_f16=True``) is for the CPU stand-in only. It models what the NPU
+compiler does to F32 as well (``ConvertPrecisionToFP16``, see ``poot_planner.narrowing``): an
+F32 parameter is rounded to FP16 on entry, every F32 value an equation computes is rounded to
+FP16, and an F32 literal is its FP16 value (a finite one beyond 65504 clamped to 65504, as the
+compiler clamps splat constants); a narrowed program has no F32 inside, so this matters only
+for a graph lowered from an un-narrowed plan, which then differs on the stand-in as it would on
+the NPU. And every F16 value is carried as f32 inside the graph (an F16 parameter converted to f32 on entry, an F16 result back to f16
 on exit, F16 literals and iotas as f32 constants holding the FP16 value), and each equation that
 computes a new F16 value is rounded to FP16 in the graph by ``openvino_f16``, whose docstring
 says how, what that proves and what it does not.
@@ -65,6 +70,7 @@ Compile the stand-in with ``CPU_STANDIN_CONFIG`` on the explicit ``"CPU"`` devic
 
 from __future__ import annotations
 
+import math
 import re
 import tempfile
 from collections.abc import Callable, Sequence
@@ -232,6 +238,8 @@ def lower(program: Program, *, emulate_f16: bool = False) -> Any:
         node = p.output(0)
         if g.emulated(a.var.dtype):
             node = ops.convert(p, ov.Type.f32, name=f"in:{a.name}:f32").output(0)
+        elif g.npu_f32(a.var.dtype):  # the NPU's F32 -> FP16 convert on entry
+            node = openvino_f16.round_to_f16(node, f"in:{a.name}:f16").output(0)
         g.env[a.var.id] = node
     for i, e in enumerate(program.eqns):
         rule = _RULES.get(e.prim)
@@ -240,8 +248,8 @@ def lower(program: Program, *, emulate_f16: bool = False) -> Any:
         name = f"e{i}:{e.prim.value}"
         xs = [g.atom(a, f"{name}:lit{k}") for k, a in enumerate(e.inputs)]
         out = rule(g, e, xs, name)
-        if g.emulated(e.out.dtype):
-            out = openvino_f16.round_result(e, xs, out, name)
+        if g.emulated(e.out.dtype) or g.npu_f32(e.out.dtype):
+            out = openvino_f16.round_result(e, xs, out, name, f32_is_fp16=g.emulate_f16)
         g.env[e.out.id] = out.output(0) if hasattr(out, "output") else out
     results = []
     claimed = {a.var.id for a in program.args}
@@ -269,6 +277,11 @@ class _Graph:
     def emulated(self, dtype: DType) -> bool:
         return self.emulate_f16 and dtype is DType.F16
 
+    def npu_f32(self, dtype: DType) -> bool:
+        """An F32 value in emulation: the NPU compiler carries it as FP16 (module docstring),
+        so the stand-in holds the FP16 value in f32."""
+        return self.emulate_f16 and dtype is DType.F32
+
     def carried(self, dtype: DType) -> DType:
         """The element type a value of ``dtype`` has inside the graph."""
         return DType.F32 if self.emulated(dtype) else dtype
@@ -276,8 +289,8 @@ class _Graph:
     def atom(self, a: Var | PootLiteral, name: str) -> Node:
         if isinstance(a, Var):
             return self.env[a.id]
-        if self.emulated(a.dtype):
-            return _const(np.array(a.value, np.float16).astype(np.float32), name)
+        if self.emulated(a.dtype) or self.npu_f32(a.dtype):
+            return _const(_fp16_splat(a.as_float()), name)
         return _bits_const(a.bits, a.dtype, name)
 
     def array_const(self, values: np.ndarray[Any, Any], dtype: DType, name: str) -> Node:
@@ -288,9 +301,23 @@ class _Graph:
         bits = exact.view(dtype.bits_dtype)
         if self.emulated(dtype):
             return _const(exact.astype(np.float32), name)
+        if self.npu_f32(dtype):
+            return _const(exact.astype(np.float16).astype(np.float32), name)
         t = ov.Tensor(_OV_TYPE[dtype], list(values.shape))
         t.data.view(dtype.bits_dtype)[...] = bits
         return _named(ov.op.Constant(t), name)
+
+
+def _fp16_splat(value: float) -> np.ndarray[Any, Any]:
+    """A scalar literal as the NPU compiler carries it, in f32: its FP16 value, except that a
+    finite literal beyond FP16's range is clamped to +-65504 rather than made infinite
+    (npu_compiler ``convert_precision_to_fp16.cpp``, ``clampF16Splat``: "Splat floating-point
+    constants must be clamped, not converted")."""
+    with np.errstate(over="ignore"):
+        half = np.float16(value)
+    if np.isinf(half) and math.isfinite(value):
+        half = np.float16(math.copysign(65504.0, value))
+    return np.asarray(half.astype(np.float32))
 
 
 def _named(node: Node, name: str) -> Node:

@@ -71,8 +71,19 @@ def operating_dtype(e: Eqn) -> DType:
 
 
 def needs_narrowing(program: Program) -> bool:
-    """True when the program does F32 arithmetic (data movement alone is carried exactly)."""
-    return any(e.prim in ARITHMETIC and operating_dtype(e) is DType.F32 for e in program.eqns)
+    """True when the program has an F32 argument or result, or does F32 arithmetic.
+
+    Data movement counts: the NPU compiler converts every F32 tensor of the graph to FP16
+    (openvinotoolkit/npu_compiler ``src/vpux_compiler/src/dialect/IE/transforms/passes/
+    convert_precision_to_fp16.cpp``: F32, F64 and signless i8 become f16, on by default through
+    ``enableConvertPrecisionToFP16``), so an F32 gather, transpose, slice or concat returns FP16
+    values; I32 and BF16 keep their width there (BOOL, an i8, round-trips through FP16)."""
+    wide = DType.F32
+    if any(a.var.dtype is wide for a in program.args):
+        return True
+    if any(v.dtype is wide for _, v in program.results()):
+        return True
+    return any(e.prim in ARITHMETIC and operating_dtype(e) is wide for e in program.eqns)
 
 
 def literal_refusals(program: Program, contract: NarrowingContract) -> list[Refusal]:

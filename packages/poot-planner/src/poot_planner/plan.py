@@ -8,7 +8,7 @@ for a caller that needs the program to run). The steps:
    target's own rules: XDNA2 row kernels with derived bounds (``rowfusion``), Intel literal
    rules (``narrowing``).
 2. The target's passes on an admitted program: ``narrow_to_device_precision`` first for a
-   target with a narrowing contract and a program doing F32 arithmetic.
+   target with a narrowing contract and a program with F32 data (``needs_narrowing``).
 3. XDNA2: one tile job per admitted equation or row kernel (``tiles``), grouped into regions
    under the measured bounds (``regions``), at most one per hardware context.
 4. The published numerics class.
