@@ -161,7 +161,7 @@ def test_f32_data_movement_is_narrowed_as_the_npu_compiler_does() -> None:
     p = intel(source)
     assert p.admitted and p.narrowing == CONTRACT
     assert isinstance(p.numerics, NarrowStorage)
-    assert [e.prim for e in p.program.eqns][0] is Prim.CONVERT
+    assert p.program.eqns[0].prim is Prim.CONVERT
     assert {e.out.dtype for e in p.program.eqns[1:-1]} == {F16}
     vals = np.array([0.0, -0.0, 1.0001, 65504.0, -3.14159] * 7, np.float32)[:32].reshape(4, 8)
     got = evaluate(p.program, {"x": vals})["y"]
