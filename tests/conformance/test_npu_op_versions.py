@@ -8,10 +8,14 @@ the table read from the NPU compiler's own dispatch map.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from poot_codegen import npu_frontend_ops, openvino_ir
-from poot_ir import DType
-from poot_planner import TARGETS, Capability, plan
+from poot_ir import Builder, DType
+from poot_planner import TARGETS, Capability, Plan, plan
+from poot_planner.fp16_guards import Guard
+from poot_planner.narrowing import intermediate_guards
 
 from conformance.test_capabilities import _program
 
@@ -32,8 +36,31 @@ def test_every_admitted_capability_lowers_to_ops_the_npu_compiler_imports(
     program = _program(cap, dtype)
     assert program is not None
     planned = plan(program, _NPU).check()
-    model = openvino_ir.lower(planned.program)
+    model = openvino_ir.lower(planned.program, guards=_guards(planned))
     assert npu_frontend_ops.outside_table(openvino_ir.op_census(model)) == []
+
+
+def _guards(planned: Plan) -> tuple[tuple[int, Guard], ...]:
+    if planned.narrowing is None:
+        return ()
+    return intermediate_guards(planned.source, planned.narrowing)
+
+
+def test_the_fp16_guard_uses_only_ops_the_npu_compiler_imports() -> None:
+    b = Builder("guarded")
+    x = b.slot("x", DType.F32, (3, 4))
+    m = b.max(b.sub(x, 1e9), x)  # a sentinel check
+    q = b.div(x, b.mul(x, x))  # an overflow check
+    s = b.reduce_sum(b.add(b.max(x, -math.inf), m), 1)  # a fresh check (inherited infinity)
+    b.output("y", b.add(b.reduce_sum(q, 1), s))
+    planned = plan(b.build(), _NPU).check()
+    guards = _guards(planned)
+    assert {g.kind.value for _, g in guards} == {"overflow", "sentinel"}
+    assert any(g.fresh for _, g in guards)
+    model = openvino_ir.lower(planned.program, guards=guards)
+    census = openvino_ir.op_census(model)
+    assert ("ReduceLogicalAnd", "opset1") in census
+    assert npu_frontend_ops.outside_table(census) == []
 
 
 def test_the_table_catches_the_versions_the_npu_compiler_lacks() -> None:

@@ -33,6 +33,7 @@ from poot_ir import (
     DispatchRefused,
     DType,
     NarrowingRangeInput,
+    NarrowingRangeIntermediate,
     NarrowingRangeResult,
     NarrowingRangeUpload,
     NarrowStorage,
@@ -362,6 +363,61 @@ def test_f32_data_movement_is_fp16_and_range_checked(engine: Engine) -> None:
     with pytest.raises(NarrowingRangeInput) as err:
         engine.step(entry, {"idx": np.array([1, 0], np.int32), "x": x})
     assert (err.value.argument, err.value.element) == ("x", (1, 2))
+
+
+def _quotient() -> Program:
+    b = Builder("quotient")
+    x, acc = b.slot("x", DType.F32, [3]), b.state("acc", DType.F32, [3])
+    q = b.div(x, b.mul(x, x))
+    b.output("q", q)
+    b.update(acc, b.add(acc, q))
+    return b.build()
+
+
+def test_an_intermediate_fp16_overflow_is_refused_naming_the_equation(engine: Engine) -> None:
+    """x / (x * x) at x = 300: the FP16 square is inf and the quotient 0 (the oracle: 0.0033),
+    while every argument and result is in range. The graph's own flag refuses it."""
+    program = _quotient()
+    entry = engine.add_entry(program)
+    x = np.array([2.0, -4.0, 0.5], np.float32)
+    got = engine.step(entry, {"x": x})
+    np.testing.assert_array_equal(got["q"], np.float32(1.0) / x)
+    bad = np.array([2.0, 300.0, 0.5], np.float32)
+    with np.errstate(over="ignore"):  # the independent reason: FP16 squares 300 to inf
+        assert np.isinf(np.float16(300.0) * np.float16(300.0))
+    assert abs(evaluate(program, {"x": bad, "acc": got["acc"]})["q"][1] - 1 / 300) < 1e-6
+    with pytest.raises(NarrowingRangeIntermediate) as err:
+        engine.step(entry, {"x": bad})
+    assert (err.value.eqn, err.value.primitive, err.value.check) == (0, "mul", "overflow")
+    # nothing was committed: the state is what the good step left
+    again = engine.step(entry, {"x": x})
+    np.testing.assert_array_equal(again["acc"], 2 * (np.float32(1.0) / x))
+
+
+def test_without_the_guard_the_overflow_passes_silently(tmp_path: Path) -> None:
+    """The other side: the guard is what refuses it (the stand-in returns 0 like the NPU)."""
+    with Engine(VpuDevice("CPU", overflow_guard=False), tmp_path) as engine:
+        entry = engine.add_entry(_quotient())
+        got = engine.step(entry, {"x": np.array([2.0, 300.0, 0.5], np.float32)})
+    assert got["q"][1] == 0.0
+
+
+def test_a_saturated_sentinel_runs_only_while_it_dominates(engine: Engine) -> None:
+    """exp(-(x + 1e5)): the literal saturates to 65504. Where the device's sum stays at or
+    beyond 65504 the F32 sum is beyond range too and exp gives the oracle's 0; at x = -40000
+    the device's sum is 25504 (F32: 60000), and the step is refused, not returned."""
+    b = Builder("sentinel")
+    x = b.slot("x", DType.F32, [3])
+    b.output("y", b.exp(b.neg(b.add(x, 1e5))))
+    program = b.build()
+    entry = engine.add_entry(program)
+    ok = np.array([0.0, 100.0, 65504.0], np.float32)
+    got = engine.step(entry, {"x": ok})
+    np.testing.assert_array_equal(got["y"], evaluate(program, {"x": ok})["y"])  # zeros
+    bad = np.array([0.0, -40000.0, 1.0], np.float32)
+    with pytest.raises(NarrowingRangeIntermediate) as err:
+        engine.step(entry, {"x": bad})
+    assert (err.value.eqn, err.value.primitive, err.value.check) == (0, "add", "sentinel")
 
 
 def test_runtime_window_out_of_range_refused_before_the_replay(engine: Engine) -> None:

@@ -211,7 +211,16 @@ def f16_bits(v: float) -> int:
     ],
 )
 def test_an_additive_literal_beyond_the_range_saturates(body: Body, value: float) -> None:
-    source = unary_program(body)
+    # the sentinel's value may not be a result (fp16_guards): it masks, through max
+    probe = unary_program(body).eqns[0]
+    flips = probe.prim is Prim.SUB and isinstance(probe.inputs[1], Literal)
+    negative = (value < 0) != flips  # the side of the sum: x - 1e9 is far below the range
+
+    def masked(b: Builder, x: Var) -> Var:
+        s = body(b, x)
+        return b.max(s if negative else b.neg(s), x)
+
+    source = unary_program(masked)
     p = intel(source)
     assert p.admitted
     (lit,) = literals(p.program)
@@ -226,6 +235,7 @@ def test_an_additive_literal_beyond_the_range_saturates(body: Body, value: float
         want = lit16 + xs if prim is Prim.ADD else lit16 - xs
     else:
         want = xs + lit16 if prim is Prim.ADD else xs - lit16
+    want = np.maximum(want if negative else -want, xs)
     np.testing.assert_array_equal(got, np.asarray(want).astype(np.float32))
     assert np.isfinite(got).all()
 
@@ -286,6 +296,7 @@ def test_every_bad_literal_is_reported() -> None:
     assert [(r.eqn, r.fact("literal")) for r in p.refusals] == [
         (0, "nan"),
         (2, "1000000000.0"),
+        (2, None),  # and the sentinel's value into a mul (fp16_guards)
     ]
 
 
@@ -305,3 +316,65 @@ def test_integer_to_float_is_refused_in_a_narrowed_program() -> None:
     (r,) = intel(b.build()).refusals
     assert r.kind is RefusalKind.INTEGER_TO_FLOAT
     assert r.facts == (("from", "i32"), ("to", "f32"), ("exact_up_to", 2048))
+
+
+# -- in-graph guards and the sentinel rule (fp16_guards) -------------------------------------
+
+
+def _guards(source: Program) -> list[tuple[int, str, str, int]]:
+    from poot_planner.narrowing import intermediate_guards
+
+    return [
+        (g.eqn, g.primitive, g.kind.value, g.side) for _, g in intermediate_guards(source, CONTRACT)
+    ]
+
+
+def test_an_intermediate_that_feeds_another_equation_is_guarded() -> None:
+    # x / (x * x): the square is guarded; the quotient is a result (checked on the host)
+    p = intel(unary_program(lambda b, x: b.div(x, b.mul(x, x))))
+    assert p.admitted
+    assert _guards(p.source) == [(0, "mul", "overflow", 0)]
+    # an F16 program's arithmetic is the oracle's own FP16: nothing to guard, nothing narrowed
+    b = Builder("f16")
+    x16 = b.slot("x", F16, (4,))
+    b.output("y", b.div(x16, b.mul(x16, x16)))
+    assert intel(b.build()).narrowing is None
+
+
+def test_a_dominated_sentinel_may_mask() -> None:
+    """exp(-(x + 1e5)) and max(x - 1e9, x): admitted, each sentinel add checked for dominance
+    on its side."""
+    p = intel(unary_program(lambda b, x: b.exp(b.neg(b.add(x, 1e5)))))
+    assert p.admitted and _guards(p.source) == [(0, "add", "sentinel", 1)]
+    p = intel(unary_program(lambda b, x: b.max(b.sub(x, 1e9), x)))
+    assert p.admitted and _guards(p.source) == [(0, "sub", "sentinel", -1)]
+
+
+@pytest.mark.parametrize(
+    ("body", "eqn", "use"),
+    [
+        (lambda b, x: b.mul(b.add(x, 1e5), 2.0), 1, "a dominated value into mul"),
+        (lambda b, x: b.ge(b.add(x, -1e5), x), 1, "a dominated value into ge"),
+        (lambda b, x: b.exp(b.add(x, 1e5)), 1, "a dominated value into exp"),
+        (
+            lambda b, x: b.sub(b.add(x, 1e5), b.add(x, 1e5)),
+            2,
+            "an add of values dominated on opposite sides",
+        ),
+    ],
+)
+def test_a_dominated_sentinel_elsewhere_is_refused(body: Body, eqn: int, use: str) -> None:
+    p = intel(unary_program(body))
+    (r,) = p.refusals
+    assert (r.kind, r.eqn, r.fact("use")) == (RefusalKind.NARROWING_RANGE, eqn, use)
+
+
+def test_a_sentinel_value_as_a_result_is_refused() -> None:
+    """x + 100000 at x = -40000 would return 25504 (the F32 sum is 60000): as a result the
+    sentinel's value is refused when planning, whatever x is."""
+    p = intel(unary_program(lambda b, x: b.add(x, 100000.0)))
+    (r,) = p.refusals
+    assert (r.kind, r.fact("result")) == (RefusalKind.NARROWING_RANGE, "y")
+    x = np.array([-40000.0], np.float32)
+    assert float(x[0] + np.float32(1e5)) == 60000.0  # what F32 says
+    assert float(np.float16(x[0]) + np.float16(65504.0)) == 25504.0  # what FP16 would return

@@ -100,8 +100,9 @@ from poot_ir.core import (
 from poot_ir.core import Literal as PootLiteral
 from poot_ir.dtypes import DType
 from poot_ir.errors import NoLowering
+from poot_planner.fp16_guards import Guard
 
-from poot_codegen import openvino_f16
+from poot_codegen import openvino_f16, openvino_guard
 
 __all__ = [
     "CPU_STANDIN_CONFIG",
@@ -226,10 +227,19 @@ def deserialize(xml: bytes, weights: bytes) -> Any:
         return ov.Core().read_model(str(path), config={"ENABLE_MMAP": False})
 
 
-def lower(program: Program, *, emulate_f16: bool = False) -> Any:
-    """``program`` as one ``ov.Model`` (see the module docstring). Raises ``NoLowering`` for an
-    equation this generator has no rule for."""
+def lower(
+    program: Program,
+    *,
+    emulate_f16: bool = False,
+    guards: Sequence[tuple[int, Guard]] = (),
+) -> Any:
+    """``program`` as one ``ov.Model`` (see the module docstring). ``guards`` (from
+    ``poot_planner.narrowing.intermediate_guards``, by equation of ``program``) add the guard
+    result after the program's (``openvino_guard``). Raises ``NoLowering`` for an equation
+    this generator has no rule for."""
     g = _Graph(emulate_f16)
+    guarded = {at: guard for at, guard in guards}
+    checks: list[tuple[Guard, Eqn, Node, list[Node]]] = []
     params = []
     for a in program.args:
         p = ops.parameter(list(a.var.shape), _OV_TYPE[a.var.dtype], name=a.name)
@@ -251,6 +261,8 @@ def lower(program: Program, *, emulate_f16: bool = False) -> Any:
         if g.emulated(e.out.dtype) or g.npu_f32(e.out.dtype):
             out = openvino_f16.round_result(e, xs, out, name, f32_is_fp16=g.emulate_f16)
         g.env[e.out.id] = out.output(0) if hasattr(out, "output") else out
+        if i in guarded:
+            checks.append((guarded[i], e, g.env[e.out.id], xs))
     results = []
     claimed = {a.var.id for a in program.args}
     for rname, var in program.results():
@@ -264,6 +276,9 @@ def lower(program: Program, *, emulate_f16: bool = False) -> Any:
         r = ops.result(node, name=tensor)
         r.output(0).get_tensor().set_names({tensor})
         results.append(r)
+    if checks:
+        carrier = np.float32 if emulate_f16 else np.float16
+        results.append(openvino_guard.guard_result(checks, carrier))
     return ov.Model(results, params, program.name)
 
 

@@ -23,6 +23,13 @@ The artifact:
   a missing one on stale memory, so only this comparison catches a compiler that changed one.
   A port no poot type can describe is ``SignatureMismatch`` here.
 
+The FP16 guard. A narrowed graph (``plan.narrowing``) is lowered with the in-graph guards of
+``poot_planner.fp16_guards``: one extra boolean result after the program's, named by the
+equations it checks, which is not part of the artifact's signature. After every run, before any
+output is copied, a set flag is ``NarrowingRangeIntermediate`` naming the source equation (an
+intermediate that overflowed FP16, or a saturated sentinel that stopped dominating); the engine
+then commits nothing. ``overflow_guard=False`` drops it, for the benchmark only.
+
 Buffers are host numpy arrays (the NPU addresses host memory). Each artifact has one infer
 request, made at load; a dispatch binds each input buffer to it once, as an ``ov.Tensor`` that
 shares the array's memory, so later writes into the buffer are what the next run reads. A
@@ -46,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import openvino as ov
-from poot_codegen import openvino_ir
+from poot_codegen import openvino_guard, openvino_ir
 from poot_engine.device import (
     ArgSpec,
     Artifact,
@@ -67,10 +74,13 @@ from poot_ir import (
     DeviceUnavailable,
     DispatchRefused,
     DType,
+    NarrowingRangeIntermediate,
     SignatureMismatch,
     TensorType,
     UnsupportedDevice,
 )
+from poot_planner.fp16_guards import Guard
+from poot_planner.narrowing import intermediate_guards
 
 if TYPE_CHECKING:
     from poot_planner import Plan
@@ -123,6 +133,8 @@ class _Loaded:
     compiled: Any
     request: Any
     n_in: int
+    #: the guard result's output port and the label of each of its flags, if it has one
+    guard: tuple[int, tuple[str, ...]] | None
     #: input port: the buffer id bound to it, the buffer's memory and the tensor sharing it
     bound: dict[int, tuple[int, np.ndarray, Any]] = field(default_factory=dict)
 
@@ -131,10 +143,12 @@ class VpuDevice(HostMemory):
     """The Intel NPU4 device (``"NPU"``) or its stand-in on OpenVINO's CPU plugin (``"CPU"``);
     see the module docstring. ``runs`` counts completed dispatches."""
 
-    def __init__(self, device: str = "NPU") -> None:
+    def __init__(self, device: str = "NPU", *, overflow_guard: bool = True) -> None:
         if device not in DEVICES:
             raise UnsupportedDevice(device, f"VpuDevice runs on {' or '.join(DEVICES)} only")
         self._device = device
+        # the in-graph FP16 guard of narrowed graphs (module docstring); off only to measure it
+        self._guard = overflow_guard
         self._name = f"VpuDevice({device})"
         self._core = ov.Core()
         why = _probe(self._core, device)
@@ -187,9 +201,13 @@ class VpuDevice(HostMemory):
         self._usable()
         if plan.target.name != TARGET:
             raise UnsupportedDevice(self._name, f"it runs {TARGET} plans, not {plan.target.name}")
-        model = openvino_ir.lower(plan.program, emulate_f16=self.stand_in)
+        guards: tuple[tuple[int, Guard], ...] = ()
+        if self._guard and plan.narrowing is not None:
+            guards = intermediate_guards(plan.source, plan.narrowing)
+        model = openvino_ir.lower(plan.program, emulate_f16=self.stand_in, guards=guards)
         data = frame_ir(*openvino_ir.serialize(model))
-        return ArtifactSource(data, _signature(openvino_ir.model_signature(model), self._name))
+        entries, _ = _split_guard(model)
+        return ArtifactSource(data, _signature(entries, self._name))
 
     def compile(self, source: ArtifactSource) -> bytes:
         self._usable()
@@ -211,13 +229,14 @@ class VpuDevice(HostMemory):
             compiled = self._core.import_model(blob, self._device, self._config)
         except RuntimeError as err:
             raise BlobRefused(self._name, str(err)) from None
-        sig = _signature(openvino_ir.model_signature(compiled), self._name)
+        entries, guard = _split_guard(compiled)
+        sig = _signature(entries, self._name)
         try:
             request = compiled.create_infer_request()
         except RuntimeError as err:
             raise BlobRefused(self._name, f"no infer request: {err}") from None
         artifact = Artifact(next_id(), sig)
-        self._loaded[artifact.id] = _Loaded(artifact, compiled, request, len(sig.inputs))
+        self._loaded[artifact.id] = _Loaded(artifact, compiled, request, len(sig.inputs), guard)
         return artifact
 
     def compiled_model(self, artifact: Artifact) -> Any:
@@ -256,10 +275,12 @@ class VpuDevice(HostMemory):
             self._poisoned = True
             self._failed.append((loaded, tuple(memory[b.id] for b in buffers)))
             raise DeadlineExceeded(deadline_s, f"{self._name} run of artifact {artifact.id}")
+        self.runs += 1
+        if loaded.guard is not None:
+            _check_guard(req, loaded.guard, self._name)
         for port, buf in enumerate(buffers[loaded.n_in :]):
             out, mem = req.get_output_tensor(port).data, memory[buf.id]
             np.copyto(mem, out if out.dtype == mem.dtype else out.view(mem.dtype), casting="no")
-        self.runs += 1
 
     def close(self) -> None:
         if self._closed:
@@ -321,6 +342,27 @@ def _identity(core: Any, device: str, config: dict[str, str], emulate: bool) -> 
         version += "".join(f"; {k}={v}" for k, v in compilers if v is not None)
     options = (*config.items(), ("emulate_f16", "true" if emulate else "false"))
     return DeviceIdentity(part, "openvino", version, tuple(sorted(options)))
+
+
+def _split_guard(model: Any) -> tuple[tuple[openvino_ir.ArgSignature, ...], Any]:
+    """The ports of ``model`` but its guard result, and the guard's (output port, labels)."""
+    entries = openvino_ir.model_signature(model)
+    for port, out in enumerate(model.outputs):
+        labels = openvino_guard.guard_labels({str(n) for n in out.get_names()})
+        if labels is not None:
+            drop = len(model.inputs) + port
+            return entries[:drop] + entries[drop + 1 :], (port, labels)
+    return entries, None
+
+
+def _check_guard(req: Any, guard: tuple[int, tuple[str, ...]], device: str) -> None:
+    """``NarrowingRangeIntermediate`` for the first flag the graph set (outputs are not yet
+    copied, so nothing of the refused run reaches a buffer)."""
+    port, labels = guard
+    flags = req.get_output_tensor(port).data
+    if flags.any():
+        eqn, prim, check = labels[int(np.argmax(flags))].split(".")
+        raise NarrowingRangeIntermediate(int(eqn), prim, check, device)
 
 
 def _signature(entries: tuple[openvino_ir.ArgSignature, ...], device: str) -> Signature:

@@ -32,6 +32,7 @@ from poot_ir.numerics import (
     ScaledSum,
 )
 
+from poot_planner.fp16_guards import OVERFLOW_RULE, SENTINEL_RULE
 from poot_planner.plan import plan
 from poot_planner.target import AxisRule, Capability, Target
 from poot_planner.targets import TARGETS
@@ -174,6 +175,9 @@ def _target_section(t: Target) -> list[str]:
                 ["normwise bound", render_bound(Normwise(n.normwise, n.floor))],
                 ["largest magnitude", _num(n.max_magnitude)],
                 ["measured on", n.measured_on],
+                ["F32 data", "every F32 argument or result is narrowed (FP16 inside the graph)"],
+                ["intermediate guard", OVERFLOW_RULE],
+                ["sentinel rule", SENTINEL_RULE],
             ],
         )
     if t.fused_steps:

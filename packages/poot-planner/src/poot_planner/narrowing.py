@@ -11,7 +11,8 @@ The literal rules (``literal_refusals``), exactly as the specification states th
 
 - an F32 literal FP16 cannot hold (beyond 65504) is refused (``NARROWING_RANGE``), unless it is
   an operand of an add or subtract: then a finite literal saturates to +-65504 (a mask
-  sentinel acting as an infinity); a multiplicative use stays refused;
+  sentinel acting as an infinity), under the sentinel rule of ``fp16_guards`` (its result is
+  refused unless the sentinel dominates it); a multiplicative use stays refused;
 - an infinite literal stays infinite; a NaN literal is refused;
 - an integer converted to a float is refused (``INTEGER_TO_FLOAT``: FP16 holds integers
   exactly only up to 2048), and a convert through BF16 or to an integer is unsupported.
@@ -38,11 +39,13 @@ from poot_ir import (
 )
 from poot_ir.core import COMPARISONS
 
+from poot_planner.fp16_guards import Guard, analyse
 from poot_planner.refusal import Refusal, RefusalKind
 from poot_planner.target import NarrowingContract
 
 __all__ = [
     "ARITHMETIC",
+    "intermediate_guards",
     "literal_refusals",
     "narrow_to_device_precision",
     "needs_narrowing",
@@ -118,6 +121,7 @@ def literal_refusals(program: Program, contract: NarrowingContract) -> list[Refu
                         ),
                     )
                 )
+    out.extend(analyse(program, limit).refusals)  # the sentinel rule (fp16_guards)
     return out
 
 
@@ -131,7 +135,23 @@ def _narrow_literal(a: Literal, prim: Prim, limit: float) -> Literal:
 def narrow_to_device_precision(program: Program, contract: NarrowingContract) -> Program:
     """The narrowed program (see the module). Call only on a program ``literal_refusals``
     accepts; the arguments and results keep their names, order and types."""
+    return _narrow(program, contract)[0]
+
+
+def intermediate_guards(
+    program: Program, contract: NarrowingContract
+) -> tuple[tuple[int, Guard], ...]:
+    """The in-graph guards of source ``program`` (``fp16_guards``), each with the index of the
+    equation of the narrowed program that computes the guarded value."""
+    at = _narrow(program, contract)[1]
+    found = analyse(program, contract.max_magnitude).guards
+    return tuple((at[g.eqn], g) for g in found if g.eqn in at)
+
+
+def _narrow(program: Program, contract: NarrowingContract) -> tuple[Program, dict[int, int]]:
+    """The narrowed program and, for each source equation it keeps, its index there."""
     wide, narrow = DType.F32, contract.device_dtype
+    at: dict[int, int] = {}
     next_id = 1 + max([a.var.id for a in program.args] + [e.out.id for e in program.eqns] + [-1])
     eqns: list[Eqn] = []
     env: dict[int, Atom] = {}
@@ -148,7 +168,7 @@ def narrow_to_device_precision(program: Program, contract: NarrowingContract) ->
         env[a.var.id] = (
             emit(Prim.CONVERT, (a.var,), ConvertParams(narrow)) if a.var.dtype is wide else a.var
         )
-    for e in program.eqns:
+    for i, e in enumerate(program.eqns):
         ins = tuple(
             env[a.id]
             if isinstance(a, Var)
@@ -164,6 +184,7 @@ def narrow_to_device_precision(program: Program, contract: NarrowingContract) ->
                 env[e.out.id] = ins[0]
                 continue
             params = ConvertParams(dst)
+        at[i] = len(eqns)
         env[e.out.id] = emit(e.prim, ins, params)
 
     def exit_value(v: Var) -> Var:
@@ -177,4 +198,4 @@ def narrow_to_device_precision(program: Program, contract: NarrowingContract) ->
     outputs = tuple(Output(o.name, exit_value(o.var)) for o in program.outputs)
     updates = tuple(Update(u.state, exit_value(u.var)) for u in program.updates)
     args = tuple(Arg(a.name, a.var, a.storage) for a in program.args)
-    return validate(Program(program.name, args, tuple(eqns), outputs, updates))
+    return validate(Program(program.name, args, tuple(eqns), outputs, updates)), at
