@@ -12,6 +12,7 @@ tolerance for exp, div and sqrt, and for a narrowed program also within the publ
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -703,3 +704,20 @@ def test_ir_frame_round_trips_and_refuses_anything_else() -> None:
 def test_poot_npu_imports_without_loading_openvino() -> None:
     code = "import sys, poot_npu; assert 'openvino' not in sys.modules, 'openvino loaded'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.npu_intel
+def test_identity_digests_the_loaded_npu_driver_and_compiler() -> None:
+    """On the NPU: the identity's library digests are those of the driver and compiler the
+    process actually mapped (after the probe's compile the driver has dlopened its compiler)."""
+    why = VpuDevice.probe("NPU")
+    if why is not None:
+        pytest.skip(f"hardware unavailable: {why}")
+    vpu = VpuDevice("NPU")
+    opts = dict(vpu.identity.options)
+    vpu.close()
+    maps = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()}
+    for stem in ("libze_intel_npu.so", "libnpu_driver_compiler.so", "libopenvino.so"):
+        (path,) = {p for p in maps if Path(p).name.startswith(stem)}
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        assert opts[f"lib {stem}"] == f"{Path(path).name} sha256:{digest}"

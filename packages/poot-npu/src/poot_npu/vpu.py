@@ -82,6 +82,8 @@ from poot_ir import (
 from poot_planner.fp16_guards import Guard
 from poot_planner.narrowing import intermediate_guards
 
+from poot_npu import vpu_identity
+
 if TYPE_CHECKING:
     from poot_planner import Plan
 
@@ -97,8 +99,6 @@ recorded in the identity) and the present device's platform; FP16 is the NPU's o
 
 _IR_MAGIC: Final = b"POOT-OPENVINO-IR-1\n"
 _CLOSE_GRACE_MS: Final = 1000
-_NPU_PART_KEYS: Final = ("DEVICE_ARCHITECTURE", "NPU_PLATFORM", "FULL_DEVICE_NAME")
-_NPU_COMPILER_KEYS: Final = ("NPU_COMPILER_TYPE", "NPU_COMPILER_VERSION", "NPU_DRIVER_VERSION")
 
 # Handle ids, shared by every VpuDevice and disjoint from CpuDevice's (which count from 1), so
 # an artifact or buffer of another device is never mistaken for one of ours.
@@ -151,11 +151,11 @@ class VpuDevice(HostMemory):
         self._guard = overflow_guard
         self._name = f"VpuDevice({device})"
         self._core = ov.Core()
-        why = _probe(self._core, device)
+        self._config = dict(openvino_ir.CPU_STANDIN_CONFIG if self.stand_in else NPU_CONFIG)
+        why = vpu_identity.probe(self._core, device, self._config)
         if why is not None:
             raise DeviceUnavailable(self._name, why)
-        self._config = dict(openvino_ir.CPU_STANDIN_CONFIG if self.stand_in else NPU_CONFIG)
-        self._identity = _identity(self._core, device, self._config, self.stand_in)
+        self._identity = vpu_identity.identity(self._core, device, self._config, self.stand_in)
         self._loaded: dict[int, _Loaded] = {}
         self._buffers = HostBuffers(self._name)
         self._failed: list[tuple[_Loaded, tuple[np.ndarray, ...]]] = []
@@ -165,10 +165,12 @@ class VpuDevice(HostMemory):
 
     @staticmethod
     def probe(device: str) -> str | None:
-        """None when OpenVINO has ``device`` here, else the reason it is unavailable."""
+        """None when ``device`` is here and compiles, else the reason it is unavailable
+        (``vpu_identity.probe``: on the NPU, a compiler that loads and a graph that runs)."""
         if device not in DEVICES:
             return f"VpuDevice runs on {' or '.join(DEVICES)}, not {device!r}"
-        return _probe(ov.Core(), device)
+        config = openvino_ir.CPU_STANDIN_CONFIG if device == "CPU" else NPU_CONFIG
+        return vpu_identity.probe(ov.Core(), device, dict(config))
 
     @property
     def stand_in(self) -> bool:
@@ -186,7 +188,7 @@ class VpuDevice(HostMemory):
     def describe(self) -> str:
         i = self._identity
         if self.stand_in:
-            cpu = _prop(self._core, "CPU", "FULL_DEVICE_NAME")
+            cpu = vpu_identity.prop(self._core, "CPU", "FULL_DEVICE_NAME")
             return (
                 f"{self._name}: hardware-free stand-in for the Intel NPU4: the same OpenVINO IR "
                 f"with in-graph FP16 rounding, compiled and run by OpenVINO {ov.get_version()}'s "
@@ -301,47 +303,6 @@ class VpuDevice(HostMemory):
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def _probe(core: Any, device: str) -> str | None:
-    try:
-        available = [str(d) for d in core.available_devices]
-    except RuntimeError as err:
-        return f"OpenVINO could not list its devices: {err}"
-    if not any(d == device or d.startswith(device + ".") for d in available):
-        return f"OpenVINO sees no {device}: available devices {available}"
-    return None
-
-
-def _prop(core: Any, device: str, key: str) -> str | None:
-    """A device property as text, or None where it cannot be read (without an NPU, every NPU
-    property but the compiler type raises ``RuntimeError``)."""
-    try:
-        value = core.get_property(device, key)
-    except RuntimeError:
-        return None
-    if key == "NPU_COMPILER_VERSION" and isinstance(value, int):
-        return f"{value >> 16}.{value & 0xFFFF}"
-    return str(getattr(value, "name", value))
-
-
-def _identity(core: Any, device: str, config: dict[str, str], emulate: bool) -> DeviceIdentity:
-    try:
-        plugin = str(core.get_versions(device)[device].build_number)
-    except (RuntimeError, KeyError):
-        plugin = "unknown"
-    version = f"{ov.get_version()}; {device} plugin {plugin}"
-    if device == "CPU":
-        cpu = _prop(core, "CPU", "FULL_DEVICE_NAME") or "an unnamed CPU"
-        arch = _prop(core, "CPU", "DEVICE_ARCHITECTURE") or "unknown"
-        part = f"{cpu} ({arch}), OpenVINO's CPU plugin standing in for an Intel NPU4"
-    else:
-        found = [(k, _prop(core, device, k)) for k in _NPU_PART_KEYS]
-        part = "NPU " + ", ".join(f"{k}={v}" for k, v in found if v is not None)
-        compilers = [(k, _prop(core, device, k)) for k in _NPU_COMPILER_KEYS]
-        version += "".join(f"; {k}={v}" for k, v in compilers if v is not None)
-    options = (*config.items(), ("emulate_f16", "true" if emulate else "false"))
-    return DeviceIdentity(part, "openvino", version, tuple(sorted(options)))
 
 
 def _split_guard(model: Any) -> tuple[tuple[openvino_ir.ArgSignature, ...], Any]:
