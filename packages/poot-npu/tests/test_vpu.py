@@ -421,6 +421,17 @@ def test_a_saturated_sentinel_runs_only_while_it_dominates(engine: Engine) -> No
     assert (err.value.eqn, err.value.primitive, err.value.check) == (0, "add", "sentinel")
 
 
+def test_a_computed_negative_divisor_divides_as_the_oracle(engine: Engine) -> None:
+    """x / -(y * y + 1): the NPU compiler would clamp a one-use divisor's producer to a positive
+    range (insertEpsilonClamp); the lowering's second use keeps it from doing so. On the NPU
+    this is the check that it did not."""
+    b = Builder("negdiv")
+    x, y = b.slot("x", F16, [4, 8]), b.slot("y", F16, [4, 8])
+    b.output("z", b.div(x, b.neg(b.add(b.mul(y, y), 1.0))))
+    outs = run_checked(engine, b.build(), prim=Prim.DIV)
+    assert all((o["z"] <= 0).sum() > 0 for o in outs)
+
+
 def test_runtime_window_out_of_range_refused_before_the_replay(engine: Engine) -> None:
     vpu = _vpu(engine)
     entry = engine.add_entry(_dus(True))

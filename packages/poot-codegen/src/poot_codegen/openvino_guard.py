@@ -26,7 +26,7 @@ from typing import Any, Final, TypeAlias
 
 import numpy as np
 import openvino.opset16 as ops
-from poot_ir import Eqn, Var
+from poot_ir import DType, Eqn, Prim, Program, Var
 from poot_planner.fp16_guards import Guard, GuardKind
 
 __all__ = ["GUARD_PREFIX", "guard_labels", "guard_result"]
@@ -35,6 +35,29 @@ Node: TypeAlias = Any
 
 GUARD_PREFIX: Final = "poot:guard:"
 _FP16_MAX: Final = 65504.0
+
+
+def clamped_divisors(program: Program) -> list[tuple[str, Var]]:
+    """The values the NPU compiler would clamp in front of a divide, each with its keep label.
+
+    npu_compiler ``convert_precision_to_fp16.cpp`` ``insertEpsilonClamp`` puts a Clamp to
+    [the smallest positive FP16, 65504] after a divisor's producer (after the producer of a
+    sqrt's operand, for a divisor that is a sqrt) when that producer has one use, is not a
+    constant, its first operand is not a constant and its result is FP16: a negative divisor
+    would become a tiny positive one and a zero one 2^-24. Giving such a value a second use (a
+    ``keep`` flag) keeps the compiler from inserting the clamp, so the NPU divides as the
+    oracle does. A parameter or a literal divisor has no producer and is never clamped."""
+    made = {e.out.id: e for e in program.eqns}
+    found: list[tuple[str, Var]] = []
+    for i, e in enumerate(program.eqns):
+        if e.prim not in (Prim.DIV, Prim.RECIP):
+            continue
+        d = e.inputs[-1]
+        if isinstance(d, Var) and d.id in made and made[d.id].prim is Prim.SQRT:
+            d = made[d.id].inputs[0]
+        if isinstance(d, Var) and d.id in made and d.dtype is DType.F16:
+            found.append((f"{i}.{e.prim.value}.keep", d))
+    return found
 
 
 def guard_labels(tensor_names: set[str] | frozenset[str]) -> tuple[str, ...] | None:
@@ -85,16 +108,30 @@ def _flag(g: Guard, e: Eqn, out: Node, xs: Sequence[Node], carrier: type, name: 
     return ops.logical_not(_all(ok, f"{name}.ok"), name=f"{name}.bad")
 
 
-def guard_result(checks: Sequence[tuple[Guard, Eqn, Node, Sequence[Node]]], carrier: type) -> Node:
+def guard_result(
+    checks: Sequence[tuple[Guard, Eqn, Node, Sequence[Node]]],
+    carrier: type,
+    keep: Sequence[tuple[str, Node]] = (),
+) -> Node:
     """The guard result: ``checks`` holds each guard with the narrowed equation it checks, the
     equation's value and its operands as the graph holds them; ``carrier`` is the numpy type
-    the graph carries FP16 in (float16 on the NPU, float32 on the stand-in)."""
-    flags = []
+    the graph carries FP16 in (float16 on the NPU, float32 on the stand-in). Each of ``keep``
+    (a label ``<eqn>.<prim>.keep`` and a value) adds a flag the device ignores, computed from
+    the value only to give it one more use (``clamped_divisors``)."""
+    flags, labels = [], []
     for g, e, out, xs in checks:
         name = f"guard.{g.label}"
         one = ops.constant(np.array([1], np.int64), name=f"{name}.one")
         flags.append(ops.reshape(_flag(g, e, out, xs, carrier, name), one, False, name=name))
-    tensor = GUARD_PREFIX + ",".join(g.label for g, *_ in checks)
+        labels.append(g.label)
+    for label, node in keep:
+        name = f"guard.{label}"
+        one = ops.constant(np.array([1], np.int64), name=f"{name}.one")
+        finite = _all(_finite(node, carrier, f"{name}.finite"), f"{name}.all")
+        used = ops.logical_not(finite, name=f"{name}.used")  # false as a rule: no work on the host
+        flags.append(ops.reshape(used, one, False, name=name))
+        labels.append(label)
+    tensor = GUARD_PREFIX + ",".join(labels)
     r = ops.result(ops.concat(flags, 0, name="guard.flags"), name=tensor)
     r.output(0).get_tensor().set_names({tensor})
     return r

@@ -276,9 +276,12 @@ def lower(
         r = ops.result(node, name=tensor)
         r.output(0).get_tensor().set_names({tensor})
         results.append(r)
-    if checks:
+    # on the NPU, a second use for every divisor its compiler would clamp (openvino_guard)
+    keep = [] if emulate_f16 else openvino_guard.clamped_divisors(program)
+    if checks or keep:
         carrier = np.float32 if emulate_f16 else np.float16
-        results.append(openvino_guard.guard_result(checks, carrier))
+        nodes = [(label, g.env[v.id]) for label, v in keep]
+        results.append(openvino_guard.guard_result(checks, carrier, nodes))
     return ov.Model(results, params, program.name)
 
 

@@ -322,8 +322,10 @@ def _check_guard(req: Any, guard: tuple[int, tuple[str, ...]], device: str) -> N
     port, labels = guard
     flags = req.get_output_tensor(port).data
     if flags.any():
-        eqn, prim, check = labels[int(np.argmax(flags))].split(".")
-        raise NarrowingRangeIntermediate(int(eqn), prim, check, device)
+        for label, flag in zip(labels, flags, strict=True):
+            eqn, prim, check = label.split(".")
+            if flag and check != "keep":  # a keep flag only gives a divisor a use
+                raise NarrowingRangeIntermediate(int(eqn), prim, check, device)
 
 
 def _signature(entries: tuple[openvino_ir.ArgSignature, ...], device: str) -> Signature:
