@@ -432,6 +432,19 @@ def test_a_computed_negative_divisor_divides_as_the_oracle(engine: Engine) -> No
     assert all((o["z"] <= 0).sum() > 0 for o in outs)
 
 
+def test_a_graph_the_cpu_snippets_refuse_still_compiles(engine: Engine) -> None:
+    """Two divides of one F32 weight by literals: OpenVINO's CPU snippets cannot allocate
+    registers for its emulation chain; the stand-in compiles it without snippets."""
+    b = Builder("two_divides")
+    a = b.weight("a0", DType.F32, [1, 1])
+    b.output("out0", b.div(a, 2.0))
+    b.output("out1", b.div(a, 0.5))
+    w = np.array([[3.0]], np.float32)
+    entry = engine.add_entry(b.build(), engine.load_weights({"a0": w}))
+    got = engine.step(entry, {})
+    assert (got["out0"][0, 0], got["out1"][0, 0]) == (1.5, 6.0)
+
+
 def test_runtime_window_out_of_range_refused_before_the_replay(engine: Engine) -> None:
     vpu = _vpu(engine)
     entry = engine.add_entry(_dus(True))

@@ -272,12 +272,43 @@ def test_a_literal_beyond_the_range_elsewhere_is_refused(body: Body, prim: str, 
 
 
 @pytest.mark.parametrize("value", [math.inf, -math.inf])
-@pytest.mark.parametrize("prim", ["add", "sub", "mul"])
-def test_an_infinite_literal_stays_infinite(value: float, prim: str) -> None:
-    p = intel(unary_program(lambda b, x: getattr(b, prim)(x, value)))
+def test_an_infinite_additive_literal_is_a_saturated_sentinel(value: float) -> None:
+    """The NPU compiler clamps an infinite splat constant to +-65504 (clampF16Splat), so an
+    infinite additive literal is carried exactly like a finite sentinel: saturated, and under
+    the sentinel rule (here it masks through max, on its - side)."""
+    side = -1.0 if value < 0 else 1.0
+
+    def body(b: Builder, x: Var) -> Var:
+        s = b.add(x, value)
+        return b.max(s if value < 0 else b.neg(s), x)
+
+    p = intel(unary_program(body))
     assert p.admitted
     (lit,) = literals(p.program)
-    assert lit.dtype is F16 and lit.as_float() == value
+    assert lit.dtype is F16 and lit.as_float() == side * 65504.0
+    assert _guards(p.source) == [(0, "add", "sentinel", int(side))]
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf])
+@pytest.mark.parametrize("prim", ["mul", "max", "div"])
+def test_an_infinite_literal_elsewhere_is_refused(value: float, prim: str) -> None:
+    p = intel(unary_program(lambda b, x: getattr(b, prim)(x, value)))
+    (r,) = p.refusals
+    assert (r.kind, r.eqn, r.primitive) == (RefusalKind.NARROWING_RANGE, 0, prim)
+    assert "65504" in str(r.fact("use"))
+
+
+@pytest.mark.parametrize("prim", ["add", "max", "mul"])
+def test_an_infinite_f16_literal_is_refused_on_the_fp16_device(prim: str) -> None:
+    b = Builder("f16")
+    b.output("y", getattr(b, prim)(b.slot("x", F16, (4,)), -math.inf))
+    p = intel(b.build())
+    (r,) = p.refusals
+    assert (r.kind, r.fact("literal")) == (RefusalKind.NARROWING_RANGE, "-inf")
+    # finite F16 literals are carried as they are
+    b = Builder("f16")
+    b.output("y", getattr(b, prim)(b.slot("x", F16, (4,)), -65504.0))
+    assert intel(b.build()).admitted
 
 
 @pytest.mark.parametrize("prim", ["add", "sub", "mul", "max"])

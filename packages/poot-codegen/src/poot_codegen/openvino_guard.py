@@ -16,7 +16,7 @@ op used is in ``npu_frontend_ops.ACCEPTED`` (Abs, LessEqual, GreaterEqual, Logic
 LogicalOr, LogicalAnd, ReduceLogicalAnd, Reshape, Concat). A guard also gives each guarded
 divisor a second use, which keeps the NPU compiler from inserting its epsilon clamp in front of
 a divide whose divisor has one use (npu_compiler ``convert_precision_to_fp16.cpp``,
-``insertEpsilonClamp``: it clamps the divisor to [smallest FP16 subnormal, 65504]).
+``insertEpsilonClamp``: it clamps the divisor to [0.0001, 65504]).
 """
 
 from __future__ import annotations
@@ -41,10 +41,11 @@ def clamped_divisors(program: Program) -> list[tuple[str, Var]]:
     """The values the NPU compiler would clamp in front of a divide, each with its keep label.
 
     npu_compiler ``convert_precision_to_fp16.cpp`` ``insertEpsilonClamp`` puts a Clamp to
-    [the smallest positive FP16, 65504] after a divisor's producer (after the producer of a
+    [0.0001, 65504] (``nearest_non_zero_positive_value``, ``vpux/utils/core/type/float16.hpp``)
+    after a divisor's producer (after the producer of a
     sqrt's operand, for a divisor that is a sqrt) when that producer has one use, is not a
     constant, its first operand is not a constant and its result is FP16: a negative divisor
-    would become a tiny positive one and a zero one 2^-24. Giving such a value a second use (a
+    would become 0.0001, and so would a zero or one below 0.0001. Giving such a value a second use (a
     ``keep`` flag) keeps the compiler from inserting the clamp, so the NPU divides as the
     oracle does. A parameter or a literal divisor has no producer and is never clamped."""
     made = {e.out.id: e for e in program.eqns}

@@ -220,7 +220,13 @@ class VpuDevice(HostMemory):
         except RuntimeError as err:
             raise CompileFailed(tool, str(err), "the IR") from None
         try:
-            compiled = self._core.compile_model(model, self._device, self._config)
+            try:
+                compiled = self._core.compile_model(model, self._device, self._config)
+            except RuntimeError as err:
+                if not (self.stand_in and openvino_ir.SNIPPET_REFUSAL in str(err)):
+                    raise
+                config = {**self._config, **openvino_ir.CPU_NO_SNIPPETS}  # see its docstring
+                compiled = self._core.compile_model(model, self._device, config)
             return bytes(compiled.export_model().getvalue())
         except RuntimeError as err:
             raise CompileFailed(tool, str(err), f"graph {model.get_friendly_name()!r}") from None

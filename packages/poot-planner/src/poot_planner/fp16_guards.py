@@ -43,8 +43,9 @@ from poot_planner.refusal import Refusal, RefusalKind
 __all__ = ["OVERFLOW_RULE", "SENTINEL_RULE", "Guard", "GuardKind", "Guards", "analyse"]
 
 SENTINEL_RULE = (
-    "An F32 literal beyond 65504 used by an add or subtract saturates to +-65504 (a mask "
-    "sentinel). Its result is refused at run time unless the sentinel dominates it (the "
+    "An F32 literal beyond 65504 (an infinite one too: the NPU compiler clamps infinite splat "
+    "constants to 65504) used by an add or subtract saturates to +-65504 (a mask sentinel); an "
+    "infinite literal anywhere else is refused. The sentinel's result is refused at run time unless the sentinel dominates it (the "
     "device's sum is at or beyond 65504 on the sentinel's side, so the F32 sum is beyond FP16's "
     "range there too); a dominated value may only flow into data movement, converts, max, neg, "
     "exp on the - side and further adds or subtracts (checked again), never into another "
@@ -120,10 +121,11 @@ _CARRY = frozenset(
 
 
 def _saturated(a: object, limit: float) -> int:
-    """The sign of ``a`` when it is a finite F32 literal beyond ``limit``, else 0."""
+    """The sign of ``a`` when it is an F32 literal beyond ``limit`` (infinite ones included:
+    the NPU compiler clamps those to 65504 too), else 0."""
     if isinstance(a, Literal) and a.dtype is DType.F32:
         v = a.as_float()
-        if math.isfinite(v) and abs(v) > limit:
+        if not math.isnan(v) and abs(v) > limit:
             return 1 if v > 0 else -1
     return 0
 

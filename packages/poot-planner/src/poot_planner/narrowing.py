@@ -13,7 +13,9 @@ The literal rules (``literal_refusals``), exactly as the specification states th
   an operand of an add or subtract: then a finite literal saturates to +-65504 (a mask
   sentinel acting as an infinity), under the sentinel rule of ``fp16_guards`` (its result is
   refused unless the sentinel dominates it); a multiplicative use stays refused;
-- an infinite literal stays infinite; a NaN literal is refused;
+- an infinite literal of an add or subtract is a sentinel like a finite one beyond the range
+  (the NPU compiler clamps an infinite splat constant to +-65504 anyway, ``splat_refusals``);
+  elsewhere it is refused, and so is a NaN literal;
 - an integer converted to a float is refused (``INTEGER_TO_FLOAT``: FP16 holds integers
   exactly only up to 2048), and a convert through BF16 or to an integer is unsupported.
 """
@@ -50,6 +52,7 @@ __all__ = [
     "narrow_to_device_precision",
     "needs_narrowing",
     "operating_dtype",
+    "splat_refusals",
 ]
 
 #: Primitives that compute values (everything but data movement and converts).
@@ -108,6 +111,8 @@ def literal_refusals(program: Program, contract: NarrowingContract) -> list[Refu
                         (("literal", "nan"), ("limit", limit)),
                     )
                 )
+            elif math.isinf(v) and e.prim not in _ADDITIVE:
+                out.append(_infinite_literal(i, e.prim.value, v))
             elif math.isfinite(v) and abs(v) > limit and e.prim not in _ADDITIVE:
                 out.append(
                     Refusal(
@@ -125,10 +130,33 @@ def literal_refusals(program: Program, contract: NarrowingContract) -> list[Refu
     return out
 
 
+def _infinite_literal(i: int, prim: str, v: float) -> Refusal:
+    facts = (
+        ("literal", repr(v)),
+        ("use", "the NPU compiler clamps a splat constant's infinity to 65504"),
+    )
+    return Refusal(RefusalKind.NARROWING_RANGE, i, prim, facts)
+
+
+def splat_refusals(program: Program) -> list[Refusal]:
+    """An infinite F16 literal on an FP16 device: refused, since the NPU compiler clamps every
+    splat float constant whose FP16 value is infinite to +-65504 (npu_compiler
+    ``convert_precision_to_fp16.cpp``, ``clampF16Splat``, and ``numeric_limits<float16>::clamp``
+    in ``vpux/utils/core/type/float16.hpp``): ``x + -inf`` would be ``x - 65504``. (An F32
+    one in a narrowed program is a sentinel instead: ``literal_refusals``.)"""
+    return [
+        _infinite_literal(i, e.prim.value, a.as_float())
+        for i, e in enumerate(program.eqns)
+        for a in e.inputs
+        if isinstance(a, Literal) and a.dtype is DType.F16 and math.isinf(a.as_float())
+    ]
+
+
 def _narrow_literal(a: Literal, prim: Prim, limit: float) -> Literal:
     v = a.as_float()
-    if math.isfinite(v) and abs(v) > limit and prim in _ADDITIVE:
-        v = math.copysign(limit, v)  # a mask sentinel: saturate instead of becoming infinite
+    if not math.isnan(v) and abs(v) > limit and prim in _ADDITIVE:
+        # a mask sentinel: saturated, as the NPU compiler itself clamps an infinite splat
+        v = math.copysign(limit, v)
     return Literal.of(v, DType.F16)
 
 

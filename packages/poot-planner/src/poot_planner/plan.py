@@ -40,6 +40,7 @@ from poot_planner.narrowing import (
     narrow_to_device_precision,
     needs_narrowing,
     operating_dtype,
+    splat_refusals,
 )
 from poot_planner.refusal import Refusal, RefusalKind
 from poot_planner.regions import Region, form_regions
@@ -115,6 +116,8 @@ def plan(program: Program, target: str | Target) -> Plan:
         else:
             admissions[i] = Admission(i, got.kernel, got.contract)
     narrowing = None
+    if t.narrowing is not None:  # an FP16 device: its compiler clamps infinite F16 literals
+        refusals.extend(splat_refusals(program))
     if t.narrowing is not None and needs_narrowing(program):
         refusals.extend(literal_refusals(program, t.narrowing))
         narrowing = t.narrowing
