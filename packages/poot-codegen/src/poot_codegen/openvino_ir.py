@@ -105,10 +105,8 @@ from poot_planner.fp16_guards import Guard
 from poot_codegen import openvino_f16, openvino_guard
 
 __all__ = [
-    "CPU_NO_SNIPPETS",
     "CPU_STANDIN_CONFIG",
     "RESULT_PREFIX",
-    "SNIPPET_REFUSAL",
     "ArgSignature",
     "Direction",
     "deserialize",
@@ -131,15 +129,6 @@ CPU_STANDIN_CONFIG: Final[dict[str, str]] = {
     "EXECUTION_MODE_HINT": "ACCURACY",
 }
 """Compile options for the CPU stand-in: keep f32 as f32 (no bf16 or f16 inference)."""
-
-CPU_NO_SNIPPETS: Final[dict[str, str]] = {"SNIPPETS_MODE": "DISABLE"}
-"""Added for a graph the CPU plugin's snippets refuse: OpenVINO 2026.4's snippet register
-allocator cannot fuse some long elementwise chains of FP16 emulation ("Can't allocate registers
-for a snippet: not enough registers", e.g. two divides of one F32 weight by literals). Without
-snippets the plugin does not keep the sign of a zero through emulation's rounding, which the
-Intel contracts do not promise, so this is only the fallback (``SNIPPET_REFUSAL``)."""
-
-SNIPPET_REFUSAL: Final = "allocate registers for a snippet"
 
 _OV_TYPE: Final = {
     DType.F32: ov.Type.f32,

@@ -225,5 +225,5 @@ def _narrow(program: Program, contract: NarrowingContract) -> tuple[Program, dic
 
     outputs = tuple(Output(o.name, exit_value(o.var)) for o in program.outputs)
     updates = tuple(Update(u.state, exit_value(u.var)) for u in program.updates)
-    args = tuple(Arg(a.name, a.var, a.storage) for a in program.args)
+    args = tuple(Arg(a.name, a.var, a.storage, a.wide) for a in program.args)
     return validate(Program(program.name, args, tuple(eqns), outputs, updates)), at
