@@ -17,7 +17,7 @@ recording's buffers stay allocated until ``close`` closes the device.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
@@ -30,7 +30,6 @@ from poot_ir import (
     DType,
     EngineError,
     NarrowingRangeInput,
-    NarrowingRangeResult,
     NarrowingRangeUpload,
     Program,
     StepInputError,
@@ -105,6 +104,7 @@ class _Entry:
     program: Program  # as the target runs it
     artifact: Artifact
     slots: tuple[tuple[str, TensorType], ...]
+    slot_names: tuple[str, ...]
     buffers: dict[str, Buffer]  # every input argument (weights bound, slots, states)
     outputs: dict[str, Buffer]  # every result
     initial: dict[str, np.ndarray]  # each state's initial value
@@ -122,9 +122,11 @@ class Engine:
         cache_dir: Path | str | None = None,
         deadline_s: float = DEFAULT_DEADLINE_S,
     ) -> None:
-        if not deadline_s > 0:
+        # Any positive number of seconds; inf means none (``poot_engine.deadline``).
+        number = isinstance(deadline_s, int | float) and not isinstance(deadline_s, bool)
+        if not number or not deadline_s > 0:
             raise EngineError(
-                f"deadline_s must be a positive number of seconds, got {deadline_s!r}"
+                f"deadline_s must be a positive number of seconds (inf: none), got {deadline_s!r}"
             )
         self.device = device
         self.deadline_s = deadline_s
@@ -140,7 +142,8 @@ class Engine:
         self._failed: list[tuple[Buffer, ...]] = []  # kept alive after a missed deadline
         self._poisoned = False
         self._closed = False
-        self._counts = dict.fromkeys(("compiles", "hits", "repairs", "recordings", "replays"), 0)
+        self._counts = dict.fromkeys(("compiles", "hits", "repairs"), 0)
+        self._recordings = self._replays = 0
         self._steps = 0
         self._host_s = 0.0
         self._device_s = 0.0
@@ -215,7 +218,8 @@ class Engine:
             self.device.unload(artifact)
             raise
         slots = tuple((a.name, a.var.type) for a in prog.args if a.storage is Storage.SLOT)
-        e = _Entry(prog, artifact, slots, buffers, outputs, initial, window_checks(prog))
+        names = tuple(n for n, _ in slots)
+        e = _Entry(prog, artifact, slots, names, buffers, outputs, initial, window_checks(prog))
         self._write_states(e)
         handle = Entry(self._id, next(self._ids), prog.name)
         self._entries[handle.id] = e
@@ -260,11 +264,15 @@ class Engine:
         changes: every F32 result against the range (``NarrowingRangeResult``). A partitioned
         step is one step (``poot_engine.partitioned``)."""
         t0 = perf_counter()
-        self._usable()
-        if (part := self.partitioned(entry)) is not None:
+        if self._poisoned or self._closed:
+            self._usable()
+        e = self._entries.get(entry.id) if entry.engine == self._id else None
+        if e is not None:
+            results, device_s = self._run(e, inputs)
+        elif (part := self.partitioned(entry)) is not None:
             results, device_s = part.step(inputs, lambda h, x: self._run(self._entry(h), x))
         else:
-            results, device_s = self._run(self._entry(entry), inputs)
+            raise self._unknown(entry)
         self._steps += 1
         self._device_s += device_s
         self._host_s += perf_counter() - t0 - device_s
@@ -272,7 +280,7 @@ class Engine:
 
     def _run(self, e: _Entry, inputs: Mapping[str, np.ndarray]) -> tuple[Results, float]:
         checked = check_step_inputs(e.program, e.slots, inputs)
-        arrays = {name: arr for (name, _), arr in zip(e.slots, checked, strict=True)}
+        arrays = dict(zip(e.slot_names, checked, strict=True))
         rec = e.recording
         if rec is None:
             updates = tuple(u.state for u in e.program.updates)
@@ -284,13 +292,11 @@ class Engine:
             check_windows(e.windows, {**e.mirrors, **arrays})
         if e.recording is None:
             e.recording = rec
-            self._counts["recordings"] += 1
+            self._recordings += 1
         else:
-            self._counts["replays"] += 1
+            self._replays += 1
         try:
-            results, device_s = replay(
-                self.device, rec, arrays, self.deadline_s, self._result_checker(rec)
-            )
+            results, device_s = replay(self.device, rec, arrays, self.deadline_s, self.limit)
         except (DeadlineExceeded, DevicePoisoned):
             self._poisoned = True
             self._failed.append(rec.buffers)
@@ -306,8 +312,8 @@ class Engine:
             compiles=c["compiles"],
             cache_hits=c["hits"],
             cache_repairs=c["repairs"],
-            recordings=c["recordings"],
-            replays=c["replays"],
+            recordings=self._recordings,
+            replays=self._replays,
             steps=self._steps,
             host_s_per_step=self._host_s / steps,
             device_s_per_step=self._device_s / steps,
@@ -343,8 +349,12 @@ class Engine:
     def _entry(self, entry: Entry) -> _Entry:
         e = self._entries.get(entry.id) if entry.engine == self._id else None
         if e is None:
-            raise UnknownEntry(f"entry {entry.id} ({entry.program!r}) is not live in this engine")
+            raise self._unknown(entry)
         return e
+
+    @staticmethod
+    def _unknown(entry: Entry) -> UnknownEntry:
+        return UnknownEntry(f"entry {entry.id} ({entry.program!r}) is not live in this engine")
 
     def _weights_of(self, weights: Weights) -> dict[str, Buffer]:
         w = self._weights.get(weights.id) if weights.engine == self._id else None
@@ -374,16 +384,6 @@ class Engine:
             self.device.write(e.buffers[name], value)
         window_args = {a for w in e.windows for a in w.arguments}
         e.mirrors = {n: v.copy() for n, v in e.initial.items() if n in window_args}
-
-    def _result_checker(self, rec: Recording) -> Callable[[Mapping[str, np.ndarray]], None]:
-        limit = self.limit
-
-        def check(results: Mapping[str, np.ndarray]) -> None:
-            if limit is not None:
-                for name in rec.result_checks:
-                    check_range(NarrowingRangeResult, name, results[name], limit)
-
-        return check
 
     def _load(self, source: ArtifactSource) -> Artifact:
         artifact, fetch = load_artifact(self.cache, self.device, source)

@@ -29,7 +29,8 @@ shares the array's memory, so later writes into the buffer are what the next run
 dispatch checks its command first (``check_dispatch``: another device's or an unloaded
 artifact, a buffer not allocated here, or not the artifact's ABI is ``DispatchRefused`` before
 OpenVINO is touched), then ``start_async`` and ``wait_for`` at most the deadline (in whole
-milliseconds, rounded up), then copies each output into its buffer (an output tensor is
+milliseconds, rounded up, in waits of at most ``MAX_WAIT_MS``; ``inf`` waits with no end:
+``poot_engine.deadline.wait_slices_ms``), then copies each output into its buffer (an output tensor is
 overwritten by the next run). A missed deadline is ``DeadlineExceeded`` and poisons the device:
 every later call but ``close`` raises ``DevicePoisoned``, and the failed request and every
 buffer it used stay referenced until ``close``. ``close`` cancels such a request and waits for
@@ -39,7 +40,6 @@ process rather than freeing memory the runtime may still write.
 
 from __future__ import annotations
 
-import math
 import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 import openvino as ov
 from poot_codegen import openvino_ir
+from poot_engine.deadline import wait_slices_ms
 from poot_engine.device import (
     ArgSpec,
     Artifact,
@@ -247,7 +248,7 @@ class VpuDevice(HostMemory):
                 loaded.bound[port] = (buf.id, memory[buf.id], tensor)
         try:
             req.start_async()
-            done = req.wait_for(_timeout_ms(deadline_s))
+            done = any(req.wait_for(ms) for ms in wait_slices_ms(deadline_s))
         except RuntimeError as err:
             raise DeviceFailed(
                 f"{self._name}: the run of artifact {artifact.id} failed: {err}"
@@ -343,11 +344,6 @@ def _shared(mem: np.ndarray, type: TensorType) -> Any:
     if type.dtype is DType.BF16:
         return ov.Tensor(mem.view(np.uint16), list(mem.shape), ov.Type.bf16)
     return ov.Tensor(mem, shared_memory=True)
-
-
-def _timeout_ms(deadline_s: float) -> int:
-    """``wait_for``'s timeout for ``deadline_s``: whole milliseconds, rounded up, at least 1."""
-    return max(1, math.ceil(deadline_s * 1000))
 
 
 def _cancel(req: Any) -> bool:
