@@ -7,6 +7,7 @@ replay and before anything is committed), and vectorized: one pass per array.
 - ``check_step_inputs``: a step's arrays against the entry's slot arguments (names, direction,
   extents, exact dtype; nothing is converted).
 - ``bind_weights``: uploaded weights against a program's weight arguments.
+- ``initial_states``: an entry's initial states (given ones exactly typed and in range).
 - ``check_range``: an F32 array against a narrowing contract's largest magnitude (and NaN).
 - ``window_checks`` / ``check_windows``: the starts of a ``dynamic_update_slice`` that an
   argument feeds directly, which a device does not check.
@@ -21,6 +22,7 @@ import numpy as np
 from poot_ir import (
     DType,
     NarrowingRangeError,
+    NarrowingRangeInput,
     Prim,
     Program,
     SignatureMismatch,
@@ -43,6 +45,7 @@ __all__ = [
     "check_step_inputs",
     "check_windows",
     "first_out_of_range",
+    "initial_states",
     "window_checks",
 ]
 
@@ -103,6 +106,27 @@ def bind_weights(program: Program, weights: Mapping[str, TensorType]) -> tuple[s
             why = f"is a {other.storage.value} argument" if other else "is not an argument"
             raise WeightMismatch(f"{why} of {program.name!r}, not a weight", name)
     return tuple(names)
+
+
+def initial_states(
+    program: Program, given: Mapping[str, object], limit: float | None
+) -> dict[str, np.ndarray]:
+    """Each state argument's initial value: a copy of ``given[name]`` (exactly its type,
+    ``StepInputError``; in range on a narrowing target, ``NarrowingRangeInput``), else zeros.
+    A name in ``given`` that is no state argument is refused by name."""
+    states = {a.name: a.var.type for a in program.args if a.storage is Storage.STATE}
+    for name in given:
+        if name not in states:
+            raise StepInputError("initial_state names no state argument", name)
+    initial = {}
+    for name, t in states.items():
+        if name in given:
+            arr = exact_array(name, given[name], t, StepInputError).copy()
+            check_range(NarrowingRangeInput, name, arr, limit)
+        else:
+            arr = np.zeros(t.shape, dtype=t.dtype.numpy)
+        initial[name] = arr
+    return initial
 
 
 def first_out_of_range(x: np.ndarray, limit: float) -> tuple[tuple[int, ...], float] | None:

@@ -32,14 +32,13 @@ from poot_ir import (
     NarrowingRangeInput,
     NarrowingRangeUpload,
     Program,
-    StepInputError,
     Storage,
     TensorType,
     UnknownEntry,
     WeightMismatch,
 )
-from poot_ir.oracle import exact_array
-from poot_planner import plan
+from poot_planner import Plan, Span, plan
+from poot_planner import partition as partition_program
 from poot_planner.targets import get_target
 
 from poot_engine.artifacts import Fetch, artifact_key, load_artifact
@@ -51,10 +50,12 @@ from poot_engine.checks import (
     check_signature,
     check_step_inputs,
     check_windows,
+    initial_states,
     window_checks,
 )
 from poot_engine.device import Artifact, ArtifactSource, Buffer, Device, signature_of
-from poot_engine.partitioned import PartitionedEntry, load_partitioned
+from poot_engine.handles import Entry, Stats, Weights
+from poot_engine.partitioned import PartitionedEntry
 from poot_engine.recording import Recording, record, replay
 
 __all__ = ["DEFAULT_DEADLINE_S", "Engine", "Entry", "Stats", "Weights"]
@@ -63,40 +64,6 @@ Results = dict[str, np.ndarray]
 
 DEFAULT_DEADLINE_S = 10.0
 _engines = itertools.count(1)
-
-
-@dataclass(frozen=True, slots=True)
-class Weights:
-    """A handle to weights uploaded by ``Engine.load_weights``."""
-
-    engine: int
-    id: int
-    names: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """A handle to a loaded program (``Engine.add_entry``)."""
-
-    engine: int
-    id: int
-    program: str
-
-
-@dataclass(frozen=True, slots=True)
-class Stats:
-    """Counters since the engine was made. ``recordings`` counts first steps (which record and
-    run), ``replays`` the later steps; ``host_s_per_step`` is the mean time a step spent in the
-    engine outside the device's dispatches, ``device_s_per_step`` inside them (seconds)."""
-
-    compiles: int
-    cache_hits: int
-    cache_repairs: int
-    recordings: int
-    replays: int
-    steps: int
-    host_s_per_step: float
-    device_s_per_step: float
 
 
 @dataclass(slots=True)
@@ -143,7 +110,7 @@ class Engine:
         self._poisoned = False
         self._closed = False
         self._counts = dict.fromkeys(("compiles", "hits", "repairs"), 0)
-        self._recordings = self._replays = 0
+        self._recordings = self._replays = self._plans = self._lowerings = 0
         self._steps = 0
         self._host_s = 0.0
         self._device_s = 0.0
@@ -176,32 +143,54 @@ class Engine:
 
     def add_entry(
         self,
-        program: Program,
+        program: Program | Plan,
         weights: Weights | None = None,
         initial_state: Mapping[str, np.ndarray] | None = None,
         *,
         partition: bool = False,
+        spans: tuple[Span, ...] | None = None,
     ) -> Entry:
-        """Plan ``program`` for the device's target, lower it, load its blob (from the cache,
-        or compiled and cached) and bind ``weights`` to its weight arguments by name. States
-        start at zero, or at ``initial_state``. Raises ``PlanRefused`` (every refusal),
-        ``WeightMismatch``, ``StepInputError`` (a bad initial state), ``NarrowingRangeInput``
-        (an initial state beyond the range) and ``SignatureMismatch``. With ``partition`` a
-        program the target refuses in part runs its refused spans on the host oracle
-        (``poot_engine.partitioned``); an admitted one gets the ordinary entry."""
+        """Plan ``program`` for the device's target (once; a ``Plan`` for that target is used as
+        given), lower it, load its blob (from the cache, or compiled and cached) and bind
+        ``weights`` to its weight arguments by name. States start at zero, or at
+        ``initial_state``. Raises ``PlanRefused`` (every refusal), ``WeightMismatch``,
+        ``StepInputError`` (a bad initial state), ``NarrowingRangeInput`` (an initial state
+        beyond the range) and ``SignatureMismatch``. With ``partition`` a program the target
+        refuses in part runs its refused spans on the host oracle (``poot_engine.partitioned``;
+        ``spans``, from ``poot_planner.partition`` of the same program, are used as given, each
+        device span loaded from the plan it carries); an admitted one gets the ordinary entry."""
         self._usable()
-        planned = plan(program, self.device.target)
+        planned = self._plan(program)
+        wbufs = self._weights_of(weights) if weights is not None else {}
         if partition and not planned.admitted:
-            handle = Entry(self._id, next(self._ids), program.name)
-            self._parts[handle.id] = load_partitioned(self, program, weights, initial_state or {})
+            part = self._add_partitioned(planned, wbufs, initial_state or {}, spans)
+            handle = Entry(self._id, next(self._ids), planned.source.name)
+            self._parts[handle.id] = part
             return handle
+        return self._add(planned, wbufs, initial_state or {})
+
+    def _plan(self, program: Program | Plan) -> Plan:
+        if isinstance(program, Plan):
+            if program.target.name != self.device.target:
+                raise EngineError(
+                    f"a plan for {program.target.name!r} given to an engine whose device runs "
+                    f"{self.device.target!r}"
+                )
+            return program
+        self._plans += 1
+        return plan(program, self.device.target)
+
+    def _add(
+        self, planned: Plan, wbufs: Mapping[str, Buffer], initial_state: Mapping[str, np.ndarray]
+    ) -> Entry:
+        """The ordinary entry of a plan, bound to exactly the weight buffers ``wbufs``."""
         planned.check()
         prog = planned.program
-        wbufs = self._weights_of(weights) if weights is not None else {}
         wnames = bind_weights(prog, {n: b.type for n, b in wbufs.items()})
-        initial = self._initial_states(prog, initial_state or {})
+        initial = initial_states(prog, initial_state, self.limit)
         expected = signature_of(prog)
         source = self.device.lower(planned)
+        self._lowerings += 1
         check_signature(expected, source.signature, "the lowered artifact")
         artifact = self._load(source)
         buffers = {n: wbufs[n] for n in wnames}
@@ -224,6 +213,31 @@ class Engine:
         handle = Entry(self._id, next(self._ids), prog.name)
         self._entries[handle.id] = e
         return handle
+
+    def _add_partitioned(
+        self,
+        planned: Plan,
+        wbufs: Mapping[str, Buffer],
+        initial_state: Mapping[str, np.ndarray],
+        spans: tuple[Span, ...] | None,
+    ) -> PartitionedEntry:
+        """The partitioned entry of a refused plan: each device span an ordinary sub-entry bound
+        to the subset of ``wbufs`` it reads, loaded from the plan its span carries."""
+        program = planned.source
+        bind_weights(program, {n: b.type for n, b in wbufs.items()})  # exactly the program's
+        states = initial_states(program, initial_state, self.limit)
+        if spans is None:
+            spans = partition_program(program, self.device.target, planned)
+
+        def add_sub(span: Span) -> Entry:
+            names = [a.name for a in span.program.args if a.storage is Storage.WEIGHT]
+            sub = span.plan if span.plan is not None else self._plan(span.program)
+            return self._add(sub, {n: wbufs[n] for n in names}, {})
+
+        def read(name: str) -> np.ndarray:
+            return self.device.read(wbufs[name])
+
+        return PartitionedEntry.build(program, spans, read, states, add_sub, self.remove_entry)
 
     def partitioned(self, entry: Entry) -> PartitionedEntry | None:
         """The spans, sub-entries and last step's boundary values of a partitioned entry."""
@@ -317,6 +331,8 @@ class Engine:
             steps=self._steps,
             host_s_per_step=self._host_s / steps,
             device_s_per_step=self._device_s / steps,
+            plans=self._plans,
+            lowerings=self._lowerings,
         )
 
     def close(self) -> None:
@@ -361,23 +377,6 @@ class Engine:
         if w is None:
             raise UnknownEntry(f"weights {weights.id} were not loaded by this engine")
         return w
-
-    def _initial_states(
-        self, prog: Program, given: Mapping[str, np.ndarray]
-    ) -> dict[str, np.ndarray]:
-        states = {a.name: a.var.type for a in prog.args if a.storage is Storage.STATE}
-        for name in given:
-            if name not in states:
-                raise StepInputError("initial_state names no state argument", name)
-        initial = {}
-        for name, t in states.items():
-            if name in given:
-                arr = exact_array(name, given[name], t, StepInputError).copy()
-                check_range(NarrowingRangeInput, name, arr, self.limit)
-            else:
-                arr = np.zeros(t.shape, dtype=t.dtype.numpy)
-            initial[name] = arr
-        return initial
 
     def _write_states(self, e: _Entry) -> None:
         for name, value in e.initial.items():

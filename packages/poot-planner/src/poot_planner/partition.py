@@ -16,7 +16,9 @@ The rules:
   region): a device span past that budget, in program order, goes to the oracle.
 - Adjacent oracle runs merge into one oracle span; adjacent device spans stay apart (each was
   admitted alone, not together).
-- Every device span's plan is admitted; oracle spans are never planned.
+- Every device span's plan is admitted and carried by the span (``Span.plan``), so a caller
+  loads it without planning again; oracle spans are never planned. Each candidate sub-program
+  is planned once, and a caller that has the whole program's plan passes it (``whole``).
 
 A span's sub-program (``<program>_e<first>_<last>``) has:
 
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 
 from poot_ir import Arg, Output, Program, Storage, Var, validate
 
-from poot_planner.plan import plan
+from poot_planner.plan import Plan, plan
 from poot_planner.target import Target
 from poot_planner.targets import get_target
 
@@ -47,11 +49,13 @@ __all__ = ["Span", "partition", "value_names"]
 @dataclass(frozen=True, slots=True)
 class Span:
     """A maximal contiguous run of ``eqns`` (source equation indices, ascending) run by the
-    target (``device``) or by the CPU oracle, as the sub-program ``program``."""
+    target (``device``) or by the CPU oracle, as the sub-program ``program``. A device span
+    carries its admitted ``plan`` (None on an oracle span)."""
 
     device: bool
     eqns: tuple[int, ...]
     program: Program
+    plan: Plan | None = None
 
     @property
     def first(self) -> int:
@@ -76,38 +80,49 @@ def value_names(program: Program) -> dict[int, str]:
     return names
 
 
-def partition(program: Program, target: str | Target) -> tuple[Span, ...]:
-    """Cut ``program`` into device and oracle spans for ``target`` (rules: module docstring)."""
+def partition(
+    program: Program, target: str | Target, whole: Plan | None = None
+) -> tuple[Span, ...]:
+    """Cut ``program`` into device and oracle spans for ``target`` (rules: module docstring).
+    ``whole`` is ``program``'s plan for ``target`` when the caller already has it."""
     t = get_target(target)
     n = len(program.eqns)
     if n == 0:
         return ()
     names = value_names(program)
-    whole = plan(program, t)
-    if whole.admitted:
-        return (Span(True, tuple(range(n)), _sub_program(program, tuple(range(n)), names)),)
+    if whole is None or whole.source is not program or not _same(whole.target, t):
+        whole = plan(program, t)
+    if whole.admitted:  # one device span, its sub-program (states as slots) planned on its own
+        sub = _sub_program(program, tuple(range(n)), names)
+        return (Span(True, tuple(range(n)), sub, plan(sub, t)),)
     refused = {r.eqn for r in whole.refusals if r.eqn >= 0}
-    pieces: list[tuple[bool, tuple[int, ...]]] = []
+    pieces: list[tuple[bool, tuple[int, ...], Plan | None]] = []
     for device, run in _runs(tuple(range(n)), refused):
         if device:
             pieces.extend(_device_pieces(program, run, names, t))
         else:
-            pieces.append((False, run))
+            pieces.append((False, run, None))
     budget = t.region_limits.contexts if t.region_limits is not None else None
     used = 0
-    merged: list[tuple[bool, tuple[int, ...]]] = []
-    for device, run in pieces:
-        if device and budget is not None:
-            contexts = plan(_sub_program(program, run, names), t).contexts
-            if used + contexts > budget:
-                device = False
+    merged: list[tuple[bool, tuple[int, ...], Plan | None]] = []
+    for device, run, p in pieces:
+        if device and budget is not None and p is not None:
+            if used + p.contexts > budget:
+                device, p = False, None
             else:
-                used += contexts
+                used += p.contexts
         if not device and merged and not merged[-1][0]:
-            merged[-1] = (False, merged[-1][1] + run)
+            merged[-1] = (False, merged[-1][1] + run, None)
         else:
-            merged.append((device, run))
-    return tuple(Span(d, run, _sub_program(program, run, names)) for d, run in merged)
+            merged.append((device, run, p))
+    return tuple(
+        Span(d, run, p.source if p is not None else _sub_program(program, run, names), p)
+        for d, run, p in merged
+    )
+
+
+def _same(a: Target, b: Target) -> bool:
+    return a is b or a == b
 
 
 def _runs(eqns: tuple[int, ...], refused: set[int]) -> list[tuple[bool, tuple[int, ...]]]:
@@ -124,17 +139,18 @@ def _runs(eqns: tuple[int, ...], refused: set[int]) -> list[tuple[bool, tuple[in
 
 def _device_pieces(
     program: Program, run: tuple[int, ...], names: dict[int, str], t: Target
-) -> list[tuple[bool, tuple[int, ...]]]:
-    """``run`` as device pieces whose own plans are admitted, and oracle pieces."""
+) -> list[tuple[bool, tuple[int, ...], Plan | None]]:
+    """``run`` as device pieces whose own plans are admitted (with that plan), and oracle
+    pieces."""
     p = plan(_sub_program(program, run, names), t)
     if p.admitted:
-        return [(True, run)]
+        return [(True, run, p)]
     refused = {run[r.eqn] for r in p.refusals if r.eqn >= 0}
     if not refused:  # refused as a whole (a context limit): no simple split helps
-        return [(False, run)]
-    out: list[tuple[bool, tuple[int, ...]]] = []
+        return [(False, run, None)]
+    out: list[tuple[bool, tuple[int, ...], Plan | None]] = []
     for device, piece in _runs(run, refused):
-        out.extend(_device_pieces(program, piece, names, t) if device else [(False, piece)])
+        out.extend(_device_pieces(program, piece, names, t) if device else [(False, piece, None)])
     return out
 
 
