@@ -110,3 +110,28 @@ def test_no_module_cycle_inside_the_package(package: str) -> None:
     for m in sorted(graph):
         if m not in state:
             visit(m, [m])
+
+
+def test_no_public_name_means_two_things() -> None:
+    # Each package's __init__ is its public API; a name two packages export is one object.
+    import importlib
+
+    seen: dict[str, tuple[str, object]] = {}
+    clashes = []
+    for package in ORDER:
+        module = importlib.import_module(package)
+        for name in getattr(module, "__all__", ()):
+            value = getattr(module, name)
+            if name in seen and seen[name][1] is not value:
+                clashes.append(f"{name}: {seen[name][0]} and {package}")
+            seen.setdefault(name, (package, value))
+    assert not clashes, clashes
+    # the README's import, and the devices, from poot_npu itself
+    from poot_npu import VpuDevice, XdnaDevice, XdnaHostDevice, make_device
+
+    assert make_device("cpu").target == "cpu"
+    assert {VpuDevice.__name__, XdnaDevice.__name__, XdnaHostDevice.__name__} == {
+        "VpuDevice",
+        "XdnaDevice",
+        "XdnaHostDevice",
+    }

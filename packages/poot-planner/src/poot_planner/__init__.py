@@ -19,7 +19,7 @@ from poot_planner.target import (
     Target,
 )
 from poot_planner.targets import TARGETS, get_target
-from poot_planner.tiles import Operand, TileOp
+from poot_planner.tiles import TileOp, TileOperand
 
 __all__ = [
     "TARGETS",
@@ -28,7 +28,6 @@ __all__ = [
     "Capability",
     "KernelClass",
     "NarrowingContract",
-    "Operand",
     "Plan",
     "Refusal",
     "RefusalKind",
@@ -37,6 +36,7 @@ __all__ = [
     "Span",
     "Target",
     "TileOp",
+    "TileOperand",
     "feature_matrix",
     "get_target",
     "narrow_to_device_precision",
