@@ -37,6 +37,8 @@ from poot_ir.oracle import exact_array
 
 from poot_engine.device import Signature
 
+_F32 = np.dtype(np.float32)
+
 __all__ = [
     "WindowCheck",
     "bind_weights",
@@ -143,8 +145,16 @@ def check_range(
     error: type[NarrowingRangeError], name: str, x: np.ndarray, limit: float | None
 ) -> None:
     """Raise ``error`` (upload, input or result) for an F32 array with an element beyond
-    ``limit`` or a NaN. Nothing happens without a limit or for another dtype."""
-    if limit is None or x.dtype != np.float32:
+    ``limit`` or a NaN. Nothing happens without a limit or for another dtype.
+
+    The check every step pays allocates nothing: the array's maximum and minimum (two
+    vectorised reductions; a NaN propagates through both and fails both comparisons). Only an
+    array that fails is searched again (``first_out_of_range``), to name its first bad
+    element. (A float32 dot of the array with itself would be one pass, but it raises
+    overflow warnings that cost more to silence than the second reduction.)"""
+    if limit is None or x.dtype != _F32 or x.size == 0:
+        return
+    if x.max() <= limit and x.min() >= -limit:
         return
     found = first_out_of_range(x, limit)
     if found is not None:

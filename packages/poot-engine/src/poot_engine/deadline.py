@@ -32,7 +32,13 @@ from typing import Final, Generic, TypeVar
 
 from poot_ir import DeadlineExceeded, DevicePoisoned
 
-__all__ = ["MAX_WAIT_MS", "DeadlineRunner", "wait_slices_ms", "wait_timeout_s"]
+__all__ = [
+    "MAX_WAIT_MS",
+    "DeadlineRunner",
+    "single_wait_ms",
+    "wait_slices_ms",
+    "wait_timeout_s",
+]
 
 T = TypeVar("T")
 
@@ -51,6 +57,14 @@ def wait_slices_ms(deadline_s: float) -> Iterator[int]:
         wait = min(left, MAX_WAIT_MS)
         yield wait
         left -= wait
+
+
+def single_wait_ms(deadline_s: float) -> int | None:
+    """``deadline_s`` as one wait (the first of ``wait_slices_ms``) when one is enough, else
+    None: the common case without building an iterator on every dispatch."""
+    if deadline_s * 1000 > MAX_WAIT_MS:  # inf too
+        return None
+    return max(1, math.ceil(deadline_s * 1000))
 
 
 def wait_timeout_s(deadline_s: float) -> float | None:
