@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from engine_support import CountingDevice, add_program, affine_program, running_sum_program
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from engine_support import CountingDevice, add_program, affine_program, running_sum_program
 from poot_engine import Engine
 from poot_engine.checks import check_range
 from poot_ir import (
@@ -175,7 +175,9 @@ _EDGES = [0.0, -0.0, 1.0, -1.0, 65504.0, -65504.0, 65505.0, -65505.0, np.inf, -n
     st.lists(st.sampled_from(_EDGES) | st.floats(width=32), min_size=0, max_size=12),
     st.sampled_from([1.0, 65504.0, 3.0e38]),
 )
-def test_check_range_agrees_with_an_elementwise_reference(values: list[float], limit: float) -> None:
+def test_check_range_agrees_with_an_elementwise_reference(
+    values: list[float], limit: float
+) -> None:
     x = np.array(values, np.float32)
     # the reference, element by element in Python: the first beyond the limit or NaN
     bad = [i for i, v in enumerate(x.tolist()) if not abs(v) <= limit]
