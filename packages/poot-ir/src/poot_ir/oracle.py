@@ -8,7 +8,8 @@ Semantics, where IEEE 754 or the type rules leave a choice:
 
 - Floating point is IEEE 754 with round to nearest even. F32 ``add``, ``sub``, ``mul``, ``div``
   and ``sqrt`` are numpy's float32 operations (correctly rounded). ``exp``, ``log``, ``tanh``
-  and ``erf`` are computed at float64 (numpy; ``math.erf``) and rounded once to the dtype.
+  are numpy's float64 functions and ``erf`` is ``poot_ir.erf.erf64`` (vectorised, the same
+  bits on every machine, within 2 float64 ulps), each rounded once to the dtype.
   F16 and BF16 round after every primitive: operands are widened exactly to float32, the
   operation is done there and the result rounded (double rounding is harmless, float32 has more
   than 2p+2 bits for both), or at float64 and rounded once (never float64 to float32 to BF16).
@@ -31,8 +32,15 @@ Semantics, where IEEE 754 or the type rules leave a choice:
   (INT_MIN for I32). F32 ``reduce_sum`` is numpy's float32 sum (pairwise along the innermost
   axis); F16 and BF16 sums accumulate at float64 and round once. A device is compared with the
   oracle under its contract, not bit for bit, so the order is not part of any promise.
-- ``matmul`` on floats is computed at float64 and rounded once to the dtype (products of F32
-  values are exact at float64; only the float64 sum rounds).
+- ``matmul`` on floats is computed at float64 (numpy's BLAS ``dgemm``) and rounded once to the
+  dtype. Products of F32, F16 or BF16 values are exact at float64, so the only error before
+  the final rounding is the float64 sum's: at most ``K * 2^-53 * sum |a_ik b_kj|`` (``K`` the
+  contraction length) whatever order the BLAS adds in. That is the promise: the result is the
+  exact dot product rounded once to the dtype, but for a dot product within that bound of a
+  rounding boundary of the dtype, where the BLAS's order (its kernel, its threads, the
+  machine) may pick either neighbour. Float64 accumulation, not F32 BLAS, because a device is
+  compared with the oracle under a bound, and an F32-accumulated reference would spend part
+  of that bound on its own error.
 - ``gather`` takes indices in ``[-size, size)`` (negative counts from the end, as numpy and
   OpenVINO); any other index raises ``IndexOutOfRange``. A ``dynamic_update_slice`` start whose
   window does not fit raises ``WindowOutOfRange``; nothing is clamped.
@@ -43,7 +51,6 @@ shape. An error raised during evaluation returns nothing.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -68,6 +75,7 @@ from poot_ir.core import (
     Var,
 )
 from poot_ir.dtypes import DType, TensorType
+from poot_ir.erf import erf64
 from poot_ir.errors import (
     ArgumentError,
     EvaluationError,
@@ -133,11 +141,6 @@ def _in_f64(dtype: DType, fn: Callable[[Array], Any]) -> Kernel:
     return kernel
 
 
-def _erf64(x: Array) -> Array:
-    flat = np.fromiter(map(math.erf, x.ravel().tolist()), _F64, count=x.size)
-    return flat.reshape(x.shape)
-
-
 # -- elementwise ------------------------------------------------------------------------------
 
 
@@ -163,7 +166,7 @@ def _unary(eqn: Eqn, _: int) -> Kernel:
         case Prim.TANH:
             return _in_f64(dt, np.tanh)
         case Prim.ERF:
-            return _in_f64(dt, _erf64)
+            return _in_f64(dt, erf64)
         case _:
             raise AssertionError(f"{eqn.prim} is not unary")
 
