@@ -84,12 +84,11 @@ class PartitionedEntry:
                     remove_sub(sub)
             raise
         e = PartitionedEntry(program, spans, tuple(subs), host, initial, value_names(program))
+        e.slots = tuple((a.name, a.var.type) for a in program.args if a.storage is Storage.SLOT)
         e.reset()
         return e
 
-    @property
-    def slots(self) -> tuple[tuple[str, TensorType], ...]:
-        return tuple((a.name, a.var.type) for a in self.program.args if a.storage is Storage.SLOT)
+    slots: tuple[tuple[str, TensorType], ...] = ()  # the program's slot arguments, made once
 
     def reset(self) -> None:
         self.states = {n: v.copy() for n, v in self.initial.items()}
