@@ -194,7 +194,7 @@ def measure(threads: int | None) -> dict[str, float]:
     ort_run = _onnxruntime(inputs, threads)
     if ort_run is not None:
         fns["ort"] = ort_run
-    t = alternating(fns, rounds=5, calls=1)
+    t = alternating(fns, rounds=3, calls=1, warmup=1)
     t["err_numpy"] = float(np.abs(_numpy(inputs) - want).max())
     if ort_run is not None:
         t["err_ort"] = float(np.abs(ort_run() - want).max())
@@ -216,7 +216,7 @@ def measure(threads: int | None) -> dict[str, float]:
         for _ in range(LAYERS):
             erf64(f).astype(np.float32)
 
-    t.update(alternating({"matmul64": matmuls64, "erf": erfs}, rounds=3, calls=1))
+    t.update(alternating({"matmul64": matmuls64, "erf": erfs}, rounds=3, calls=1, warmup=1))
     return t
 
 

@@ -53,6 +53,7 @@ def alternating(
     rounds: int = 15,
     calls: int = 400,
     clock: Callable[[], float] = time.perf_counter,
+    warmup: int = 50,
 ) -> dict[str, float]:
     """The median over ``rounds`` rounds of each function's mean time per call (seconds), the
     functions taking turns within each round so a noisy neighbour hits all of them alike.
@@ -60,7 +61,7 @@ def alternating(
     waits for a core on a loaded machine): right for work that runs on the calling thread only."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     for fn in fns.values():
-        for _ in range(50):
+        for _ in range(warmup):
             fn()
     gc_was = gc.isenabled()
     gc.disable()
