@@ -166,3 +166,8 @@ def run_program(
     finally:
         engine.close()
     return report
+
+
+def partition_of(program: Program, target: str) -> tuple[Span, ...]:
+    """``program``'s spans for ``target``, each device span carrying its own (admitted) plan."""
+    return partition_spans(program, target)

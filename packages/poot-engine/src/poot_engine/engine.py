@@ -8,6 +8,7 @@
     part = engine.add_entry(program, weights, partition=True)  # refused spans on the oracle
     out = engine.step(entry, {"x": x})            # first step records, later steps replay
     engine.reset_state(entry); engine.remove_entry(entry); engine.stats(); engine.close()
+    engine.read_state(entry, "k"); engine.write_state(entry, "k", k)  # poot_engine.handoff
 
 One engine drives one device and is not thread-safe. After a dispatch misses its deadline the
 engine is poisoned: every later call but ``close`` raises ``DevicePoisoned``, and the failed
@@ -37,6 +38,7 @@ from poot_ir import (
     UnknownEntry,
     WeightMismatch,
 )
+from poot_ir.numerics import NumericsClass, looser
 from poot_planner import Plan, Span, plan
 from poot_planner import partition as partition_program
 from poot_planner.targets import get_target
@@ -55,6 +57,7 @@ from poot_engine.checks import (
 )
 from poot_engine.device import Artifact, ArtifactSource, Buffer, Device, signature_of
 from poot_engine.handles import Entry, Stats, Weights
+from poot_engine.handoff import read_state, write_state
 from poot_engine.partitioned import PartitionedEntry
 from poot_engine.recording import Recording, record, replay
 
@@ -111,6 +114,10 @@ class Engine:
         self._closed = False
         self._counts = dict.fromkeys(("compiles", "hits", "repairs"), 0)
         self._recordings = self._replays = self._plans = self._lowerings = 0
+        self._states = dict.fromkeys(("reads", "writes", "read", "written"), 0)
+        self._stepping = False  # read_state / write_state refuse while a step runs
+        self._planned: dict[int, NumericsClass] = {}  # each entry's plan's numerics class
+        self._handed: dict[int, NumericsClass] = {}  # the class of states written into it
         self._steps = 0
         self._host_s = 0.0
         self._device_s = 0.0
@@ -149,6 +156,7 @@ class Engine:
         *,
         partition: bool = False,
         spans: tuple[Span, ...] | None = None,
+        planned: Plan | None = None,
     ) -> Entry:
         """Plan ``program`` for the device's target (once; a ``Plan`` for that target is used as
         given), lower it, load its blob (from the cache, or compiled and cached) and bind
@@ -158,16 +166,21 @@ class Engine:
         beyond the range) and ``SignatureMismatch``. With ``partition`` a program the target
         refuses in part runs its refused spans on the host oracle (``poot_engine.partitioned``;
         ``spans``, from ``poot_planner.partition`` of the same program, are used as given, each
-        device span loaded from the plan it carries); an admitted one gets the ordinary entry."""
+        device span loaded from the plan it carries); an admitted one gets the ordinary entry.
+        ``planned``: a caller's plan of this very program (the same as passing the plan)."""
         self._usable()
+        if planned is not None and isinstance(program, Program) and planned.source is program:
+            program = planned
         planned = self._plan(program)
         wbufs = self._weights_of(weights) if weights is not None else {}
         if partition and not planned.admitted:
             part = self._add_partitioned(planned, wbufs, initial_state or {}, spans)
             handle = Entry(self._id, next(self._ids), planned.source.name)
             self._parts[handle.id] = part
-            return handle
-        return self._add(planned, wbufs, initial_state or {})
+        else:
+            handle = self._add(planned, wbufs, initial_state or {})
+        self._planned[handle.id] = planned.numerics
+        return handle
 
     def _plan(self, program: Program | Plan) -> Plan:
         if isinstance(program, Plan):
@@ -246,6 +259,7 @@ class Engine:
     def reset_state(self, entry: Entry) -> None:
         """Restore every state of ``entry`` to its initial value."""
         self._usable()
+        self._handed.pop(entry.id, None)
         if (part := self.partitioned(entry)) is not None:
             return part.reset()
         self._write_states(self._entry(entry))
@@ -256,12 +270,14 @@ class Engine:
         self._usable()
         part = self._parts.pop(entry.id, None) if entry.engine == self._id else None
         if part is not None:
+            self._handed.pop(entry.id, None)
             for sub in part.subs:
                 if sub is not None:
                     self.remove_entry(sub)
             return
         e = self._entry(entry)
         del self._entries[entry.id]
+        self._handed.pop(entry.id, None)
         weights = {a.name for a in e.program.args if a.storage is Storage.WEIGHT}
         owned = [b for n, b in e.buffers.items() if n not in weights]
         self._free_all([*owned, *e.outputs.values()])
@@ -281,12 +297,16 @@ class Engine:
         if self._poisoned or self._closed:
             self._usable()
         e = self._entries.get(entry.id) if entry.engine == self._id else None
-        if e is not None:
-            results, device_s = self._run(e, inputs)
-        elif (part := self.partitioned(entry)) is not None:
-            results, device_s = part.step(inputs, lambda h, x: self._run(self._entry(h), x))
-        else:
-            raise self._unknown(entry)
+        self._stepping = True
+        try:
+            if e is not None:
+                results, device_s = self._run(e, inputs)
+            elif (part := self.partitioned(entry)) is not None:
+                results, device_s = part.step(inputs, lambda h, x: self._run(self._entry(h), x))
+            else:
+                raise self._unknown(entry)
+        finally:
+            self._stepping = False
         self._steps += 1
         self._device_s += device_s
         self._host_s += perf_counter() - t0 - device_s
@@ -333,7 +353,38 @@ class Engine:
             device_s_per_step=self._device_s / steps,
             plans=self._plans,
             lowerings=self._lowerings,
+            state_reads=self._states["reads"],
+            state_writes=self._states["writes"],
+            state_bytes_read=self._states["read"],
+            state_bytes_written=self._states["written"],
         )
+
+    # -- states: read, written, handed over (poot_engine.handoff has the rules) ----------------
+
+    def program(self, entry: Entry) -> Program:
+        """The program ``entry`` runs (as its target runs it; a partitioned entry's source)."""
+        self._usable()
+        part = self.partitioned(entry)
+        return part.program if part is not None else self._entry(entry).program
+
+    def numerics(self, entry: Entry) -> NumericsClass:
+        """The numerics class of the entry's results: its plan's, loosened by the class of any
+        state handed into it since it was made or reset (an FP16 source: ``NarrowStorage``)."""
+        self.program(entry)
+        handed = self._handed.get(entry.id)
+        planned = self._planned[entry.id]
+        return planned if handed is None else looser(planned, handed)
+
+    def read_state(self, entry: Entry, name: str) -> np.ndarray:
+        """A fresh host copy of the state ``name`` as the last step (or write) left it."""
+        return read_state(self, entry, name)
+
+    def write_state(
+        self, entry: Entry, name: str, value: np.ndarray, *, numerics: NumericsClass | None = None
+    ) -> None:
+        """Make ``value`` the state ``name`` of ``entry``, checked like an upload first.
+        ``numerics``: the class the value carries from where it was computed."""
+        write_state(self, entry, name, value, numerics)
 
     def close(self) -> None:
         """Close the device, releasing every buffer (a failed recording's too). Idempotent."""

@@ -35,7 +35,9 @@ class Stats:
     run), ``replays`` the later steps; ``host_s_per_step`` is the mean time a step spent in the
     engine outside the device's dispatches, ``device_s_per_step`` inside them (seconds).
     ``plans`` and ``lowerings`` count the plans the engine made and the artifact sources the
-    device lowered (``add_entry``: one each; a partitioned entry one per device span)."""
+    device lowered (``add_entry``: one each; a partitioned entry one per device span).
+    ``state_reads`` / ``state_writes`` count ``read_state`` / ``write_state`` calls (a handoff
+    makes one of each per state), with the bytes they moved."""
 
     compiles: int
     cache_hits: int
@@ -47,3 +49,7 @@ class Stats:
     device_s_per_step: float
     plans: int = 0
     lowerings: int = 0
+    state_reads: int = 0
+    state_writes: int = 0
+    state_bytes_read: int = 0
+    state_bytes_written: int = 0

@@ -14,8 +14,10 @@ The rules:
   is refused as a whole (a context limit), the run goes to the oracle.
 - The device spans together use at most the target's hardware contexts (XDNA2: 16, one per
   region): a device span past that budget, in program order, goes to the oracle.
-- Adjacent oracle runs merge into one oracle span; adjacent device spans stay apart (each was
-  admitted alone, not together).
+- Adjacent oracle runs merge into one oracle span; adjacent device spans merge when the plan
+  of their union is admitted (one graph, one compile and one host round trip instead of two).
+- The plan legalizes each span as it does a whole program (``poot_planner.legalize``), so the
+  equations a rule rewrites are device equations, and spans are cut in the source program.
 - Every device span's plan is admitted and carried by the span (``Span.plan``), so a caller
   loads it without planning again; oracle spans are never planned. Each candidate sub-program
   is planned once, and a caller that has the whole program's plan passes it (``whole``).
@@ -35,6 +37,7 @@ value has the same name in the span that makes it and in every span that reads i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from poot_ir import Arg, Output, Program, Storage, Var, validate
@@ -43,19 +46,18 @@ from poot_planner.plan import Plan, plan
 from poot_planner.target import Target
 from poot_planner.targets import get_target
 
-__all__ = ["Span", "partition", "value_names"]
+__all__ = ["PartitionSummary", "Span", "partition", "summarize", "value_names"]
 
 
 @dataclass(frozen=True, slots=True)
 class Span:
     """A maximal contiguous run of ``eqns`` (source equation indices, ascending) run by the
-    target (``device``) or by the CPU oracle, as the sub-program ``program``. A device span
-    carries its admitted ``plan`` (None on an oracle span)."""
+    target (``device``) or by the CPU oracle, as the sub-program ``program``."""
 
     device: bool
     eqns: tuple[int, ...]
     program: Program
-    plan: Plan | None = None
+    plan: Plan | None = None  # a device span's admitted plan (None on an oracle span)
 
     @property
     def first(self) -> int:
@@ -64,6 +66,39 @@ class Span:
     @property
     def last(self) -> int:
         return self.eqns[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSummary:
+    """What one step of a partitioned program costs in device work: ``graphs`` (artifacts:
+    one per device span, or per region on XDNA2), each compiled once (``compiles``, before
+    the blob cache), and each a dispatch whose outputs return to the host
+    (``round_trips``)."""
+
+    spans: int
+    device_spans: int
+    oracle_spans: int
+    graphs: int
+    compiles: int
+    round_trips: int
+
+    def describe(self) -> str:
+        return (
+            f"{self.spans} spans ({self.device_spans} device, {self.oracle_spans} oracle); "
+            f"per step: {self.graphs} graphs, {self.compiles} compiles, "
+            f"{self.round_trips} host round trips"
+        )
+
+
+def summarize(spans: tuple[Span, ...], target: str | Target) -> PartitionSummary:
+    t = get_target(target)
+    graphs = sum(
+        max(1, (s.plan if s.plan is not None else plan(s.program, t)).contexts)
+        for s in spans
+        if s.device
+    )
+    device = sum(1 for s in spans if s.device)
+    return PartitionSummary(len(spans), device, len(spans) - device, graphs, graphs, graphs)
 
 
 def value_names(program: Program) -> dict[int, str]:
@@ -81,48 +116,77 @@ def value_names(program: Program) -> dict[int, str]:
 
 
 def partition(
-    program: Program, target: str | Target, whole: Plan | None = None
+    program: Program,
+    target: str | Target,
+    whole: Plan | None = None,
+    *,
+    legalization: bool = True,
 ) -> tuple[Span, ...]:
-    """Cut ``program`` into device and oracle spans for ``target`` (rules: module docstring).
-    ``whole`` is ``program``'s plan for ``target`` when the caller already has it."""
+    """Cut ``program`` into device and oracle spans for ``target`` (rules: module docstring);
+    ``legalization=False`` cuts it as the target refuses it before any rewrite. ``whole`` is
+    ``program``'s plan for ``target`` when the caller already has it."""
     t = get_target(target)
     n = len(program.eqns)
     if n == 0:
         return ()
     names = value_names(program)
-    if whole is None or whole.source is not program or not _same(whole.target, t):
-        whole = plan(program, t)
-    if whole.admitted:  # one device span, its sub-program (states as slots) planned on its own
-        sub = _sub_program(program, tuple(range(n)), names)
-        return (Span(True, tuple(range(n)), sub, plan(sub, t)),)
+    plans: dict[tuple[int, ...], Plan] = {}
+
+    def plan_run(run: tuple[int, ...]) -> Plan:
+        """The plan of ``run``'s sub-program, made once however often it is asked for."""
+        if run not in plans:
+            plans[run] = plan(_sub_program(program, run, names), t, legalization=legalization)
+        return plans[run]
+
+    reuse = whole is not None and legalization and whole.source is program
+    if whole is None or not reuse or not (whole.target is t or whole.target == t):
+        whole = plan(program, t, legalization=legalization)
+    if whole.admitted:
+        every = tuple(range(n))
+        return (Span(True, every, plan_run(every).source, plan_run(every)),)
     refused = {r.eqn for r in whole.refusals if r.eqn >= 0}
-    pieces: list[tuple[bool, tuple[int, ...], Plan | None]] = []
+    pieces: list[tuple[bool, tuple[int, ...]]] = []
     for device, run in _runs(tuple(range(n)), refused):
         if device:
-            pieces.extend(_device_pieces(program, run, names, t))
+            pieces.extend(_device_pieces(run, plan_run))
         else:
-            pieces.append((False, run, None))
+            pieces.append((False, run))
+    pieces = _merge_devices(pieces, plan_run)
     budget = t.region_limits.contexts if t.region_limits is not None else None
     used = 0
-    merged: list[tuple[bool, tuple[int, ...], Plan | None]] = []
-    for device, run, p in pieces:
-        if device and budget is not None and p is not None:
-            if used + p.contexts > budget:
-                device, p = False, None
+    merged: list[tuple[bool, tuple[int, ...]]] = []
+    for device, run in pieces:
+        if device and budget is not None:
+            contexts = plan_run(run).contexts
+            if used + contexts > budget:
+                device = False
             else:
-                used += p.contexts
+                used += contexts
         if not device and merged and not merged[-1][0]:
-            merged[-1] = (False, merged[-1][1] + run, None)
+            merged[-1] = (False, merged[-1][1] + run)
         else:
-            merged.append((device, run, p))
+            merged.append((device, run))
     return tuple(
-        Span(d, run, p.source if p is not None else _sub_program(program, run, names), p)
-        for d, run, p in merged
+        Span(True, run, plan_run(run).source, plan_run(run))
+        if d
+        else Span(False, run, _sub_program(program, run, names))
+        for d, run in merged
     )
 
 
-def _same(a: Target, b: Target) -> bool:
-    return a is b or a == b
+def _merge_devices(
+    pieces: list[tuple[bool, tuple[int, ...]]], plan_run: Callable[[tuple[int, ...]], Plan]
+) -> list[tuple[bool, tuple[int, ...]]]:
+    """Adjacent device pieces joined wherever the union's own plan is admitted."""
+    out: list[tuple[bool, tuple[int, ...]]] = []
+    for device, run in pieces:
+        if device and out and out[-1][0]:
+            union = out[-1][1] + run
+            if plan_run(union).admitted:
+                out[-1] = (True, union)
+                continue
+        out.append((device, run))
+    return out
 
 
 def _runs(eqns: tuple[int, ...], refused: set[int]) -> list[tuple[bool, tuple[int, ...]]]:
@@ -138,19 +202,18 @@ def _runs(eqns: tuple[int, ...], refused: set[int]) -> list[tuple[bool, tuple[in
 
 
 def _device_pieces(
-    program: Program, run: tuple[int, ...], names: dict[int, str], t: Target
-) -> list[tuple[bool, tuple[int, ...], Plan | None]]:
-    """``run`` as device pieces whose own plans are admitted (with that plan), and oracle
-    pieces."""
-    p = plan(_sub_program(program, run, names), t)
+    run: tuple[int, ...], plan_run: Callable[[tuple[int, ...]], Plan]
+) -> list[tuple[bool, tuple[int, ...]]]:
+    """``run`` as device pieces whose own plans are admitted, and oracle pieces."""
+    p = plan_run(run)
     if p.admitted:
-        return [(True, run, p)]
+        return [(True, run)]
     refused = {run[r.eqn] for r in p.refusals if r.eqn >= 0}
     if not refused:  # refused as a whole (a context limit): no simple split helps
-        return [(False, run, None)]
-    out: list[tuple[bool, tuple[int, ...], Plan | None]] = []
+        return [(False, run)]
+    out: list[tuple[bool, tuple[int, ...]]] = []
     for device, piece in _runs(run, refused):
-        out.extend(_device_pieces(program, piece, names, t) if device else [(False, piece, None)])
+        out.extend(_device_pieces(piece, plan_run) if device else [(False, piece)])
     return out
 
 
