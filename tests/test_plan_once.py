@@ -25,9 +25,9 @@ def plans(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     real = sys.modules["poot_planner.plan"].plan
     counts: Counter[str] = Counter()
 
-    def counting(program: Program, target: object) -> object:
+    def counting(program: Program, target: object, **options: object) -> object:
         counts[program.name] += 1
-        return real(program, target)  # type: ignore[arg-type]
+        return real(program, target, **options)  # type: ignore[arg-type]
 
     for module in list(sys.modules.values()):
         if getattr(module, "__name__", "").startswith("poot") and (
