@@ -403,7 +403,7 @@ if set(_RULES) != set(Prim):  # a primitive added without its reference rule: fo
 
 
 class _Compiled:
-    __slots__ = ("args", "nslots", "results", "steps", "wide")
+    __slots__ = ("args", "dtypes", "nslots", "results", "steps", "wide")
 
     def __init__(
         self,
@@ -414,6 +414,9 @@ class _Compiled:
     ) -> None:
         self.args, self.steps, self.results, self.nslots = args, steps, results, nslots
         self.wide: frozenset[str] = frozenset()
+        # numpy dtypes of the arguments, then the results, looked up once (per call they cost
+        # an enum hash each)
+        self.dtypes = tuple(t.dtype.numpy for _, _, t in args + results)
 
 
 def _step(kernel: Kernel, ins: list[int | Literal], out: int) -> Step:
@@ -566,18 +569,22 @@ def evaluate(program: Program, inputs: Mapping[str, object]) -> dict[str, np.nda
     """
     compiled = _compiled(program)
     env: list[Any] = [None] * compiled.nslots
-    for name, s, t in compiled.args:
+    n_args = len(compiled.args)
+    for (name, s, t), dt in zip(compiled.args, compiled.dtypes, strict=False):
         value = inputs.get(name, _MISSING)
+        if type(value) is np.ndarray and value.dtype == dt and value.shape == t.shape:
+            env[s] = value  # exactly its type: what exact_array returns, without the call
+            continue
         if value is _MISSING:
             raise ArgumentError(f"missing; expected an array of {t}", name)
         env[s] = exact_array(name, value, t, wide=name in compiled.wide)
-    if len(inputs) != len(compiled.args):  # every argument is there, so something else is too
+    if len(inputs) != n_args:  # every argument is there, so something else is too
         extra = sorted(set(inputs) - {name for name, _, _ in compiled.args})
         raise ArgumentError(f"is not an argument of {program.name!r}", extra[0])
     with np.errstate(all="ignore"):
         for step in compiled.steps:
             step(env)
     return {
-        name: np.array(env[s], dtype=t.dtype.numpy, order="C", copy=True)
-        for name, s, t in compiled.results
+        name: np.array(env[s], dtype=dt, order="C", copy=True)
+        for (name, s, _), dt in zip(compiled.results, compiled.dtypes[n_args:], strict=True)
     }
