@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Figure", "median_time"]
+__all__ = ["Figure", "alternating", "median_time"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,3 +46,33 @@ def median_time(fn: Callable[[], object], repeat: int = 7, number: int = 1) -> f
         if gc_was:
             gc.enable()
     return statistics.median(times)
+
+
+def alternating(
+    fns: dict[str, Callable[[], object]],
+    rounds: int = 15,
+    calls: int = 400,
+    clock: Callable[[], float] = time.perf_counter,
+    warmup: int = 50,
+) -> dict[str, float]:
+    """The median over ``rounds`` rounds of each function's mean time per call (seconds), the
+    functions taking turns within each round so a noisy neighbour hits all of them alike.
+    ``clock=time.thread_time`` counts only this thread's CPU time (not the time the thread
+    waits for a core on a loaded machine): right for work that runs on the calling thread only."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                t0 = clock()
+                for _ in range(calls):
+                    fn()
+                times[name].append((clock() - t0) / calls)
+    finally:
+        if gc_was:
+            gc.enable()
+    return {k: statistics.median(v) for k, v in times.items()}

@@ -63,3 +63,75 @@ def test_poot_ir_alone_needs_numpy_and_ml_dtypes_only() -> None:
 @pytest.mark.parametrize("package", ORDER)
 def test_each_package_imports_alone(package: str) -> None:
     subprocess.run([sys.executable, "-c", f"import {package}"], check=True)
+
+
+def _module_imports(package: str) -> dict[str, set[str]]:
+    """Each module of ``package`` and the modules of the same package it imports (any import:
+    at the top, under ``TYPE_CHECKING`` or inside a function; ``from pkg import name`` counts
+    as importing ``pkg.name`` when that is a module, else ``pkg`` itself)."""
+    src = SOURCES[package]
+    modules = {
+        ".".join((package, *p.relative_to(src).with_suffix("").parts)).removesuffix(".__init__")
+        for p in src.rglob("*.py")
+    }
+    graph: dict[str, set[str]] = {}
+    for path in sorted(src.rglob("*.py")):
+        name = ".".join((package, *path.relative_to(src).with_suffix("").parts))
+        name = name.removesuffix(".__init__")
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name in modules)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for a in node.names:
+                    sub = f"{node.module}.{a.name}"
+                    found.add(sub if sub in modules else node.module)
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+@pytest.mark.parametrize("package", ORDER)
+def test_no_module_cycle_inside_the_package(package: str) -> None:
+    # A package's __init__ re-exports its modules, so it is left out: a module importing the
+    # package's own __init__ is reported as importing it, never a cycle through it.
+    graph = {m: deps - {package} for m, deps in _module_imports(package).items() if m != package}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for d in sorted(graph.get(m, ())):
+            if state.get(d) == 1:
+                cycle = [*path[path.index(d) :], d] if d in path else [m, d]
+                raise AssertionError(f"module cycle in {package}: {' -> '.join(cycle)}")
+            if d not in state:
+                visit(d, [*path, d])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+
+
+def test_no_public_name_means_two_things() -> None:
+    # Each package's __init__ is its public API; a name two packages export is one object.
+    import importlib
+
+    seen: dict[str, tuple[str, object]] = {}
+    clashes = []
+    for package in ORDER:
+        module = importlib.import_module(package)
+        for name in getattr(module, "__all__", ()):
+            value = getattr(module, name)
+            if name in seen and seen[name][1] is not value:
+                clashes.append(f"{name}: {seen[name][0]} and {package}")
+            seen.setdefault(name, (package, value))
+    assert not clashes, clashes
+    # the README's import, and the devices, from poot_npu itself
+    from poot_npu import VpuDevice, XdnaDevice, XdnaHostDevice, make_device
+
+    assert make_device("cpu").target == "cpu"
+    assert {VpuDevice.__name__, XdnaDevice.__name__, XdnaHostDevice.__name__} == {
+        "VpuDevice",
+        "XdnaDevice",
+        "XdnaHostDevice",
+    }

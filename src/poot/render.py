@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from poot_planner import Plan, partition, summarize
+from poot_planner import Plan, Span, partition, summarize
 from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
@@ -82,7 +82,9 @@ def _numerics(p: Plan) -> str:
     )
 
 
-def plan_panel(p: Plan) -> Panel:
+def plan_panel(p: Plan, spans: tuple[Span, ...] = ()) -> Panel:
+    """The plan; a refused one with its partition (``spans`` when the caller has them, so
+    nothing is planned again)."""
     head = Text.assemble(
         (f"{p.source.name}", "bold"),
         f" on {p.target.name}: ",
@@ -96,7 +98,7 @@ def plan_panel(p: Plan) -> Panel:
     for rw in p.rewrites:
         parts.append(Text(f"legalized: {rw.describe()}"))
     if not p.admitted and p.source.eqns:
-        summary = summarize(partition(p.source, p.target), p.target)
+        summary = summarize(spans or partition(p.source, p.target, p), p.target)
         parts.append(Text(f"partitioned: {summary.describe()}"))
     if p.narrowing is not None:
         parts.append(
@@ -145,7 +147,7 @@ def plan_panel(p: Plan) -> Panel:
 
 
 def run_report(report: RunReport) -> Group:
-    parts: list[object] = [plan_panel(report.plan)]
+    parts: list[object] = [plan_panel(report.plan, report.spans)]
     t = Table(
         "step",
         "result",

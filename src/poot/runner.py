@@ -29,7 +29,8 @@ from poot_engine import Engine
 from poot_engine.device import Device
 from poot_ir import BitExact, Comparison, Program, Storage, compare, evaluate, sample_inputs
 from poot_ir.numerics import Bounded, Derived
-from poot_planner import Plan, Span, partition, plan
+from poot_planner import Plan, Span, plan
+from poot_planner import partition as partition_spans
 from poot_planner.error_bounds import result_bounds
 from poot_planner.partition import value_names
 
@@ -90,13 +91,14 @@ def _check(
 
 def _check_spans(
     program: Program,
-    spans: tuple[tuple[Span, Plan | None], ...],
+    spans: tuple[Span, ...],
     trace: Mapping[str, np.ndarray],
     got: Mapping[str, np.ndarray],
 ) -> tuple[tuple[str, Comparison], ...]:
     """A partitioned step, span by span on its own inputs (see the module docstring)."""
     checks: list[tuple[str, Comparison]] = []
-    for span, p in spans:
+    for span in spans:
+        p = span.plan
         feed = {a.name: trace[a.name] for a in span.program.args}
         want = evaluate(span.program, feed)
         mine = {n: trace[n] for n in want}
@@ -128,9 +130,9 @@ def run_program(
     partitioned entry), run ``steps`` steps through an ``Engine`` and check each one. Inputs
     are ``inputs[k]`` (every argument: weights are read from step 0 only, states from step 0 as
     initial values) or deterministic samples."""
-    p = plan(program, device.target)
-    parted = partition_of(program, device.target) if partition and not p.admitted else ()
-    report = RunReport(program, device_name, p, spans=tuple(s for s, _ in parted))
+    p = plan(program, device.target)  # the one plan: the engine loads it (and its spans') as is
+    parted = partition_spans(program, device.target, p) if partition and not p.admitted else ()
+    report = RunReport(program, device_name, p, spans=parted)
     if not p.admitted and not parted:
         return report
     storage = {a.name: a.storage for a in program.args}
@@ -144,7 +146,7 @@ def run_program(
     try:
         handle = engine.load_weights(weights)
         entry = engine.add_entry(
-            program, handle, initial_state=states, partition=bool(parted), planned=p
+            p, handle, initial_state=states, partition=bool(parted), spans=parted or None
         )
         for k, sample in enumerate(per_step):
             slots = {n: v for n, v in sample.items() if storage[n] is Storage.SLOT}
@@ -166,8 +168,6 @@ def run_program(
     return report
 
 
-def partition_of(program: Program, target: str) -> tuple[tuple[Span, Plan | None], ...]:
-    """``program``'s spans for ``target``, each device span with its own (admitted) plan."""
-    return tuple(
-        (s, plan(s.program, target) if s.device else None) for s in partition(program, target)
-    )
+def partition_of(program: Program, target: str) -> tuple[Span, ...]:
+    """``program``'s spans for ``target``, each device span carrying its own (admitted) plan."""
+    return partition_spans(program, target)

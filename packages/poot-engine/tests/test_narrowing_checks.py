@@ -9,7 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from engine_support import CountingDevice, add_program, affine_program, running_sum_program
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from poot_engine import Engine
+from poot_engine.checks import check_range
 from poot_ir import (
     Builder,
     DType,
@@ -101,6 +104,7 @@ def test_weights_and_carried_states_are_not_rechecked_per_replay(
 ) -> None:
     entry = engine.add_entry(affine_program(), engine.load_weights({"w": np.ones(4, np.float32)}))
     import poot_engine.engine as engine_module
+    import poot_engine.recording as recording_module
 
     seen: list[tuple[str, str]] = []
     real = engine_module.check_range  # type: ignore[attr-defined]
@@ -111,7 +115,8 @@ def test_weights_and_carried_states_are_not_rechecked_per_replay(
         seen.append((error.__name__, name))
         real(error, name, x, limit)
 
-    monkeypatch.setattr(engine_module, "check_range", spy)
+    monkeypatch.setattr(engine_module, "check_range", spy)  # the inputs, before the replay
+    monkeypatch.setattr(recording_module, "check_range", spy)  # the results, inside it
     for i in range(3):
         engine.step(entry, {"x": np.full(4, i, np.float32)})
     # per step: the slot before, the two F32 results after; never the weight or the state
@@ -160,3 +165,30 @@ def test_checks_cover_every_element_of_a_larger_tensor(engine: Engine) -> None:
     with pytest.raises(NarrowingRangeInput) as err:
         engine.step(entry, {"x": x_bad})
     assert err.value.element == (5, 7)
+
+
+_EDGES = [0.0, -0.0, 1.0, -1.0, 65504.0, -65504.0, 65505.0, -65505.0, np.inf, -np.inf, np.nan]
+
+
+@settings(max_examples=150)
+@given(
+    st.lists(st.sampled_from(_EDGES) | st.floats(width=32), min_size=0, max_size=12),
+    st.sampled_from([1.0, 65504.0, 3.0e38]),
+)
+def test_check_range_agrees_with_an_elementwise_reference(
+    values: list[float], limit: float
+) -> None:
+    x = np.array(values, np.float32)
+    # the reference, element by element in Python: the first beyond the limit or NaN
+    bad = [i for i, v in enumerate(x.tolist()) if not abs(v) <= limit]
+    if not bad:
+        check_range(NarrowingRangeInput, "x", x, limit)
+        return
+    with pytest.raises(NarrowingRangeInput) as err:
+        check_range(NarrowingRangeInput, "x", x, limit)
+    assert err.value.element == (bad[0],)
+    assert np.array_equal(np.float32(err.value.value), x[bad[0]], equal_nan=True)
+    # 2-D: the index names both axes
+    with pytest.raises(NarrowingRangeInput) as err2:
+        check_range(NarrowingRangeInput, "x", np.stack([np.zeros_like(x), x]), limit)
+    assert err2.value.element == (1, bad[0])

@@ -13,6 +13,7 @@ tolerance for exp, div and sqrt, and for a narrowed program also within the publ
 from __future__ import annotations
 
 import hashlib
+import math
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -685,6 +686,30 @@ def test_a_missed_wait_poisons(engine: Engine, monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(DeadlineExceeded):
         engine.step(entry, ins)
     _check_poisoned(engine, entry, ins)
+
+
+@pytest.mark.parametrize(
+    ("deadline_s", "second"),
+    [(math.inf, 2**31 - 1), (30 * 86400.0, 30 * 86_400_000 - (2**31 - 1))],
+)
+def test_any_positive_deadline_waits_in_slices_the_runtime_takes(
+    device: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, deadline_s: float, second: int
+) -> None:
+    # a deadline past 2^31 - 1 ms (inf: none) is waited for in slices wait_for can take;
+    # here the first slice "times out", so the run is waited for again, not missed
+    waits: list[int] = []
+    real = ov.InferRequest.wait_for
+
+    def wait_for(self: Any, ms: int) -> bool:
+        waits.append(ms)
+        return len(waits) > 1 and bool(real(self, ms))
+
+    with Engine(VpuDevice(device), tmp_path / "cache", deadline_s=deadline_s) as engine:
+        entry = engine.add_entry(_f32_add())
+        ins = {"x": np.ones((2, 3), np.float32), "y": np.ones((2, 3), np.float32)}
+        monkeypatch.setattr(ov.InferRequest, "wait_for", wait_for)
+        assert engine.step(entry, ins)["z"].tolist() == [[2.0] * 3] * 2
+    assert waits == [2**31 - 1, second]
 
 
 def test_identity_and_description(device: str) -> None:

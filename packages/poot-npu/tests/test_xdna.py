@@ -13,6 +13,7 @@ the toolchain or the silicon: the ``xdna`` tests do, and skip with "hardware una
 from __future__ import annotations
 
 import gc
+import math
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -218,6 +219,20 @@ def test_a_timeout_poisons_and_keeps_the_buffers_until_close(
     engine.close()  # the run is over by then (the fake's next wait completes): freed
     gc.collect()
     assert len(fake_pyxrt.STATE.bos) == 0 and xdna_module._abandoned == []
+
+
+@pytest.mark.parametrize("deadline_s", [math.inf, 30 * 86400.0])
+def test_any_positive_deadline_waits_in_slices_xrt_takes(
+    fake: ModuleType, toolchain: dict[str, str], tmp_path: Path, deadline_s: float
+) -> None:
+    program = _install(cases.pointwise(Prim.NEG, (4, 8)), tmp_path)
+    with Engine(XdnaDevice(toolchain), tmp_path / "blobs", deadline_s=deadline_s) as engine:
+        entry = engine.add_entry(program)
+        fake_pyxrt.STATE.script = [TIMEOUT]  # the first slice times out; the run goes on
+        x = np.ones((4, 8), np.float32)
+        assert np.array_equal(engine.step(entry, {"x": x})["z"], -x)
+    waits = [e[1] for e in fake_pyxrt.STATE.log if e[0] == "wait"]
+    assert len(waits) == 2 and all(0 < ms <= 2**31 - 1 for ms in waits)
 
 
 def test_a_run_still_going_at_close_is_kept_alive(engine: Engine, tmp_path: Path) -> None:

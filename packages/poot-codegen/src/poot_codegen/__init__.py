@@ -1,1 +1,69 @@
-"""poot_codegen."""
+"""poot_codegen: code generation from an admitted ``poot_planner.Plan``.
+
+- XDNA2 (``poot_codegen.xdna``): region designs, Peano C kernels, MLIR-AIE, the link step, and
+  the host build and executor the stand-ins share. Exported here: ``design_program``,
+  ``render_program``, ``program_source``, ``ProgramDesign``, ``RegionDesign``, ``HostLayout``,
+  ``ArenaRole`` and ``TransferDirection`` (a shim transfer's way, to or from the device).
+- Intel NPU4 (``poot_codegen.openvino_ir``): the OpenVINO IR graph. Exported here (imported on
+  first use, so importing ``poot_codegen`` does not load OpenVINO): ``lower_openvino``,
+  ``serialize``, ``deserialize``, ``model_signature``, ``ArgSignature`` and ``PortDirection``
+  (a model port's ``"in"`` or ``"out"``).
+
+Every name has one meaning across the packages: the engine's ``poot_engine.Direction`` is an
+artifact argument's direction, ``poot_ir.Operand`` a builder operand and
+``poot_planner.TileOperand`` a tensor a tile reads.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from poot_codegen.xdna import (
+    ArenaRole,
+    HostLayout,
+    ProgramDesign,
+    RegionDesign,
+    design_program,
+    program_source,
+    render_program,
+)
+from poot_codegen.xdna import Direction as TransferDirection
+
+if TYPE_CHECKING:
+    from poot_codegen.openvino_ir import ArgSignature, deserialize, model_signature, serialize
+    from poot_codegen.openvino_ir import Direction as PortDirection
+    from poot_codegen.openvino_ir import lower as lower_openvino
+
+__all__ = [
+    "ArenaRole",
+    "ArgSignature",
+    "HostLayout",
+    "PortDirection",
+    "ProgramDesign",
+    "RegionDesign",
+    "TransferDirection",
+    "deserialize",
+    "design_program",
+    "lower_openvino",
+    "model_signature",
+    "program_source",
+    "render_program",
+    "serialize",
+]
+
+_OPENVINO = {
+    "ArgSignature": "ArgSignature",
+    "PortDirection": "Direction",
+    "deserialize": "deserialize",
+    "lower_openvino": "lower",
+    "model_signature": "model_signature",
+    "serialize": "serialize",
+}
+
+
+def __getattr__(name: str) -> Any:
+    attr = _OPENVINO.get(name)
+    if attr is None:
+        raise AttributeError(f"module 'poot_codegen' has no attribute {name!r}")
+    return getattr(importlib.import_module("poot_codegen.openvino_ir"), attr)

@@ -7,6 +7,7 @@ replay and before anything is committed), and vectorized: one pass per array.
 - ``check_step_inputs``: a step's arrays against the entry's slot arguments (names, direction,
   extents, exact dtype; nothing is converted).
 - ``bind_weights``: uploaded weights against a program's weight arguments.
+- ``initial_states``: an entry's initial states (given ones exactly typed and in range).
 - ``check_range``: an F32 array against a narrowing contract's largest magnitude (and NaN).
 - ``window_checks`` / ``check_windows``: the starts of a ``dynamic_update_slice`` that an
   argument feeds directly, which a device does not check.
@@ -21,6 +22,7 @@ import numpy as np
 from poot_ir import (
     DType,
     NarrowingRangeError,
+    NarrowingRangeInput,
     Prim,
     Program,
     SignatureMismatch,
@@ -35,6 +37,8 @@ from poot_ir.oracle import exact_array
 
 from poot_engine.device import Signature
 
+_F32 = np.dtype(np.float32)
+
 __all__ = [
     "WindowCheck",
     "bind_weights",
@@ -43,6 +47,7 @@ __all__ = [
     "check_step_inputs",
     "check_windows",
     "first_out_of_range",
+    "initial_states",
     "window_checks",
 ]
 
@@ -107,6 +112,27 @@ def bind_weights(program: Program, weights: Mapping[str, TensorType]) -> tuple[s
     return tuple(names)
 
 
+def initial_states(
+    program: Program, given: Mapping[str, object], limit: float | None
+) -> dict[str, np.ndarray]:
+    """Each state argument's initial value: a copy of ``given[name]`` (exactly its type,
+    ``StepInputError``; in range on a narrowing target, ``NarrowingRangeInput``), else zeros.
+    A name in ``given`` that is no state argument is refused by name."""
+    states = {a.name: a.var.type for a in program.args if a.storage is Storage.STATE}
+    for name in given:
+        if name not in states:
+            raise StepInputError("initial_state names no state argument", name)
+    initial = {}
+    for name, t in states.items():
+        if name in given:
+            arr = exact_array(name, given[name], t, StepInputError).copy()
+            check_range(NarrowingRangeInput, name, arr, limit)
+        else:
+            arr = np.zeros(t.shape, dtype=t.dtype.numpy)
+        initial[name] = arr
+    return initial
+
+
 def first_out_of_range(x: np.ndarray, limit: float) -> tuple[tuple[int, ...], float] | None:
     """The index and value of the first element beyond ``limit`` in magnitude or NaN."""
     bad = ~(np.abs(x) <= limit)  # NaN compares false, so this one pass also finds NaN
@@ -121,8 +147,16 @@ def check_range(
     error: type[NarrowingRangeError], name: str, x: np.ndarray, limit: float | None
 ) -> None:
     """Raise ``error`` (upload, input or result) for an F32 array with an element beyond
-    ``limit`` or a NaN. Nothing happens without a limit or for another dtype."""
-    if limit is None or x.dtype != np.float32:
+    ``limit`` or a NaN. Nothing happens without a limit or for another dtype.
+
+    The check every step pays allocates nothing: the array's maximum and minimum (two
+    vectorised reductions; a NaN propagates through both and fails both comparisons). Only an
+    array that fails is searched again (``first_out_of_range``), to name its first bad
+    element. (A float32 dot of the array with itself would be one pass, but it raises
+    overflow warnings that cost more to silence than the second reduction.)"""
+    if limit is None or x.dtype != _F32 or x.size == 0:
+        return
+    if x.max() <= limit and x.min() >= -limit:
         return
     found = first_out_of_range(x, limit)
     if found is not None:

@@ -3,7 +3,8 @@
 Its artifact source is the planned program in the text format (which round-trips exactly), its
 "compiler" copies that text into the blob and ``load`` parses it back, so everything above the
 runtime (the blob cache, recording and replay, every check, deadlines) runs here as it does on
-an NPU. With ``target="intel-npu4"`` it evaluates the narrowed program the planner produces for
+an NPU. A dispatch runs the oracle on the caller's thread and checks its deadline when it
+returns (``poot_engine.deadline``: the oracle cannot hang, so no worker thread is needed). With ``target="intel-npu4"`` it evaluates the narrowed program the planner produces for
 that target: an ideal FP16 device, as the oracle rounds F16 after every primitive.
 """
 
@@ -11,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from importlib import metadata
+from time import perf_counter
 from typing import TYPE_CHECKING
 
 import numpy as np
 from poot_ir import (
     BlobRefused,
+    DeadlineExceeded,
     DeviceFailed,
     DevicePoisoned,
     IRError,
@@ -25,7 +28,6 @@ from poot_ir import (
     parse_program,
 )
 
-from poot_engine.deadline import DeadlineRunner
 from poot_engine.device import (
     Artifact,
     ArtifactSource,
@@ -41,6 +43,12 @@ if TYPE_CHECKING:
 
 __all__ = ["CpuDevice"]
 
+#: A checked dispatch command: its buffers, the program, its inputs by name (the buffers' own
+#: memory) and each output's name and memory.
+_Bound = tuple[
+    tuple[Buffer, ...], Program, dict[str, np.ndarray], tuple[tuple[str, np.ndarray], ...]
+]
+
 
 class CpuDevice(HostMemory):
     """The oracle as a device. ``runs`` counts completed dispatches (tests count with it)."""
@@ -48,9 +56,10 @@ class CpuDevice(HostMemory):
     def __init__(self, target: str = "cpu") -> None:
         self._target = target
         self._name = f"CpuDevice({target})"
-        self._artifacts: dict[int, tuple[Artifact, Program]] = {}
+        self._artifacts: dict[int, tuple[Artifact, Program, tuple[str, ...]]] = {}
         self._buffers = HostBuffers(self._name)
-        self._runner = DeadlineRunner(f"poot {self._name} dispatch")
+        self._bound: dict[int, _Bound] = {}
+        self._missed = False
         self._closed = False
         self.runs = 0
 
@@ -84,43 +93,65 @@ class CpuDevice(HostMemory):
         except (UnicodeDecodeError, IRError) as err:
             raise BlobRefused(self._name, f"not a program: {err}") from None
         artifact = Artifact(next_id(), signature_of(program))
-        self._artifacts[artifact.id] = (artifact, program)
+        names = tuple(a.name for a in artifact.signature.args)
+        self._artifacts[artifact.id] = (artifact, program, names)
         return artifact
 
     def unload(self, artifact: Artifact) -> None:
         self._usable()
+        self._bound.clear()
         self._artifacts.pop(artifact.id, None)
 
     def dispatch(self, artifact: Artifact, buffers: tuple[Buffer, ...], deadline_s: float) -> None:
         self._usable()
-        entry = check_dispatch(
-            artifact, buffers, self._artifacts, lambda e: e[0], self._buffers.memory, self._name
-        )
-        program = entry[1]
-        n_in = len(program.args)
-        inputs = {
-            spec.name: self._buffers.memory[b.id]
-            for spec, b in zip(artifact.signature.args[:n_in], buffers[:n_in], strict=True)
-        }
-        results = self._runner.run(lambda: self._run(program, inputs), deadline_s, "dispatch")
-        for spec, b in zip(artifact.signature.args[n_in:], buffers[n_in:], strict=True):
-            np.copyto(self._buffers.memory[b.id], results[spec.name], casting="no")
+        bound = self._bound.get(artifact.id)
+        if bound is None or bound[0] is not buffers:
+            bound = self._bind(artifact, buffers)
+        _, program, inputs, outputs = bound
+        t0 = perf_counter()
+        results = self._run(program, inputs)
+        if perf_counter() - t0 > deadline_s:  # poot_engine.deadline: checked after the run
+            # Checked after the run (the module docstring): the results are dropped, so no
+            # output buffer changes, and the device is poisoned as a timeout would poison it.
+            self._missed = True
+            raise DeadlineExceeded(deadline_s, f"{self._name} dispatch of artifact {artifact.id}")
+        for name, out in outputs:
+            np.copyto(out, results[name], casting="no")
         self.runs += 1
 
+    def _bind(self, artifact: Artifact, buffers: tuple[Buffer, ...]) -> _Bound:
+        """Check a dispatch's command (``check_dispatch``) and keep what it binds: the replay
+        of a recording passes the same buffers every step, so later dispatches skip the check
+        until a buffer is freed or an artifact unloaded (which drops every binding)."""
+        memory = self._buffers.memory
+        _, program, names = check_dispatch(
+            artifact, buffers, self._artifacts, lambda e: e[0], memory, self._name
+        )
+        n_in = len(program.args)
+        inputs = {n: memory[b.id] for n, b in zip(names[:n_in], buffers[:n_in], strict=True)}
+        outputs = tuple(
+            (n, memory[b.id]) for n, b in zip(names[n_in:], buffers[n_in:], strict=True)
+        )
+        bound = (buffers, program, inputs, outputs)
+        self._bound[artifact.id] = bound
+        return bound
+
+    def free(self, buffer: Buffer) -> None:
+        self._bound.clear()
+        super().free(buffer)
+
     def _run(self, program: Program, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The device's own run (in the worker thread): the oracle. Tests slow it down here."""
+        """The device's own run: the oracle. Tests slow it down here."""
         return evaluate(program, inputs)
 
     def close(self) -> None:
-        # A run that missed its deadline may still be reading its buffers: they are dropped
-        # here, with the device, and the abandoned worker exits when its call returns.
         self._closed = True
-        self._runner.close()
+        self._bound.clear()
         self._artifacts.clear()
         self._buffers.clear()
 
     def _usable(self) -> None:
         if self._closed:
             raise DeviceFailed(f"{self._name} is closed")
-        if self._runner.missed:
+        if self._missed:
             raise DevicePoisoned(f"{self._name}: a dispatch missed its deadline; close the device")

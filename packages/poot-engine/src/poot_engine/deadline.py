@@ -1,24 +1,76 @@
-"""Running a call under a deadline, for devices whose runtime has no timeout of its own.
+"""Deadlines: what a dispatch's ``deadline_s`` means on each kind of device, and the helpers.
 
-A Python call cannot be interrupted, so the call runs in a worker thread and the caller waits
-for it at most the deadline. A call that misses it is abandoned, not stopped: it may go on
-touching its buffers, which is why a miss poisons the device and the device keeps those buffers
-alive until it is closed. The worker is a daemon thread, so a call that never returns does not
-hold up the interpreter's exit.
+A deadline is any positive number of seconds; ``math.inf`` means none. (The engine refuses
+zero, a negative number and NaN.) Three ways a device holds a run to it:
+
+- **A runtime with its own timeout** (OpenVINO's ``wait_for``, XRT's ``run.wait``) waits in
+  whole milliseconds. ``wait_slices_ms`` splits any deadline into waits none longer than
+  ``MAX_WAIT_MS`` (a signed 32-bit millisecond count, about 24.9 days: a longer one overflows
+  the runtime's argument or its clock arithmetic), endless for ``inf``. The run misses when
+  every slice has timed out.
+- **A run that can hang** (ctypes into compiled kernels) goes to ``DeadlineRunner``: a worker
+  thread waited on at most the deadline. A call that misses is abandoned, not stopped: it may
+  go on touching its buffers, which is why a miss poisons the device and the device keeps those
+  buffers alive until it is closed. The worker is a daemon thread, so a call that never returns
+  does not hold up the interpreter's exit. This costs a thread hand-off per run.
+- **A run that cannot hang** (``CpuDevice``: the numpy oracle is finite work on finite arrays)
+  runs on the caller's thread and is checked when it returns: a run that took
+  longer than the deadline is ``DeadlineExceeded`` and poisons the device exactly as a timeout
+  would, and its results are discarded (no output buffer, so no state, changes). The miss is
+  reported when the run ends, not at the deadline; no thread hand-off is paid per step.
+
+After a miss, on every device, every later call but ``close`` raises ``DevicePoisoned``.
 """
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
-from collections.abc import Callable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Final, Generic, TypeVar
 
 from poot_ir import DeadlineExceeded, DevicePoisoned
 
-__all__ = ["DeadlineRunner"]
+__all__ = [
+    "MAX_WAIT_MS",
+    "DeadlineRunner",
+    "single_wait_ms",
+    "wait_slices_ms",
+    "wait_timeout_s",
+]
 
 T = TypeVar("T")
+
+#: The longest single runtime wait, in milliseconds: 2^31 - 1 (about 24.9 days).
+MAX_WAIT_MS: Final = 2**31 - 1
+
+
+def wait_slices_ms(deadline_s: float) -> Iterator[int]:
+    """The millisecond waits that together last ``deadline_s``: whole milliseconds, rounded up,
+    at least 1 (XRT's 0 would wait forever), none above ``MAX_WAIT_MS``; endless for ``inf``."""
+    if math.isinf(deadline_s):
+        while True:
+            yield MAX_WAIT_MS
+    left = max(1, math.ceil(deadline_s * 1000))
+    while left > 0:
+        wait = min(left, MAX_WAIT_MS)
+        yield wait
+        left -= wait
+
+
+def single_wait_ms(deadline_s: float) -> int | None:
+    """``deadline_s`` as one wait (the first of ``wait_slices_ms``) when one is enough, else
+    None: the common case without building an iterator on every dispatch."""
+    if deadline_s * 1000 > MAX_WAIT_MS:  # inf too
+        return None
+    return max(1, math.ceil(deadline_s * 1000))
+
+
+def wait_timeout_s(deadline_s: float) -> float | None:
+    """``deadline_s`` as a ``threading`` timeout: None (no timeout) past ``TIMEOUT_MAX``, which
+    ``inf`` is (``Event.wait`` raises ``OverflowError`` beyond it)."""
+    return None if deadline_s >= threading.TIMEOUT_MAX else deadline_s
 
 
 class _Job(Generic[T]):
@@ -60,7 +112,7 @@ class DeadlineRunner:
             self._thread.start()
         job: _Job[T] = _Job(fn)
         self._jobs.put(job)  # type: ignore[arg-type]
-        if not job.done.wait(deadline_s):
+        if not job.done.wait(wait_timeout_s(deadline_s)):
             self.missed = True
             raise DeadlineExceeded(deadline_s, what)
         if job.error is not None:

@@ -18,7 +18,7 @@ recording's buffers stay allocated until ``close`` closes the device.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
@@ -31,18 +31,16 @@ from poot_ir import (
     DType,
     EngineError,
     NarrowingRangeInput,
-    NarrowingRangeResult,
     NarrowingRangeUpload,
     Program,
-    StepInputError,
     Storage,
     TensorType,
     UnknownEntry,
     WeightMismatch,
 )
 from poot_ir.numerics import NumericsClass, looser
-from poot_ir.oracle import exact_array
-from poot_planner import Plan, plan
+from poot_planner import Plan, Span, plan
+from poot_planner import partition as partition_program
 from poot_planner.targets import get_target
 
 from poot_engine.artifacts import Fetch, artifact_key, load_artifact
@@ -54,11 +52,13 @@ from poot_engine.checks import (
     check_signature,
     check_step_inputs,
     check_windows,
+    initial_states,
     window_checks,
 )
 from poot_engine.device import Artifact, ArtifactSource, Buffer, Device, signature_of
+from poot_engine.handles import Entry, Stats, Weights
 from poot_engine.handoff import read_state, write_state
-from poot_engine.partitioned import PartitionedEntry, load_partitioned
+from poot_engine.partitioned import PartitionedEntry
 from poot_engine.recording import Recording, record, replay
 
 __all__ = ["DEFAULT_DEADLINE_S", "Engine", "Entry", "Stats", "Weights"]
@@ -69,51 +69,12 @@ DEFAULT_DEADLINE_S = 10.0
 _engines = itertools.count(1)
 
 
-@dataclass(frozen=True, slots=True)
-class Weights:
-    """A handle to weights uploaded by ``Engine.load_weights``."""
-
-    engine: int
-    id: int
-    names: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """A handle to a loaded program (``Engine.add_entry``)."""
-
-    engine: int
-    id: int
-    program: str
-
-
-@dataclass(frozen=True, slots=True)
-class Stats:
-    """Counters since the engine was made. ``recordings`` counts first steps (which record and
-    run), ``replays`` the later steps; ``host_s_per_step`` is the mean time a step spent in the
-    engine outside the device's dispatches, ``device_s_per_step`` inside them (seconds).
-    ``state_reads`` / ``state_writes`` count ``read_state`` / ``write_state`` calls (a handoff
-    makes one of each per state), with the bytes they moved."""
-
-    compiles: int
-    cache_hits: int
-    cache_repairs: int
-    recordings: int
-    replays: int
-    steps: int
-    host_s_per_step: float
-    device_s_per_step: float
-    state_reads: int = 0
-    state_writes: int = 0
-    state_bytes_read: int = 0
-    state_bytes_written: int = 0
-
-
 @dataclass(slots=True)
 class _Entry:
     program: Program  # as the target runs it
     artifact: Artifact
     slots: tuple[tuple[str, TensorType], ...]
+    slot_names: tuple[str, ...]
     buffers: dict[str, Buffer]  # every input argument (weights bound, slots, states)
     outputs: dict[str, Buffer]  # every result
     initial: dict[str, np.ndarray]  # each state's initial value
@@ -131,9 +92,11 @@ class Engine:
         cache_dir: Path | str | None = None,
         deadline_s: float = DEFAULT_DEADLINE_S,
     ) -> None:
-        if not deadline_s > 0:
+        # Any positive number of seconds; inf means none (``poot_engine.deadline``).
+        number = isinstance(deadline_s, int | float) and not isinstance(deadline_s, bool)
+        if not number or not deadline_s > 0:
             raise EngineError(
-                f"deadline_s must be a positive number of seconds, got {deadline_s!r}"
+                f"deadline_s must be a positive number of seconds (inf: none), got {deadline_s!r}"
             )
         self.device = device
         self.deadline_s = deadline_s
@@ -149,7 +112,8 @@ class Engine:
         self._failed: list[tuple[Buffer, ...]] = []  # kept alive after a missed deadline
         self._poisoned = False
         self._closed = False
-        self._counts = dict.fromkeys(("compiles", "hits", "repairs", "recordings", "replays"), 0)
+        self._counts = dict.fromkeys(("compiles", "hits", "repairs"), 0)
+        self._recordings = self._replays = self._plans = self._lowerings = 0
         self._states = dict.fromkeys(("reads", "writes", "read", "written"), 0)
         self._stepping = False  # read_state / write_state refuse while a step runs
         self._planned: dict[int, NumericsClass] = {}  # each entry's plan's numerics class
@@ -186,36 +150,60 @@ class Engine:
 
     def add_entry(
         self,
-        program: Program,
+        program: Program | Plan,
         weights: Weights | None = None,
         initial_state: Mapping[str, np.ndarray] | None = None,
         *,
         partition: bool = False,
+        spans: tuple[Span, ...] | None = None,
         planned: Plan | None = None,
     ) -> Entry:
-        """Plan ``program`` for the device's target, lower it, load its blob (from the cache,
-        or compiled and cached) and bind ``weights`` to its weight arguments by name. States
-        start at zero, or at ``initial_state``. Raises ``PlanRefused`` (every refusal),
-        ``WeightMismatch``, ``StepInputError`` (a bad initial state), ``NarrowingRangeInput``
-        (an initial state beyond the range) and ``SignatureMismatch``. With ``partition`` a
-        program the target refuses in part runs its refused spans on the host oracle
-        (``poot_engine.partitioned``); an admitted one gets the ordinary entry. ``planned``: a
-        caller's plan of this very program, so that it is planned once."""
+        """Plan ``program`` for the device's target (once; a ``Plan`` for that target is used as
+        given), lower it, load its blob (from the cache, or compiled and cached) and bind
+        ``weights`` to its weight arguments by name. States start at zero, or at
+        ``initial_state``. Raises ``PlanRefused`` (every refusal), ``WeightMismatch``,
+        ``StepInputError`` (a bad initial state), ``NarrowingRangeInput`` (an initial state
+        beyond the range) and ``SignatureMismatch``. With ``partition`` a program the target
+        refuses in part runs its refused spans on the host oracle (``poot_engine.partitioned``;
+        ``spans``, from ``poot_planner.partition`` of the same program, are used as given, each
+        device span loaded from the plan it carries); an admitted one gets the ordinary entry.
+        ``planned``: a caller's plan of this very program (the same as passing the plan)."""
         self._usable()
-        if planned is None or planned.source is not program:
-            planned = plan(program, self.device.target)
+        if planned is not None and isinstance(program, Program) and planned.source is program:
+            program = planned
+        planned = self._plan(program)
+        wbufs = self._weights_of(weights) if weights is not None else {}
         if partition and not planned.admitted:
-            handle = Entry(self._id, next(self._ids), program.name)
-            self._parts[handle.id] = load_partitioned(self, program, weights, initial_state or {})
-            self._planned[handle.id] = planned.numerics
-            return handle
+            part = self._add_partitioned(planned, wbufs, initial_state or {}, spans)
+            handle = Entry(self._id, next(self._ids), planned.source.name)
+            self._parts[handle.id] = part
+        else:
+            handle = self._add(planned, wbufs, initial_state or {})
+        self._planned[handle.id] = planned.numerics
+        return handle
+
+    def _plan(self, program: Program | Plan) -> Plan:
+        if isinstance(program, Plan):
+            if program.target.name != self.device.target:
+                raise EngineError(
+                    f"a plan for {program.target.name!r} given to an engine whose device runs "
+                    f"{self.device.target!r}"
+                )
+            return program
+        self._plans += 1
+        return plan(program, self.device.target)
+
+    def _add(
+        self, planned: Plan, wbufs: Mapping[str, Buffer], initial_state: Mapping[str, np.ndarray]
+    ) -> Entry:
+        """The ordinary entry of a plan, bound to exactly the weight buffers ``wbufs``."""
         planned.check()
         prog = planned.program
-        wbufs = self._weights_of(weights) if weights is not None else {}
         wnames = bind_weights(prog, {n: b.type for n, b in wbufs.items()})
-        initial = self._initial_states(prog, initial_state or {})
+        initial = initial_states(prog, initial_state, self.limit)
         expected = signature_of(prog)
         source = self.device.lower(planned)
+        self._lowerings += 1
         check_signature(expected, source.signature, "the lowered artifact")
         artifact = self._load(source)
         buffers = {n: wbufs[n] for n in wnames}
@@ -232,12 +220,37 @@ class Engine:
             self.device.unload(artifact)
             raise
         slots = tuple((a.name, a.var.type) for a in prog.args if a.storage is Storage.SLOT)
-        e = _Entry(prog, artifact, slots, buffers, outputs, initial, window_checks(prog))
+        names = tuple(n for n, _ in slots)
+        e = _Entry(prog, artifact, slots, names, buffers, outputs, initial, window_checks(prog))
         self._write_states(e)
         handle = Entry(self._id, next(self._ids), prog.name)
         self._entries[handle.id] = e
-        self._planned[handle.id] = planned.numerics
         return handle
+
+    def _add_partitioned(
+        self,
+        planned: Plan,
+        wbufs: Mapping[str, Buffer],
+        initial_state: Mapping[str, np.ndarray],
+        spans: tuple[Span, ...] | None,
+    ) -> PartitionedEntry:
+        """The partitioned entry of a refused plan: each device span an ordinary sub-entry bound
+        to the subset of ``wbufs`` it reads, loaded from the plan its span carries."""
+        program = planned.source
+        bind_weights(program, {n: b.type for n, b in wbufs.items()})  # exactly the program's
+        states = initial_states(program, initial_state, self.limit)
+        if spans is None:
+            spans = partition_program(program, self.device.target, planned)
+
+        def add_sub(span: Span) -> Entry:
+            names = [a.name for a in span.program.args if a.storage is Storage.WEIGHT]
+            sub = span.plan if span.plan is not None else self._plan(span.program)
+            return self._add(sub, {n: wbufs[n] for n in names}, {})
+
+        def read(name: str) -> np.ndarray:
+            return self.device.read(wbufs[name])
+
+        return PartitionedEntry.build(program, spans, read, states, add_sub, self.remove_entry)
 
     def partitioned(self, entry: Entry) -> PartitionedEntry | None:
         """The spans, sub-entries and last step's boundary values of a partitioned entry."""
@@ -281,13 +294,17 @@ class Engine:
         changes: every F32 result against the range (``NarrowingRangeResult``). A partitioned
         step is one step (``poot_engine.partitioned``)."""
         t0 = perf_counter()
-        self._usable()
+        if self._poisoned or self._closed:
+            self._usable()
+        e = self._entries.get(entry.id) if entry.engine == self._id else None
         self._stepping = True
         try:
-            if (part := self.partitioned(entry)) is not None:
+            if e is not None:
+                results, device_s = self._run(e, inputs)
+            elif (part := self.partitioned(entry)) is not None:
                 results, device_s = part.step(inputs, lambda h, x: self._run(self._entry(h), x))
             else:
-                results, device_s = self._run(self._entry(entry), inputs)
+                raise self._unknown(entry)
         finally:
             self._stepping = False
         self._steps += 1
@@ -297,7 +314,7 @@ class Engine:
 
     def _run(self, e: _Entry, inputs: Mapping[str, np.ndarray]) -> tuple[Results, float]:
         checked = check_step_inputs(e.program, e.slots, inputs)
-        arrays = {name: arr for (name, _), arr in zip(e.slots, checked, strict=True)}
+        arrays = dict(zip(e.slot_names, checked, strict=True))
         rec = e.recording
         if rec is None:
             updates = tuple(u.state for u in e.program.updates)
@@ -309,13 +326,11 @@ class Engine:
             check_windows(e.windows, {**e.mirrors, **arrays})
         if e.recording is None:
             e.recording = rec
-            self._counts["recordings"] += 1
+            self._recordings += 1
         else:
-            self._counts["replays"] += 1
+            self._replays += 1
         try:
-            results, device_s = replay(
-                self.device, rec, arrays, self.deadline_s, self._result_checker(rec)
-            )
+            results, device_s = replay(self.device, rec, arrays, self.deadline_s, self.limit)
         except (DeadlineExceeded, DevicePoisoned):
             self._poisoned = True
             self._failed.append(rec.buffers)
@@ -331,11 +346,13 @@ class Engine:
             compiles=c["compiles"],
             cache_hits=c["hits"],
             cache_repairs=c["repairs"],
-            recordings=c["recordings"],
-            replays=c["replays"],
+            recordings=self._recordings,
+            replays=self._replays,
             steps=self._steps,
             host_s_per_step=self._host_s / steps,
             device_s_per_step=self._device_s / steps,
+            plans=self._plans,
+            lowerings=self._lowerings,
             state_reads=self._states["reads"],
             state_writes=self._states["writes"],
             state_bytes_read=self._states["read"],
@@ -399,8 +416,12 @@ class Engine:
     def _entry(self, entry: Entry) -> _Entry:
         e = self._entries.get(entry.id) if entry.engine == self._id else None
         if e is None:
-            raise UnknownEntry(f"entry {entry.id} ({entry.program!r}) is not live in this engine")
+            raise self._unknown(entry)
         return e
+
+    @staticmethod
+    def _unknown(entry: Entry) -> UnknownEntry:
+        return UnknownEntry(f"entry {entry.id} ({entry.program!r}) is not live in this engine")
 
     def _weights_of(self, weights: Weights) -> dict[str, Buffer]:
         w = self._weights.get(weights.id) if weights.engine == self._id else None
@@ -408,38 +429,11 @@ class Engine:
             raise UnknownEntry(f"weights {weights.id} were not loaded by this engine")
         return w
 
-    def _initial_states(
-        self, prog: Program, given: Mapping[str, np.ndarray]
-    ) -> dict[str, np.ndarray]:
-        states = {a.name: a.var.type for a in prog.args if a.storage is Storage.STATE}
-        for name in given:
-            if name not in states:
-                raise StepInputError("initial_state names no state argument", name)
-        initial = {}
-        for name, t in states.items():
-            if name in given:
-                arr = exact_array(name, given[name], t, StepInputError).copy()
-                check_range(NarrowingRangeInput, name, arr, self.limit)
-            else:
-                arr = np.zeros(t.shape, dtype=t.dtype.numpy)
-            initial[name] = arr
-        return initial
-
     def _write_states(self, e: _Entry) -> None:
         for name, value in e.initial.items():
             self.device.write(e.buffers[name], value)
         window_args = {a for w in e.windows for a in w.arguments}
         e.mirrors = {n: v.copy() for n, v in e.initial.items() if n in window_args}
-
-    def _result_checker(self, rec: Recording) -> Callable[[Mapping[str, np.ndarray]], None]:
-        limit = self.limit
-
-        def check(results: Mapping[str, np.ndarray]) -> None:
-            if limit is not None:
-                for name in rec.result_checks:
-                    check_range(NarrowingRangeResult, name, results[name], limit)
-
-        return check
 
     def _load(self, source: ArtifactSource) -> Artifact:
         artifact, fetch = load_artifact(self.cache, self.device, source)

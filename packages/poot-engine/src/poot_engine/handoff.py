@@ -37,17 +37,39 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from time import perf_counter
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
-from poot_ir import NarrowingRangeState, StateError, Storage, TensorType
+from poot_ir import NarrowingRangeState, Program, StateError, Storage, TensorType
 from poot_ir.numerics import NumericsClass, looser
 from poot_ir.oracle import exact_array
 
 from poot_engine.checks import check_range
+from poot_engine.device import Device
+from poot_engine.handles import Entry
+from poot_engine.partitioned import PartitionedEntry
 
-if TYPE_CHECKING:
-    from poot_engine.engine import Engine, Entry
+
+class Engine(Protocol):
+    """What this module needs of ``poot_engine.Engine`` (a protocol, so this module does not
+    import the engine's, which imports this one)."""
+
+    device: Device
+    limit: float | None
+    _stepping: bool
+    _states: dict[str, int]
+    _handed: dict[int, NumericsClass]
+
+    def _usable(self) -> None: ...
+    def _entry(self, entry: Entry) -> Any: ...
+    def program(self, entry: Entry) -> Program: ...
+    def partitioned(self, entry: Entry) -> PartitionedEntry | None: ...
+    def numerics(self, entry: Entry) -> NumericsClass: ...
+    def read_state(self, entry: Entry, name: str) -> np.ndarray: ...
+    def write_state(
+        self, entry: Entry, name: str, value: np.ndarray, *, numerics: NumericsClass | None = None
+    ) -> None: ...
+
 
 __all__ = ["Handoff", "check_state", "handoff", "read_state", "state_types", "write_state"]
 

@@ -2,11 +2,13 @@
 
 ``Engine.add_entry(program, weights, initial_state, partition=True)`` makes one when the plan
 refuses something (an admitted program gets the ordinary entry). ``poot_planner.partition``
-cuts the program into spans; here:
+cuts the program into spans (each device span carrying its plan); here:
 
-- a device span is an ordinary sub-entry on the engine's device (its sub-program's weights
-  bound by name from the caller's handle; its own recording and replay, host-side checks,
-  range checks on a narrowing target, deadline and blob cache);
+- a device span is an ordinary sub-entry on the engine's device, made by the engine from the
+  span's plan (its sub-program's weights bound by name from the caller's handle; its own
+  recording and replay, host-side checks, range checks on a narrowing target, deadline and
+  blob cache). This module never sees the engine: it is handed the operations it needs
+  (add and remove a sub-entry, read a weight, run a sub-entry's step);
 - an oracle span is evaluated on the host by ``poot_ir.evaluate`` (the weights it reads are
   read back from their device buffers once, when the entry is made);
 - the entry carries the program's states on the host (zeros or ``initial_state``;
@@ -24,21 +26,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 from poot_ir import Program, Storage, TensorType, evaluate
-from poot_planner.partition import Span, partition, value_names
+from poot_planner.partition import Span, value_names
 
-from poot_engine.checks import bind_weights, check_step_inputs
+from poot_engine.checks import check_step_inputs
+from poot_engine.handles import Entry
 
-if TYPE_CHECKING:
-    from poot_engine.engine import Engine, Entry, Weights
-
-__all__ = ["PartitionedEntry", "RunSub", "load_partitioned"]
+__all__ = ["PartitionedEntry", "RunSub"]
 
 #: Runs one step of a device sub-entry: its results by name and the seconds spent on the device.
-RunSub = Callable[["Entry", Mapping[str, np.ndarray]], tuple[dict[str, np.ndarray], float]]
+RunSub = Callable[[Entry, Mapping[str, np.ndarray]], tuple[dict[str, np.ndarray], float]]
 
 
 @dataclass(slots=True)
@@ -60,11 +59,13 @@ class PartitionedEntry:
         spans: tuple[Span, ...],
         read_weight: Callable[[str], np.ndarray],
         initial: dict[str, np.ndarray],
-        add_sub: Callable[[Program], Entry],
+        add_sub: Callable[[Span], Entry],
         remove_sub: Callable[[Entry], None],
     ) -> PartitionedEntry:
-        """Load every device span as a sub-entry (``add_sub``); on any failure the sub-entries
-        made so far are removed again and the error propagates."""
+        """Load every device span as a sub-entry (``add_sub``: the engine's, which binds the
+        span's weights and loads the plan the span carries); on any failure the sub-entries
+        made so far are removed again (``remove_sub``) and the error propagates. This module
+        uses the engine only through these two operations and ``RunSub``."""
         wanted = {
             a.name
             for s in spans
@@ -76,19 +77,18 @@ class PartitionedEntry:
         subs: list[Entry | None] = []
         try:
             for s in spans:
-                subs.append(add_sub(s.program) if s.device else None)
+                subs.append(add_sub(s) if s.device else None)
         except BaseException:
             for sub in subs:
                 if sub is not None:
                     remove_sub(sub)
             raise
         e = PartitionedEntry(program, spans, tuple(subs), host, initial, value_names(program))
+        e.slots = tuple((a.name, a.var.type) for a in program.args if a.storage is Storage.SLOT)
         e.reset()
         return e
 
-    @property
-    def slots(self) -> tuple[tuple[str, TensorType], ...]:
-        return tuple((a.name, a.var.type) for a in self.program.args if a.storage is Storage.SLOT)
+    slots: tuple[tuple[str, TensorType], ...] = ()  # the program's slot arguments, made once
 
     def reset(self) -> None:
         self.states = {n: v.copy() for n, v in self.initial.items()}
@@ -116,28 +116,3 @@ class PartitionedEntry:
         for u in self.program.updates:
             self.states[u.state] = results[u.state].copy()
         return results, device_s
-
-
-def load_partitioned(
-    engine: Engine, program: Program, weights: Weights | None, initial: Mapping[str, np.ndarray]
-) -> PartitionedEntry:
-    """The partitioned entry of ``program`` on ``engine`` (its own module's helper: it uses the
-    engine's weight table to bind each device span to the subset of ``weights`` it reads)."""
-    from poot_engine.engine import Weights
-
-    wbufs = engine._weights_of(weights) if weights is not None else {}
-    bind_weights(program, {n: b.type for n, b in wbufs.items()})  # exactly the program's
-    states = engine._initial_states(program, initial)
-
-    def add_sub(sub: Program) -> Entry:
-        names = tuple(a.name for a in sub.args if a.storage is Storage.WEIGHT)
-        view = Weights(engine._id, next(engine._ids), names)  # the span's weights, same buffers
-        engine._weights[view.id] = {n: wbufs[n] for n in names}
-        try:
-            return engine.add_entry(sub, view)
-        finally:
-            del engine._weights[view.id]
-
-    spans = partition(program, engine.device.target)
-    read = lambda name: engine.device.read(wbufs[name])  # noqa: E731
-    return PartitionedEntry.build(program, spans, read, states, add_sub, engine.remove_entry)

@@ -20,13 +20,14 @@ after the replay, and not again. A weight no command fills was checked once, at 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from time import perf_counter as _clock
 
 import numpy as np
-from poot_ir import DispatchRefused, DType
+from poot_ir import DispatchRefused, DType, NarrowingRangeResult
 
+from poot_engine.checks import check_range
 from poot_engine.device import Artifact, Buffer, Device, Direction
 
 __all__ = ["Command", "Copy", "Dispatch", "Read", "Recording", "Write", "record", "replay"]
@@ -68,10 +69,17 @@ Command = Write | Dispatch | Read | Copy
 
 @dataclass(frozen=True, slots=True)
 class Recording:
-    commands: tuple[Command, ...]
-    commit_at: int  # index of the first Copy: results are checked before it runs
+    """``run`` then, once the results are read and checked, ``commit`` (the copies). Both are
+    split and checked once, by ``record``, so a replay only walks them."""
+
+    run: tuple[Write | Dispatch | Read, ...]
+    commit: tuple[Copy, ...]
     input_checks: tuple[str, ...]  # F32 slots, range-checked on the host before each replay
     result_checks: tuple[str, ...]  # F32 results, range-checked on the host after each replay
+
+    @property
+    def commands(self) -> tuple[Command, ...]:
+        return (*self.run, *self.commit)
 
     @property
     def buffers(self) -> tuple[Buffer, ...]:
@@ -105,14 +113,12 @@ def record(
         if buf is None or buf.type != spec.type:
             raise DispatchRefused(f"no buffer of the artifact's {spec} to bind")
         args.append(buf)
-    writes: list[Command] = [Write(name, buffers[name]) for name in slots]
-    reads: list[Command] = [
-        Read(spec.name, outputs[spec.name]) for spec in artifact.signature.outputs
-    ]
-    copies: list[Command] = [Copy(s, outputs[s], buffers[s]) for s in updates]
-    commands = (*writes, Dispatch(artifact, tuple(args)), *reads, *copies)
-    inputs, results = _derive_checks(commands)
-    return Recording(commands, len(commands) - len(copies), inputs, results)
+    writes: list[Write | Dispatch | Read] = [Write(name, buffers[name]) for name in slots]
+    reads = [Read(spec.name, outputs[spec.name]) for spec in artifact.signature.outputs]
+    copies = tuple(Copy(s, outputs[s], buffers[s]) for s in updates)
+    run = (*writes, Dispatch(artifact, tuple(args)), *reads)
+    inputs, results = _derive_checks((*run, *copies))
+    return Recording(run, copies, inputs, results)
 
 
 def _derive_checks(commands: tuple[Command, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -142,31 +148,25 @@ def replay(
     recording: Recording,
     inputs: Mapping[str, np.ndarray],
     deadline_s: float,
-    check_results: Callable[[Mapping[str, np.ndarray]], None],
+    limit: float | None,
 ) -> tuple[dict[str, np.ndarray], float]:
-    """Run ``recording`` once: the results by name and the seconds spent in dispatches.
-    ``check_results`` sees the results before the commit; if it raises, no state changes."""
-    commands = recording.commands
-    commit = [c for c in commands[recording.commit_at :] if isinstance(c, Copy)]
-    if len(commit) != len(commands) - recording.commit_at:
-        raise DispatchRefused(
-            f"a recording whose commit (from command {recording.commit_at}) is not all copies"
-        )
+    """Run ``recording`` once: the results by name and the seconds spent in dispatches. With a
+    ``limit`` (a narrowing target), every result of ``result_checks`` is range-checked
+    (``NarrowingRangeResult``) before the commit; if one fails, no state changes."""
     results: dict[str, np.ndarray] = {}
     device_s = 0.0
-    for cmd in commands[: recording.commit_at]:
-        match cmd:
-            case Write():
-                device.write(cmd.buffer, inputs[cmd.argument])
-            case Dispatch():
-                t0 = _clock()
-                device.dispatch(cmd.artifact, cmd.buffers, deadline_s)
-                device_s += _clock() - t0
-            case Read():
-                results[cmd.result] = device.read(cmd.buffer)
-            case Copy():
-                device.copy(cmd.src, cmd.dst)
-    check_results(results)
-    for cmd in commit:
-        device.copy(cmd.src, cmd.dst)
+    for cmd in recording.run:
+        if isinstance(cmd, Write):
+            device.write(cmd.buffer, inputs[cmd.argument])
+        elif isinstance(cmd, Dispatch):
+            t0 = _clock()
+            device.dispatch(cmd.artifact, cmd.buffers, deadline_s)
+            device_s += _clock() - t0
+        else:
+            results[cmd.result] = device.read(cmd.buffer)
+    if limit is not None:
+        for name in recording.result_checks:
+            check_range(NarrowingRangeResult, name, results[name], limit)
+    for copy in recording.commit:
+        device.copy(copy.src, copy.dst)
     return results, device_s

@@ -8,7 +8,8 @@ Semantics, where IEEE 754 or the type rules leave a choice:
 
 - Floating point is IEEE 754 with round to nearest even. F32 ``add``, ``sub``, ``mul``, ``div``
   and ``sqrt`` are numpy's float32 operations (correctly rounded). ``exp``, ``log``, ``tanh``
-  and ``erf`` are computed at float64 (numpy; ``math.erf``) and rounded once to the dtype.
+  are numpy's float64 functions and ``erf`` is ``poot_ir.erf.erf64`` (vectorised, the same
+  bits on every machine, within 2 float64 ulps), each rounded once to the dtype.
   F16 and BF16 round after every primitive: operands are widened exactly to float32, the
   operation is done there and the result rounded (double rounding is harmless, float32 has more
   than 2p+2 bits for both), or at float64 and rounded once (never float64 to float32 to BF16).
@@ -31,8 +32,15 @@ Semantics, where IEEE 754 or the type rules leave a choice:
   (INT_MIN for I32). F32 ``reduce_sum`` is numpy's float32 sum (pairwise along the innermost
   axis); F16 and BF16 sums accumulate at float64 and round once. A device is compared with the
   oracle under its contract, not bit for bit, so the order is not part of any promise.
-- ``matmul`` on floats is computed at float64 and rounded once to the dtype (products of F32
-  values are exact at float64; only the float64 sum rounds).
+- ``matmul`` on floats is computed at float64 (numpy's BLAS ``dgemm``) and rounded once to the
+  dtype. Products of F32, F16 or BF16 values are exact at float64, so the only error before
+  the final rounding is the float64 sum's: at most ``K * 2^-53 * sum |a_ik b_kj|`` (``K`` the
+  contraction length) whatever order the BLAS adds in. That is the promise: the result is the
+  exact dot product rounded once to the dtype, but for a dot product within that bound of a
+  rounding boundary of the dtype, where the BLAS's order (its kernel, its threads, the
+  machine) may pick either neighbour. Float64 accumulation, not F32 BLAS, because a device is
+  compared with the oracle under a bound, and an F32-accumulated reference would spend part
+  of that bound on its own error.
 - ``gather`` takes indices in ``[-size, size)`` (negative counts from the end, as numpy and
   OpenVINO); any other index raises ``IndexOutOfRange``. A ``dynamic_update_slice`` start whose
   window does not fit raises ``WindowOutOfRange``; nothing is clamped.
@@ -43,7 +51,6 @@ shape. An error raised during evaluation returns nothing.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -68,6 +75,7 @@ from poot_ir.core import (
     Var,
 )
 from poot_ir.dtypes import DType, TensorType
+from poot_ir.erf import erf64
 from poot_ir.errors import (
     ArgumentError,
     EvaluationError,
@@ -93,6 +101,7 @@ _F64 = np.dtype(np.float64)
 _I64 = np.dtype(np.int64)
 _U32 = np.dtype(np.uint32)
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+_MISSING: Any = object()
 
 
 # -- rounding ---------------------------------------------------------------------------------
@@ -132,11 +141,6 @@ def _in_f64(dtype: DType, fn: Callable[[Array], Any]) -> Kernel:
     return kernel
 
 
-def _erf64(x: Array) -> Array:
-    flat = np.fromiter(map(math.erf, x.ravel().tolist()), _F64, count=x.size)
-    return flat.reshape(x.shape)
-
-
 # -- elementwise ------------------------------------------------------------------------------
 
 
@@ -162,7 +166,7 @@ def _unary(eqn: Eqn, _: int) -> Kernel:
         case Prim.TANH:
             return _in_f64(dt, np.tanh)
         case Prim.ERF:
-            return _in_f64(dt, _erf64)
+            return _in_f64(dt, erf64)
         case _:
             raise AssertionError(f"{eqn.prim} is not unary")
 
@@ -406,7 +410,7 @@ if set(_RULES) != set(Prim):  # a primitive added without its reference rule: fo
 
 
 class _Compiled:
-    __slots__ = ("args", "nslots", "results", "steps", "wide")
+    __slots__ = ("args", "dtypes", "nslots", "results", "steps", "wide")
 
     def __init__(
         self,
@@ -417,6 +421,9 @@ class _Compiled:
     ) -> None:
         self.args, self.steps, self.results, self.nslots = args, steps, results, nslots
         self.wide: frozenset[str] = frozenset()
+        # numpy dtypes of the arguments, then the results, looked up once (per call they cost
+        # an enum hash each)
+        self.dtypes = tuple(t.dtype.numpy for _, _, t in args + results)
 
 
 def _step(kernel: Kernel, ins: list[int | Literal], out: int) -> Step:
@@ -536,11 +543,13 @@ def exact_array(
     ever converted, except for a ``wide`` argument (``Arg.wide``): an int64 array is narrowed
     to I32 after checking every value fits. The oracle checks its arguments with it, the
     engine a step's inputs."""
-    expect = f"expected an array of {t}"
+    want = t.dtype.numpy
+    if type(value) is np.ndarray and value.dtype == want and value.shape == t.shape:
+        return value  # the common case, first: no message is built for a value that passes
     if isinstance(value, np.generic) and t.shape == ():
         value = np.asarray(value)
     if not isinstance(value, np.ndarray):
-        raise error(f"{expect}, got {type(value).__name__}", name)
+        raise error(f"expected an array of {t}, got {type(value).__name__}", name)
     if wide and value.dtype == np.int64 and value.shape == t.shape:
         info = np.iinfo(np.int32)
         bad = (value < info.min) | (value > info.max)
@@ -548,10 +557,12 @@ def exact_array(
             at = tuple(int(i) for i in np.argwhere(bad)[0])
             raise error(f"int64 value {int(value[at])} at element {at} does not fit i32", name)
         return value.astype(np.int32)
-    if value.dtype != t.dtype.numpy:
-        raise error(f"{expect}, got dtype {value.dtype} (no conversion is made)", name)
+    if value.dtype != want:
+        raise error(
+            f"expected an array of {t}, got dtype {value.dtype} (no conversion is made)", name
+        )
     if value.shape != t.shape:
-        raise error(f"{expect}, got shape {value.shape}", name)
+        raise error(f"expected an array of {t}, got shape {value.shape}", name)
     return value
 
 
@@ -565,17 +576,22 @@ def evaluate(program: Program, inputs: Mapping[str, object]) -> dict[str, np.nda
     """
     compiled = _compiled(program)
     env: list[Any] = [None] * compiled.nslots
-    for name, s, t in compiled.args:
-        if name not in inputs:
+    n_args = len(compiled.args)
+    for (name, s, t), dt in zip(compiled.args, compiled.dtypes, strict=False):
+        value = inputs.get(name, _MISSING)
+        if type(value) is np.ndarray and value.dtype == dt and value.shape == t.shape:
+            env[s] = value  # exactly its type: what exact_array returns, without the call
+            continue
+        if value is _MISSING:
             raise ArgumentError(f"missing; expected an array of {t}", name)
-        env[s] = exact_array(name, inputs[name], t, wide=name in compiled.wide)
-    extra = sorted(set(inputs) - {name for name, _, _ in compiled.args})
-    if extra:
+        env[s] = exact_array(name, value, t, wide=name in compiled.wide)
+    if len(inputs) != n_args:  # every argument is there, so something else is too
+        extra = sorted(set(inputs) - {name for name, _, _ in compiled.args})
         raise ArgumentError(f"is not an argument of {program.name!r}", extra[0])
     with np.errstate(all="ignore"):
         for step in compiled.steps:
             step(env)
     return {
-        name: np.array(env[s], dtype=t.dtype.numpy, order="C", copy=True)
-        for name, s, t in compiled.results
+        name: np.array(env[s], dtype=dt, order="C", copy=True)
+        for (name, s, _), dt in zip(compiled.results, compiled.dtypes[n_args:], strict=True)
     }

@@ -31,13 +31,15 @@ intermediate that overflowed FP16, or a saturated sentinel that stopped dominati
 then commits nothing. ``overflow_guard=False`` drops it, for the benchmark only.
 
 Buffers are host numpy arrays (the NPU addresses host memory). Each artifact has one infer
-request, made at load; a dispatch binds each input buffer to it once, as an ``ov.Tensor`` that
-shares the array's memory, so later writes into the buffer are what the next run reads. A
-dispatch checks its command first (``check_dispatch``: another device's or an unloaded
-artifact, a buffer not allocated here, or not the artifact's ABI is ``DispatchRefused`` before
-OpenVINO is touched), then ``start_async`` and ``wait_for`` at most the deadline (in whole
-milliseconds, rounded up), then copies each output into its buffer (an output tensor is
-overwritten by the next run). A missed deadline is ``DeadlineExceeded`` and poisons the device:
+request, made at load; a dispatch binds every buffer to it once, as an ``ov.Tensor`` that
+shares the array's memory, on the request's input and output ports: later writes into an input
+buffer are what the next run reads, and a run writes its results into the output buffers
+themselves (no copy). A dispatch checks its command first (``check_dispatch``: another device's
+or an unloaded artifact, a buffer not allocated here, or not the artifact's ABI is
+``DispatchRefused`` before OpenVINO is touched; a replay's dispatch, the same buffers again, was
+checked and bound once, until a buffer is freed), then ``start_async`` and ``wait_for`` at most
+the deadline (whole milliseconds, rounded up, in waits of at most ``MAX_WAIT_MS``; ``inf`` waits
+with no end: ``poot_engine.deadline``). A missed deadline is ``DeadlineExceeded`` and poisons the device:
 every later call but ``close`` raises ``DevicePoisoned``, and the failed request and every
 buffer it used stay referenced until ``close``. ``close`` cancels such a request and waits for
 it at most ``_CLOSE_GRACE_MS``; one still running after that is kept alive for the rest of the
@@ -46,14 +48,14 @@ process rather than freeing memory the runtime may still write.
 
 from __future__ import annotations
 
-import math
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import openvino as ov
 from poot_codegen import openvino_guard, openvino_ir
+from poot_engine.deadline import single_wait_ms, wait_slices_ms
 from poot_engine.device import (
     ArgSpec,
     Artifact,
@@ -127,7 +129,10 @@ def unframe_ir(data: bytes) -> tuple[bytes, bytes]:
 
 @dataclass(slots=True)
 class _Loaded:
-    """One loaded artifact: its compiled model, its one infer request and what is bound."""
+    """One loaded artifact: its compiled model, its one infer request and what is bound: the
+    buffers of the last checked dispatch (compared by identity: a replay passes the same tuple
+    every step) and the tensors over their memory, set on the request's ports, inputs and
+    outputs, kept referenced here."""
 
     artifact: Artifact
     compiled: Any
@@ -135,8 +140,9 @@ class _Loaded:
     n_in: int
     #: the guard result's output port and the label of each of its flags, if it has one
     guard: tuple[int, tuple[str, ...]] | None
-    #: input port: the buffer id bound to it, the buffer's memory and the tensor sharing it
-    bound: dict[int, tuple[int, np.ndarray, Any]] = field(default_factory=dict)
+    buffers: tuple[Buffer, ...] | None = None
+    generation: int = -1
+    tensors: tuple[Any, ...] = ()
 
 
 class VpuDevice(HostMemory):
@@ -161,6 +167,7 @@ class VpuDevice(HostMemory):
         self._failed: list[tuple[_Loaded, tuple[np.ndarray, ...]]] = []
         self._poisoned = False
         self._closed = False
+        self._gen = 0
         self.runs = 0
 
     @staticmethod
@@ -267,33 +274,54 @@ class VpuDevice(HostMemory):
 
     def dispatch(self, artifact: Artifact, buffers: tuple[Buffer, ...], deadline_s: float) -> None:
         self._usable()
-        loaded = check_dispatch(
-            artifact, buffers, self._loaded, lambda e: e.artifact, self._buffers.memory, self._name
-        )
-        req, memory = loaded.request, self._buffers.memory
-        for port, buf in enumerate(buffers[: loaded.n_in]):
-            have = loaded.bound.get(port)
-            if have is None or have[0] != buf.id:
-                tensor = _shared(memory[buf.id], buf.type)
-                req.set_input_tensor(port, tensor)
-                loaded.bound[port] = (buf.id, memory[buf.id], tensor)
+        loaded = self._loaded.get(artifact.id)
+        if loaded is None or loaded.buffers is not buffers or loaded.generation != self._gen:
+            loaded = self._bind(artifact, buffers)
+        req = loaded.request
         try:
             req.start_async()
-            done = req.wait_for(_timeout_ms(deadline_s))
+            ms = single_wait_ms(deadline_s)
+            if ms is not None:
+                done = req.wait_for(ms)
+            else:
+                done = any(req.wait_for(ms) for ms in wait_slices_ms(deadline_s))
         except RuntimeError as err:
             raise DeviceFailed(
                 f"{self._name}: the run of artifact {artifact.id} failed: {err}"
             ) from None
         if not done:
             self._poisoned = True
+            memory = self._buffers.memory
             self._failed.append((loaded, tuple(memory[b.id] for b in buffers)))
             raise DeadlineExceeded(deadline_s, f"{self._name} run of artifact {artifact.id}")
         self.runs += 1
-        if loaded.guard is not None:
+        if loaded.guard is not None:  # the run wrote its outputs; a set flag commits nothing
             _check_guard(req, loaded.guard, self._name)
-        for port, buf in enumerate(buffers[loaded.n_in :]):
-            out, mem = req.get_output_tensor(port).data, memory[buf.id]
-            np.copyto(mem, out if out.dtype == mem.dtype else out.view(mem.dtype), casting="no")
+
+    def _bind(self, artifact: Artifact, buffers: tuple[Buffer, ...]) -> _Loaded:
+        """Check a dispatch's command (``check_dispatch``), then set a tensor over each buffer's
+        own memory on the request's port, inputs and outputs alike: later writes into an input
+        buffer are what the next run reads, and a run writes its results straight into the
+        output buffers (no copy). Kept until another command, a free or an unload."""
+        memory = self._buffers.memory
+        loaded = check_dispatch(
+            artifact, buffers, self._loaded, lambda e: e.artifact, memory, self._name
+        )
+        req, n_in = loaded.request, loaded.n_in
+        tensors = tuple(_shared(memory[b.id], b.type) for b in buffers)
+        try:
+            for port, tensor in enumerate(tensors[:n_in]):
+                req.set_input_tensor(port, tensor)
+            for port, tensor in enumerate(tensors[n_in:]):
+                req.set_output_tensor(port, tensor)
+        except RuntimeError as err:
+            raise DeviceFailed(f"{self._name}: binding artifact {artifact.id}: {err}") from None
+        loaded.buffers, loaded.generation, loaded.tensors = buffers, self._gen, tensors
+        return loaded
+
+    def free(self, buffer: Buffer) -> None:
+        self._gen += 1  # a binding over a freed buffer is never reused
+        super().free(buffer)
 
     def close(self) -> None:
         if self._closed:
@@ -362,11 +390,6 @@ def _shared(mem: np.ndarray, type: TensorType) -> Any:
     if type.dtype is DType.BF16:
         return ov.Tensor(mem.view(np.uint16), list(mem.shape), ov.Type.bf16)
     return ov.Tensor(mem, shared_memory=True)
-
-
-def _timeout_ms(deadline_s: float) -> int:
-    """``wait_for``'s timeout for ``deadline_s``: whole milliseconds, rounded up, at least 1."""
-    return max(1, math.ceil(deadline_s * 1000))
 
 
 def _cancel(req: Any) -> bool:

@@ -45,7 +45,6 @@ Nothing here can see either; tests that sample results against the oracle do.
 
 from __future__ import annotations
 
-import math
 import tempfile
 import time
 from collections.abc import Mapping
@@ -65,6 +64,7 @@ from poot_codegen.xdna import (
 from poot_codegen.xdna import link as xlink
 from poot_codegen.xdna.execute import check_indices, read_results, write_arguments
 from poot_codegen.xdna.link import Progress
+from poot_engine.deadline import wait_slices_ms
 from poot_engine.device import Artifact, ArtifactSource, Buffer, DeviceIdentity, check_dispatch
 from poot_engine.host_buffers import HostBuffers, HostMemory, next_id
 from poot_ir import (
@@ -347,7 +347,10 @@ class XdnaDevice(HostMemory):
             self._poisoned = True
             raise DeadlineExceeded(deadline_s, what)
         run = r.kernel(OPCODE, r.insts, r.n_words, *loaded.arenas)
-        state = run.wait(_timeout_ms(left_s))
+        for ms in wait_slices_ms(left_s):  # any deadline, inf too, in waits XRT can take
+            state = run.wait(ms)
+            if state != states.ERT_CMD_STATE_TIMEOUT:
+                break
         if state == states.ERT_CMD_STATE_TIMEOUT:
             self._poisoned = True
             self._failed.append((loaded, arrays, run))
@@ -393,8 +396,3 @@ class XdnaDevice(HostMemory):
         if self._fields is None:
             self._fields = xlink.identity_fields(self._env)
         return self._fields
-
-
-def _timeout_ms(left_s: float) -> int:
-    """``run.wait``'s timeout for ``left_s``: whole milliseconds, rounded up, at least 1."""
-    return max(1, math.ceil(left_s * 1000))

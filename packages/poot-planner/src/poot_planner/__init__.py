@@ -19,7 +19,7 @@ from poot_planner.target import (
     Target,
 )
 from poot_planner.targets import TARGETS, get_target
-from poot_planner.tiles import IndexGuard, Operand, TileOp
+from poot_planner.tiles import IndexGuard, TileOp, TileOperand
 
 __all__ = [
     "TARGETS",
@@ -29,7 +29,6 @@ __all__ = [
     "IndexGuard",
     "KernelClass",
     "NarrowingContract",
-    "Operand",
     "PartitionSummary",
     "Plan",
     "Refusal",
@@ -39,6 +38,7 @@ __all__ = [
     "Span",
     "Target",
     "TileOp",
+    "TileOperand",
     "feature_matrix",
     "get_target",
     "narrow_to_device_precision",

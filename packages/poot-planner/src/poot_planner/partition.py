@@ -18,7 +18,9 @@ The rules:
   of their union is admitted (one graph, one compile and one host round trip instead of two).
 - The plan legalizes each span as it does a whole program (``poot_planner.legalize``), so the
   equations a rule rewrites are device equations, and spans are cut in the source program.
-- Every device span's plan is admitted; oracle spans are never planned.
+- Every device span's plan is admitted and carried by the span (``Span.plan``), so a caller
+  loads it without planning again; oracle spans are never planned. Each candidate sub-program
+  is planned once, and a caller that has the whole program's plan passes it (``whole``).
 
 A span's sub-program (``<program>_e<first>_<last>``) has:
 
@@ -35,11 +37,12 @@ value has the same name in the span that makes it and in every span that reads i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from poot_ir import Arg, Output, Program, Storage, Var, validate
 
-from poot_planner.plan import plan
+from poot_planner.plan import Plan, plan
 from poot_planner.target import Target
 from poot_planner.targets import get_target
 
@@ -54,6 +57,7 @@ class Span:
     device: bool
     eqns: tuple[int, ...]
     program: Program
+    plan: Plan | None = None  # a device span's admitted plan (None on an oracle span)
 
     @property
     def first(self) -> int:
@@ -88,7 +92,11 @@ class PartitionSummary:
 
 def summarize(spans: tuple[Span, ...], target: str | Target) -> PartitionSummary:
     t = get_target(target)
-    graphs = sum(max(1, plan(s.program, t).contexts) for s in spans if s.device)
+    graphs = sum(
+        max(1, (s.plan if s.plan is not None else plan(s.program, t)).contexts)
+        for s in spans
+        if s.device
+    )
     device = sum(1 for s in spans if s.device)
     return PartitionSummary(len(spans), device, len(spans) - device, graphs, graphs, graphs)
 
@@ -108,34 +116,48 @@ def value_names(program: Program) -> dict[int, str]:
 
 
 def partition(
-    program: Program, target: str | Target, *, legalization: bool = True
+    program: Program,
+    target: str | Target,
+    whole: Plan | None = None,
+    *,
+    legalization: bool = True,
 ) -> tuple[Span, ...]:
     """Cut ``program`` into device and oracle spans for ``target`` (rules: module docstring);
-    ``legalization=False`` cuts it as the target refuses it before any rewrite."""
+    ``legalization=False`` cuts it as the target refuses it before any rewrite. ``whole`` is
+    ``program``'s plan for ``target`` when the caller already has it."""
     t = get_target(target)
     n = len(program.eqns)
     if n == 0:
         return ()
     names = value_names(program)
-    whole = plan(program, t, legalization=legalization)
+    plans: dict[tuple[int, ...], Plan] = {}
+
+    def plan_run(run: tuple[int, ...]) -> Plan:
+        """The plan of ``run``'s sub-program, made once however often it is asked for."""
+        if run not in plans:
+            plans[run] = plan(_sub_program(program, run, names), t, legalization=legalization)
+        return plans[run]
+
+    reuse = whole is not None and legalization and whole.source is program
+    if whole is None or not reuse or not (whole.target is t or whole.target == t):
+        whole = plan(program, t, legalization=legalization)
     if whole.admitted:
-        return (Span(True, tuple(range(n)), _sub_program(program, tuple(range(n)), names)),)
+        every = tuple(range(n))
+        return (Span(True, every, plan_run(every).source, plan_run(every)),)
     refused = {r.eqn for r in whole.refusals if r.eqn >= 0}
     pieces: list[tuple[bool, tuple[int, ...]]] = []
     for device, run in _runs(tuple(range(n)), refused):
         if device:
-            pieces.extend(_device_pieces(program, run, names, t, legalization))
+            pieces.extend(_device_pieces(run, plan_run))
         else:
             pieces.append((False, run))
-    pieces = _merge_devices(program, pieces, names, t, legalization)
+    pieces = _merge_devices(pieces, plan_run)
     budget = t.region_limits.contexts if t.region_limits is not None else None
     used = 0
     merged: list[tuple[bool, tuple[int, ...]]] = []
     for device, run in pieces:
         if device and budget is not None:
-            contexts = plan(
-                _sub_program(program, run, names), t, legalization=legalization
-            ).contexts
+            contexts = plan_run(run).contexts
             if used + contexts > budget:
                 device = False
             else:
@@ -144,22 +166,23 @@ def partition(
             merged[-1] = (False, merged[-1][1] + run)
         else:
             merged.append((device, run))
-    return tuple(Span(d, run, _sub_program(program, run, names)) for d, run in merged)
+    return tuple(
+        Span(True, run, plan_run(run).source, plan_run(run))
+        if d
+        else Span(False, run, _sub_program(program, run, names))
+        for d, run in merged
+    )
 
 
 def _merge_devices(
-    program: Program,
-    pieces: list[tuple[bool, tuple[int, ...]]],
-    names: dict[int, str],
-    t: Target,
-    legalization: bool,
+    pieces: list[tuple[bool, tuple[int, ...]]], plan_run: Callable[[tuple[int, ...]], Plan]
 ) -> list[tuple[bool, tuple[int, ...]]]:
     """Adjacent device pieces joined wherever the union's own plan is admitted."""
     out: list[tuple[bool, tuple[int, ...]]] = []
     for device, run in pieces:
         if device and out and out[-1][0]:
             union = out[-1][1] + run
-            if plan(_sub_program(program, union, names), t, legalization=legalization).admitted:
+            if plan_run(union).admitted:
                 out[-1] = (True, union)
                 continue
         out.append((device, run))
@@ -179,10 +202,10 @@ def _runs(eqns: tuple[int, ...], refused: set[int]) -> list[tuple[bool, tuple[in
 
 
 def _device_pieces(
-    program: Program, run: tuple[int, ...], names: dict[int, str], t: Target, legalization: bool
+    run: tuple[int, ...], plan_run: Callable[[tuple[int, ...]], Plan]
 ) -> list[tuple[bool, tuple[int, ...]]]:
     """``run`` as device pieces whose own plans are admitted, and oracle pieces."""
-    p = plan(_sub_program(program, run, names), t, legalization=legalization)
+    p = plan_run(run)
     if p.admitted:
         return [(True, run)]
     refused = {run[r.eqn] for r in p.refusals if r.eqn >= 0}
@@ -190,9 +213,7 @@ def _device_pieces(
         return [(False, run)]
     out: list[tuple[bool, tuple[int, ...]]] = []
     for device, piece in _runs(run, refused):
-        out.extend(
-            _device_pieces(program, piece, names, t, legalization) if device else [(False, piece)]
-        )
+        out.extend(_device_pieces(piece, plan_run) if device else [(False, piece)])
     return out
 
 

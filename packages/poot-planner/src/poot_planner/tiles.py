@@ -18,7 +18,7 @@ from poot_ir import Eqn, GatherParams, Literal, Var
 
 from poot_planner.target import KernelClass
 
-__all__ = ["IndexGuard", "Operand", "TileOp", "tile_for_eqn", "tile_for_group"]
+__all__ = ["IndexGuard", "TileOp", "TileOperand", "tile_for_eqn", "tile_for_group"]
 
 
 class IndexGuard(Enum):
@@ -34,7 +34,7 @@ class IndexGuard(Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Operand:
+class TileOperand:
     """One tensor a tile reads: ``unit`` elements per unit, or the whole tensor when
     ``resident``."""
 
@@ -60,7 +60,7 @@ class TileOp:
     index: int
     kind: KernelClass
     eqns: tuple[int, ...]
-    inputs: tuple[Operand, ...]
+    inputs: tuple[TileOperand, ...]
     output: Var
     out_unit: int
     units: int
@@ -95,25 +95,25 @@ def tile_for_eqn(
     guard = None
     out = e.out
     tensors = _distinct([a for a in e.inputs if isinstance(a, Var)])
-    inputs: tuple[Operand, ...]
+    inputs: tuple[TileOperand, ...]
     match kind:
         case KernelClass.ROW:
             x = tensors[0]
             cols = x.shape[-1] if x.type.rank else 1
             # rows of no columns: the kernel writes the identity and reads nothing, so the
             # empty tensor is not streamed (a DMA moves at least one word)
-            inputs = (Operand(x, cols),) if x.type.size else ()
+            inputs = (TileOperand(x, cols),) if x.type.size else ()
             units, out_unit = out.type.size, 1
         case KernelClass.GATHER:
             table, idx = tensors[0], tensors[-1]  # the type rules make both tensors
             axis = e.params.axis if isinstance(e.params, GatherParams) else 0
             inner = math.prod(table.shape[axis + 1 :])
-            inputs = (Operand(table, 0, resident=True), Operand(idx, 0, resident=True))
+            inputs = (TileOperand(table, 0, resident=True), TileOperand(idx, 0, resident=True))
             units, out_unit = out.type.size // inner if inner else 0, inner
             host = idx.id in arguments
             guard = IndexGuard.HOST_CHECKED if host else IndexGuard.KERNEL_CLAMPED
         case _:
-            inputs = tuple(Operand(v, 1) for v in tensors)
+            inputs = tuple(TileOperand(v, 1) for v in tensors)
             units, out_unit = out.type.size, 1
     chunk = max(units, 1)
     return TileOp(index, kind, (i,), inputs, out, out_unit, units, chunk, 0, index_guard=guard)
@@ -130,7 +130,7 @@ def tile_for_group(
     """The tile job of a row kernel: row-shaped inputs stream by rows, ``[cols]`` vectors are
     resident."""
     ops = tuple(
-        Operand(v, 0, resident=True) if v.type.rank <= 1 else Operand(v, v.shape[-1])
+        TileOperand(v, 0, resident=True) if v.type.rank <= 1 else TileOperand(v, v.shape[-1])
         for v in inputs
     )
     units = output.type.size // cols if cols else 0

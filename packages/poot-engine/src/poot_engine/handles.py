@@ -1,0 +1,55 @@
+"""The handles an ``Engine`` issues (``Weights``, ``Entry``) and its counters (``Stats``).
+
+Their own module so that the engine and its partitioned entries both use them without either
+importing the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Entry", "Stats", "Weights"]
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """A handle to weights uploaded by ``Engine.load_weights``."""
+
+    engine: int
+    id: int
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A handle to a loaded program (``Engine.add_entry``)."""
+
+    engine: int
+    id: int
+    program: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Counters since the engine was made. ``recordings`` counts first steps (which record and
+    run), ``replays`` the later steps; ``host_s_per_step`` is the mean time a step spent in the
+    engine outside the device's dispatches, ``device_s_per_step`` inside them (seconds).
+    ``plans`` and ``lowerings`` count the plans the engine made and the artifact sources the
+    device lowered (``add_entry``: one each; a partitioned entry one per device span).
+    ``state_reads`` / ``state_writes`` count ``read_state`` / ``write_state`` calls (a handoff
+    makes one of each per state), with the bytes they moved."""
+
+    compiles: int
+    cache_hits: int
+    cache_repairs: int
+    recordings: int
+    replays: int
+    steps: int
+    host_s_per_step: float
+    device_s_per_step: float
+    plans: int = 0
+    lowerings: int = 0
+    state_reads: int = 0
+    state_writes: int = 0
+    state_bytes_read: int = 0
+    state_bytes_written: int = 0
