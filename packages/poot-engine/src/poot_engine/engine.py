@@ -40,7 +40,7 @@ from poot_ir import (
     WeightMismatch,
 )
 from poot_ir.oracle import exact_array
-from poot_planner import plan
+from poot_planner import Plan, plan
 from poot_planner.targets import get_target
 
 from poot_engine.artifacts import Fetch, artifact_key, load_artifact
@@ -57,6 +57,7 @@ from poot_engine.checks import (
 from poot_engine.device import Artifact, ArtifactSource, Buffer, Device, signature_of
 from poot_engine.partitioned import PartitionedEntry, load_partitioned
 from poot_engine.recording import Recording, record, replay
+from poot_engine.verify import Verifier, VerifyMode
 
 __all__ = ["DEFAULT_DEADLINE_S", "Engine", "Entry", "Stats", "Weights"]
 
@@ -98,6 +99,8 @@ class Stats:
     steps: int
     host_s_per_step: float
     device_s_per_step: float
+    verified_steps: int = 0  # steps compared with the oracle (``verify``)
+    worst_error_ratio: float = 0.0  # the worst error over its bound a verified step had
 
 
 @dataclass(slots=True)
@@ -111,6 +114,7 @@ class _Entry:
     windows: tuple[WindowCheck, ...]
     mirrors: dict[str, np.ndarray] = field(default_factory=dict)  # states a window reads
     recording: Recording | None = None
+    plan: Plan | None = None  # what a verified step compares under
 
 
 class Engine:
@@ -121,6 +125,7 @@ class Engine:
         device: Device,
         cache_dir: Path | str | None = None,
         deadline_s: float = DEFAULT_DEADLINE_S,
+        verify: VerifyMode = "off",
     ) -> None:
         if not deadline_s > 0:
             raise EngineError(
@@ -128,6 +133,7 @@ class Engine:
             )
         self.device = device
         self.deadline_s = deadline_s
+        self._verify = Verifier(verify)  # before anything is opened: a bad mode raises
         self.cache = BlobCache(cache_dir)
         narrowing = get_target(device.target).narrowing
         #: The largest F32 magnitude the device's narrowing contract holds for, if it has one.
@@ -216,6 +222,7 @@ class Engine:
             raise
         slots = tuple((a.name, a.var.type) for a in prog.args if a.storage is Storage.SLOT)
         e = _Entry(prog, artifact, slots, buffers, outputs, initial, window_checks(prog))
+        e.plan = planned
         self._write_states(e)
         handle = Entry(self._id, next(self._ids), prog.name)
         self._entries[handle.id] = e
@@ -244,6 +251,7 @@ class Engine:
             return
         e = self._entry(entry)
         del self._entries[entry.id]
+        self._verify.forget(e)
         weights = {a.name for a in e.program.args if a.storage is Storage.WEIGHT}
         owned = [b for n, b in e.buffers.items() if n not in weights]
         self._free_all([*owned, *e.outputs.values()])
@@ -271,6 +279,7 @@ class Engine:
         return results
 
     def _run(self, e: _Entry, inputs: Mapping[str, np.ndarray]) -> tuple[Results, float]:
+        verify = self._verify.wants(e)
         checked = check_step_inputs(e.program, e.slots, inputs)
         arrays = {name: arr for (name, _), arr in zip(e.slots, checked, strict=True)}
         rec = e.recording
@@ -289,7 +298,7 @@ class Engine:
             self._counts["replays"] += 1
         try:
             results, device_s = replay(
-                self.device, rec, arrays, self.deadline_s, self._result_checker(rec)
+                self.device, rec, arrays, self.deadline_s, self._result_checker(rec, e, verify)
             )
         except (DeadlineExceeded, DevicePoisoned):
             self._poisoned = True
@@ -311,6 +320,8 @@ class Engine:
             steps=self._steps,
             host_s_per_step=self._host_s / steps,
             device_s_per_step=self._device_s / steps,
+            verified_steps=self._verify.steps,
+            worst_error_ratio=self._verify.worst_ratio,
         )
 
     def close(self) -> None:
@@ -375,13 +386,19 @@ class Engine:
         window_args = {a for w in e.windows for a in w.arguments}
         e.mirrors = {n: v.copy() for n, v in e.initial.items() if n in window_args}
 
-    def _result_checker(self, rec: Recording) -> Callable[[Mapping[str, np.ndarray]], None]:
+    def _result_checker(
+        self, rec: Recording, e: _Entry, verify: bool
+    ) -> Callable[[Mapping[str, np.ndarray]], None]:
         limit = self.limit
 
         def check(results: Mapping[str, np.ndarray]) -> None:
             if limit is not None:
                 for name in rec.result_checks:
                     check_range(NarrowingRangeResult, name, results[name], limit)
+            if verify and e.plan is not None:
+                # before the commit, every input buffer still holds what this step read
+                feed = {n: self.device.read(b) for n, b in e.buffers.items()}
+                self._verify.check(e, e.plan, feed, results)
 
         return check
 
