@@ -55,6 +55,7 @@ from poot_engine.checks import (
     window_checks,
 )
 from poot_engine.device import Artifact, ArtifactSource, Buffer, Device, signature_of
+from poot_engine.domain import EntryDomains, entry_domains
 from poot_engine.partitioned import PartitionedEntry, load_partitioned
 from poot_engine.recording import Recording, record, replay
 from poot_engine.verify import Verifier, VerifyMode
@@ -115,6 +116,7 @@ class _Entry:
     mirrors: dict[str, np.ndarray] = field(default_factory=dict)  # states a window reads
     recording: Recording | None = None
     plan: Plan | None = None  # what a verified step compares under
+    domains: EntryDomains | None = None  # the host-side domain guards (``domain``)
 
 
 class Engine:
@@ -203,6 +205,7 @@ class Engine:
         wbufs = self._weights_of(weights) if weights is not None else {}
         wnames = bind_weights(prog, {n: b.type for n, b in wbufs.items()})
         initial = self._initial_states(prog, initial_state or {})
+        domains = entry_domains(planned, lambda n: self.device.read(wbufs[n]), initial)
         expected = signature_of(prog)
         source = self.device.lower(planned)
         check_signature(expected, source.signature, "the lowered artifact")
@@ -222,7 +225,7 @@ class Engine:
             raise
         slots = tuple((a.name, a.var.type) for a in prog.args if a.storage is Storage.SLOT)
         e = _Entry(prog, artifact, slots, buffers, outputs, initial, window_checks(prog))
-        e.plan = planned
+        e.plan, e.domains = planned, domains
         self._write_states(e)
         handle = Entry(self._id, next(self._ids), prog.name)
         self._entries[handle.id] = e
@@ -291,6 +294,8 @@ class Engine:
                 check_range(NarrowingRangeInput, name, arrays[name], self.limit)
         if e.windows:
             check_windows(e.windows, {**e.mirrors, **arrays})
+        if e.domains is not None:
+            e.domains.check(arrays)
         if e.recording is None:
             e.recording = rec
             self._counts["recordings"] += 1
@@ -306,6 +311,8 @@ class Engine:
             raise
         for name in e.mirrors:
             e.mirrors[name] = results[name].copy()
+        if e.domains is not None:
+            e.domains.committed(results)
         return results, device_s
 
     def stats(self) -> Stats:
@@ -383,6 +390,8 @@ class Engine:
     def _write_states(self, e: _Entry) -> None:
         for name, value in e.initial.items():
             self.device.write(e.buffers[name], value)
+        if e.domains is not None:
+            e.domains.reset(e.initial)
         window_args = {a for w in e.windows for a in w.arguments}
         e.mirrors = {n: v.copy() for n, v in e.initial.items() if n in window_args}
 

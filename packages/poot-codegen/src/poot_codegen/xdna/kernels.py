@@ -26,7 +26,8 @@ Kernel classes (``KernelClass``):
   per row, the row loop serialized, no workgroup memory and no barrier.
 - FUSED_NORM: the row kernel generated from its steps (``fused.py``).
 - GATHER: F32 or I32 slices copied as ``uint32_t`` words (bit for bit), negative indices
-  counted from the end as numpy does; an index outside the axis is not checked.
+  counted from the end as numpy does; an index outside the axis is counted into the flag
+  word (``guards``) and element 0 read instead.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from poot_planner import KernelClass, Plan, Region, TileOp
 
 from poot_codegen.xdna.cexpr import TARGET, c_type, literal_decl, step_expr
 from poot_codegen.xdna.fused import fused_norm_body
+from poot_codegen.xdna.guards import GUARD_PRELUDE, RESULT, KernelGuards, kernel_guards
 
 __all__ = [
     "kernel_signature",
@@ -61,6 +63,8 @@ _HEADER = """\
 extern "C" {{
 #endif
 """
+
+_NO_GUARDS = KernelGuards()
 
 _FOOTER = """
 #ifdef __cplusplus
@@ -87,19 +91,20 @@ def kernel_signature(tile: TileOp) -> str:
     return f"void {kernel_symbol(tile)}({', '.join(params)})"
 
 
-def tile_kernel(program: Program, tile: TileOp) -> str:
+def tile_kernel(program: Program, tile: TileOp, guards: KernelGuards = _NO_GUARDS) -> str:
     """The C definition of one tile job's kernel (raises ``NoLowering`` for a job this code
-    generator has no kernel for)."""
+    generator has no kernel for), counting ``guards``' operands outside their domains into
+    ``poot_guard_word`` (``poot_codegen.xdna.guards``)."""
     eqns = [program.eqns[i] for i in tile.eqns]
     what = ", ".join(f"{i} {e.prim.value}" for i, e in zip(tile.eqns, eqns, strict=True))
     head = f"/* tile {tile.index}, {tile.kind.value}: eqns {what}; {tile.output.type} */"
     match tile.kind:
         case KernelClass.POINTWISE:
-            body = _pointwise(tile, eqns[0], tile.eqns[0])
+            body = _pointwise(tile, eqns[0], tile.eqns[0], guards)
         case KernelClass.ROW:
-            body = _row(tile, eqns[0], tile.eqns[0])
+            body = _row(tile, eqns[0], tile.eqns[0], guards)
         case KernelClass.FUSED_NORM:
-            body = fused_norm_body(tile, program)
+            body = fused_norm_body(tile, program, guards)
         case KernelClass.GATHER:
             body = _gather(tile, eqns[0], tile.eqns[0])
         case KernelClass.ORACLE | KernelClass.GRAPH_OP:
@@ -112,7 +117,8 @@ def tile_kernel(program: Program, tile: TileOp) -> str:
 def kernel_source(program: Program, tile: TileOp) -> str:
     """One tile job's kernel as a whole translation unit."""
     what = f"poot kernel {kernel_symbol(tile)}"
-    return _HEADER.format(what=what) + "\n" + tile_kernel(program, tile) + _FOOTER
+    body = tile_kernel(program, tile)
+    return _HEADER.format(what=what) + GUARD_PRELUDE + "\n" + body + _FOOTER
 
 
 def region_source(plan: Plan, region: Region | int) -> str:
@@ -120,16 +126,18 @@ def region_source(plan: Plan, region: Region | int) -> str:
     ``region_object(region)``)."""
     r = plan.regions[region] if isinstance(region, int) else region
     what = f"poot region {r.index} of {plan.program.name!r} ({len(r.tiles)} kernels)"
-    kernels = "\n".join(tile_kernel(plan.program, t) for t in r.tiles)
-    return _HEADER.format(what=what) + "\n" + kernels + _FOOTER
+    g = kernel_guards(plan)
+    kernels = "\n".join(tile_kernel(plan.program, t, g) for t in r.tiles)
+    return _HEADER.format(what=what) + GUARD_PRELUDE + "\n" + kernels + _FOOTER
 
 
 def program_source(plan: Plan) -> str:
     """Every kernel of every region as one translation unit (for a host build that loads the
     whole program as one library: the symbols are unique across regions)."""
     what = f"poot program {plan.program.name!r} ({len(plan.tiles)} kernels)"
-    kernels = "\n".join(tile_kernel(plan.program, t) for t in plan.tiles)
-    return _HEADER.format(what=what) + "\n" + kernels + _FOOTER
+    g = kernel_guards(plan)
+    kernels = "\n".join(tile_kernel(plan.program, t, g) for t in plan.tiles)
+    return _HEADER.format(what=what) + GUARD_PRELUDE + "\n" + kernels + _FOOTER
 
 
 # -- pointwise --------------------------------------------------------------------------------
@@ -150,7 +158,7 @@ def _operand_names(tile: TileOp, e: Eqn, index: int, elem: str) -> tuple[list[st
     return names, decls
 
 
-def _pointwise(tile: TileOp, e: Eqn, index: int) -> str:
+def _pointwise(tile: TileOp, e: Eqn, index: int, guards: KernelGuards) -> str:
     for a in e.inputs:
         if a.dtype is not DType.F32:
             raise NoLowering(TARGET, index, e.prim.value, f"pointwise on {a.dtype.value}")
@@ -159,6 +167,9 @@ def _pointwise(tile: TileOp, e: Eqn, index: int) -> str:
     lines.append("    (void)first_unit;\n")
     lines.append("    for (int32_t i = 0; i < units; i++) {\n")
     lines.append(f"        out[i] = {step_expr(e.prim, args, index)};\n")
+    guard = guards.line(index, e, args, "out[i]")
+    if guard is not None:
+        lines.append(f"        {guard}\n")
     lines.append("    }\n")
     return "".join(lines)
 
@@ -166,7 +177,7 @@ def _pointwise(tile: TileOp, e: Eqn, index: int) -> str:
 # -- row reductions ---------------------------------------------------------------------------
 
 
-def _row(tile: TileOp, e: Eqn, index: int) -> str:
+def _row(tile: TileOp, e: Eqn, index: int, guards: KernelGuards) -> str:
     x = e.inputs[0]
     if not isinstance(x, Var) or x.dtype is not DType.F32 or e.prim not in _ROW_OPS:
         raise NoLowering(TARGET, index, e.prim.value, "row kernels reduce f32 only")
@@ -177,14 +188,18 @@ def _row(tile: TileOp, e: Eqn, index: int) -> str:
         empty = "0.0f" if e.prim is Prim.REDUCE_SUM else "poot_negf(poot_inff())"
         lines.append(f"        out[r] = {empty};\n")
     else:
+        guard = guards.line(index, e, ["row[c]"], "acc")
         lines += [
             f"        const float* row = in0 + r * {cols};\n",
             f"        float acc = {init};\n",
             f"        for (int32_t c = 0; c < {cols}; c++) {{\n",
             f"            acc = {step.format(acc='acc', x='row[c]')};\n",
+            *([f"            {guard}\n"] if guard is not None else []),
             "        }\n",
-            "        out[r] = acc;\n",
         ]
+        if (index, RESULT) in guards.guarded:  # the in-order sum overflowed
+            lines.append("        poot_guard_word += poot_g_nonfinite(acc);\n")
+        lines.append("        out[r] = acc;\n")
     lines.append("    }\n")
     return "".join(lines)
 
@@ -228,7 +243,8 @@ def _gather(tile: TileOp, e: Eqn, index: int) -> str:
         "        const int32_t g = first_unit + u;\n",
         f"        const int32_t outer = g / {n_idx};\n",
         f"        int32_t k = in1[g - outer * {n_idx}];\n",
-        f"        if (k < 0) k += {axis}; /* counted from the end, as numpy; not range-checked */\n",
+        f"        if (k < 0) k += {axis}; /* counted from the end, as numpy */\n",
+        f"        if (k < 0 || k >= {axis}) {{ poot_guard_word += 1u; k = 0; }} /* outside: refused */\n",
         f"        const uint32_t* src = table + (outer * {axis} + k) * {inner};\n",
         f"        for (int32_t e = 0; e < {inner}; e++) dst[u * {inner} + e] = src[e];\n",
         "    }\n",
