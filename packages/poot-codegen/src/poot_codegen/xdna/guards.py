@@ -12,9 +12,11 @@ when every guarded operand was inside. The host executor (``execute.run_region``
 clears the word after each region's kernel call; ``XdnaHostDevice`` keeps one word per region
 and refuses a run whose words are not all zero.
 
-Every test is on the bits (an exponent field of all ones is an infinity or a NaN, of zero a
-zero or a subnormal), so no float comparison that a compiler could fold decides it; the
-interval of exp is the one float comparison (``!(lo <= x && x <= hi)``, false for NaN).
+The class tests are on the bits (an exponent field of all ones is an infinity or a NaN, of zero
+a zero or a subnormal), so no float comparison a compiler could fold decides them. Float
+comparisons remain where the question is one of value: exp's interval (``!(lo <= x && x <=
+hi)``, true for NaN) and whether an add's or a sub's operands cancel exactly (``a != -b``: +0
+and -0 cancel).
 """
 
 from __future__ import annotations
@@ -72,7 +74,6 @@ static inline uint32_t poot_g_result(float y) {
     return (uint32_t)(e == 0x7f800000u) | (uint32_t)(e == 0u && b != 0u) | (uint32_t)(b == 0x7f7fffffu);
 }
 static inline uint32_t poot_g_zero(float y) { return (poot_f32_bits(y) & 0x7fffffffu) == 0u; }
-static inline uint32_t poot_g_same(float a, float b) { return poot_f32_bits(a) == poot_f32_bits(b); }
 """
 
 
@@ -101,9 +102,9 @@ def result_guard(prim: Prim, args: list[str], y: str) -> str:
     terms = [f"poot_g_result({y})"]
     match prim:
         case Prim.ADD if len(args) == 2:
-            terms.append(f"(poot_g_zero({y}) & !poot_g_same({args[0]}, poot_negf({args[1]})))")
+            terms.append(f"(poot_g_zero({y}) & (uint32_t)({args[0]} != poot_negf({args[1]})))")
         case Prim.SUB if len(args) == 2:
-            terms.append(f"(poot_g_zero({y}) & !poot_g_same({args[0]}, {args[1]}))")
+            terms.append(f"(poot_g_zero({y}) & (uint32_t)({args[0]} != {args[1]}))")
         case Prim.MUL if len(args) == 2:
             terms.append(f"(poot_g_zero({y}) & !poot_g_zero({args[0]}) & !poot_g_zero({args[1]}))")
         case Prim.DIV if len(args) == 2:
