@@ -140,11 +140,19 @@ class _Range:
 
 _UNKNOWN = _Range()
 _SMOOTH_ERR = 2e-6 + 1e-5  # exp, log, tanh, erf: AbsRel(2e-6, 1e-5), at magnitude <= 1
-_SLACK = 1e-6  # the relative error any one F32 step adds, generously
+_SLACK = 1e-6  # the relative error one F32 step adds (2 ulps are 2.4e-7), generously
 
 
 def _widen(lo: float, hi: float, nan: bool) -> _Range:
-    pad = _SLACK * max(abs(lo), abs(hi)) if math.isfinite(lo) and math.isfinite(hi) else 0.0
+    """``[lo, hi]`` padded by one step's relative error at each end (a correctly rounded or
+    ulp-bounded step on operands of one sign moves each end by at most that)."""
+    return _Range(lo - _SLACK * abs(lo), hi + _SLACK * abs(hi), nan)
+
+
+def _widen_all(lo: float, hi: float, nan: bool, scale: float) -> _Range:
+    """``[lo, hi]`` padded by an absolute error relative to the operands' ``scale`` (an add
+    whose operands may cancel)."""
+    pad = _SLACK * scale
     return _Range(lo - pad, hi + pad, nan)
 
 
@@ -182,17 +190,32 @@ def _output(e: Eqn, ops: list[_Range], contract: Contract | None) -> _Range:
                 a, b = ops
                 pick = max if p is Prim.MAX else min
                 with_err = _Range(pick(a.lo, b.lo), pick(a.hi, b.hi), nan)
-            case Prim.ADD | Prim.SUB | Prim.MUL:
+            case Prim.ADD | Prim.SUB:
                 a, b = ops
                 if p is Prim.SUB:
                     b = _Range(-b.hi, -b.lo, b.nan)
-                if p is Prim.MUL:
-                    corners = [x * y for x in (a.lo, a.hi) for y in (b.lo, b.hi)]
+                lo, hi = a.lo + b.lo, a.hi + b.hi
+                if (a.lo >= 0 and b.lo >= 0) or (a.hi <= 0 and b.hi <= 0):
+                    with_err = _widen(lo, hi, nan)  # no cancellation
+                else:
+                    scale = max(abs(a.lo), abs(a.hi), abs(b.lo), abs(b.hi))
+                    with_err = _widen_all(lo, hi, nan, scale)
+            case Prim.MUL:
+                a, b = ops
+                x, y = e.inputs
+                if isinstance(x, Var) and x == y:  # a square
+                    sq = (a.lo * a.lo, a.hi * a.hi)
+                    low = 0.0 if a.lo <= 0 <= a.hi else min(sq)
+                    with_err = _widen(low, max(sq), nan)
+                else:
+                    corners = [u * v for u in (a.lo, a.hi) for v in (b.lo, b.hi)]
                     if any(math.isnan(c) for c in corners):
                         raise ArithmeticError
                     with_err = _widen(min(corners), max(corners), nan)
-                else:
-                    with_err = _widen(a.lo + b.lo, a.hi + b.hi, nan)
+            case Prim.DIV if ops[1].lo > 0 or ops[1].hi < 0:
+                a, b = ops
+                corners = [u / v for u in (a.lo, a.hi) for v in (b.lo, b.hi)]
+                with_err = _widen(min(corners), max(corners), nan)
             case Prim.REDUCE_MAX | Prim.BROADCAST_IN_DIM | Prim.RESHAPE | Prim.TRANSPOSE:
                 with_err = ops[0]
             case Prim.SLICE | Prim.GATHER | Prim.CONVERT if ops and e.inputs[0].dtype is DType.F32:

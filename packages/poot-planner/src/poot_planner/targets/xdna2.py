@@ -78,7 +78,7 @@ TARGET = Target(
             KernelClass.GATHER,
             Contract(Prim.GATHER, BitExact(), AnyInput()),
             AxisRule.ANY,
-            "i32 indices; an index outside the axis is not checked",
+            "i32 indices; an index outside the axis is refused, not read",
         ),
     ),
     region_limits=RegionLimits(
