@@ -12,7 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from poot_engine import Engine
+from poot_engine.domain import HostGuard
 from poot_ir import Builder, DomainError, DomainFlagged, DType, Program, evaluate
+from poot_ir.numerics import FiniteInputs, NotNaN
 from poot_npu.xdna_host import XdnaHostDevice
 from poot_planner import plan
 from poot_planner.guards import RESULT, Site, guards
@@ -153,3 +155,17 @@ def test_a_gather_index_outside_its_axis_is_refused(engine: Engine) -> None:
     with pytest.raises(DomainError) as err:
         engine.step(entry, {"t": table, "i": np.array([1, 5], np.int32)})
     assert err.value.element == (1,) and "[-5, 5)" in err.value.domain
+
+
+def test_host_guards_on_f16_inputs_find_infinity_and_nan() -> None:
+    x = np.array([1.0, -65504.0, 0.0, 3.0], np.float16)
+    HostGuard("x", 0, "exp", FiniteInputs()).check(x)
+    for bad, domain in ((np.inf, FiniteInputs()), (-np.inf, FiniteInputs()), (np.nan, NotNaN())):
+        y = x.copy()
+        y[2] = bad
+        with pytest.raises(DomainError) as err:
+            HostGuard("x", 0, "exp", domain).check(y)
+        assert err.value.element == (2,)
+    y = x.copy()
+    y[1] = np.inf
+    HostGuard("x", 0, "max", NotNaN()).check(y)  # an infinity is not a NaN

@@ -16,12 +16,22 @@ by several equations under the same domain is checked once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import assert_never
 
 import numpy as np
 from poot_ir import DomainError, GatherParams, Prim, Storage, Var
-from poot_ir.numerics import Domain, FiniteInputs, FiniteNormalResult
+from poot_ir.numerics import (
+    AnyInput,
+    Domain,
+    FiniteInputs,
+    FiniteNormalResult,
+    Interval,
+    NotNaN,
+    PositiveNormal,
+)
 from poot_planner import KernelClass, Plan
 from poot_planner.guards import Site, describe_domain, guards
 
@@ -40,6 +50,8 @@ class HostGuard:
     size: int = 0
 
     def check(self, x: np.ndarray) -> None:
+        if x.size == 0 or self._fast_inside(x):
+            return
         if self.domain is None:
             bad = (x < -self.size) | (x >= self.size)
             what = f"an index in [{-self.size}, {self.size})"
@@ -52,6 +64,43 @@ class HostGuard:
             at = tuple(int(i) for i in np.unravel_index(flat, x.shape))
             value = x.reshape(-1)[flat]
             raise DomainError(self.argument, at, float(value), self.eqn, self.primitive, what)
+
+    def _fast_inside(self, x: np.ndarray) -> bool:
+        """Every domain here is a closed interval without NaN: two reductions decide it (a NaN
+        makes the minimum NaN, and a comparison with NaN is false). Only a refusal pays for
+        ``Domain.inside`` and finding the element (as does a float type numpy has no limits
+        for)."""
+        if self.domain is not None and x.dtype == np.float16:
+            # numpy's half reductions are scalar loops: the magnitude bits, as integers, are
+            # ordered as the magnitudes are (0x7c00 is infinity, above it NaN)
+            top = int(np.bitwise_and(x.view(np.uint16), 0x7FFF, dtype=np.uint16).max())
+            match self.domain:
+                case FiniteInputs() | FiniteNormalResult():
+                    return top < 0x7C00
+                case NotNaN() | AnyInput():
+                    return top <= 0x7C00
+                case _:
+                    return False
+        if self.domain is not None and x.dtype.kind != "f":
+            return False
+        lo, hi = self._bounds(x.dtype)
+        return bool(lo <= x.min()) and bool(x.max() <= hi)
+
+    def _bounds(self, dtype: np.dtype) -> tuple[float, float]:
+        if self.domain is None:
+            return -self.size, self.size - 1
+        finite = float(np.finfo(dtype).max) if dtype.kind == "f" else math.inf
+        match self.domain:
+            case FiniteInputs() | FiniteNormalResult():
+                return -finite, finite
+            case NotNaN() | AnyInput():
+                return -math.inf, math.inf
+            case Interval(lo=lo, hi=hi):
+                return lo, hi
+            case PositiveNormal():
+                return float(np.finfo(dtype).smallest_normal), finite
+            case _ as unreachable:
+                assert_never(unreachable)
 
 
 class EntryDomains:

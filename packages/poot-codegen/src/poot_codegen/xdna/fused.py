@@ -24,7 +24,7 @@ from poot_ir import BroadcastParams, DType, Eqn, Literal, NoLowering, Prim, Prog
 from poot_planner import TileOp
 
 from poot_codegen.xdna.cexpr import TARGET, literal_decl, step_expr
-from poot_codegen.xdna.guards import RESULT, KernelGuards
+from poot_codegen.xdna.guards import LOCAL, RESULT, KernelGuards
 
 __all__ = ["fused_norm_body"]
 
@@ -184,7 +184,7 @@ def fused_norm_body(tile: TileOp, program: Program, guards: KernelGuards) -> str
             lines.append(f"            {guard}\n")
         lines.append("        }\n")
         if (ri, RESULT) in guards.guarded:  # the in-order sum overflowed
-            lines.append(f"        poot_guard_word += poot_g_nonfinite({acc});\n")
+            lines.append(f"        {LOCAL} += poot_g_nonfinite({acc});\n")
         known.add(r.out.id)
         for i, e in scalar_steps:  # program order is topological: one sweep suffices
             ready = all(not isinstance(a, Var) or a.id in known for a in e.inputs)

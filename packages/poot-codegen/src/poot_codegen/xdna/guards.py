@@ -40,6 +40,7 @@ from poot_planner.guards import Site, guards
 
 __all__ = [
     "GUARD_PRELUDE",
+    "LOCAL",
     "RESULT",
     "Guarded",
     "KernelGuards",
@@ -48,6 +49,10 @@ __all__ = [
     "result_guard",
     "step_guards",
 ]
+
+#: A kernel's own count, added to the region's word once, at its end: a store to a global in
+#: the loop would be a memory write per element that the compiler must keep.
+LOCAL = "poot_g"
 
 #: The ``(eqn, operand)`` pairs to guard (``RESULT`` as the operand: the result).
 Guarded = frozenset[tuple[int, int]]
@@ -120,7 +125,7 @@ def step_guards(
     index: int, e: Eqn, domain: Domain | None, guarded: Guarded, args: list[str], y: str
 ) -> str | None:
     """The C statement adding equation ``index``'s guarded operands (and result) outside
-    ``domain`` to the flag word, or None when it guards nothing."""
+    ``domain`` to the kernel's count (``LOCAL``), or None when it guards nothing."""
     if domain is None:
         return None
     terms = []
@@ -133,7 +138,7 @@ def step_guards(
         terms.append(result_guard(e.prim, args, y))
     if not terms:
         return None
-    return f"poot_guard_word += {' + '.join(f'({t})' for t in terms)};"
+    return f"{LOCAL} += {' + '.join(f'({t})' for t in terms)};"
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,7 @@ from poot_planner import KernelClass, Plan, Region, TileOp
 
 from poot_codegen.xdna.cexpr import TARGET, c_type, literal_decl, step_expr
 from poot_codegen.xdna.fused import fused_norm_body
-from poot_codegen.xdna.guards import GUARD_PRELUDE, RESULT, KernelGuards, kernel_guards
+from poot_codegen.xdna.guards import GUARD_PRELUDE, LOCAL, RESULT, KernelGuards, kernel_guards
 
 __all__ = [
     "kernel_signature",
@@ -111,6 +111,8 @@ def tile_kernel(program: Program, tile: TileOp, guards: KernelGuards = _NO_GUARD
             raise NoLowering(TARGET, tile.eqns[0], eqns[0].prim.value, f"a {tile.kind.value} job")
         case _ as unreachable:
             assert_never(unreachable)
+    if f"{LOCAL} +=" in body:  # the kernel's count, added to the region's flag word once
+        body = f"    uint32_t {LOCAL} = 0u;\n{body}    poot_guard_word += {LOCAL};\n"
     return f"{head}\n{kernel_signature(tile)} {{\n{body}}}\n"
 
 
@@ -198,7 +200,7 @@ def _row(tile: TileOp, e: Eqn, index: int, guards: KernelGuards) -> str:
             "        }\n",
         ]
         if (index, RESULT) in guards.guarded:  # the in-order sum overflowed
-            lines.append("        poot_guard_word += poot_g_nonfinite(acc);\n")
+            lines.append(f"        {LOCAL} += poot_g_nonfinite(acc);\n")
         lines.append("        out[r] = acc;\n")
     lines.append("    }\n")
     return "".join(lines)
@@ -244,7 +246,7 @@ def _gather(tile: TileOp, e: Eqn, index: int) -> str:
         f"        const int32_t outer = g / {n_idx};\n",
         f"        int32_t k = in1[g - outer * {n_idx}];\n",
         f"        if (k < 0) k += {axis}; /* counted from the end, as numpy */\n",
-        f"        if (k < 0 || k >= {axis}) {{ poot_guard_word += 1u; k = 0; }} /* outside: refused */\n",
+        f"        if (k < 0 || k >= {axis}) {{ {LOCAL} += 1u; k = 0; }} /* outside: refused */\n",
         f"        const uint32_t* src = table + (outer * {axis} + k) * {inner};\n",
         f"        for (int32_t e = 0; e < {inner}; e++) dst[u * {inner} + e] = src[e];\n",
         "    }\n",
