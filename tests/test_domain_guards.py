@@ -15,8 +15,9 @@ from poot_engine import Engine
 from poot_engine.domain import HostGuard
 from poot_ir import Builder, DomainError, DomainFlagged, DType, Program, evaluate
 from poot_ir.numerics import FiniteInputs, NotNaN
+from poot_ir.ops import rmsnorm
 from poot_npu.xdna_host import XdnaHostDevice
-from poot_planner import plan
+from poot_planner import KernelClass, plan
 from poot_planner.guards import RESULT, Site, guards
 
 F32 = DType.F32
@@ -169,3 +170,20 @@ def test_host_guards_on_f16_inputs_find_infinity_and_nan() -> None:
     y = x.copy()
     y[1] = np.inf
     HostGuard("x", 0, "max", NotNaN()).check(y)  # an infinity is not a NaN
+
+
+def test_a_fused_norm_flags_a_square_that_overflows(engine: Engine) -> None:
+    b = Builder("norm")
+    x = b.slot("x", F32, (2, 16))
+    b.output("y", rmsnorm(b, x))
+    p = b.build()
+    assert any(t.kind is KernelClass.FUSED_NORM for t in plan(p, "xdna2").tiles)
+    entry = engine.add_entry(p)
+    ok = np.linspace(-3, 3, 32, dtype=np.float32).reshape(2, 16)
+    got = engine.step(entry, {"x": ok})["y"]
+    want = evaluate(p, {"x": ok})["y"]
+    assert np.allclose(got, want, rtol=1e-5, atol=0)
+    big = ok.copy()
+    big[1, 3] = 1e20  # finite, so the host lets it through; its square is not
+    with pytest.raises(DomainFlagged):
+        engine.step(entry, {"x": big})
