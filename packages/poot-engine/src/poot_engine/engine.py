@@ -8,6 +8,11 @@
     part = engine.add_entry(program, weights, partition=True)  # refused spans on the oracle
     out = engine.step(entry, {"x": x})            # first step records, later steps replay
     engine.reset_state(entry); engine.remove_entry(entry); engine.stats(); engine.close()
+    Engine(device, verify="always")               # or 0.01: steps checked against the oracle
+
+Each step's host-visible values are checked against the domains of the equations reading them
+(``domain``: ``DomainError``, nothing runs); a verified step is compared with the oracle before
+it commits (``verify``: ``ContractViolation`` poisons the entry, ``EntryPoisoned`` after).
 
 One engine drives one device and is not thread-safe. After a dispatch misses its deadline the
 engine is poisoned: every later call but ``close`` raises ``DevicePoisoned``, and the failed
