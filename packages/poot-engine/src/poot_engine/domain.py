@@ -131,6 +131,13 @@ class EntryDomains:
                 g.check(initial[name])
         self.mirrors = {n: initial[n].copy() for n in self._states}
 
+    def write(self, name: str, value: np.ndarray) -> None:
+        """The state ``name`` is about to be written (``Engine.write_state``): checked first."""
+        for g in self._states.get(name, ()):
+            g.check(value)
+        if name in self._states:
+            self.mirrors[name] = value.copy()
+
     def committed(self, results: Mapping[str, np.ndarray]) -> None:
         """A step committed: its state updates are the states the next step reads."""
         for name in self._states:
@@ -150,7 +157,9 @@ def _host_guards(plan: Plan) -> dict[str, tuple[HostGuard, ...]]:
             continue
         idx = e.inputs[1]
         cap = plan.target.capability(e.prim, e.inputs[0].dtype)
-        if cap is None or cap.kernel is KernelClass.ORACLE:  # the oracle checks its indices
+        # the oracle checks its own indices, and the XDNA2 design its host-passed ones
+        # (``poot_codegen.xdna.execute.check_indices``, the oracle's IndexOutOfRange)
+        if cap is None or cap.kernel in (KernelClass.ORACLE, KernelClass.GATHER):
             continue
         if isinstance(idx, Var) and idx.id in args:
             size = e.inputs[0].type.shape[e.params.axis]
