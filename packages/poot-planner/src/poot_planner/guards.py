@@ -238,10 +238,41 @@ def _output(e: Eqn, ops: list[_Range], contract: Contract | None) -> _Range:
     return with_err
 
 
+#: Steps whose every result element is an element of an operand (all operands for concat; a
+#: gather's table): a guard on the operands is a guard on the result.
+_MOVES = frozenset(
+    {Prim.TRANSPOSE, Prim.RESHAPE, Prim.BROADCAST_IN_DIM, Prim.SLICE, Prim.CONCAT, Prim.GATHER}
+)
+#: Domains a narrowing cast F32 -> device dtype keeps (on values the range check let through,
+#: |x| <= the device's largest magnitude, a finite value stays finite and NaN stays NaN).
+_CAST_KEEPS = (FiniteInputs, FiniteNormalResult, NotNaN, AnyInput)
+
+
+def _sources(plan: Plan) -> dict[int, tuple[str, ...]]:
+    """Each value that is arguments moved (or, on a narrowing target, cast) without being
+    computed on: the arguments it comes from, by var id."""
+    program = plan.program
+    found: dict[int, tuple[str, ...]] = {a.var.id: (a.name,) for a in program.args}
+    for e in program.eqns:
+        ins = e.inputs[:1] if e.prim is Prim.GATHER else e.inputs
+        cast = (
+            e.prim is Prim.CONVERT and plan.narrowing is not None and e.inputs[0].dtype is DType.F32
+        )
+        if (e.prim in _MOVES or cast) and all(isinstance(a, Var) and a.id in found for a in ins):
+            found[e.out.id] = tuple(
+                dict.fromkeys(n for a in ins if isinstance(a, Var) for n in found[a.id])
+            )
+    return found
+
+
 def guards(plan: Plan) -> tuple[Guard, ...]:
-    """Every guard of ``plan.program``, in equation and operand order (see the module)."""
+    """Every guard of ``plan.program``, in equation and operand order (see the module). An
+    operand moved from arguments (a transpose of an input, a narrowing cast of one) is guarded
+    on the host, on each argument it comes from: every element it holds is theirs."""
     program: Program = plan.program
     arg_of = {a.var.id: a.name for a in program.args}
+    sources = _sources(plan)
+    casts = {e.out.id for e in program.eqns if e.prim is Prim.CONVERT}
     ranges: dict[int, _Range] = {}
     found: list[Guard] = []
     for i, e in enumerate(program.eqns):
@@ -257,6 +288,13 @@ def guards(plan: Plan) -> tuple[Guard, ...]:
             if domain is not None and not isinstance(domain, AnyInput) and a.dtype.is_float:
                 if isinstance(a, Var) and a.id in arg_of:
                     found.append(Guard(i, e.prim, k, domain, Site.HOST, arg_of[a.id]))
+                elif (
+                    isinstance(a, Var)
+                    and a.id in sources
+                    and (a.id not in casts or isinstance(domain, _CAST_KEEPS))
+                ):
+                    for name in sources[a.id]:
+                        found.append(Guard(i, e.prim, k, domain, Site.HOST, name, "moved"))
                 elif r.inside(domain):
                     why = "a literal inside" if isinstance(a, Literal) else "proven inside"
                     found.append(Guard(i, e.prim, k, domain, Site.PROVEN, why=why))
