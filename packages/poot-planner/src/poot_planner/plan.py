@@ -12,7 +12,7 @@ for a caller that needs the program to run). The steps:
    target's own rules: XDNA2 row kernels with derived bounds (``rowfusion``), Intel literal
    rules (``narrowing``).
 2. The target's passes on an admitted program: ``narrow_to_device_precision`` first for a
-   target with a narrowing contract and a program doing F32 arithmetic.
+   target with a narrowing contract and a program with F32 data (``needs_narrowing``).
 3. XDNA2: one tile job per admitted equation or row kernel (``tiles``), grouped into regions
    under the measured bounds (``regions``), at most one per hardware context.
 4. The published numerics class.
@@ -45,6 +45,7 @@ from poot_planner.narrowing import (
     narrow_to_device_precision,
     needs_narrowing,
     operating_dtype,
+    splat_refusals,
 )
 from poot_planner.refusal import Refusal, RefusalKind
 from poot_planner.regions import Region, form_regions
@@ -131,6 +132,8 @@ def plan(program: Program, target: str | Target, *, legalization: bool = True) -
         else:
             admissions[i] = Admission(i, got.kernel, got.contract)
     narrowing = None
+    if t.narrowing is not None:  # an FP16 device: its compiler clamps infinite F16 literals
+        refusals.extend(splat_refusals(program))
     if t.narrowing is not None and needs_narrowing(program):
         refusals.extend(literal_refusals(program, t.narrowing))
         narrowing = t.narrowing
