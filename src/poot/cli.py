@@ -16,9 +16,12 @@
             [--check] [--shape X=8x128]     (every blocker; fix dynamic dims)
     poot plan|run MODEL.onnx ...            import, then plan or run, with the model's weights
     poot cache ls|verify|clear              the compiled-blob cache
+    poot acceptance --device D [-o FILE]    every claim for device D, checked on it: a receipt
+    poot acceptance --compare A B           two receipts side by side
 
 Exit status: 0 on success, 1 when a check failed or a program was refused, 2 on bad input
-(a typed ``PootError``: the message names what is wrong).
+(a typed ``PootError``: the message names what is wrong), 3 when ``acceptance`` finds its
+device absent ("hardware unavailable: ...").
 """
 
 from __future__ import annotations
@@ -303,6 +306,12 @@ def _cache(console: Console, args: argparse.Namespace) -> int:
     return 0
 
 
+def _acceptance(console: Console, args: argparse.Namespace) -> int:
+    from poot import acceptance_cli
+
+    return acceptance_cli.main(console, args)
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="poot", description="Typed tensor programs on laptop NPUs.")
     ap.add_argument(
@@ -359,6 +368,12 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("action", choices=["ls", "verify", "clear"])
     c.add_argument("--bad", action="store_true", help="clear: only damaged or foreign entries")
     c.set_defaults(fn=_cache)
+    a = sub.add_parser("acceptance", help="check every claim for a device on it: a receipt")
+    group = a.add_mutually_exclusive_group(required=True)
+    group.add_argument("--device", choices=[d.name for d in DEVICES])
+    group.add_argument("--compare", nargs=2, metavar="RECEIPT", help="two receipts side by side")
+    a.add_argument("-o", "--output", type=Path, help="write the receipt (JSON) here")
+    a.set_defaults(fn=_acceptance)
     return ap
 
 

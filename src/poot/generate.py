@@ -29,6 +29,7 @@ from time import perf_counter
 
 import numpy as np
 from poot_engine import Engine, Entry, Handoff, handoff
+from poot_engine.verify import check_results, check_spans
 from poot_ir import Comparison, Program, Storage, UnknownEntry, evaluate
 from poot_ir.numerics import NumericsClass, compare
 from poot_npu.registry import device_info, make_device
@@ -38,7 +39,7 @@ from rich.table import Table
 from rich.text import Text
 
 from poot.decoder import DecoderConfig, build_decode, build_prefill, weights
-from poot.runner import _check, _check_spans, partition_of
+from poot.runner import partition_of
 
 __all__ = [
     "GenerateReport",
@@ -195,13 +196,13 @@ def run_handoff(
     target = src.engine.device.target
     part = src.engine.partitioned(src.prefill)
     if part is None:
-        pchecks = _check(plan(prefill, target), oracle.prefill_feed, pout, oracle.prefill)
+        pchecks = check_results(plan(prefill, target), oracle.prefill_feed, pout, oracle.prefill)
     else:  # the runner's rule for a partitioned step: each span on the inputs it really had
         w = {
             a.name: oracle.prefill_feed[a.name] for a in prefill.args if a.storage is Storage.WEIGHT
         }
         trace = {**w, **part.trace}
-        pchecks = _check_spans(prefill, partition_of(prefill, target), trace, pout)
+        pchecks = check_spans(prefill, partition_of(prefill, target), trace, pout)
     moved = handoff(src.engine, src.prefill, dst.engine, dst.decode)
     report = GenerateReport(
         cfg.name,

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from poot_planner import Plan, Span, partition, summarize
+from poot_planner.guards import RESULT, Guard, Site, describe_domain, guards
 from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
@@ -143,7 +144,33 @@ def plan_panel(p: Plan, spans: tuple[Span, ...] = ()) -> Panel:
     for t in p.tiles:  # how each gather keeps its indices inside the axis
         if t.index_guard is not None:
             parts.append(Text(f"gather at equation {t.eqns[0]}: indices {t.index_guard.value}"))
+    if p.admitted and (placed := guards(p)):
+        parts.append(guards_table(p, placed))
     return Panel(Group(*parts), title=f"plan: {p.target.name}", title_align="left")  # type: ignore[arg-type]
+
+
+def guards_table(p: Plan, placed: Sequence[Guard]) -> Table:
+    """Where each equation's domain is enforced (``poot_planner.guards``)."""
+    t = Table(
+        "eqn",
+        "primitive",
+        "operand",
+        "domain",
+        "guard",
+        title="domain guards",
+        title_justify="left",
+    )
+    for g in placed:
+        operand = "result" if g.operand == RESULT else str(g.operand)
+        where = {
+            Site.HOST: f"host: argument {g.argument!r}, before the run",
+            Site.DEVICE: "device: counted in the region's flag word"
+            if p.target.name == "xdna2"
+            else "device",
+            Site.PROVEN: f"none: {g.why}",
+        }[g.site]
+        t.add_row(str(g.eqn), g.primitive.value, operand, describe_domain(g.domain), where)
+    return t
 
 
 def run_report(report: RunReport) -> Group:

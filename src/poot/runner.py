@@ -1,58 +1,29 @@
 """Run a program on a device through the ordinary pipeline and check every step against the
 oracle: what ``poot run``, ``poot demo`` and the conformance suite share.
 
-Each step's device results are compared with the oracle evaluating the *source* program on the
-same inputs, the states included: the reference for step ``k`` reads the state the device
-carried out of step ``k - 1``, so a comparison measures one step, never accumulated drift. The
-comparison uses the plan's published numerics class (``NarrowStorage``: normwise against the
-F32 oracle; ``Bounded``: elementwise under the bound ``poot_planner.error_bounds`` derives for
-the step's inputs; ``Exact``: bit for bit).
-
-A partitioned run (``partition=True`` and a plan that refuses something) is checked span by
-span, each on the inputs it really had in that step (the boundary values the engine fed it,
-``Engine.partitioned(entry).trace``): a device span's outputs against the oracle evaluating its
-sub-program on those inputs, under the class of the span's own plan exactly as above (a running
-bound from that span's inputs, or normwise when narrowed); an oracle span's outputs bit for bit;
-and each program result bit for bit against the span value it is. So every device span is
-measured alone, never with the error a later oracle span may amplify, and every value on the
-way to the results is accounted for.
+The check is ``poot_engine.verify`` (``check_results``, ``check_spans``): the same code an
+``Engine(device, verify="always")`` runs before each step commits, so ``poot run`` and a verified
+engine judge a step alike. The reference for step ``k`` reads the state the device carried out
+of step ``k - 1``, so a comparison measures one step, never accumulated drift. Here a breach is
+reported (``StepCheck``), not raised, so the run shows every step. A partitioned run
+(``partition=True`` and a plan that refuses something) is checked span by span on the boundary
+values the engine fed each span (``Engine.partitioned(entry).trace``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from poot_engine import Engine
 from poot_engine.device import Device
-from poot_ir import BitExact, Comparison, Program, Storage, compare, evaluate, sample_inputs
-from poot_ir.numerics import Bounded, Derived
+from poot_engine.verify import StepCheck, check_results, check_spans
+from poot_ir import Program, Storage, evaluate, sample_inputs
 from poot_planner import Plan, Span, plan
 from poot_planner import partition as partition_spans
-from poot_planner.error_bounds import result_bounds
-from poot_planner.partition import value_names
 
 __all__ = ["RunReport", "StepCheck", "run_program"]
-
-
-@dataclass(frozen=True, slots=True)
-class StepCheck:
-    """One step: the comparison of each result, by name."""
-
-    step: int
-    results: tuple[tuple[str, Comparison], ...]
-
-    @property
-    def ok(self) -> bool:
-        return all(c.ok for _, c in self.results)
-
-    @property
-    def worst(self) -> tuple[str, Comparison] | None:
-        if not self.results:
-            return None
-        return max(self.results, key=lambda r: (not r[1].ok, r[1].error_ratio))
 
 
 @dataclass(slots=True)
@@ -72,46 +43,6 @@ class RunReport:
     @property
     def ok(self) -> bool:
         return (self.plan.admitted or bool(self.spans)) and all(s.ok for s in self.steps)
-
-
-def _check(
-    p: Plan,
-    feed: Mapping[str, np.ndarray],
-    got: Mapping[str, np.ndarray],
-    want: Mapping[str, np.ndarray],
-) -> tuple[tuple[str, Comparison], ...]:
-    """Each result under the plan's class: bit for bit when exact, normwise when narrowed, and
-    when bounded, under the bound a running error analysis derives for these very inputs from
-    the target's per-step contracts (a chain of approximate steps compounds their errors)."""
-    if isinstance(p.numerics, Bounded):
-        bounds = result_bounds(p, feed)
-        return tuple((n, compare(got[n], want[n], Derived(), scale=bounds[n])) for n in want)
-    return tuple((n, compare(got[n], want[n], p.numerics.bound)) for n in want)
-
-
-def _check_spans(
-    program: Program,
-    spans: tuple[Span, ...],
-    trace: Mapping[str, np.ndarray],
-    got: Mapping[str, np.ndarray],
-) -> tuple[tuple[str, Comparison], ...]:
-    """A partitioned step, span by span on its own inputs (see the module docstring)."""
-    checks: list[tuple[str, Comparison]] = []
-    for span in spans:
-        p = span.plan
-        feed = {a.name: trace[a.name] for a in span.program.args}
-        want = evaluate(span.program, feed)
-        mine = {n: trace[n] for n in want}
-        where = f"{'device' if p else 'oracle'} {span.first}..{span.last}"
-        if p is not None:
-            found = _check(p, feed, mine, want)
-        else:
-            found = tuple((n, compare(mine[n], want[n], BitExact())) for n in want)
-        checks.extend((f"{n} ({where})", c) for n, c in found)
-    names = value_names(program)
-    for name, var in program.results():
-        checks.append((name, compare(got[name], trace[names[var.id]], BitExact())))
-    return tuple(checks)
 
 
 def run_program(
@@ -155,10 +86,10 @@ def run_program(
             part = engine.partitioned(entry)
             if part is not None:
                 trace = {**weights, **part.trace}  # a device span's weights stay on the device
-                report.steps.append(StepCheck(k, _check_spans(program, parted, trace, got)))
+                report.steps.append(StepCheck(k, check_spans(program, parted, trace, got)))
             else:
                 want = evaluate(program, feed)
-                report.steps.append(StepCheck(k, _check(p, feed, got, want)))
+                report.steps.append(StepCheck(k, check_results(p, feed, got, want)))
             report.outputs.append(got)
             states = {n: got[n] for n in states}
         stats = engine.stats()

@@ -438,3 +438,71 @@ def test_random_programs_evaluate() -> None:
             assert out[name].dtype == v.dtype.numpy and out[name].shape == v.shape
 
     check()
+
+
+# -- reduce_sum: the documented accumulator (float64, rounded once; exact near overflow) -------
+
+
+def _exact_sum_f32(row: list[float]) -> float:
+    """The exact sum of ``row`` rounded once to F32 (an independent reference: fractions)."""
+    exact = sum((Fraction(v) for v in row), Fraction(0))
+    limit = Fraction(2**128 - 2**103)  # the smallest magnitude that rounds to infinity
+    if abs(exact) >= limit:
+        return math.copysign(math.inf, exact)
+    return float(np.float32(float(exact)))  # float(exact) is correctly rounded; no tie here
+
+
+def test_reduce_sum_does_not_overflow_in_one_order_when_the_exact_sum_is_finite() -> None:
+    # each row overflows float32 accumulated left to right or right to left, not both
+    rows = [[-3e38, -3e38, 3e38, 1e38], [3e38, -3e38, -3e38, 1e38], [1e38, 3e38, -3e38, -3e38]]
+    x = np.array(rows, np.float32)
+    for order in (x, x[:, ::-1]):
+        forward = [np.float32(0)] * len(rows)
+        with np.errstate(over="ignore"):
+            for i, r in enumerate(order):
+                for v in r:
+                    forward[i] = np.float32(forward[i] + v)
+        assert any(np.isinf(f) for f in forward)  # the rows are built to overflow this order
+    got = run1(F32, (3, 4), lambda b, v: b.reduce_sum(v, 1), x)
+    want = [_exact_sum_f32([float(v) for v in r]) for r in x]
+    assert got.tolist() == want and all(math.isfinite(w) for w in want)
+    assert abs(got[0] - np.float32(-2e38)) <= np.spacing(np.float32(2e38))
+    # and over every axis at once, and the other axis
+    assert run1(F32, (3, 4), lambda b, v: b.reduce_sum(v, (0, 1)), x) == np.float32(
+        _exact_sum_f32([float(v) for v in x.ravel()])
+    )
+    cols = run1(F32, (4, 3), lambda b, v: b.reduce_sum(v, 0), x.T.copy())
+    assert cols.tolist() == want
+
+
+def test_reduce_sum_rounds_the_exact_sum_at_the_overflow_threshold() -> None:
+    big = float(np.finfo(np.float32).max)  # 2^128 - 2^104
+    # exactly at the threshold: rounds to infinity (ties to even); just below it: the maximum
+    at = [big, 2.0**102, 2.0**102]
+    below = [big, 2.0**102, 2.0**102 - 2.0**78, 1e30, -1e30]
+    got = run1(F32, (2, 5), lambda b, v: b.reduce_sum(v, 1), [[*at, 0.0, 0.0], below])
+    assert got[0] == np.inf and _exact_sum_f32(at) == math.inf
+    assert got[1] == np.float32(big) and _exact_sum_f32(below) == big
+
+
+@settings(max_examples=60)
+@given(
+    st.lists(
+        st.sampled_from([3.4e38, -3.4e38, 3e38, -3e38, 1e38, -1e38, 1.5, -(2.0**-149), 0.0]),
+        min_size=1,
+        max_size=9,
+    )
+)
+def test_reduce_sum_is_the_exact_sum_rounded_once_near_the_edges(row: list[float]) -> None:
+    x = np.array(row, np.float32)
+    got = run1(F32, (len(row),), lambda b, v: b.reduce_sum(v, 0), x)
+    want = _exact_sum_f32([float(v) for v in x])
+    # the documented accumulator: float64, so within n * 2^-53 * sum|x| of the exact sum before
+    # the one rounding to F32 (a row that cancels loses what float64 cannot hold), and finite
+    # exactly when the exact sum is
+    assert math.isinf(want) == math.isinf(float(got))
+    if math.isinf(want):
+        assert float(got) == want
+    else:
+        slack = len(row) * 2.0**-53 * sum(abs(float(v)) for v in x)
+        assert abs(float(got) - want) <= slack + float(np.spacing(np.float32(abs(want))))

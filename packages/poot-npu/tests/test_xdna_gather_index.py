@@ -2,9 +2,10 @@
 
 An index the host passes in (a slot, a state, a weight) is refused before the run with the
 oracle's ``IndexOutOfRange``, naming the argument and the element; an index a region computes
-is clamped into the axis by the kernel (the plan's ``IndexGuard`` says which). The clamped
-results are checked against numpy's own ``take(mode="clip")`` after negatives are counted
-from the end, an independent reference.
+is clamped into the axis by the kernel (the plan's ``IndexGuard`` says which), and counted into
+the region's flag word, so the host stand-in refuses the run (``DomainFlagged``): a clamped row
+is not the gather the oracle defines. In-axis results are checked against the oracle and
+numpy's own ``take(mode="clip")``, independent references.
 """
 
 from __future__ import annotations
@@ -18,7 +19,15 @@ import fake_pyxrt
 import numpy as np
 import pytest
 from poot_engine import Engine
-from poot_ir import Builder, DType, IndexOutOfRange, Program, evaluate, format_program
+from poot_ir import (
+    Builder,
+    DomainFlagged,
+    DType,
+    IndexOutOfRange,
+    Program,
+    evaluate,
+    format_program,
+)
 from poot_npu import xdna as xdna_module
 from poot_npu.xdna import XdnaDevice
 from poot_npu.xdna_host import XdnaHostDevice
@@ -113,14 +122,27 @@ def _clipped(table: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.take(table, k, axis=0, mode="clip")
 
 
-def test_a_computed_index_outside_the_axis_is_clamped_by_the_kernel(host: Engine) -> None:
-    perm = np.array([0, 100000, -1, -100000, ROWS, 2**31 - 1], dtype=np.int32)
+def test_a_computed_index_outside_the_axis_is_clamped_counted_and_refused(host: Engine) -> None:
+    # inside the axis (negatives counted from the end): the oracle's gather, bit for bit
+    perm = np.array([0, 3, -1, -ROWS, ROWS - 1, 2], dtype=np.int32)
     t = np.arange(ROWS * 4, dtype=np.float32).reshape(ROWS, 4)
     entry = host.add_entry(computed_index(), host.load_weights({"perm": perm, "t": t}))
     i = np.array([5, 4, 3, 2, 1, 0], dtype=np.int32)
     got = host.step(entry, {"i": i})["g"]
+    assert np.array_equal(got, evaluate(computed_index(), {"perm": perm, "t": t, "i": i})["g"])
     assert np.array_equal(got, _clipped(t, perm[i]))
-    assert np.array_equal(got[0], t[ROWS - 1]) and np.array_equal(got[2], t[0])
+    # outside: the kernel clamps (never reads outside the table) and counts each one into the
+    # region's flag word, so the clamped rows never come back as if they were the gather
+    for bad in (100000, -100000, ROWS, 2**31 - 1):
+        far = perm.copy()
+        far[1] = bad
+        entry = host.add_entry(computed_index(), host.load_weights({"perm": far, "t": t}))
+        with pytest.raises(IndexOutOfRange):  # what the oracle says about these indices
+            evaluate(computed_index(), {"perm": far, "t": t, "i": i})
+        with pytest.raises(DomainFlagged) as err:
+            host.step(entry, {"i": i})
+        assert err.value.count == 1
+        host.remove_entry(entry)
 
 
 def test_poot_run_with_an_index_of_100000_is_a_typed_error(tmp_path: Path) -> None:

@@ -9,6 +9,11 @@
     out = engine.step(entry, {"x": x})            # first step records, later steps replay
     engine.reset_state(entry); engine.remove_entry(entry); engine.stats(); engine.close()
     engine.read_state(entry, "k"); engine.write_state(entry, "k", k)  # poot_engine.handoff
+    Engine(device, verify="always")               # or 0.01: steps checked against the oracle
+
+Each step's host-visible values are checked against the domains of the equations reading them
+(``domain``: ``DomainError``, nothing runs); a verified step is compared with the oracle before
+it commits (``verify``: ``ContractViolation`` poisons the entry, ``EntryPoisoned`` after).
 
 One engine drives one device and is not thread-safe. After a dispatch misses its deadline the
 engine is poisoned: every later call but ``close`` raises ``DevicePoisoned``, and the failed
@@ -18,7 +23,7 @@ recording's buffers stay allocated until ``close`` closes the device.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
@@ -56,10 +61,12 @@ from poot_engine.checks import (
     window_checks,
 )
 from poot_engine.device import Artifact, ArtifactSource, Buffer, Device, signature_of
+from poot_engine.domain import EntryDomains, entry_domains
 from poot_engine.handles import Entry, Stats, Weights
 from poot_engine.handoff import read_state, write_state
 from poot_engine.partitioned import PartitionedEntry
 from poot_engine.recording import Recording, record, replay
+from poot_engine.verify import Verifier, VerifyMode
 
 __all__ = ["DEFAULT_DEADLINE_S", "Engine", "Entry", "Stats", "Weights"]
 
@@ -81,6 +88,8 @@ class _Entry:
     windows: tuple[WindowCheck, ...]
     mirrors: dict[str, np.ndarray] = field(default_factory=dict)  # states a window reads
     recording: Recording | None = None
+    plan: Plan | None = None  # what a verified step compares under
+    domains: EntryDomains | None = None  # the host-side domain guards (``domain``)
 
 
 class Engine:
@@ -91,6 +100,7 @@ class Engine:
         device: Device,
         cache_dir: Path | str | None = None,
         deadline_s: float = DEFAULT_DEADLINE_S,
+        verify: VerifyMode = "off",
     ) -> None:
         # Any positive number of seconds; inf means none (``poot_engine.deadline``).
         number = isinstance(deadline_s, int | float) and not isinstance(deadline_s, bool)
@@ -100,6 +110,7 @@ class Engine:
             )
         self.device = device
         self.deadline_s = deadline_s
+        self._verify = Verifier(verify)  # before anything is opened: a bad mode raises
         self.cache = BlobCache(cache_dir)
         narrowing = get_target(device.target).narrowing
         #: The largest F32 magnitude the device's narrowing contract holds for, if it has one.
@@ -201,6 +212,7 @@ class Engine:
         prog = planned.program
         wnames = bind_weights(prog, {n: b.type for n, b in wbufs.items()})
         initial = initial_states(prog, initial_state, self.limit)
+        domains = entry_domains(planned, lambda n: self.device.read(wbufs[n]), initial)
         expected = signature_of(prog)
         source = self.device.lower(planned)
         self._lowerings += 1
@@ -222,6 +234,7 @@ class Engine:
         slots = tuple((a.name, a.var.type) for a in prog.args if a.storage is Storage.SLOT)
         names = tuple(n for n, _ in slots)
         e = _Entry(prog, artifact, slots, names, buffers, outputs, initial, window_checks(prog))
+        e.plan, e.domains = planned, domains
         self._write_states(e)
         handle = Entry(self._id, next(self._ids), prog.name)
         self._entries[handle.id] = e
@@ -277,6 +290,7 @@ class Engine:
             return
         e = self._entry(entry)
         del self._entries[entry.id]
+        self._verify.forget(e)
         self._handed.pop(entry.id, None)
         weights = {a.name for a in e.program.args if a.storage is Storage.WEIGHT}
         owned = [b for n, b in e.buffers.items() if n not in weights]
@@ -313,6 +327,7 @@ class Engine:
         return results
 
     def _run(self, e: _Entry, inputs: Mapping[str, np.ndarray]) -> tuple[Results, float]:
+        verify = self._verify.wants(e)
         checked = check_step_inputs(e.program, e.slots, inputs)
         arrays = dict(zip(e.slot_names, checked, strict=True))
         rec = e.recording
@@ -324,19 +339,30 @@ class Engine:
                 check_range(NarrowingRangeInput, name, arrays[name], self.limit)
         if e.windows:
             check_windows(e.windows, {**e.mirrors, **arrays})
+        if e.domains is not None:
+            e.domains.check(arrays)
         if e.recording is None:
             e.recording = rec
             self._recordings += 1
         else:
             self._replays += 1
         try:
-            results, device_s = replay(self.device, rec, arrays, self.deadline_s, self.limit)
+            results, device_s = replay(
+                self.device,
+                rec,
+                arrays,
+                self.deadline_s,
+                self.limit,
+                self._verification(e) if verify else None,
+            )
         except (DeadlineExceeded, DevicePoisoned):
             self._poisoned = True
             self._failed.append(rec.buffers)
             raise
         for name in e.mirrors:
             e.mirrors[name] = results[name].copy()
+        if e.domains is not None:
+            e.domains.committed(results)
         return results, device_s
 
     def stats(self) -> Stats:
@@ -353,6 +379,8 @@ class Engine:
             device_s_per_step=self._device_s / steps,
             plans=self._plans,
             lowerings=self._lowerings,
+            verified_steps=self._verify.steps,
+            worst_error_ratio=self._verify.worst_ratio,
             state_reads=self._states["reads"],
             state_writes=self._states["writes"],
             state_bytes_read=self._states["read"],
@@ -432,8 +460,21 @@ class Engine:
     def _write_states(self, e: _Entry) -> None:
         for name, value in e.initial.items():
             self.device.write(e.buffers[name], value)
+        if e.domains is not None:
+            e.domains.reset(e.initial)
         window_args = {a for w in e.windows for a in w.arguments}
         e.mirrors = {n: v.copy() for n, v in e.initial.items() if n in window_args}
+
+    def _verification(self, e: _Entry) -> Callable[[Mapping[str, np.ndarray]], None]:
+        """The verified step's check, run by ``replay`` after the results are read and before
+        the commit, when every input buffer still holds what this step read."""
+
+        def check(results: Mapping[str, np.ndarray]) -> None:
+            if e.plan is not None:
+                feed = {n: self.device.read(b) for n, b in e.buffers.items()}
+                self._verify.check(e, e.plan, feed, results)
+
+        return check
 
     def _load(self, source: ArtifactSource) -> Artifact:
         artifact, fetch = load_artifact(self.cache, self.device, source)

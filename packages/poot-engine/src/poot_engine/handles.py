@@ -49,6 +49,8 @@ class Stats:
     device_s_per_step: float
     plans: int = 0
     lowerings: int = 0
+    verified_steps: int = 0  # steps compared with the oracle (``verify``)
+    worst_error_ratio: float = 0.0  # the worst error over its bound a verified step had
     state_reads: int = 0
     state_writes: int = 0
     state_bytes_read: int = 0

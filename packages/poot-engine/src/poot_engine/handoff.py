@@ -140,6 +140,8 @@ def write_state(
         part.states[name] = arr
     else:
         e = engine._entry(entry)
+        if e.domains is not None:  # the state's domain guards, before anything is written
+            e.domains.write(name, arr)
         engine.device.write(e.buffers[name], arr)
         if name in e.mirrors:  # a window's start: the host-side window check reads the mirror
             e.mirrors[name] = arr.copy()

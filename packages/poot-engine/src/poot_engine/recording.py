@@ -20,7 +20,7 @@ after the replay, and not again. A weight no command fills was checked once, at 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from time import perf_counter as _clock
 
@@ -149,10 +149,12 @@ def replay(
     inputs: Mapping[str, np.ndarray],
     deadline_s: float,
     limit: float | None,
+    verify: Callable[[Mapping[str, np.ndarray]], None] | None = None,
 ) -> tuple[dict[str, np.ndarray], float]:
     """Run ``recording`` once: the results by name and the seconds spent in dispatches. With a
     ``limit`` (a narrowing target), every result of ``result_checks`` is range-checked
-    (``NarrowingRangeResult``) before the commit; if one fails, no state changes."""
+    (``NarrowingRangeResult``) before the commit, and ``verify`` (a verified step's oracle
+    check) sees the results then too; if either raises, no state changes."""
     results: dict[str, np.ndarray] = {}
     device_s = 0.0
     for cmd in recording.run:
@@ -167,6 +169,8 @@ def replay(
     if limit is not None:
         for name in recording.result_checks:
             check_range(NarrowingRangeResult, name, results[name], limit)
+    if verify is not None:
+        verify(results)
     for copy in recording.commit:
         device.copy(copy.src, copy.dst)
     return results, device_s

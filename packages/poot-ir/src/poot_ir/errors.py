@@ -39,6 +39,10 @@ them to a caller who asked for a program that must run.
     │   ├── DeviceFailed                  the runtime reported a failed run
     │   ├── BlobRefused                   the device will not load a compiled blob: recompile it
     │   ├── UnknownEntry                  an entry or weights handle this engine did not issue
+    │   ├── DomainError                   a host-visible value outside an equation's domain: nothing ran
+    │   ├── DomainFlagged                 a device counted operands outside a domain: result refused
+    │   ├── ContractViolation             a verified step breached its contract: entry poisoned
+    │   ├── EntryPoisoned                 every step of an entry after its contract violation
     │   └── StateError                    a state read or written wrongly: names the state
     ├── CacheError                    the blob cache directory is unsafe (owner, mode, symlink)
     ├── DeviceUnavailable             no such device here ("hardware unavailable", not "unsupported")
@@ -58,12 +62,16 @@ __all__ = [
     "CacheError",
     "CodegenError",
     "CompileFailed",
+    "ContractViolation",
     "DeadlineExceeded",
     "DeviceFailed",
     "DevicePoisoned",
     "DeviceUnavailable",
     "DispatchRefused",
+    "DomainError",
+    "DomainFlagged",
     "EngineError",
+    "EntryPoisoned",
     "EvaluationError",
     "IRError",
     "IndexOutOfRange",
@@ -410,6 +418,69 @@ class BlobRefused(EngineError):
 
 class UnknownEntry(EngineError):
     """An entry or weights handle this engine did not issue, or one already removed."""
+
+
+class DomainError(EngineError):
+    """A value the host sees before the run (an input, a weight or a state) outside the domain
+    of an equation that reads it: nothing ran. Names the argument, the first offending element
+    and its value, the equation (index and primitive) and the domain."""
+
+    def __init__(
+        self,
+        argument: str,
+        element: tuple[int, ...],
+        value: float,
+        eqn: int,
+        primitive: str,
+        domain: str,
+    ) -> None:
+        super().__init__(
+            f"{argument!r} element {element} = {value!r} is outside the domain of equation "
+            f"{eqn} ({primitive}: {domain}); nothing ran"
+        )
+        self.argument = argument
+        self.element = element
+        self.value = value
+        self.eqn = eqn
+        self.primitive = primitive
+        self.domain = domain
+
+
+class DomainFlagged(EngineError):
+    """A device counted operands outside a domain while it ran (XDNA2: a region's flag word):
+    the results are refused and no state changes. Names the region, the count and the
+    equations that region guards."""
+
+    def __init__(self, region: int, count: int, eqns: tuple[int, ...]) -> None:
+        super().__init__(
+            f"region {region} flagged {count} operand(s) outside their domain (guarded "
+            f"equations {list(eqns)}); the results are refused and no state changed"
+        )
+        self.region = region
+        self.count = count
+        self.eqns = eqns
+
+
+class ContractViolation(EngineError):
+    """A verified step whose result breached its contract against the oracle: names the
+    result, the worst element, its error and the bound there. The entry is poisoned and no
+    state changed."""
+
+    def __init__(
+        self, result: str, element: tuple[int, ...] | None, error: float, bound: float, why: str
+    ) -> None:
+        super().__init__(
+            f"result {result!r} element {element}: error {error:.3g} exceeds the bound "
+            f"{bound:.3g} ({why}); the entry is poisoned and no state changed"
+        )
+        self.result = result
+        self.element = element
+        self.error = error
+        self.bound = bound
+
+
+class EntryPoisoned(EngineError):
+    """A step of an entry that breached its contract earlier; remove it and add it again."""
 
 
 class StateError(EngineError):

@@ -29,9 +29,16 @@ Semantics, where IEEE 754 or the type rules leave a choice:
   -0 false). BOOL to a number is 0 or 1. Every other conversion rounds to nearest even, with
   overflow to infinity; a converted NaN is a NaN.
 - ``reduce_sum`` of an empty axis is +0 (0 for I32); ``reduce_max`` of an empty axis is -inf
-  (INT_MIN for I32). F32 ``reduce_sum`` is numpy's float32 sum (pairwise along the innermost
-  axis); F16 and BF16 sums accumulate at float64 and round once. A device is compared with the
-  oracle under its contract, not bit for bit, so the order is not part of any promise.
+  (INT_MIN for I32). Floating sums (F32, F16, BF16) accumulate at float64, in numpy's pairwise
+  order over the reduced axes, and round once to the dtype: float64 holds any sum of F32 terms
+  without overflow, and its error (at most ``n * 2^-53 * sum|x|`` for ``n`` terms) is far below
+  an F32 half ulp unless the row cancels. Where that error could decide an overflow (the
+  float64 sum within it of the dtype's overflow threshold, every term finite) the row is summed
+  exactly (``math.fsum``) and rounded once, so a sum whose exact value is finite in the dtype
+  is finite and one whose exact value overflows is an infinity. A float32 accumulator would
+  not do: ``[3e38, -3e38, -3e38, 1e38]`` overflows added right to left though its sum is
+  -2e38. A device is compared with the oracle under its contract, not bit for bit, so the
+  device's own order is not part of any promise.
 - ``matmul`` on floats is computed at float64 (numpy's BLAS ``dgemm``) and rounded once to the
   dtype. Products of F32, F16 or BF16 values are exact at float64, so the only error before
   the final rounding is the float64 sum's: at most ``K * 2^-53 * sum |a_ik b_kj|`` (``K`` the
@@ -262,11 +269,32 @@ def _convert(eqn: Eqn, _: int) -> Kernel:
 # -- reductions -------------------------------------------------------------------------------
 
 
+#: The smallest magnitude that rounds to infinity (the largest finite value plus half its ulp).
+_OVERFLOW = {DType.F32: 2.0**128 - 2.0**103, DType.F16: 65520.0, DType.BF16: 2.0**128 - 2.0**119}
+
+
 def _reduce_sum(eqn: Eqn, _: int) -> Kernel:
     axes, dt = cast(ReduceParams, eqn.params).axes, _dtype(eqn)
-    if dt is DType.F32 or dt is DType.I32:
+    if dt is DType.I32:
         return lambda x: np.sum(x, axis=axes, dtype=dt.numpy)
-    return lambda x: _round(np.sum(np.asarray(x, _F64), axis=axes), dt)
+    return lambda x: _float_sum(np.asarray(x, _F64), axes, dt)
+
+
+def _float_sum(x: Array, axes: tuple[int, ...], dt: DType) -> Any:
+    """The sum over ``axes`` at float64, rounded once; rows near the overflow threshold exactly
+    (see the module docstring)."""
+    s = np.sum(x, axis=axes)
+    n = math.prod(x.shape[a] for a in axes)
+    if n == 0:
+        return _round(s, dt)
+    slack = n * 2.0**-53 * np.sum(np.abs(x), axis=axes)
+    near = (np.abs(np.abs(s) - _OVERFLOW[dt]) <= slack) & np.all(np.isfinite(x), axis=axes)
+    if near.any():
+        rows = np.moveaxis(x, axes, tuple(range(-len(axes), 0))).reshape(*np.shape(s), n)
+        s = np.array(s, copy=True)
+        for at in np.argwhere(near):
+            s[tuple(at)] = math.fsum(rows[tuple(at)].tolist())
+    return _round(s, dt)
 
 
 def _reduce_max(eqn: Eqn, _: int) -> Kernel:

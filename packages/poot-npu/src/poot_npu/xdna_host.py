@@ -80,6 +80,7 @@ from poot_ir import (
     DeadlineExceeded,
     DeviceFailed,
     DevicePoisoned,
+    DomainFlagged,
     UnsupportedDevice,
 )
 
@@ -146,6 +147,7 @@ class _Loaded:
     library: ctypes.CDLL
     arenas: list[Bytes]
     stats: RunStats
+    flags: np.ndarray  # one uint32 flag word per region, as the last dispatch left them
 
 
 class XdnaHostDevice(HostMemory):
@@ -241,7 +243,10 @@ class XdnaHostDevice(HostMemory):
                     raise BlobRefused(self._name, f"no kernel {core.symbol} in its library")
         artifact = Artifact(next_id(), design_signature(design))
         arenas = new_arenas(design.layout)
-        self._loaded[artifact.id] = _Loaded(artifact, design, library, arenas, traffic(design))
+        flags = np.zeros(len(design.regions), np.uint32)
+        self._loaded[artifact.id] = _Loaded(
+            artifact, design, library, arenas, traffic(design), flags
+        )
         return artifact
 
     def unload(self, artifact: Artifact) -> None:
@@ -283,7 +288,7 @@ class XdnaHostDevice(HostMemory):
         def run() -> dict[str, np.ndarray]:
             write_arguments(design.layout, arenas, inputs)
             for region in design.regions:
-                self._run_region(region, library, arenas)
+                loaded.flags[region.index] = self._run_region(region, library, arenas) or 0
             return read_results(design.layout, arenas)
 
         what = f"{self._name} run of artifact {artifact.id}"
@@ -292,14 +297,20 @@ class XdnaHostDevice(HostMemory):
         except DeadlineExceeded:
             self._failed.append((loaded, arrays))
             raise
+        # the flag words are read with the results: a region that counted an operand outside
+        # its domain has no result to give (nothing is copied out, no state changes)
+        for region in design.regions:
+            if loaded.flags[region.index]:
+                raise DomainFlagged(region.index, int(loaded.flags[region.index]), region.eqns)
         for spec, out in zip(specs[n_in:], arrays[n_in:], strict=True):
             np.copyto(out, results[spec.name], casting="no")
         self._last = loaded.stats
         self.runs += 1
 
-    def _run_region(self, region: RegionDesign, library: ctypes.CDLL, arenas: list[Bytes]) -> None:
-        """One region's kernel call (in the worker thread). Tests slow it down here."""
-        run_region(region, library, arenas)
+    def _run_region(self, region: RegionDesign, library: ctypes.CDLL, arenas: list[Bytes]) -> int:
+        """One region's kernel call (in the worker thread), its flag word. Tests slow it down
+        here."""
+        return run_region(region, library, arenas)
 
     def close(self) -> None:
         # A run that missed its deadline may still be writing its arenas: its worker holds its

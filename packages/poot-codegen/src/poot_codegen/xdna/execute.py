@@ -102,8 +102,13 @@ def run_design(
     return read_results(design.layout, arenas)
 
 
-def run_region(region: RegionDesign, lib: ctypes.CDLL, arenas: Sequence[Bytes]) -> None:
-    """One kernel call of ``region``: transfers in, every core's chunks, transfers out."""
+def run_region(region: RegionDesign, lib: ctypes.CDLL, arenas: Sequence[Bytes]) -> int:
+    """One kernel call of ``region``: transfers in, every core's chunks, transfers out. Returns
+    the region's flag word (the count of guarded operands outside their domains, read and
+    cleared: ``poot_codegen.xdna.guards``); a library without the word counts nothing."""
+    word = _guard_word(lib)
+    if word is not None:
+        word.value = 0
     objects: dict[str, Bytes] = {}
     for t in region.transfers:
         if t.direction is Direction.TO_DEVICE:
@@ -116,6 +121,17 @@ def run_region(region: RegionDesign, lib: ctypes.CDLL, arenas: Sequence[Bytes]) 
     for t in region.transfers:
         if t.direction is Direction.FROM_DEVICE:
             arenas[t.arena][t.offset : t.offset + t.nbytes] = objects[t.fifo]
+    if word is None:
+        return 0
+    count, word.value = int(word.value), 0
+    return count
+
+
+def _guard_word(lib: ctypes.CDLL) -> ctypes.c_uint32 | None:
+    try:
+        return ctypes.c_uint32.in_dll(lib, "poot_guard_word")
+    except ValueError:
+        return None
 
 
 def _run_core(core: Core, lib: ctypes.CDLL, objects: Mapping[str, Bytes]) -> None:

@@ -24,6 +24,7 @@ from poot_ir import BroadcastParams, DType, Eqn, Literal, NoLowering, Prim, Prog
 from poot_planner import TileOp
 
 from poot_codegen.xdna.cexpr import TARGET, literal_decl, step_expr
+from poot_codegen.xdna.guards import LOCAL, RESULT, KernelGuards
 
 __all__ = ["fused_norm_body"]
 
@@ -37,8 +38,9 @@ _REDUCE: dict[Prim, tuple[str, str]] = {
 class _Kernel:
     """The steps of one fused norm, classified, and the C lines being written."""
 
-    def __init__(self, tile: TileOp, program: Program) -> None:
+    def __init__(self, tile: TileOp, program: Program, guards: KernelGuards) -> None:
         self.tile = tile
+        self.guards = guards
         out = tile.output
         self.cols = tile.out_unit
         if out.dtype is not DType.F32 or not out.type.rank or out.shape[-1] != self.cols:
@@ -136,15 +138,23 @@ class _Kernel:
                     expr = f"in{k}[c]"  # a [cols] vector: the same element on every row
                 else:
                     expr = self.name(src)
+                lines.append(f"{indent}const float v{e.out.id} = {expr};\n")
             else:
-                expr = step_expr(e.prim, [self.name(a) for a in e.inputs], i)
-            lines.append(f"{indent}const float v{e.out.id} = {expr};\n")
+                lines += self.step(i, e, indent)
         return lines
 
+    def step(self, i: int, e: Eqn, indent: str) -> list[str]:
+        """One element-wise or scalar step's line, then its guard's (if it has one)."""
+        args = [self.name(a) for a in e.inputs]
+        lines = [f"{indent}const float {self.name(e.out)} = {step_expr(e.prim, args, i)};\n"]
+        guard = self.guards.line(i, e, args, self.name(e.out))
+        return lines + ([f"{indent}{guard}\n"] if guard is not None else [])
 
-def fused_norm_body(tile: TileOp, program: Program) -> str:
-    """The body of a fused norm's kernel (see the module docstring)."""
-    k = _Kernel(tile, program)
+
+def fused_norm_body(tile: TileOp, program: Program, guards: KernelGuards) -> str:
+    """The body of a fused norm's kernel (see the module docstring), its steps guarded as
+    ``guards`` says (``poot_codegen.xdna.guards``)."""
+    k = _Kernel(tile, program, guards)
     cols = k.cols
     lines = [f"    {d}\n" for d in k.decls]
     lines += ["    (void)first_unit;\n", "    for (int32_t r = 0; r < units; r++) {\n"]
@@ -161,7 +171,7 @@ def fused_norm_body(tile: TileOp, program: Program) -> str:
         if e.prim not in _REDUCE and not k._element(e.out.id) and e.out.shape == k.scalar_shape
     ]
     emitted: set[int] = set()
-    for _, r in reductions:
+    for ri, r in reductions:
         init, step = _REDUCE[r.prim]
         acc = k.name(r.out)
         x = cast(Var, r.inputs[0])  # the type rules: a reduction's operand is a tensor
@@ -169,13 +179,17 @@ def fused_norm_body(tile: TileOp, program: Program) -> str:
         lines.append(f"        for (int32_t c = 0; c < {cols}; c++) {{\n")
         lines += k.column_steps([x.id], "            ")
         lines.append(f"            {acc} = {step.format(acc=acc, x=k.name(x))};\n")
+        guard = guards.line(ri, r, [k.name(x)], acc)
+        if guard is not None:
+            lines.append(f"            {guard}\n")
         lines.append("        }\n")
+        if (ri, RESULT) in guards.guarded:  # the in-order sum overflowed
+            lines.append(f"        {LOCAL} += poot_g_nonfinite({acc});\n")
         known.add(r.out.id)
         for i, e in scalar_steps:  # program order is topological: one sweep suffices
             ready = all(not isinstance(a, Var) or a.id in known for a in e.inputs)
             if i not in emitted and ready:
-                expr = step_expr(e.prim, [k.name(a) for a in e.inputs], i)
-                lines.append(f"        const float {k.name(e.out)} = {expr};\n")
+                lines += k.step(i, e, "        ")
                 known.add(e.out.id)
                 emitted.add(i)
     lines.append(f"        for (int32_t c = 0; c < {cols}; c++) {{\n")

@@ -28,8 +28,9 @@ Kernel classes (``KernelClass``):
 - GATHER: F32 or I32 slices copied as ``uint32_t`` words (bit for bit), negative indices
   counted from the end as numpy does. The kernel never reads outside its table: indices the
   host passes in are checked before the run (``IndexGuard.HOST_CHECKED``: the kernel trusts
-  them), and indices a region computes are clamped into the axis here
-  (``IndexGuard.KERNEL_CLAMPED``), as the plan says for each gather tile.
+  them), and indices a region computes are clamped into the axis here and counted into
+  the region's flag word (``IndexGuard.KERNEL_CLAMPED``; ``guards``: the run is refused), as
+  the plan says for each gather tile.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from poot_planner import IndexGuard, KernelClass, Plan, Region, TileOp
 
 from poot_codegen.xdna.cexpr import TARGET, c_type, literal_decl, step_expr
 from poot_codegen.xdna.fused import fused_norm_body
+from poot_codegen.xdna.guards import GUARD_PRELUDE, LOCAL, RESULT, KernelGuards, kernel_guards
 
 __all__ = [
     "kernel_signature",
@@ -64,6 +66,8 @@ _HEADER = """\
 extern "C" {{
 #endif
 """
+
+_NO_GUARDS = KernelGuards()
 
 _FOOTER = """
 #ifdef __cplusplus
@@ -90,32 +94,36 @@ def kernel_signature(tile: TileOp) -> str:
     return f"void {kernel_symbol(tile)}({', '.join(params)})"
 
 
-def tile_kernel(program: Program, tile: TileOp) -> str:
+def tile_kernel(program: Program, tile: TileOp, guards: KernelGuards = _NO_GUARDS) -> str:
     """The C definition of one tile job's kernel (raises ``NoLowering`` for a job this code
-    generator has no kernel for)."""
+    generator has no kernel for), counting ``guards``' operands outside their domains into
+    ``poot_guard_word`` (``poot_codegen.xdna.guards``)."""
     eqns = [program.eqns[i] for i in tile.eqns]
     what = ", ".join(f"{i} {e.prim.value}" for i, e in zip(tile.eqns, eqns, strict=True))
     head = f"/* tile {tile.index}, {tile.kind.value}: eqns {what}; {tile.output.type} */"
     match tile.kind:
         case KernelClass.POINTWISE:
-            body = _pointwise(tile, eqns[0], tile.eqns[0])
+            body = _pointwise(tile, eqns[0], tile.eqns[0], guards)
         case KernelClass.ROW:
-            body = _row(tile, eqns[0], tile.eqns[0])
+            body = _row(tile, eqns[0], tile.eqns[0], guards)
         case KernelClass.FUSED_NORM:
-            body = fused_norm_body(tile, program)
+            body = fused_norm_body(tile, program, guards)
         case KernelClass.GATHER:
             body = _gather(tile, eqns[0], tile.eqns[0])
         case KernelClass.ORACLE | KernelClass.GRAPH_OP:
             raise NoLowering(TARGET, tile.eqns[0], eqns[0].prim.value, f"a {tile.kind.value} job")
         case _ as unreachable:
             assert_never(unreachable)
+    if f"{LOCAL} +=" in body:  # the kernel's count, added to the region's flag word once
+        body = f"    uint32_t {LOCAL} = 0u;\n{body}    poot_guard_word += {LOCAL};\n"
     return f"{head}\n{kernel_signature(tile)} {{\n{body}}}\n"
 
 
 def kernel_source(program: Program, tile: TileOp) -> str:
     """One tile job's kernel as a whole translation unit."""
     what = f"poot kernel {kernel_symbol(tile)}"
-    return _HEADER.format(what=what) + "\n" + tile_kernel(program, tile) + _FOOTER
+    body = tile_kernel(program, tile)
+    return _HEADER.format(what=what) + GUARD_PRELUDE + "\n" + body + _FOOTER
 
 
 def region_source(plan: Plan, region: Region | int) -> str:
@@ -123,16 +131,18 @@ def region_source(plan: Plan, region: Region | int) -> str:
     ``region_object(region)``)."""
     r = plan.regions[region] if isinstance(region, int) else region
     what = f"poot region {r.index} of {plan.program.name!r} ({len(r.tiles)} kernels)"
-    kernels = "\n".join(tile_kernel(plan.program, t) for t in r.tiles)
-    return _HEADER.format(what=what) + "\n" + kernels + _FOOTER
+    g = kernel_guards(plan)
+    kernels = "\n".join(tile_kernel(plan.program, t, g) for t in r.tiles)
+    return _HEADER.format(what=what) + GUARD_PRELUDE + "\n" + kernels + _FOOTER
 
 
 def program_source(plan: Plan) -> str:
     """Every kernel of every region as one translation unit (for a host build that loads the
     whole program as one library: the symbols are unique across regions)."""
     what = f"poot program {plan.program.name!r} ({len(plan.tiles)} kernels)"
-    kernels = "\n".join(tile_kernel(plan.program, t) for t in plan.tiles)
-    return _HEADER.format(what=what) + "\n" + kernels + _FOOTER
+    g = kernel_guards(plan)
+    kernels = "\n".join(tile_kernel(plan.program, t, g) for t in plan.tiles)
+    return _HEADER.format(what=what) + GUARD_PRELUDE + "\n" + kernels + _FOOTER
 
 
 # -- pointwise --------------------------------------------------------------------------------
@@ -153,7 +163,7 @@ def _operand_names(tile: TileOp, e: Eqn, index: int, elem: str) -> tuple[list[st
     return names, decls
 
 
-def _pointwise(tile: TileOp, e: Eqn, index: int) -> str:
+def _pointwise(tile: TileOp, e: Eqn, index: int, guards: KernelGuards) -> str:
     for a in e.inputs:
         if a.dtype is not DType.F32:
             raise NoLowering(TARGET, index, e.prim.value, f"pointwise on {a.dtype.value}")
@@ -162,6 +172,9 @@ def _pointwise(tile: TileOp, e: Eqn, index: int) -> str:
     lines.append("    (void)first_unit;\n")
     lines.append("    for (int32_t i = 0; i < units; i++) {\n")
     lines.append(f"        out[i] = {step_expr(e.prim, args, index)};\n")
+    guard = guards.line(index, e, args, "out[i]")
+    if guard is not None:
+        lines.append(f"        {guard}\n")
     lines.append("    }\n")
     return "".join(lines)
 
@@ -169,7 +182,7 @@ def _pointwise(tile: TileOp, e: Eqn, index: int) -> str:
 # -- row reductions ---------------------------------------------------------------------------
 
 
-def _row(tile: TileOp, e: Eqn, index: int) -> str:
+def _row(tile: TileOp, e: Eqn, index: int, guards: KernelGuards) -> str:
     x = e.inputs[0]
     if not isinstance(x, Var) or x.dtype is not DType.F32 or e.prim not in _ROW_OPS:
         raise NoLowering(TARGET, index, e.prim.value, "row kernels reduce f32 only")
@@ -180,14 +193,18 @@ def _row(tile: TileOp, e: Eqn, index: int) -> str:
         empty = "0.0f" if e.prim is Prim.REDUCE_SUM else "poot_negf(poot_inff())"
         lines.append(f"        out[r] = {empty};\n")
     else:
+        guard = guards.line(index, e, ["row[c]"], "acc")
         lines += [
             f"        const float* row = in0 + r * {cols};\n",
             f"        float acc = {init};\n",
             f"        for (int32_t c = 0; c < {cols}; c++) {{\n",
             f"            acc = {step.format(acc='acc', x='row[c]')};\n",
+            *([f"            {guard}\n"] if guard is not None else []),
             "        }\n",
-            "        out[r] = acc;\n",
         ]
+        if (index, RESULT) in guards.guarded:  # the in-order sum overflowed
+            lines.append(f"        {LOCAL} += poot_g_nonfinite(acc);\n")
+        lines.append("        out[r] = acc;\n")
     lines.append("    }\n")
     return "".join(lines)
 
@@ -247,8 +264,10 @@ def _index_guard(tile: TileOp, axis: int) -> list[str]:
     match tile.index_guard:
         case IndexGuard.KERNEL_CLAMPED:
             return [
-                "        /* computed inside the region: clamped, never read outside the table */\n",
-                f"        if (k < 0) k = 0; else if (k > {axis - 1}) k = {axis - 1};\n",
+                "        /* computed inside the region: clamped, never read outside the table, and\n",
+                "         * counted into the flag word: the run is refused (guards) */\n",
+                f"        if (k < 0) {{ k = 0; {LOCAL} += 1u; }}\n",
+                f"        else if (k > {axis - 1}) {{ k = {axis - 1}; {LOCAL} += 1u; }}\n",
             ]
         case IndexGuard.HOST_CHECKED:
             return ["        /* an argument: checked on the host before the run */\n"]

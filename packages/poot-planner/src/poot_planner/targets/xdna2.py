@@ -123,7 +123,7 @@ TARGET = Target(
             Contract(Prim.GATHER, BitExact(), AnyInput()),
             AxisRule.ANY,
             "i32 indices; one outside the axis: refused before the run when the host passes it, "
-            "clamped by the kernel when a region computes it",
+            "clamped, counted in the flag word and refused when a region computes it",
         ),
     ),
     region_limits=RegionLimits(

@@ -1,0 +1,160 @@
+"""Domain guards in XDNA2 kernels: each kernel counts the operands it computes on outside their
+contract's domain into its region's flag word, ``poot_guard_word``.
+
+Which operands a kernel guards is the planner's decision (``poot_planner.guards``: arguments are
+checked on the host, literals and values proven inside their domain are not guarded). The word
+is a ``uint32_t`` defined once per translation unit, so once per region object; the kernels add
+to it and never read it, and the results are computed exactly as without guards (a guard only
+counts; a gather index outside its axis is also replaced by 0, so the copy stays inside the
+table). The count is at least the number of elements outside the domain (a fused norm
+recomputes an element value in each loop that needs it, and guards it each time): zero exactly
+when every guarded operand was inside. The host executor (``execute.run_region``) reads and
+clears the word after each region's kernel call; ``XdnaHostDevice`` keeps one word per region
+and refuses a run whose words are not all zero.
+
+The class tests are on the bits (an exponent field of all ones is an infinity or a NaN, of zero
+a zero or a subnormal), so no float comparison a compiler could fold decides them. Float
+comparisons remain where the question is one of value: exp's interval (``!(lo <= x && x <=
+hi)``, true for NaN) and whether an add's or a sub's operands cancel exactly (``a != -b``: +0
+and -0 cancel).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import assert_never
+
+from poot_ir import Eqn, Prim
+from poot_ir.numerics import (
+    AnyInput,
+    Domain,
+    FiniteInputs,
+    FiniteNormalResult,
+    Interval,
+    NotNaN,
+    PositiveNormal,
+)
+from poot_planner import Plan
+from poot_planner.guards import Site, guards
+
+__all__ = [
+    "GUARD_PRELUDE",
+    "LOCAL",
+    "RESULT",
+    "Guarded",
+    "KernelGuards",
+    "kernel_guards",
+    "operand_guard",
+    "result_guard",
+    "step_guards",
+]
+
+#: A kernel's own count, added to the region's word once, at its end: a store to a global in
+#: the loop would be a memory write per element that the compiler must keep.
+LOCAL = "poot_g"
+
+#: The ``(eqn, operand)`` pairs to guard (``RESULT`` as the operand: the result).
+Guarded = frozenset[tuple[int, int]]
+RESULT = -1
+
+GUARD_PRELUDE = """
+/* Domain guards (poot_codegen.xdna.guards): the region's count of operands outside a domain. */
+uint32_t poot_guard_word = 0u;
+static inline uint32_t poot_g_nonfinite(float x) {
+    return (poot_f32_bits(x) & 0x7f800000u) == 0x7f800000u;
+}
+static inline uint32_t poot_g_nan(float x) { return (poot_f32_bits(x) & 0x7fffffffu) > 0x7f800000u; }
+static inline uint32_t poot_g_not_positive_normal(float x) {
+    const uint32_t b = poot_f32_bits(x), e = b & 0x7f800000u;
+    return (b >> 31) | (uint32_t)(e == 0u) | (uint32_t)(e == 0x7f800000u);
+}
+static inline uint32_t poot_g_outside(float x, float lo, float hi) {
+    return (uint32_t)!(lo <= x && x <= hi);
+}
+/* A result that is not finite and normal (or a zero), or the largest magnitude, which an
+ * overflowing sum can round or saturate to: the exact result may be outside the domain. */
+static inline uint32_t poot_g_result(float y) {
+    const uint32_t b = poot_f32_bits(y) & 0x7fffffffu, e = b & 0x7f800000u;
+    return (uint32_t)(e == 0x7f800000u) | (uint32_t)(e == 0u && b != 0u) | (uint32_t)(b == 0x7f7fffffu);
+}
+static inline uint32_t poot_g_zero(float y) { return (poot_f32_bits(y) & 0x7fffffffu) == 0u; }
+"""
+
+
+def operand_guard(domain: Domain, x: str) -> str | None:
+    """A C ``uint32_t`` expression, 1 when ``x`` is outside ``domain`` (None: no guard)."""
+    match domain:
+        case AnyInput():
+            return None
+        case FiniteInputs() | FiniteNormalResult():
+            return f"poot_g_nonfinite({x})"
+        case NotNaN():
+            return f"poot_g_nan({x})"
+        case PositiveNormal():
+            return f"poot_g_not_positive_normal({x})"
+        case Interval(lo=lo, hi=hi):
+            return f"poot_g_outside({x}, {float(lo)!r}f, {float(hi)!r}f)"
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def result_guard(prim: Prim, args: list[str], y: str) -> str:
+    """1 when ``y`` (the step's result) may have left a ``FiniteNormalResult`` domain: not
+    finite and normal, the largest magnitude, or a zero the operands cannot make exactly (an
+    add of non-opposites, a sub of different values, a product or quotient of nonzeros, whose
+    exact result is then a nonzero that underflowed)."""
+    terms = [f"poot_g_result({y})"]
+    match prim:
+        case Prim.ADD if len(args) == 2:
+            terms.append(f"(poot_g_zero({y}) & (uint32_t)({args[0]} != poot_negf({args[1]})))")
+        case Prim.SUB if len(args) == 2:
+            terms.append(f"(poot_g_zero({y}) & (uint32_t)({args[0]} != {args[1]}))")
+        case Prim.MUL if len(args) == 2:
+            terms.append(f"(poot_g_zero({y}) & !poot_g_zero({args[0]}) & !poot_g_zero({args[1]}))")
+        case Prim.DIV if len(args) == 2:
+            terms.append(f"(poot_g_zero({y}) & !poot_g_zero({args[0]}))")
+        case Prim.RECIP:
+            terms.append(f"poot_g_zero({y})")
+        case _:
+            pass
+    return " | ".join(terms)
+
+
+def step_guards(
+    index: int, e: Eqn, domain: Domain | None, guarded: Guarded, args: list[str], y: str
+) -> str | None:
+    """The C statement adding equation ``index``'s guarded operands (and result) outside
+    ``domain`` to the kernel's count (``LOCAL``), or None when it guards nothing."""
+    if domain is None:
+        return None
+    terms = []
+    for k, x in enumerate(args):
+        if (index, k) in guarded:
+            g = operand_guard(domain, x)
+            if g is not None:
+                terms.append(g)
+    if (index, RESULT) in guarded and isinstance(domain, FiniteNormalResult):
+        terms.append(result_guard(e.prim, args, y))
+    if not terms:
+        return None
+    return f"{LOCAL} += {' + '.join(f'({t})' for t in terms)};"
+
+
+@dataclass(frozen=True, slots=True)
+class KernelGuards:
+    """What a plan's kernels guard: the ``(eqn, operand)`` pairs and each equation's domain."""
+
+    guarded: Guarded = frozenset()
+    domains: Mapping[int, Domain] = field(default_factory=dict)
+
+    def line(self, index: int, e: Eqn, args: list[str], y: str) -> str | None:
+        return step_guards(index, e, self.domains.get(index), self.guarded, args, y)
+
+
+def kernel_guards(plan: Plan) -> KernelGuards:
+    """The device guards of ``plan`` (``poot_planner.guards``)."""
+    found = [g for g in guards(plan) if g.site is Site.DEVICE]
+    return KernelGuards(
+        frozenset((g.eqn, g.operand) for g in found), {g.eqn: g.domain for g in found}
+    )

@@ -1,0 +1,192 @@
+"""Host-side domain guards: every value the host sees before a run, against the domain of each
+equation that reads it.
+
+``poot_planner.guards`` decides where each operand's domain is enforced; the ``HOST`` guards are
+this module's: an argument (an input, a weight or a state) an equation reads directly. Weights
+are checked once, when an entry binds them; the initial states when the entry is made and when
+it is reset; inputs before every step; a state before every step too, from the host's copy of
+the value the last committed step left (the engine read it as a result). A value outside raises
+``DomainError`` naming the argument, the first element outside, the equation and the domain,
+before anything runs. A gather's indices that are an argument are checked against the axis the
+same way (the device does not check them).
+
+Each check is one vectorized pass over the array per (argument, domain) pair; an argument read
+by several equations under the same domain is checked once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import assert_never
+
+import numpy as np
+from poot_ir import DomainError, GatherParams, Prim, Storage, Var
+from poot_ir.numerics import (
+    AnyInput,
+    Domain,
+    FiniteInputs,
+    FiniteNormalResult,
+    Interval,
+    NotNaN,
+    PositiveNormal,
+)
+from poot_planner import KernelClass, Plan
+from poot_planner.guards import Site, describe_domain, guards
+
+__all__ = ["EntryDomains", "HostGuard", "entry_domains"]
+
+
+@dataclass(frozen=True, slots=True)
+class HostGuard:
+    """``argument`` against ``domain`` (or, for gather indices, against ``[-size, size)``), for
+    equation ``eqn`` (``primitive``): the first equation that needs it."""
+
+    argument: str
+    eqn: int
+    primitive: str
+    domain: Domain | None = None
+    size: int = 0
+
+    def check(self, x: np.ndarray) -> None:
+        if x.size == 0 or self._fast_inside(x):
+            return
+        if self.domain is None:
+            bad = (x < -self.size) | (x >= self.size)
+            what = f"an index in [{-self.size}, {self.size})"
+        else:
+            d = FiniteInputs() if isinstance(self.domain, FiniteNormalResult) else self.domain
+            bad = ~d.inside((x,), x)
+            what = describe_domain(self.domain)
+        if bad.any():
+            flat = int(np.argmax(bad))
+            at = tuple(int(i) for i in np.unravel_index(flat, x.shape))
+            value = x.reshape(-1)[flat]
+            raise DomainError(self.argument, at, float(value), self.eqn, self.primitive, what)
+
+    def _fast_inside(self, x: np.ndarray) -> bool:
+        """Every domain here is a closed interval without NaN: two reductions decide it (a NaN
+        makes the minimum NaN, and a comparison with NaN is false). Only a refusal pays for
+        ``Domain.inside`` and finding the element (as does a float type numpy has no limits
+        for)."""
+        if self.domain is not None and x.dtype == np.float16:
+            # numpy's half reductions are scalar loops: the magnitude bits, as integers, are
+            # ordered as the magnitudes are (0x7c00 is infinity, above it NaN)
+            top = int(np.bitwise_and(x.view(np.uint16), 0x7FFF, dtype=np.uint16).max())
+            match self.domain:
+                case FiniteInputs() | FiniteNormalResult():
+                    return top < 0x7C00
+                case NotNaN() | AnyInput():
+                    return top <= 0x7C00
+                case _:
+                    return False
+        if self.domain is not None and x.dtype.kind != "f":
+            return False
+        lo, hi = self._bounds(x.dtype)
+        return bool(lo <= x.min()) and bool(x.max() <= hi)
+
+    def _bounds(self, dtype: np.dtype) -> tuple[float, float]:
+        if self.domain is None:
+            return -self.size, self.size - 1
+        finite = float(np.finfo(dtype).max) if dtype.kind == "f" else math.inf
+        match self.domain:
+            case FiniteInputs() | FiniteNormalResult():
+                return -finite, finite
+            case NotNaN() | AnyInput():
+                return -math.inf, math.inf
+            case Interval(lo=lo, hi=hi):
+                return lo, hi
+            case PositiveNormal():
+                return float(np.finfo(dtype).smallest_normal), finite
+            case _ as unreachable:
+                assert_never(unreachable)
+
+
+class EntryDomains:
+    """An entry's host guards and its host copies of the guarded states."""
+
+    __slots__ = ("_slots", "_states", "mirrors")
+
+    def __init__(self, by_arg: Mapping[str, tuple[HostGuard, ...]], states: set[str]) -> None:
+        self._slots = {n: g for n, g in by_arg.items() if n not in states}
+        self._states = {n: g for n, g in by_arg.items() if n in states}
+        self.mirrors: dict[str, np.ndarray] = {}
+
+    def check(self, inputs: Mapping[str, np.ndarray]) -> None:
+        """Before a step: the guarded inputs among ``inputs`` and the guarded states."""
+        for name, gs in self._slots.items():
+            x = inputs.get(name)
+            if x is not None:
+                for g in gs:
+                    g.check(x)
+        for name, gs in self._states.items():
+            for g in gs:
+                g.check(self.mirrors[name])
+
+    def reset(self, initial: Mapping[str, np.ndarray]) -> None:
+        """The states start (again) at ``initial``: checked now, mirrored for later steps."""
+        for name, gs in self._states.items():
+            for g in gs:
+                g.check(initial[name])
+        self.mirrors = {n: initial[n].copy() for n in self._states}
+
+    def write(self, name: str, value: np.ndarray) -> None:
+        """The state ``name`` is about to be written (``Engine.write_state``): checked first."""
+        for g in self._states.get(name, ()):
+            g.check(value)
+        if name in self._states:
+            self.mirrors[name] = value.copy()
+
+    def committed(self, results: Mapping[str, np.ndarray]) -> None:
+        """A step committed: its state updates are the states the next step reads."""
+        for name in self._states:
+            self.mirrors[name] = results[name].copy()
+
+
+def _host_guards(plan: Plan) -> dict[str, tuple[HostGuard, ...]]:
+    found: dict[str, dict[object, HostGuard]] = {}
+    for g in guards(plan):
+        if g.site is Site.HOST and g.argument is not None:
+            found.setdefault(g.argument, {}).setdefault(
+                g.domain, HostGuard(g.argument, g.eqn, g.primitive.value, g.domain)
+            )
+    args = {a.var.id: a.name for a in plan.program.args}
+    for i, e in enumerate(plan.program.eqns):
+        if e.prim is not Prim.GATHER or not isinstance(e.params, GatherParams):
+            continue
+        idx = e.inputs[1]
+        cap = plan.target.capability(e.prim, e.inputs[0].dtype)
+        # the oracle checks its own indices, and the XDNA2 design its host-passed ones
+        # (``poot_codegen.xdna.execute.check_indices``, the oracle's IndexOutOfRange)
+        if cap is None or cap.kernel in (KernelClass.ORACLE, KernelClass.GATHER):
+            continue
+        if isinstance(idx, Var) and idx.id in args:
+            size = e.inputs[0].type.shape[e.params.axis]
+            name = args[idx.id]
+            found.setdefault(name, {}).setdefault(
+                ("index", size), HostGuard(name, i, "gather", None, size)
+            )
+    return {n: tuple(gs.values()) for n, gs in found.items()}
+
+
+def entry_domains(
+    plan: Plan, weight: Callable[[str], np.ndarray], initial: Mapping[str, np.ndarray]
+) -> EntryDomains | None:
+    """The host guards of ``plan``'s program, its weights (read with ``weight``) and initial
+    states checked now; None when it has none (every domain is ``AnyInput``, as on the CPU)."""
+    by_arg = _host_guards(plan)
+    if not by_arg:
+        return None
+    storage = {a.name: a.storage for a in plan.program.args}
+    for name, gs in by_arg.items():
+        if storage[name] is Storage.WEIGHT:
+            value = weight(name)
+            for g in gs:
+                g.check(value)
+    states = {n for n in by_arg if storage[n] is Storage.STATE}
+    domains = EntryDomains(
+        {n: g for n, g in by_arg.items() if storage[n] is not Storage.WEIGHT}, states
+    )
+    domains.reset(initial)
+    return domains

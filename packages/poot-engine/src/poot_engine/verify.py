@@ -1,0 +1,168 @@
+"""The check of a device step against the oracle: one implementation for the engine's verified
+steps (``Engine(device, verify=...)``), ``poot run`` and the tests.
+
+A step's device results are compared with the oracle evaluating the plan's *source* program on
+the same inputs, the states included (the states the device held before the step), so one
+comparison measures one step, never accumulated drift. The comparison uses the plan's published
+numerics class:
+
+- ``Exact``: bit for bit (a zero's sign too, unless the class says otherwise);
+- ``NarrowStorage``: normwise against the F32 oracle, plus the narrow type's floor;
+- ``Bounded``: elementwise under the bound ``poot_planner.error_bounds`` derives for the step's
+  very inputs (a running error analysis: a chain of approximate steps compounds their errors,
+  and an element outside a step's domain is promised nothing and not compared).
+
+A partitioned run is checked span by span (``check_spans``), each device span on the inputs it
+really had, under its own plan; an oracle span and every program result bit for bit.
+
+``Verifier`` is the engine's side: which steps to verify (``"off"``, ``"always"``, or a fraction
+drawn at random per step), the check itself before the step commits (a breach raises
+``ContractViolation`` and no state changes), the poisoned entries, and the counters ``Stats``
+reports.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from poot_ir import (
+    BitExact,
+    Comparison,
+    ContractViolation,
+    EngineError,
+    EntryPoisoned,
+    Program,
+    compare,
+    evaluate,
+)
+from poot_ir.numerics import Bounded, Derived
+from poot_planner import Plan, Span
+from poot_planner.error_bounds import result_bounds
+from poot_planner.partition import value_names
+
+__all__ = ["StepCheck", "Verifier", "VerifyMode", "check_results", "check_spans"]
+
+#: ``"off"``, ``"always"``, or the fraction of steps (in ``(0, 1]``) verified at random.
+VerifyMode = str | float
+
+Checks = tuple[tuple[str, Comparison], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StepCheck:
+    """One step: the comparison of each result, by name."""
+
+    step: int
+    results: Checks
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for _, c in self.results)
+
+    @property
+    def worst(self) -> tuple[str, Comparison] | None:
+        if not self.results:
+            return None
+        return max(self.results, key=lambda r: (not r[1].ok, r[1].error_ratio))
+
+
+def check_results(
+    p: Plan,
+    feed: Mapping[str, np.ndarray],
+    got: Mapping[str, np.ndarray],
+    want: Mapping[str, np.ndarray] | None = None,
+) -> Checks:
+    """Each result of ``p.source`` on ``feed`` under the plan's class (see the module).
+    ``want`` is the oracle's results, evaluated here when not given."""
+    if want is None:
+        want = evaluate(p.source, feed)
+    if isinstance(p.numerics, Bounded):
+        bounds = result_bounds(p, feed)
+        return tuple((n, compare(got[n], want[n], Derived(), scale=bounds[n])) for n in want)
+    return tuple((n, compare(got[n], want[n], p.numerics.bound)) for n in want)
+
+
+def check_spans(
+    program: Program,
+    spans: tuple[Span, ...],
+    trace: Mapping[str, np.ndarray],
+    got: Mapping[str, np.ndarray],
+) -> Checks:
+    """A partitioned step, span by span on its own inputs (``trace``: the weights and every
+    boundary value of the step), then each program result against the span value it is."""
+    checks: list[tuple[str, Comparison]] = []
+    for span in spans:
+        p = span.plan
+        feed = {a.name: trace[a.name] for a in span.program.args}
+        want = evaluate(span.program, feed)
+        mine = {n: trace[n] for n in want}
+        where = f"{'device' if p else 'oracle'} {span.first}..{span.last}"
+        if p is not None:
+            found = check_results(p, feed, mine, want)
+        else:
+            found = tuple((n, compare(mine[n], want[n], BitExact())) for n in want)
+        checks.extend((f"{n} ({where})", c) for n, c in found)
+    names = value_names(program)
+    for name, var in program.results():
+        checks.append((name, compare(got[name], trace[names[var.id]], BitExact())))
+    return tuple(checks)
+
+
+def _fraction(mode: VerifyMode) -> float:
+    if mode == "off":
+        return 0.0
+    if mode == "always":
+        return 1.0
+    if isinstance(mode, int | float) and not isinstance(mode, bool) and 0.0 < mode <= 1.0:
+        return float(mode)
+    raise EngineError(f"verify must be 'off', 'always' or a fraction in (0, 1], got {mode!r}")
+
+
+class Verifier:
+    """The engine's verified steps: see the module docstring. Entries are keyed by identity
+    (the engine's own entry record), held here while poisoned."""
+
+    __slots__ = ("_poisoned", "_rng", "fraction", "steps", "worst_ratio")
+
+    def __init__(self, mode: VerifyMode, seed: int | None = None) -> None:
+        self.fraction = _fraction(mode)
+        self._rng = random.Random(seed)
+        self._poisoned: dict[int, tuple[object, ContractViolation]] = {}
+        self.steps = 0
+        self.worst_ratio = 0.0
+
+    def wants(self, entry: object) -> bool:
+        """Whether this step of ``entry`` is verified; ``EntryPoisoned`` for a poisoned one."""
+        hit = self._poisoned.get(id(entry))
+        if hit is not None and hit[0] is entry:
+            raise EntryPoisoned(f"this entry breached its contract earlier: {hit[1]}")
+        if self.fraction == 0.0:
+            return False
+        return self.fraction == 1.0 or self._rng.random() < self.fraction
+
+    def check(
+        self,
+        entry: object,
+        p: Plan,
+        feed: Mapping[str, np.ndarray],
+        got: Mapping[str, np.ndarray],
+    ) -> None:
+        """Compare one step (before it commits); a breach poisons ``entry`` and raises."""
+        checks = check_results(p, feed, got)
+        self.steps += 1
+        worst = StepCheck(0, checks).worst
+        if worst is None:
+            return
+        name, c = worst
+        self.worst_ratio = max(self.worst_ratio, c.error_ratio)
+        if not c.ok:
+            err = ContractViolation(name, c.index, c.error, c.allowed, str(c))
+            self._poisoned[id(entry)] = (entry, err)
+            raise err
+
+    def forget(self, entry: object) -> None:
+        """``entry`` was removed: drop its poison."""
+        self._poisoned.pop(id(entry), None)

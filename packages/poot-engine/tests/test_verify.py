@@ -1,0 +1,94 @@
+"""Verified steps: ``Engine(device, verify=...)`` compares a step with the oracle before it
+commits. A device that returns a wrong value (as mlir-aie #3654's third context did, reporting
+COMPLETED) is refused with ``ContractViolation``; the entry is poisoned and no state changes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pytest
+from engine_support import affine_program
+from poot_engine import CpuDevice, Engine
+from poot_ir import ContractViolation, EngineError, EntryPoisoned, Program, evaluate
+
+
+class GarbageDevice(CpuDevice):
+    """A CpuDevice that adds ``delta`` to element 2 of ``y`` when ``x[0]`` is ``bad_x``."""
+
+    def __init__(self, bad_x: float, delta: float = 1.0) -> None:
+        super().__init__()
+        self.bad_x, self.delta = bad_x, delta
+
+    def _run(self, program: Program, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = super()._run(program, inputs)
+        if inputs["x"][0] == self.bad_x:
+            out["y"] = out["y"].copy()
+            out["y"][2] += np.float32(self.delta)
+        return out
+
+
+def _feed(k: int) -> dict[str, np.ndarray]:
+    return {"x": np.arange(4, dtype=np.float32) + k}
+
+
+W = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
+
+
+def test_verified_steps_of_a_correct_device_pass_and_are_counted(tmp_path: Path) -> None:
+    with Engine(CpuDevice(), cache_dir=tmp_path, verify="always") as engine:
+        entry = engine.add_entry(affine_program(), engine.load_weights({"w": W}))
+        for k in range(4):
+            engine.step(entry, _feed(k))
+        stats = engine.stats()
+    assert stats.verified_steps == 4 and stats.worst_error_ratio == 0.0
+
+
+def test_a_wrong_result_is_a_contract_violation_that_poisons_the_entry(tmp_path: Path) -> None:
+    device = GarbageDevice(bad_x=2.0)
+    with Engine(device, cache_dir=tmp_path, verify="always") as engine:
+        weights = engine.load_weights({"w": W})
+        entry = engine.add_entry(affine_program(), weights)
+        acc = np.zeros(4, np.float32)
+        for k in range(2):
+            out = engine.step(entry, _feed(k))
+            acc = evaluate(affine_program(), {"w": W, "acc": acc, **_feed(k)})["acc"]
+            assert np.array_equal(out["acc"], acc)
+        with pytest.raises(ContractViolation) as err:
+            engine.step(entry, _feed(2))
+        e = err.value
+        assert e.result == "y" and e.element == (2,) and e.error == 1.0 and e.bound == 0.0
+        # nothing committed: the state buffer still holds the state of step 1
+        held = engine.device.read(engine._entries[entry.id].buffers["acc"])
+        assert np.array_equal(held, acc)
+        with pytest.raises(EntryPoisoned):
+            engine.step(entry, _feed(2))
+        # the poison is the entry's, not the engine's: a new entry runs and verifies
+        other = engine.add_entry(affine_program(), weights)
+        engine.step(other, _feed(0))
+        assert engine.stats().verified_steps == 4
+
+
+def test_an_unverified_engine_returns_the_wrong_result(tmp_path: Path) -> None:
+    # the failure the verified step exists for: without it, nothing notices
+    with Engine(GarbageDevice(bad_x=0.0), cache_dir=tmp_path) as engine:
+        entry = engine.add_entry(affine_program(), engine.load_weights({"w": W}))
+        out = engine.step(entry, _feed(0))
+        want = evaluate(affine_program(), {"w": W, "acc": np.zeros(4, np.float32), **_feed(0)})
+        assert out["y"][2] != want["y"][2] and engine.stats().verified_steps == 0
+
+
+def test_a_fraction_verifies_some_steps_at_random(tmp_path: Path) -> None:
+    with Engine(CpuDevice(), cache_dir=tmp_path, verify=0.5) as engine:
+        entry = engine.add_entry(affine_program(), engine.load_weights({"w": W}))
+        for k in range(60):
+            engine.step(entry, _feed(k))
+        verified = engine.stats().verified_steps
+    assert 0 < verified < 60  # P(0 or 60 of 60) = 2^-59
+
+
+@pytest.mark.parametrize("mode", ["sometimes", 0.0, 1.5, -0.1, True])
+def test_a_bad_verify_mode_is_refused(tmp_path: Path, mode: object) -> None:
+    with pytest.raises(EngineError, match="verify must be"):
+        Engine(CpuDevice(), cache_dir=tmp_path, verify=mode)  # type: ignore[arg-type]

@@ -1,0 +1,65 @@
+"""``poot acceptance``: the checks on the oracle's device, the receipt, ``--compare``, and the
+exit codes (3 for a device that is not here, 2 for bad usage or a bad receipt)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from poot_npu.registry import DEVICES, DeviceKind
+
+from poot.cli import main
+
+
+def test_acceptance_on_cpu_passes_and_writes_a_stand_in_receipt(tmp_path: Path) -> None:
+    out = tmp_path / "receipt.json"
+    assert main(["acceptance", "--device", "cpu", "-o", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["passed"] is True and r["device"]["kind"] == "stand-in"
+    assert r["device"]["name"] == "cpu" and r["poot"]["version"]
+    names = [c["name"] for c in r["checks"]]
+    assert "exp f32 at its domain's edges" in names
+    assert "cache: a second process compiles nothing" in names
+    assert "cache: a damaged entry is repaired" in names
+    assert "a missed deadline poisons the device" in names
+    assert "a contract violation poisons its entry" in names
+    assert all(c["passed"] for c in r["checks"])
+    assert any(f.get("primitive") == "exp" for f in r["contract_figures"])
+    # side by side with itself, and with a damaged copy
+    assert main(["acceptance", "--compare", str(out), str(out)]) == 0
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["acceptance", "--compare", str(out), str(bad)]) == 2
+
+
+@pytest.mark.parametrize(
+    "name", [d.name for d in DEVICES if d.kind is DeviceKind.HARDWARE], ids=str
+)
+def test_an_absent_device_exits_3_with_the_reason(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    info = next(d for d in DEVICES if d.name == name)
+    if info.unavailable_reason() is None:
+        pytest.skip(f"{name} is here: its acceptance run is the hardware session's")
+    assert main(["acceptance", "--device", name]) == 3
+    assert "hardware unavailable" in capsys.readouterr().err
+
+
+def test_bad_usage_exits_2() -> None:
+    with pytest.raises(SystemExit) as err:
+        main(["acceptance"])
+    assert err.value.code == 2
+
+
+def test_a_failed_check_exits_1(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import poot.acceptance as acceptance
+
+    def failing(*args: object) -> object:
+        yield acceptance.Check("a check that failed", False, 2.0, "error/bound")
+
+    for name in ("_capabilities", "_regions", "cache_checks", "poisoning_checks"):
+        monkeypatch.setattr(acceptance, name, failing)
+    out = tmp_path / "r.json"
+    assert main(["acceptance", "--device", "cpu", "-o", str(out)]) == 1
+    assert json.loads(out.read_text())["passed"] is False
