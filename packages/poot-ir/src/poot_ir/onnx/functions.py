@@ -52,16 +52,20 @@ def _body(lo: Lowering, node: Node) -> tuple[Any, Any] | None:
         return None
     raw: bytes = b""
     if schema.has_context_dependent_function:
-        versions = [v for v in schema.context_dependent_function_opset_versions if v <= lo.opset]
+        versions = sorted(schema.context_dependent_function_opset_versions)
+        allowed = [v for v in versions if v <= lo.opset]
         if versions:
             types = [_type_of(lo, name).SerializeToString() for name in node.inputs]
             raw = schema.get_context_dependent_function_with_opset_version(
-                max(versions), node.proto.SerializeToString(), types
+                allowed[-1] if allowed else versions[0], node.proto.SerializeToString(), types
             )
     if not raw and schema.has_function:
-        versions = [v for v in schema.function_opset_versions if v <= lo.opset]
+        # Each version expresses the same op (the schema found for the model's opset) in the
+        # ops of that opset: the newest the model allows, else the oldest there is.
+        versions = sorted(schema.function_opset_versions)
+        allowed = [v for v in versions if v <= lo.opset]
         if versions:
-            raw = schema.get_function_with_opset_version(max(versions))
+            raw = schema.get_function_with_opset_version(allowed[-1] if allowed else versions[0])
     if not raw:
         return None
     fp = onnx.FunctionProto()

@@ -56,7 +56,20 @@ def _window(
         if o <= 0:
             raise lo.fail("value", f"the window does not fit axis {a} of {spatial[a]}")
         out.append(o)
-    # taps[a][o, t] = input coordinate on axis a, for output o and kernel tap t
+    return tuple(out), _tap_map(spatial, kernel, strides, dil, begin, out)
+
+
+def _tap_map(
+    spatial: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dil: Sequence[int],
+    begin: Sequence[int],
+    out: Sequence[int],
+) -> Array:
+    """For each output position and kernel tap (both flattened), the flat input position the
+    tap reads, or -1 outside the input."""
+    k = len(spatial)
     coords = []
     for a in range(k):
         c = (
@@ -73,7 +86,7 @@ def _window(
         c = coords[a][grids_o[a][:, None], grids_t[a][None, :]]
         inside &= (c >= 0) & (c < spatial[a])
         flat = flat * spatial[a] + np.clip(c, 0, spatial[a] - 1)
-    return tuple(out), np.where(inside, flat, -1)
+    return np.where(inside, flat, -1)
 
 
 def _taps(lo: Lowering, x: Var, taps: Array, fill: float) -> Var:
@@ -118,6 +131,87 @@ def _conv(lo: Lowering, n: Node) -> None:
         )
         w2 = b.transpose(b.reshape(wg, (mg, cg * t)), (1, 0))
         parts.append(b.matmul(a2, w2))  # [N*O, M/G]
+    y = parts[0] if groups == 1 else b.concat(parts, 1)
+    if lo.has(2):
+        y = b.add(y, b.broadcast_in_dim(lo.var(2), (nb * o, m), (1,)))
+    y = b.transpose(b.reshape(y, (nb, o, m)), (0, 2, 1))
+    lo.set(0, b.reshape(y, (nb, m, *out)))
+
+
+def _conv_transpose(lo: Lowering, n: Node) -> None:
+    """A transposed convolution as a stride-1 convolution with the kernel flipped, over the
+    input spread by the strides and padded by ``dilation * (kernel - 1) - pads``: the spread
+    and the padding are folded into the taps, so it is one gather and the matmuls."""
+    b = lo.b
+    x, w = lo.var(0), lo.var(1)
+    check_dtype(lo, x, FLOATS, "the input")
+    k = x.type.rank - 2
+    if k < 1 or w.type.rank != x.type.rank:
+        raise lo.fail("model", f"ConvTranspose of {x.type} by {w.type}")
+    groups = lo.attr_int("group", 1)
+    nb, c = x.shape[:2]
+    cg, mg = w.shape[:2]
+    spatial, kernel = x.shape[2:], tuple(lo.attr_ints("kernel_shape") or w.shape[2:])
+    if groups <= 0 or c != cg or c % groups or kernel != w.shape[2:]:
+        raise lo.fail("model", f"{c} channels, kernel {w.type}, group {groups} do not agree")
+    cg //= groups
+    strides = lo.attr_ints("strides") or (1,) * k
+    dil = lo.attr_ints("dilations") or (1,) * k
+    extra = lo.attr_ints("output_padding") or (0,) * k
+    pads = list(lo.attr_ints("pads") or (0,) * (2 * k))
+    auto = lo.attr("auto_pad") or "NOTSET"
+    shape_attr = lo.attr_ints("output_shape")
+    if len(strides) != k or len(dil) != k or len(extra) != k or len(pads) != 2 * k:
+        raise lo.fail("attribute", "strides, dilations, output_padding and pads differ in rank")
+    full = [
+        strides[a] * (spatial[a] - 1) + extra[a] + (kernel[a] - 1) * dil[a] + 1 for a in range(k)
+    ]
+    if shape_attr is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        want = (
+            list(shape_attr[-k:])
+            if shape_attr is not None
+            else [spatial[a] * strides[a] for a in range(k)]
+        )
+        for a in range(k):
+            total = full[a] - want[a]
+            half = total // 2
+            upper = auto == "SAME_UPPER"
+            pads[a], pads[a + k] = (half, total - half) if upper else (total - half, half)
+    elif auto == "VALID":
+        pads = [0] * (2 * k)
+    elif auto != "NOTSET":
+        raise lo.fail("attribute", f"auto_pad {auto!r}")
+    out = [full[a] - pads[a] - pads[a + k] for a in range(k)]
+    if any(o <= 0 for o in out):
+        raise lo.fail("value", f"the output would be {out}")
+    # virtual input: position v reads x at (v - lead) / stride when that is whole and inside
+    lead = [(kernel[a] - 1) * dil[a] - pads[a] for a in range(k)]
+    virtual = [out[a] + (kernel[a] - 1) * dil[a] for a in range(k)]
+    grid = np.indices(virtual).reshape(k, -1)
+    src = np.zeros(grid.shape[1], np.int64)
+    ok = np.ones(grid.shape[1], bool)
+    for a in range(k):
+        u = grid[a] - lead[a]
+        i = np.floor_divide(u, strides[a])
+        ok &= (u >= 0) & (u % strides[a] == 0) & (i < spatial[a])
+        src = src * spatial[a] + np.clip(i, 0, spatial[a] - 1)
+    spread = np.where(ok, src, -1)
+    vtaps = _tap_map(virtual, kernel, (1,) * k, dil, (0,) * k, out)
+    taps = np.where(vtaps < 0, -1, spread[np.maximum(vtaps, 0)])
+    o, t = taps.shape
+    cols = b.transpose(_taps(lo, x, taps, 0.0), (0, 2, 1, 3))  # [N, O, C, T]
+    # the kernel flipped on every spatial axis, as [G, Mg, Cg * T]
+    flipped = w
+    for a in range(k):
+        rev = lo.index_weight(f"{n.outputs[0]}.flip{a}", list(range(kernel[a] - 1, -1, -1)))
+        flipped = b.gather(flipped, rev, 2 + a)
+    wg = b.transpose(b.reshape(flipped, (groups, cg, mg, t)), (0, 2, 1, 3))
+    parts = []
+    for g in range(groups):
+        part = cols if groups == 1 else b.slice(cols, (0, 0, g * cg, 0), (nb, o, (g + 1) * cg, t))
+        kern = b.reshape(b.slice(wg, (g, 0, 0, 0), (g + 1, mg, cg, t)), (mg, cg * t))
+        parts.append(b.matmul(b.reshape(part, (nb * o, cg * t)), b.transpose(kern, (1, 0))))
+    m = mg * groups
     y = parts[0] if groups == 1 else b.concat(parts, 1)
     if lo.has(2):
         y = b.add(y, b.broadcast_in_dim(lo.var(2), (nb * o, m), (1,)))
@@ -227,6 +321,7 @@ def _instancenorm(lo: Lowering, n: Node) -> None:
 
 RULES: Mapping[str, Rule] = {
     "Conv": Rule(_conv, _WINDOW | {"group"}),
+    "ConvTranspose": Rule(_conv_transpose, _WINDOW | {"group", "output_padding", "output_shape"}),
     "MaxPool": _pool("max"),
     "AveragePool": _pool("avg"),
     "GlobalAveragePool": _global("avg"),
