@@ -48,6 +48,7 @@ class Outcome:
     group: str  # the op type of a one-node case, "graph" for a supported multi-node graph
     result: str  # "passed", "refused:<kind>" or "FAILED: <why>"
     float64: bool  # a graph input or output is float64
+    reason: str = ""  # a refusal's reason, for docs/conformance.md (onnx_cases.reason)
 
 
 def _elem(vi: Any) -> int:
@@ -64,7 +65,7 @@ def _run_case(case: Any) -> Outcome:
         try:
             imported = import_model(case.model, constants=bind)
         except UnsupportedOnnx as err:
-            return Outcome(case.name, group, f"refused:{err.kind}", f64)
+            return Outcome(case.name, group, f"refused:{err.kind}", f64, onnx_cases.reason(err))
         except Exception as err:
             return Outcome(case.name, group, f"FAILED: import raised {err!r}", f64)
         feed = onnx_cases.slots(case, imported, ins)
@@ -91,25 +92,7 @@ def _run_case(case: Any) -> Outcome:
     return Outcome(case.name, group, "passed", f64)
 
 
-#: Cases the oracle misses, with the reason; each must still miss.
-KNOWN = {
-    name: (
-        "the expanded function body computes every step in bfloat16 (softmax over a causal "
-        "mask included), while the expected output was computed in float32 and rounded once: "
-        "1.1% apart, beyond two bfloat16 steps"
-    )
-    for name in (
-        "test_attention_4d_causal_bf16_expanded",
-        "test_attention_3d_causal_bf16_expanded",
-        "test_attention_4d_padded_kv_bf16_expanded",
-        "test_attention_4d_causal_padded_kv_bf16_expanded",
-        # the same bodies, inlined from Attention's function (poot_ir.onnx.functions)
-        "test_attention_4d_causal_bf16",
-        "test_attention_3d_causal_bf16",
-        "test_attention_4d_padded_kv_bf16",
-        "test_attention_4d_causal_padded_kv_bf16",
-    )
-}
+KNOWN = onnx_cases.ORACLE_KNOWN
 
 
 def _known(o: Outcome) -> Outcome:
@@ -865,3 +848,14 @@ def test_a_non_model_argument_is_a_typed_refusal() -> None:
 
 def test_every_supported_op_has_a_floor() -> None:
     assert set(SUPPORTED_OPS) <= set(FLOORS), set(SUPPORTED_OPS) - set(FLOORS)
+
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "conformance.md"
+
+
+def test_conformance_doc_is_current() -> None:
+    """docs/conformance.md is generated from these outcomes (tools/gen_conformance.py)."""
+    want = onnx_cases.conformance_markdown([(o.case, o.result, o.reason) for o in _outcomes()])
+    assert DOC.read_text(encoding="utf-8") == want, (
+        "docs/conformance.md is stale: run `uv run python tools/gen_conformance.py`"
+    )
