@@ -248,11 +248,20 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Suite]:
         s.close()
 
 
+def _runs(device: str, grp: str) -> bool:
+    """Whether a device runs a group's cases. The "other" cases (ops with no rule of their own,
+    imported through folding or their ONNX function bodies: some 300) run on the oracle only,
+    which keeps the default run short; their equations are the same primitives the device
+    runs for the rule groups."""
+    return grp != "other" or device == "cpu"
+
+
 def _params() -> list[Any]:
     return [
         pytest.param(d.values[0], g, id=f"{d.id}-{g}", marks=d.marks)
         for d in DEVICE_PARAMS
         for g in GROUPS
+        if _runs(d.values[0].name, g)
     ]
 
 
@@ -268,7 +277,7 @@ def test_node_cases(info: DeviceInfo, grp: str, suite: _Suite) -> None:
 @pytest.mark.parametrize("info", DEVICE_PARAMS)
 def test_counts(info: DeviceInfo, suite: _Suite, capsys: pytest.CaptureFixture[str]) -> None:
     suite.device(info)
-    outcomes = [suite.outcome(info, n) for n in _cases()]
+    outcomes = [suite.outcome(info, n) for n, c in _cases().items() if _runs(info.name, group(c))]
     counts = collections.Counter(o.result for o in outcomes)
     refusals = collections.Counter(
         k for o in outcomes if o.result is Result.REFUSED for k in o.detail.split(", ")
@@ -282,7 +291,7 @@ def test_counts(info: DeviceInfo, suite: _Suite, capsys: pytest.CaptureFixture[s
         print(f"\nONNX node cases on {info.name} ({info.target}):\n" + "\n".join(lines))
     assert counts[Result.FAILED] == 0, [o for o in outcomes if o.result is Result.FAILED]
     if info.name == "cpu":
-        importable = len(outcomes) - counts[Result.NOT_IMPORTABLE]
+        importable = len(outcomes) - counts[Result.NOT_IMPORTABLE] - counts[Result.KNOWN]
         assert passed == importable, f"the oracle passes {passed} of {importable} cases"
     else:
         floor = FLOORS[info.name]
