@@ -7,6 +7,9 @@
     poot plan FILE --target T               admission, regions, contexts, refusals, numerics
     poot run FILE --target T [--device D]   run a program and check it against the oracle
              [--partition]                  (refused spans on the CPU oracle, the rest on D)
+    poot generate EXAMPLE                   prefill on one device, hand the KV cache over,
+             [--prefill-device D]           decode greedily on another; checked against a
+             [--decode-device D] [--steps N]  whole run on the oracle
     poot features                           the feature matrix (docs/features.md)
     poot devices [--require NAME]           what is on this machine, and why not
     poot import MODEL.onnx [-o FILE]        an ONNX model as a poot program (weights beside it)
@@ -35,6 +38,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from poot import render
+from poot.decoder import EXAMPLES as DECODERS
+from poot.generate import generate, handoff_table, render_report
 from poot.runner import run_program
 
 if TYPE_CHECKING:
@@ -156,7 +161,29 @@ def _demo(console: Console, args: argparse.Namespace) -> int:
     console.print(
         "Refused programs are not failures: each refusal is a typed reason (`poot plan FILE --target T`)."
     )
-    return 0 if ok else 1
+    # one handoff: prefill on an NPU stand-in where one is present, decode on the CPU
+    here = {info.name for info, why in devices if why is None}
+    prefill_on = next((d for d in ("vpu-cpu", "xdna-host") if d in here), "cpu")
+    moved = generate("tiny-decoder", prefill_on, "cpu", steps=8, cache_dir=args.cache_dir)
+    console.print(handoff_table([moved], "Handoff: tiny-decoder, prefill then 8 decode steps"))
+    return 0 if ok and moved.ok else 1
+
+
+def _generate(console: Console, args: argparse.Namespace) -> int:
+    cfg = DECODERS[args.example]
+    if args.prompt_len is not None:
+        cfg = cfg.with_prompt(args.prompt_len)
+    report = generate(
+        args.example, args.prefill_device, args.decode_device, args.steps, args.cache_dir, cfg
+    )
+    console.print(render_report(report))
+    return 0 if report.ok else 1
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
 
 
 def _plan(console: Console, args: argparse.Namespace) -> int:
@@ -310,6 +337,13 @@ def _parser() -> argparse.ArgumentParser:
         help="run a refused program in spans: refused ones on the CPU oracle, the rest on the device",
     )
     r.set_defaults(fn=_run)
+    g = sub.add_parser("generate", help="prefill on one device, decode on another (KV handoff)")
+    g.add_argument("example", choices=list(DECODERS))
+    g.add_argument("--prefill-device", choices=[d.name for d in DEVICES], default="cpu")
+    g.add_argument("--decode-device", choices=[d.name for d in DEVICES], default="cpu")
+    g.add_argument("--steps", type=_positive, default=32)
+    g.add_argument("--prompt-len", type=_positive, help="prefill's T (default: the example's)")
+    g.set_defaults(fn=_generate)
     f = sub.add_parser("features", help="the feature matrix, generated from the target tables")
     f.set_defaults(fn=_features)
     v = sub.add_parser("devices", help="the devices poot knows and whether they are here")
