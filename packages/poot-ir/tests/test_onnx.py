@@ -127,6 +127,7 @@ FLOORS = {
     "Constant": 1,
     "ConstantOfShape": 3,
     "Conv": 6,
+    "ConvTranspose": 11,
     "DepthToSpace": 2,
     "Div": 4,
     "Dropout": 5,
