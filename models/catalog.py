@@ -1,0 +1,90 @@
+"""Real pretrained ONNX models that ship inside PyPI wheels (the ``models`` dependency group):
+where each lies in its installed package, the shape it is imported at, and deterministic inputs.
+
+- magika 1.0.3 (Apache-2.0): Google's file-type classifier, ``standard_v3_3`` (3.2 MB): byte
+  embeddings, a 1-D convolution, layer norms, attention-style pooling and a softmax.
+- rapidocr-onnxruntime 1.4.4 (Apache-2.0): PaddleOCR v4 text detector (DBNet on a
+  MobileNetV3: convolutions, hard-swish, ``Resize``, ``ConvTranspose``), the v2 direction
+  classifier (convolutions, ``MaxPool``), and the v4 recognizer (SVTR: convolutions, then
+  transformer blocks with attention, layer norms and softmax).
+
+Nothing is downloaded at run time: each file is what ``uv sync --group models`` installs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["MODELS", "RealModel", "available"]
+
+
+@dataclass(frozen=True, slots=True)
+class RealModel:
+    name: str
+    package: str  # the importable package that ships the file
+    path: str  # inside that package
+    shapes: dict[str, tuple[int, ...]]
+    covers: str
+
+    def file(self) -> Path:
+        spec = importlib.util.find_spec(self.package)
+        if spec is None or spec.origin is None:
+            raise FileNotFoundError(f"{self.package} is not installed (uv sync --group models)")
+        return Path(spec.origin).parent / self.path
+
+    def inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Deterministic inputs in each model's domain, by ONNX input name."""
+        rng = np.random.default_rng(seed)
+        if self.name == "magika":
+            # bytes 0..255, and 256 (magika's padding token) for the tail past a short file
+            (shape,) = self.shapes.values()
+            x = rng.integers(0, 256, size=shape).astype(np.int32)
+            x[:, shape[1] // 2 :] = 256
+            return {"bytes": x}
+        (shape,) = self.shapes.values()
+        image = rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)  # normalized pixels
+        return {"x": image}
+
+
+MODELS = (
+    RealModel(
+        "magika",
+        "magika",
+        "models/standard_v3_3/model.onnx",
+        {"bytes": (1, 2048)},
+        "embedding, conv1d, layer norm, attention pooling",
+    ),
+    RealModel(
+        "ocr_det",
+        "rapidocr_onnxruntime",
+        "models/ch_PP-OCRv4_det_infer.onnx",
+        {"x": (1, 3, 64, 64)},
+        "convolutions, hard-swish, Resize, ConvTranspose",
+    ),
+    RealModel(
+        "ocr_cls",
+        "rapidocr_onnxruntime",
+        "models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+        {"x": (1, 3, 48, 192)},
+        "convolutions, batch norm, MaxPool",
+    ),
+    RealModel(
+        "ocr_rec",
+        "rapidocr_onnxruntime",
+        "models/ch_PP-OCRv4_rec_infer.onnx",
+        {"x": (1, 3, 48, 160)},
+        "convolutions, then transformer blocks (attention)",
+    ),
+)
+
+
+def available() -> str | None:
+    """None when the suite can run here, else why not."""
+    for mod in ("onnxruntime", "magika", "rapidocr_onnxruntime"):
+        if importlib.util.find_spec(mod) is None:
+            return f"{mod} is not installed: run `uv sync --group models` first"
+    return None

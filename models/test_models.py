@@ -1,0 +1,92 @@
+"""The real-model suite (``nox -s models``; outside the default run: it takes minutes). Each
+pretrained model of ``models.catalog`` is imported as shipped and run on the oracle against ONNX
+Runtime on the same inputs, planned for both NPU targets, and run partitioned on both stand-ins.
+
+Figures (worst absolute and relative error, plan outcomes) are printed for the record.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from poot_ir import PootError, evaluate
+from poot_ir.onnx import Imported, import_model
+from poot_npu.registry import make_device
+from poot_planner import Refusal, RefusalKind, plan
+
+from models.catalog import MODELS, RealModel, available
+from poot.runner import run_program
+
+pytestmark = pytest.mark.skipif(available() is not None, reason=str(available()))
+
+_IMPORTED: dict[str, Imported] = {}
+
+
+def _imported(m: RealModel) -> Imported:
+    if m.name not in _IMPORTED:
+        _IMPORTED[m.name] = import_model(m.file(), shapes=m.shapes)
+    return _IMPORTED[m.name]
+
+
+def _feed(m: RealModel, imp: Imported) -> dict[str, np.ndarray]:
+    return {**imp.weights, **{imp.inputs[k]: v for k, v in m.inputs().items()}}
+
+
+@pytest.mark.parametrize("m", MODELS, ids=[m.name for m in MODELS])
+def test_oracle_matches_onnxruntime(m: RealModel, capsys: pytest.CaptureFixture[str]) -> None:
+    import onnxruntime as ort
+
+    imp = _imported(m)
+    got = imp.results(evaluate(imp.program, _feed(m, imp)))
+    session = ort.InferenceSession(str(m.file()), providers=["CPUExecutionProvider"])
+    want = session.run(None, m.inputs())
+    for out, ref in zip(session.get_outputs(), want, strict=True):
+        y = got[out.name].astype(np.float64)
+        diff = np.abs(y - ref)
+        worst_abs = float(diff.max())
+        worst_rel = float((diff / np.maximum(np.abs(ref), 1e-30)).max())
+        with capsys.disabled():
+            print(f"\n{m.name}.{out.name}: worst abs {worst_abs:.3g}, worst rel {worst_rel:.3g}")
+        # float32 throughout on both sides: agreement to within a few float32 roundings,
+        # relative to the output's scale (a probability near 0 has no meaningful relative error)
+        scale = max(float(np.abs(ref).max()), 1e-30)
+        assert worst_abs <= 1e-4 * scale + 1e-6, (worst_abs, scale)
+
+
+@pytest.mark.parametrize("target", ["xdna2", "intel-npu4"])
+@pytest.mark.parametrize("m", MODELS, ids=[m.name for m in MODELS])
+def test_plans_for_both_npu_targets(
+    m: RealModel, target: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    p = plan(_imported(m).program, target)
+    assert all(isinstance(r, Refusal) and isinstance(r.kind, RefusalKind) for r in p.refusals)
+    kinds = sorted({r.kind.value for r in p.refusals})
+    with capsys.disabled():
+        state = "admitted" if p.admitted else f"{len(p.refusals)} refusals: {', '.join(kinds)}"
+        print(f"\n{m.name} on {target}: {state}")
+
+
+@pytest.mark.parametrize("device", ["vpu-cpu", "xdna-host"])
+@pytest.mark.parametrize("m", MODELS, ids=[m.name for m in MODELS])
+def test_partitioned_run_on_the_stand_ins(
+    m: RealModel, device: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    imp = _imported(m)
+    dev = make_device(device)
+    try:
+        report = run_program(
+            imp.program, dev, device, inputs=[_feed(m, imp)], partition=True, cache_dir=tmp_path
+        )
+    except PootError as err:
+        # a typed refusal at run time (an FP16 stand-in meets a value FP16 cannot hold): the
+        # model's fact, reported, not a failure of the suite
+        with capsys.disabled():
+            print(f"\n{m.name} on {device}: refused at run time: {type(err).__name__}: {err}")
+        return
+    finally:
+        dev.close()
+    with capsys.disabled():
+        print(f"\n{m.name} on {device}: {len(report.spans)} spans, ok={report.ok}")
+    assert report.ok, report.steps[0].worst if report.steps else "no step ran"
