@@ -12,7 +12,9 @@ zero, a negative number and NaN.) Three ways a device holds a run to it:
   thread waited on at most the deadline. A call that misses is abandoned, not stopped: it may
   go on touching its buffers, which is why a miss poisons the device and the device keeps those
   buffers alive until it is closed. The worker is a daemon thread, so a call that never returns
-  does not hold up the interpreter's exit. This costs a thread hand-off per run.
+  does not hold up the interpreter's exit. A call that returns, but later than its deadline
+  after it was handed over (the waiting thread was descheduled while it ran), is a miss too:
+  the deadline bounds the run's time, not the scheduler's. This costs a thread hand-off per run.
 - **A run that cannot hang** (``CpuDevice``: the numpy oracle is finite work on finite arrays)
   runs on the caller's thread and is checked when it returns: a run that took
   longer than the deadline is ``DeadlineExceeded`` and poisons the device exactly as a timeout
@@ -27,6 +29,7 @@ from __future__ import annotations
 import math
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Final, Generic, TypeVar
 
@@ -111,8 +114,10 @@ class DeadlineRunner:
             self._thread = threading.Thread(target=self._work, name=self._name, daemon=True)
             self._thread.start()
         job: _Job[T] = _Job(fn)
+        start = time.perf_counter()
         self._jobs.put(job)  # type: ignore[arg-type]
-        if not job.done.wait(wait_timeout_s(deadline_s)):
+        done = job.done.wait(wait_timeout_s(deadline_s))
+        if not done or time.perf_counter() - start > deadline_s:
             self.missed = True
             raise DeadlineExceeded(deadline_s, what)
         if job.error is not None:
