@@ -16,6 +16,11 @@ so each target admits or refuses it equation by equation like any other program:
 
 The mask value is ``-MASK`` added to a score: large enough that ``exp`` of it is 0 in F32 and
 FP16, small enough that FP16 holds it (a narrowing target refuses an argument beyond 65504).
+The softmax clamps its max-subtracted scores at ``EXP_FLOOR`` (-80), so a masked position's
+``exp`` is 1.8e-35 instead of 0: no device computes ``exp`` outside its domain (xdna2's is
+[-87, 88]), its weight ``exp / sum`` stays a normal number for rows of up to 1,500 keys (the sum
+is at most the row's length; a subnormal quotient is outside xdna2's ``div`` domain), and the
+row's sum (at least 1, from its largest score) cannot tell it from 0 in F32.
 Weights come from a seeded generator (``weights``), scaled so activations stay near 1.
 """
 
@@ -26,12 +31,14 @@ from dataclasses import dataclass
 
 import numpy as np
 from poot_ir import Builder, DType, Program, Var
-from poot_ir.ops import rmsnorm, softmax
+from poot_ir.ops import rmsnorm
 
 __all__ = ["EXAMPLES", "MASK", "DecoderConfig", "build_decode", "build_prefill", "weights"]
 
 #: The additive mask of a position attention must not see (its exp is 0 in F32 and in FP16).
 MASK = 30000.0
+#: The lowest argument the softmax hands ``exp`` (see the module docstring).
+EXP_FLOOR = -80.0
 
 F32 = DType.F32
 I32 = DType.I32
@@ -147,11 +154,22 @@ def _merge(b: Builder, x: Var, cfg: DecoderConfig) -> Var:
     return b.reshape(b.transpose(x, (1, 0, 2)), (n, cfg.d_model))
 
 
+def _softmax(b: Builder, x: Var) -> Var:
+    """``poot_ir.ops.softmax`` along the last axis, its max-subtracted scores clamped at
+    ``EXP_FLOOR`` (see the module docstring)."""
+    ax = x.type.rank - 1
+    rows = tuple(range(ax))  # a row's max and sum broadcast back along the last axis
+    m = b.broadcast_in_dim(b.reduce_max(x, axes=(ax,)), x.shape, rows)
+    e = b.exp(b.max(b.sub(x, m), EXP_FLOOR))
+    s = b.broadcast_in_dim(b.reduce_sum(e, axes=(ax,)), x.shape, rows)
+    return b.div(e, s)
+
+
 def _attend(b: Builder, q: Var, k: Var, v: Var, mask: Var) -> Var:
     """``softmax(q k^T / sqrt(dh) + mask) v`` per head; ``mask`` is [heads, n, keys]."""
     scale = 1.0 / math.sqrt(q.shape[-1])
     scores = b.mul(b.matmul(q, b.transpose(k, (0, 2, 1))), scale)
-    return b.matmul(softmax(b, b.add(scores, mask)), v)
+    return b.matmul(_softmax(b, b.add(scores, mask)), v)
 
 
 def _mlp(b: Builder, m: _Model, x: Var, i: int) -> Var:

@@ -58,6 +58,7 @@ shape. An error raised during evaluation returns nothing.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
