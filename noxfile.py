@@ -74,9 +74,23 @@ def npu_intel(session: nox.Session) -> None:
 
 @nox.session
 def nix(session: nox.Session) -> None:
-    """Offline Nix checks: what can be proven about the flake without network or hardware."""
-    if shutil.which("nix") is None and shutil.which("apt-get") is not None:
+    """Offline Nix checks: what can be proven about the flake without network or hardware.
+
+    A test command never installs system packages on a contributor's machine: only under CI
+    (``CI=true``) does a missing ``nix`` get Debian's ``nix-bin``; elsewhere the checks are
+    skipped with one line saying why and how to run them, and the run stays green."""
+    if shutil.which("nix") is None:
+        if os.environ.get("CI", "").lower() != "true":
+            session.skip(NIX_SKIPPED)
+        if shutil.which("apt-get") is None:
+            session.error("CI=true and no nix on PATH, and no apt-get to install nix-bin with")
         # A fresh machine has no package lists yet: update them before installing.
         session.run("apt-get", "update", "-qq", external=True)
         session.run("apt-get", "install", "-y", "-qq", "nix-bin", external=True)
     session.run("python", "tools/check_nix.py")
+
+
+NIX_SKIPPED = (
+    "offline Nix checks skipped: no `nix` on PATH and not under CI (CI=true installs nix-bin); "
+    "to run them: `nix develop -c nox -s nix`, or install Nix and rerun `uv run nox -s nix`"
+)

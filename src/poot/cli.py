@@ -182,18 +182,34 @@ def _cache(console: Console, args: argparse.Namespace) -> int:
             console.print(render.cache_table(entries, "verified"))
             return 0 if all(e.status is blob_cache.EntryStatus.OK for e in entries) else 1
         case "clear":
-            n = blob_cache.clear(args.cache_dir, only_bad=args.bad)
-            console.print(f"removed {n} entr{'y' if n == 1 else 'ies'}")
+            done = blob_cache.clear(args.cache_dir, only_bad=args.bad)
+            n = len(done.removed)
+            console.print(f"removed {n} file{'' if n == 1 else 's'} from {done.root}")
+            for path in done.removed:
+                console.print(f"  removed {path.name}", highlight=False, markup=False)
+            if done.kept:
+                why = "verified or not written by poot" if args.bad else "not written by poot"
+                console.print(f"kept {len(done.kept)} ({why}):")
+                for path in done.kept:
+                    console.print(f"  kept {path.name}", highlight=False, markup=False)
     return 0
+
+
+def _cache_dir(text: str) -> Path:
+    """``--cache-dir``: an empty name would silently mean the current directory."""
+    if not text:
+        raise argparse.ArgumentTypeError("the cache directory must not be empty")
+    return Path(text)
 
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="poot", description="Typed tensor programs on laptop NPUs.")
     ap.add_argument(
         "--cache-dir",
-        type=Path,
+        type=_cache_dir,
         default=None,
-        help="compiled-blob cache (default: the user cache dir)",
+        help="compiled-blob cache (default: the user cache dir; a directory poot did not "
+        "create gets poot's own subdirectory poot/)",
     )
     sub = ap.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="the example programs on every target and device present")

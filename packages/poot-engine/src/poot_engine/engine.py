@@ -129,6 +129,10 @@ class Engine:
         self.device = device
         self.deadline_s = deadline_s
         self.cache = BlobCache(cache_dir)
+        # a device that keeps files of its own (xdna-host's kernel libraries) keeps them here
+        use_cache = getattr(device, "use_cache", None)
+        if callable(use_cache):
+            use_cache(self.cache)
         narrowing = get_target(device.target).narrowing
         #: The largest F32 magnitude the device's narrowing contract holds for, if it has one.
         self.limit: float | None = None if narrowing is None else narrowing.max_magnitude
