@@ -1,7 +1,8 @@
 """The whole test run writes nothing outside the checkout and the system temp directory.
 
 Before any test module is imported, ``HOME`` and the XDG base directories point into a fresh,
-empty directory under the system temp dir, so nothing a test runs (poot's blob cache and host
+empty directory under the system temp dir (``XDG_CACHE_HOME`` into a temporary directory of
+its own, so a test that uses the default cache location gets a temporary cache), so nothing a test runs (poot's blob cache and host
 kernel cache default to ``$XDG_CACHE_HOME/poot``; tools that write under ``~``) can reach the
 contributor's home; subprocesses inherit it. At the end of the session that directory must be
 as it was: a new or changed file there means some test relied on a default cache location
@@ -29,6 +30,8 @@ _SAVED = {name: os.environ.get(name) for name in ("HOME", *_XDG)}
 os.environ["HOME"] = str(FAKE_HOME)
 for _name in _XDG:
     os.environ[_name] = str(FAKE_HOME / _name.removeprefix("XDG_").removesuffix("_HOME").lower())
+# caches the tests do not name themselves go to their own temporary directory, outside HOME
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="poot-test-cache-")
 (FAKE_HOME / "intel").mkdir()
 (FAKE_HOME / "intel" / "openvino_telemetry").write_text("0")
 
@@ -63,6 +66,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             reporter.write_line("\n  ".join(lines), red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     shutil.rmtree(FAKE_HOME, ignore_errors=True)
+    shutil.rmtree(os.environ["XDG_CACHE_HOME"], ignore_errors=True)
     for name, value in _SAVED.items():
         if value is None:
             os.environ.pop(name, None)

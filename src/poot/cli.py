@@ -13,13 +13,15 @@
     poot cache ls|verify|clear              the compiled-blob cache
 
 Exit status: 0 on success, 1 when a check failed or a program was refused, 2 on bad input
-(a typed ``PootError``: the message names what is wrong).
+(a typed ``PootError``, one line naming what is wrong, or a usage error from the argument
+parser).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -43,7 +45,30 @@ def _read_program(path: str) -> Program:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
         raise _InputError(f"cannot read {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise _InputError(
+            f"{path} is not UTF-8 text (byte {err.start}): not a .poot program"
+        ) from None
     return parse_program(text)
+
+
+def _read_inputs(path: str, program: Program) -> dict[str, np.ndarray]:
+    """An ``--inputs`` file: an ``.npz`` holding exactly one plain array per argument."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not isinstance(data, np.lib.npyio.NpzFile):
+                raise _InputError(f"--inputs {path}: an .npy array, not an .npz of arguments")
+            arrays = {k: data[k] for k in data.files}
+    except OSError as err:
+        raise _InputError(f"--inputs {path}: cannot read it: {err.strerror or err}") from None
+    except (ValueError, EOFError, zipfile.BadZipFile) as err:  # pickled, object or not .npz
+        raise _InputError(f"--inputs {path}: not an .npz of plain arrays ({err})") from None
+    except AttributeError:
+        raise _InputError(f"--inputs {path}: an .npy array, not an .npz of arguments") from None
+    names = {a.name for a in program.args}
+    if extra := sorted(set(arrays) - names):
+        raise _InputError(f"--inputs {path}: {extra} are not arguments of {program.name!r}")
+    return arrays
 
 
 class _InputError(PootError):
@@ -116,8 +141,7 @@ def _run(console: Console, args: argparse.Namespace) -> int:
     try:
         inputs = None
         if args.inputs:
-            with np.load(args.inputs) as data:
-                inputs = [{k: data[k] for k in data.files}]
+            inputs = [_read_inputs(args.inputs, program)]
         report = run_program(
             program,
             device,
@@ -162,9 +186,13 @@ def _import(console: Console, args: argparse.Namespace) -> int:
         raise _InputError(f"cannot read {args.model}: {err.strerror or err}") from None
     text = format_program(imported.program)
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
-        if imported.weights:
-            np.savez(Path(args.output).with_suffix(".npz"), allow_pickle=False, **imported.weights)
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+            if imported.weights:
+                weights = Path(args.output).with_suffix(".npz")
+                np.savez(weights, allow_pickle=False, **imported.weights)
+        except OSError as err:
+            raise _InputError(f"-o {args.output}: cannot write it: {err.strerror or err}") from None
         console.print(f"wrote {args.output} ({len(imported.program.eqns)} equations)")
     else:
         sys.stdout.write(text)
@@ -195,6 +223,26 @@ def _cache(console: Console, args: argparse.Namespace) -> int:
     return 0
 
 
+def _steps(text: str) -> int:
+    """``--steps``: a positive number of steps."""
+    try:
+        steps = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of steps") from None
+    if steps < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {steps}")
+    return steps
+
+
+def _memory_budget(text: str) -> int:
+    from poot_ir.budget import parse_budget
+
+    try:
+        return parse_budget(text)
+    except PootError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _cache_dir(text: str) -> Path:
     """``--cache-dir``: an empty name would silently mean the current directory."""
     if not text:
@@ -211,9 +259,16 @@ def _parser() -> argparse.ArgumentParser:
         help="compiled-blob cache (default: the user cache dir; a directory poot did not "
         "create gets poot's own subdirectory poot/)",
     )
+    ap.add_argument(
+        "--memory-budget",
+        type=_memory_budget,
+        default=None,
+        help="bytes (K/M/G/T suffixes) any one allocation sized by the input may take "
+        "(default: half the available memory; also POOT_MEMORY_BUDGET)",
+    )
     sub = ap.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="the example programs on every target and device present")
-    d.add_argument("--steps", type=int, default=3)
+    d.add_argument("--steps", type=_steps, default=3)
     d.set_defaults(fn=_demo)
     p = sub.add_parser("plan", help="how a target runs a program, or why it refuses it")
     p.add_argument("file")
@@ -226,7 +281,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("file")
     r.add_argument("--target", choices=list(TARGETS), default="cpu")
     r.add_argument("--device", choices=[d.name for d in DEVICES])
-    r.add_argument("--steps", type=int, default=3)
+    r.add_argument("--steps", type=_steps, default=3)
     r.add_argument("--inputs", help="an .npz of every argument (default: deterministic samples)")
     r.add_argument(
         "--partition",
@@ -254,6 +309,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     console = Console()
     try:
+        if args.memory_budget is not None:
+            from poot_ir.budget import set_budget
+
+            set_budget(args.memory_budget)
         code: int = args.fn(console, args)
     except PootError as err:
         Console(stderr=True).print(

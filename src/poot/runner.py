@@ -28,7 +28,9 @@ import numpy as np
 from poot_engine import Engine
 from poot_engine.device import Device
 from poot_ir import BitExact, Comparison, Program, Storage, compare, evaluate, sample_inputs
+from poot_ir.budget import check_alloc, nbytes
 from poot_ir.numerics import Bounded, Derived
+from poot_ir.sampling import sample_bytes
 from poot_planner import Plan, Span, partition, plan
 from poot_planner.error_bounds import result_bounds
 from poot_planner.partition import value_names
@@ -134,6 +136,12 @@ def run_program(
     if not p.admitted and not parted:
         return report
     storage = {a.name: a.storage for a in program.args}
+    if inputs is None:
+        # every step's samples and results are kept for the report: all of them must fit
+        kept = sample_bytes(program) + sum(
+            nbytes(v.type.shape, v.type.dtype.itemsize) for _, v in program.results()
+        )
+        check_alloc(f"{steps} steps of program {program.name!r}", steps * kept)
     per_step = inputs or [
         sample_inputs(program, seed + k, integer_valued=integer_valued) for k in range(steps)
     ]

@@ -122,6 +122,8 @@ class Engine:
         cache_dir: Path | str | None = None,
         deadline_s: float = DEFAULT_DEADLINE_S,
     ) -> None:
+        if isinstance(deadline_s, bool) or not isinstance(deadline_s, int | float):
+            raise EngineError(f"deadline_s must be a number of seconds, got {deadline_s!r}")
         if not deadline_s > 0:
             raise EngineError(
                 f"deadline_s must be a positive number of seconds, got {deadline_s!r}"
@@ -156,6 +158,10 @@ class Engine:
         range-checked first (``NarrowingRangeUpload`` naming the weight and element), and a
         refused upload leaves nothing on the device."""
         self._usable()
+        given: object = weights  # callers outside mypy pass a list
+        if not isinstance(given, Mapping):
+            kind = type(given).__name__
+            raise WeightMismatch(f"weights must map names to arrays, got a {kind}", "(all)")
         arrays = {}
         for name, value in weights.items():
             if not isinstance(value, np.ndarray | np.generic):
@@ -265,6 +271,10 @@ class Engine:
         step is one step (``poot_engine.partitioned``)."""
         t0 = perf_counter()
         self._usable()
+        given: object = inputs  # callers outside mypy pass a list or None
+        if not isinstance(given, Mapping):
+            kind = type(given).__name__
+            raise StepInputError(f"step inputs must map slot names to arrays, got a {kind}")
         if (part := self.partitioned(entry)) is not None:
             results, device_s = part.step(inputs, lambda h, x: self._run(self._entry(h), x))
         else:

@@ -71,6 +71,7 @@ from typing import NoReturn, cast
 
 import numpy as np
 
+from poot_ir.budget import DimsTooLarge, check_dims
 from poot_ir.core import (
     PARAMS_OF,
     Arg,
@@ -308,6 +309,10 @@ class _Parser:
                 line.expect(",", "',' or ']' in the shape")
             shape.append(self.int_of(line, _DIM, "a dimension (a non-negative integer)"))
         line.i += 1
+        try:
+            check_dims(shape, "the type", dtype.itemsize)
+        except DimsTooLarge as err:
+            line.fail(str(err))
         return TensorType(tuple(shape), dtype)
 
     def decl(self, line: _Line, default: str | None) -> Var:
@@ -464,6 +469,12 @@ def parse_program(text: str) -> Program:
     """The program ``text`` denotes, validated. Raises ``ParseError`` (line, column, what was
     expected) for malformed text and ``TypeCheckError`` for a program that does not type-check;
     nothing else."""
+    given: object = text  # callers outside mypy pass bytes or None
+    if not isinstance(given, str):
+        what = type(given).__name__
+        raise ParseError(
+            f"expected the program text as a str, got {what} (decode bytes first)", 0, 0
+        )
     lines = text.split("\n")
     parser = _Parser()
     name: str | None = None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from poot_ir import PlanRefused, Program, Var
+from poot_ir import PlanRefused, Program, TypeCheckError, Var
 from poot_ir.numerics import (
     AbsRel,
     BitExact,
@@ -103,6 +103,8 @@ class Plan:
 
 def plan(program: Program, target: str | Target) -> Plan:
     """Plan ``program`` for ``target`` (a name in ``poot_planner.TARGETS`` or a Target)."""
+    if not isinstance(program, Program):
+        raise TypeCheckError(f"plan: expected a Program, got a {type(program).__name__}")
     t = get_target(target)
     grouped, kernels, refusals = _row_kernels(program, t)
     admissions: dict[int, Admission] = {}
