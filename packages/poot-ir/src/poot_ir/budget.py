@@ -57,8 +57,8 @@ class DimsTooLarge(IRError):
 
     def __init__(self, what: str, shape: Sequence[int], size: int) -> None:
         super().__init__(
-            f"{what}: shape [{','.join(map(str, shape))}] is {size} bytes; no target holds a "
-            f"tensor over {MAX_TENSOR_BYTES} bytes or a dimension over {MAX_DIM}"
+            f"{what}: shape [{','.join(map(_int, shape))}] is {_int(size)} bytes; no target "
+            f"holds a tensor over {MAX_TENSOR_BYTES} bytes (1 TiB) or a dimension over {MAX_DIM}"
         )
         self.what, self.shape, self.size = what, tuple(shape), size
 
@@ -149,6 +149,11 @@ def _bad_budget(shown: str) -> PootError:
 
 class InvalidBudget(PootError):
     """A memory budget that is not a positive size."""
+
+
+def _int(n: int) -> str:
+    """``n``, or its power of two when it is too long to read (or for ``str`` to print)."""
+    return str(n) if n < 10**15 else f"~2^{n.bit_length() - 1}"
 
 
 def _show(size: int) -> str:
