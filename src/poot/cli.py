@@ -24,6 +24,7 @@ import sys
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 from poot_ir import PootError, Program, format_program, parse_program
@@ -31,6 +32,7 @@ from poot_npu.registry import DEVICES, DeviceKind, device_info, make_device
 from poot_planner import TARGETS, plan
 from poot_planner.features import feature_matrix
 from rich.console import Console
+from rich.markup import escape
 
 from poot import render
 from poot.runner import run_program
@@ -53,18 +55,20 @@ def _read_program(path: str) -> Program:
 
 
 def _read_inputs(path: str, program: Program) -> dict[str, np.ndarray]:
-    """An ``--inputs`` file: an ``.npz`` holding exactly one plain array per argument."""
+    """An ``--inputs`` file: an ``.npz`` holding plain arrays, each named for an argument."""
     try:
-        with np.load(path, allow_pickle=False) as data:
-            if not isinstance(data, np.lib.npyio.NpzFile):
-                raise _InputError(f"--inputs {path}: an .npy array, not an .npz of arguments")
-            arrays = {k: data[k] for k in data.files}
+        data = np.load(path, allow_pickle=False)
     except OSError as err:
         raise _InputError(f"--inputs {path}: cannot read it: {err.strerror or err}") from None
-    except (ValueError, EOFError, zipfile.BadZipFile) as err:  # pickled, object or not .npz
+    except (ValueError, EOFError) as err:  # pickled, an object array, or no numpy file
         raise _InputError(f"--inputs {path}: not an .npz of plain arrays ({err})") from None
-    except AttributeError:
-        raise _InputError(f"--inputs {path}: an .npy array, not an .npz of arguments") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise _InputError(f"--inputs {path}: one .npy array, not an .npz of named arguments")
+    try:
+        with data:
+            arrays = {k: data[k] for k in data.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:  # an object member
+        raise _InputError(f"--inputs {path}: not an .npz of plain arrays ({err})") from None
     names = {a.name for a in program.args}
     if extra := sorted(set(arrays) - names):
         raise _InputError(f"--inputs {path}: {extra} are not arguments of {program.name!r}")
@@ -72,7 +76,7 @@ def _read_inputs(path: str, program: Program) -> dict[str, np.ndarray]:
 
 
 class _InputError(PootError):
-    """A file the command line could not read."""
+    """A file the command line could not read or write, or an argument it cannot use."""
 
 
 def _with_progress(device: object, console: Console) -> None:
@@ -250,8 +254,17 @@ def _cache_dir(text: str) -> Path:
     return Path(text)
 
 
+class _ArgumentParser(argparse.ArgumentParser):
+    """A usage error is one line on stderr and exit status 2, like a typed error (``--help``
+    shows the usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: usage error: {' '.join(message.split())}\n")
+        sys.exit(2)
+
+
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="poot", description="Typed tensor programs on laptop NPUs.")
+    ap = _ArgumentParser(prog="poot", description="Typed tensor programs on laptop NPUs.")
     ap.add_argument(
         "--cache-dir",
         type=_cache_dir,
@@ -315,8 +328,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             set_budget(args.memory_budget)
         code: int = args.fn(console, args)
     except PootError as err:
-        Console(stderr=True).print(
-            f"[bold red]error:[/] {type(err).__name__}: {err}", highlight=False
+        Console(stderr=True, soft_wrap=True).print(
+            f"[bold red]error:[/] {escape(f'{type(err).__name__}: {err}')}", highlight=False
         )
         return 2
     return code

@@ -8,8 +8,8 @@ whose second line names poot, written when poot created the directory. For a nam
 - ``D`` carries poot's tag: the cache is ``D``. It must be ours and owner-only, else refused.
 - ``D`` does not exist: poot creates it ``0700`` and tags it (only when writing).
 - ``D`` is ours, owner-only, and holds nothing but what poot writes there (entries, temporary
-  files, an empty directory): the cache is ``D``, tagged when first written (a fresh
-  ``mkdtemp``, or a cache from before the tag).
+  files, an empty directory, the ``xdna-host`` folder of older releases): the cache is ``D``,
+  tagged when first written (a fresh ``mkdtemp``, or a cache from before the tag).
 - anything else (a directory holding other files, readable by others, or owned by someone
   else): the cache is poot's own subdirectory ``D/poot``, created ``0700`` and tagged; if
   ``D/poot`` exists it must be poot's, ours and owner-only, else refused.
@@ -41,7 +41,9 @@ TAG = (
     b"Signature: 8a477f597d28d172789f06886806bc55\n"
     b"# poot compiled-blob cache: created by poot, which removes only entries it wrote.\n"
 )
-_ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.blob|\.tmp-.*|" + re.escape(TAG_NAME))
+# what poot writes in its cache directory; ``xdna-host`` held host kernel libraries before they
+# became entries, so a cache from then is still recognised as poot's
+_ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.blob|\.tmp-.*|xdna-host|" + re.escape(TAG_NAME))
 
 
 def default_cache_dir() -> Path:

@@ -52,10 +52,7 @@ class Builder:
     """Builds one ``Program``. Not thread-safe; ``build()`` may be called more than once."""
 
     def __init__(self, name: str) -> None:
-        if not isinstance(name, str):
-            raise TypeCheckError(
-                f"Builder: the program name must be a str, got {_show(name, repr)}"
-            )
+        _check_name(name, "Builder: the program name")
         self.name = name
         self._args: list[Arg] = []
         self._eqns: list[Eqn] = []
@@ -78,6 +75,7 @@ class Builder:
         return self._arg(name, dtype, shape, Storage.STATE)
 
     def output(self, name: str, value: Var) -> None:
+        _check_name(name, "output name")
         self._check_own(value, f"output {name!r}")
         if name in self._result_names():
             raise TypeCheckError(f"output {name!r}: the name is already a result of {self.name!r}")
@@ -249,8 +247,7 @@ class Builder:
     # -- internals --------------------------------------------------------------------------
 
     def _arg(self, name: str, dtype: DType, shape: Sequence[int], storage: Storage) -> Var:
-        if not isinstance(name, str):
-            raise TypeCheckError(f"argument name {_show(name, repr)} is not a str")
+        _check_name(name, "argument name")
         if any(a.name == name for a in self._args):
             raise TypeCheckError(f"argument {name!r} is declared twice")
         if not isinstance(dtype, DType):
@@ -378,6 +375,17 @@ class Builder:
                 len(self._eqns),
                 Prim.DYNAMIC_UPDATE_SLICE.value,
             ) from None
+
+
+def _check_name(name: object, what: str) -> None:
+    """A name is a str that encodes as UTF-8 (a lone surrogate does not; OpenVINO's bindings
+    raise a bare ``TypeError`` on one)."""
+    if not isinstance(name, str):
+        raise TypeCheckError(f"{what} must be a str, got {_show(name, repr)}")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise TypeCheckError(f"{what} {name!r} holds a lone surrogate, which is not text") from None
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])

@@ -277,6 +277,8 @@ class _Parser:
                     value = json.loads(text)
                 except ValueError as err:
                     line.fail(f"bad quoted name: {err}")
+                if not _encodable(str(value)):
+                    line.fail(f"bad quoted name {text}: a lone surrogate is not text")
                 line.i += 1
                 return str(value)
             if kind == "word" and _IDENT.fullmatch(text):
@@ -463,6 +465,16 @@ def _literal_bits(text: str, dtype: DType) -> int | None:
     if _DECIMAL.fullmatch(text):
         return _bits_of(float(text), dtype)
     return None
+
+
+def _encodable(name: str) -> bool:
+    """Whether ``name`` is text every tool takes: UTF-8 has no encoding of a lone surrogate
+    (``"\\udc80"`` in JSON), and OpenVINO's bindings raise a bare ``TypeError`` on one."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def parse_program(text: str) -> Program:
