@@ -14,7 +14,8 @@ Two bounds, both typed errors naming the value, its size and the bound:
   ``BudgetExceeded``: refused before numpy is asked, instead of numpy's ``MemoryError`` after
   the machine has started to swap.
 
-The ONNX importer's constant folding calls ``check_array`` before it materialises a value.
+``check_array`` is the hook for the ONNX importer's constant folding: call it with the folded
+value's shape and itemsize before materialising it.
 """
 
 from __future__ import annotations
