@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from poot_engine import CpuDevice, Engine
-from poot_ir import Builder, DType, PootError, parse_program
+from poot_ir import Builder, DType, PootError, format_program, parse_program
 from poot_ir.budget import set_budget
 from poot_planner import plan
 
@@ -283,3 +283,16 @@ def test_fuzz_the_argument_parser(
     assert code in (0, 1, 2), (argv, code)
     if code == 2:
         assert len(err.strip("\n").split("\n")) == 1, (argv, err)
+
+
+def test_a_huge_intermediate_is_refused_before_the_oracle_runs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Small inputs, a 64 GiB broadcast: refused by the budget, not numpy's MemoryError."""
+    b = Builder("wide")
+    x = b.slot("x", DType.F32, (1 << 17,))
+    b.output("y", b.reduce_sum(b.broadcast_in_dim(x, (1 << 17, 1 << 17), (1,)), 0))
+    path = tmp_path / "wide.poot"
+    path.write_text(format_program(b.build()))
+    line = _cli(capsys, "--memory-budget", "1G", "--cache-dir", str(tmp_path), "run", str(path))
+    assert "BudgetExceeded" in line and "oracle" in line

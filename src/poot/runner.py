@@ -30,7 +30,7 @@ from poot_engine.device import Device
 from poot_ir import BitExact, Comparison, Program, Storage, compare, evaluate, sample_inputs
 from poot_ir.budget import check_alloc, nbytes
 from poot_ir.numerics import Bounded, Derived
-from poot_ir.sampling import sample_bytes
+from poot_ir.sampling import sample_bytes, value_bytes
 from poot_planner import Plan, Span, partition, plan
 from poot_planner.error_bounds import result_bounds
 from poot_planner.partition import value_names
@@ -142,6 +142,8 @@ def run_program(
             nbytes(v.type.shape, v.type.dtype.itemsize) for _, v in program.results()
         )
         check_alloc(f"{steps} steps of program {program.name!r}", steps * kept)
+    # each step's check against the oracle holds every value of the program at once
+    check_alloc(f"the oracle's values of program {program.name!r}", value_bytes(program))
     per_step = inputs or [
         sample_inputs(program, seed + k, integer_valued=integer_valued) for k in range(steps)
     ]

@@ -17,7 +17,7 @@ import numpy as np
 from poot_ir.budget import check_alloc, check_dims, nbytes
 from poot_ir.core import Arg, GatherParams, Prim, Program, Var
 
-__all__ = ["index_ranges", "sample_bytes", "sample_inputs"]
+__all__ = ["index_ranges", "sample_bytes", "sample_inputs", "value_bytes"]
 
 
 def index_ranges(program: Program) -> dict[int, tuple[int, int]]:
@@ -66,6 +66,13 @@ def sample_bytes(program: Program, args: list[Arg] | None = None) -> int:
     sizes = [nbytes(a.var.type.shape, a.var.type.dtype.itemsize) for a in chosen]
     draws = [nbytes(a.var.type.shape, 8) for a in chosen]
     return sum(sizes) + max(draws, default=0)
+
+
+def value_bytes(program: Program) -> int:
+    """The bytes of every value of ``program`` (its arguments and every equation's results):
+    what an evaluation that keeps them all holds at once."""
+    vars_ = [a.var for a in program.args] + [v for e in program.eqns for v in e.outputs]
+    return sum(nbytes(v.type.shape, v.type.dtype.itemsize) for v in vars_)
 
 
 def _sample(
