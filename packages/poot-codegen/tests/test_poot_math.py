@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import re
 import shutil
 import stat
@@ -23,7 +24,7 @@ from numpy.typing import NDArray
 from poot_codegen.xdna import hostbuild
 from poot_codegen.xdna.hostbuild import CSRC_DIR, build_library, load_library
 from poot_engine.blob_cache import BlobCache, EntryStatus, clear, verify
-from poot_ir.errors import CompileFailed, ToolchainUnavailable
+from poot_ir.errors import CacheError, CompileFailed, ToolchainUnavailable
 
 F32 = NDArray[np.float32]
 F64 = NDArray[np.float64]
@@ -442,3 +443,25 @@ def test_missing_compiler_raises_toolchain_unavailable(
     with pytest.raises(ToolchainUnavailable) as caught:
         build_library(SMALL, cache)
     assert caught.value.tool == "cc" and "gcc" in str(caught.value)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting a file as another uid needs root")
+def test_a_library_planted_by_another_user_is_never_loaded(
+    tmp_path: Path, counting_cc: tuple[str, Path]
+) -> None:
+    """A valid entry of another library (f returns 2), published under this source's key by
+    someone else: another user's entry is never loaded; the real library is rebuilt."""
+    cache = BlobCache(tmp_path / "cache")
+    cc, log = counting_cc
+    key = build_library(SMALL, cache, compiler=cc)
+    other = build_library("float f(float x) { return x + 2.0f; }\n", cache, compiler=cc)
+    planted = cache.get(other).blob
+    assert planted is not None
+    cache.put(key, planted)
+    os.chown(cache.path(key), 12345, 12345)
+    assert _f(load_library(SMALL, cache, compiler=cc)) == 1.0 and compiles(log) == 3
+    assert cache.path(key).stat().st_uid == os.geteuid()  # replaced by ours
+    # and a cache directory another user owns is refused outright
+    os.chown(cache.root, 12345, 12345)
+    with pytest.raises(CacheError, match="owned by uid 12345"):
+        BlobCache(cache.root)
