@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from poot_engine import CpuDevice, Engine
-from poot_ir import Builder, DType, PootError, format_program, parse_program
+from poot_ir import Builder, DType, PootError, Program, format_program, parse_program
 from poot_ir.budget import set_budget
 from poot_planner import plan
 
@@ -152,12 +152,16 @@ def test_import_output_into_a_directory_or_an_unwritable_path(
 # -- the API ------------------------------------------------------------------------------------
 
 
-def _engine(tmp_path: Path) -> tuple[Engine, object]:
+def _neg_program() -> Program:
     b = Builder("p")
     x = b.slot("x", DType.F32, (2,))
     b.output("y", b.neg(x))
+    return b.build()
+
+
+def _engine(tmp_path: Path) -> tuple[Engine, object]:
     engine = Engine(CpuDevice(), cache_dir=tmp_path)
-    return engine, engine.add_entry(b.build())
+    return engine, engine.add_entry(_neg_program())
 
 
 def test_api_cases_are_typed(tmp_path: Path) -> None:
@@ -255,6 +259,11 @@ def test_fuzz_engine_arguments(
     _typed(lambda: engine.load_weights(weights))  # type: ignore[arg-type]
     _typed(lambda: engine.add_entry(inputs))  # type: ignore[arg-type]
     _typed(lambda: Engine(CpuDevice(), cache_dir=engine.cache.root, deadline_s=deadline))  # type: ignore[arg-type]
+    _typed(lambda: engine.add_entry(_neg_program(), weights))  # type: ignore[arg-type]
+    _typed(lambda: engine.remove_entry(inputs))  # type: ignore[arg-type]
+    _typed(lambda: engine.reset_state(x))  # type: ignore[arg-type]
+    _typed(lambda: Engine(x))  # type: ignore[arg-type]
+    _typed(lambda: Engine(CpuDevice(), cache_dir=x))  # type: ignore[arg-type]
 
 
 _WORDS = st.sampled_from(

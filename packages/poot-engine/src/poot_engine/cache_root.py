@@ -57,6 +57,9 @@ def cache_root(named: Path | str | None, *, create: bool) -> Path:
     """The directory the cache lives in for the directory ``named`` (see the module)."""
     if named is None:
         named = default_cache_dir()
+    given: object = named  # callers outside mypy pass anything
+    if not isinstance(given, str | os.PathLike):
+        raise CacheError(repr(given), "a cache directory is a path (str or os.PathLike)")
     if not str(named):
         raise CacheError("''", "an empty cache directory name (it would mean the current one)")
     base = Path(named)

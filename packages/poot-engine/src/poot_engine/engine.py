@@ -122,6 +122,8 @@ class Engine:
         cache_dir: Path | str | None = None,
         deadline_s: float = DEFAULT_DEADLINE_S,
     ) -> None:
+        if not isinstance(device, Device):
+            raise EngineError(f"device must be a poot Device, got a {type(device).__name__}")
         if isinstance(deadline_s, bool) or not isinstance(deadline_s, int | float):
             raise EngineError(f"deadline_s must be a number of seconds, got {deadline_s!r}")
         if not deadline_s > 0:
@@ -233,6 +235,7 @@ class Engine:
 
     def partitioned(self, entry: Entry) -> PartitionedEntry | None:
         """The spans, sub-entries and last step's boundary values of a partitioned entry."""
+        _handle(entry, Entry, "entry")
         return self._parts.get(entry.id) if entry.engine == self._id else None
 
     def reset_state(self, entry: Entry) -> None:
@@ -246,6 +249,7 @@ class Engine:
         """Unload the entry's artifact and free its buffers (not the weights it bound); a
         partitioned entry removes its sub-entries."""
         self._usable()
+        _handle(entry, Entry, "entry")
         part = self._parts.pop(entry.id, None) if entry.engine == self._id else None
         if part is not None:
             for sub in part.subs:
@@ -355,12 +359,14 @@ class Engine:
             )
 
     def _entry(self, entry: Entry) -> _Entry:
+        _handle(entry, Entry, "entry")
         e = self._entries.get(entry.id) if entry.engine == self._id else None
         if e is None:
             raise UnknownEntry(f"entry {entry.id} ({entry.program!r}) is not live in this engine")
         return e
 
     def _weights_of(self, weights: Weights) -> dict[str, Buffer]:
+        _handle(weights, Weights, "weights")
         w = self._weights.get(weights.id) if weights.engine == self._id else None
         if w is None:
             raise UnknownEntry(f"weights {weights.id} were not loaded by this engine")
@@ -413,3 +419,9 @@ class Engine:
     def _free_all(self, buffers: Iterable[Buffer]) -> None:
         for b in buffers:
             self.device.free(b)
+
+
+def _handle(given: object, kind: type, what: str) -> None:
+    """A handle argument is one this API returned (callers outside mypy pass anything)."""
+    if not isinstance(given, kind):
+        raise UnknownEntry(f"{what} must be a {kind.__name__} handle, got a {type(given).__name__}")
