@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from poot_engine import CpuDevice, Engine
 from poot_ir import Builder, DType, PootError, Program, format_program, parse_program
-from poot_ir.budget import set_budget
+from poot_ir.budget import BudgetExceeded, set_budget
 from poot_planner import plan
 
 from poot.cli import EXAMPLES, main
@@ -305,3 +305,21 @@ def test_a_huge_intermediate_is_refused_before_the_oracle_runs(
     path.write_text(format_program(b.build()))
     line = _cli(capsys, "--memory-budget", "1G", "--cache-dir", str(tmp_path), "run", str(path))
     assert "BudgetExceeded" in line and "oracle" in line
+
+
+def test_device_buffers_are_checked_against_the_budget(tmp_path: Path) -> None:
+    """Weights and every buffer an entry allocates are refused over the budget, before numpy
+    is asked; under it they work."""
+    engine = Engine(CpuDevice(), cache_dir=tmp_path)
+    set_budget(4000)
+    try:
+        with pytest.raises(BudgetExceeded, match=r"buffer of f32\[1001\] needs .*4004 bytes"):
+            engine.load_weights({"w": np.zeros(1001, np.float32)})
+        engine.load_weights({"w": np.zeros(1000, np.float32)})
+        b = Builder("big_slot")
+        b.output("y", b.neg(b.slot("x", DType.F32, (1001,))))
+        with pytest.raises(BudgetExceeded):
+            engine.add_entry(b.build())
+    finally:
+        set_budget(None)
+        engine.close()

@@ -205,7 +205,12 @@ def _import(console: Console, args: argparse.Namespace) -> int:
 
 def _cache(console: Console, args: argparse.Namespace) -> int:
     from poot_engine import blob_cache
+    from poot_engine.cache_root import cache_root
 
+    # where the cache is for the directory named (poot's own poot/ inside a directory it did
+    # not create); nothing is created or changed to find out
+    root = cache_root(args.cache_dir, create=False)
+    console.print(f"cache directory: {root}", highlight=False, markup=False)
     match args.action:
         case "ls":
             console.print(render.cache_table(blob_cache.ls(args.cache_dir), "entries"))
