@@ -89,12 +89,20 @@ def nix(session: nox.Session) -> None:
         # A fresh machine has no package lists yet: update them before installing.
         session.run("apt-get", "update", "-qq", external=True)
         session.run("apt-get", "install", "-y", "-qq", "nix-bin", external=True)
-    env = _usable_nix_env()
-    if env is None:
-        if os.environ.get("CI", "").lower() != "true":
-            session.skip(NIX_UNUSABLE)
-        session.error("nix is on PATH but evaluates nothing, with its daemon or a private store")
-    session.run("python", "tools/check_nix.py", env=env)
+    # nix keeps an eval and fetcher cache under $XDG_CACHE_HOME/nix: a throwaway one here (and
+    # the private store, if one is needed), so the test command writes nothing under the home
+    scratch = tempfile.mkdtemp(prefix="poot-nix-cache-")
+    try:
+        env = _usable_nix_env({"XDG_CACHE_HOME": scratch})
+        if env is None:
+            if os.environ.get("CI", "").lower() != "true":
+                session.skip(NIX_UNUSABLE)
+            session.error(
+                "nix is on PATH but evaluates nothing, with its daemon or a private store"
+            )
+        session.run("python", "tools/check_nix.py", env=env)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _nix_works(env: dict[str, str]) -> bool:
@@ -103,13 +111,14 @@ def _nix_works(env: dict[str, str]) -> bool:
     return done.returncode == 0
 
 
-def _usable_nix_env() -> dict[str, str] | None:
+def _usable_nix_env(base: dict[str, str]) -> dict[str, str] | None:
     """The environment the checks run nix in: as it is, or, when the daemon is out of reach (a
     non-root user of a multi-user install without access to its socket), a private local store
-    under the system temp dir, which every offline check can use; None if neither works."""
-    if _nix_works({}):
-        return {}
-    private = {"NIX_REMOTE": f"local?root={tempfile.gettempdir()}/poot-nix-store-{os.getuid()}"}
+    in this run's own temporary directory, which every offline check can use; None if neither
+    works."""
+    if _nix_works(base):
+        return base
+    private = {**base, "NIX_REMOTE": f"local?root={base['XDG_CACHE_HOME']}/store"}
     return private if _nix_works(private) else None
 
 
