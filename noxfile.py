@@ -102,7 +102,17 @@ def nix(session: nox.Session) -> None:
             )
         session.run("python", "tools/check_nix.py", env=env)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        _remove_tree(scratch)
+
+
+def _remove_tree(path: str) -> None:
+    """Remove ``path`` whole: a Nix store makes its directories read-only."""
+    for root, dirs, _ in os.walk(path):
+        for d in dirs:
+            full = os.path.join(root, d)
+            if not os.path.islink(full):
+                os.chmod(full, 0o700)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _nix_works(env: dict[str, str]) -> bool:
