@@ -34,11 +34,9 @@ let
   # Python packages that are not in uv.lock (the manifest's pythonExtras).
   extrasOverlay = final: _prev: {
     llvm-aie = final.callPackage ./pkgs/llvm-aie.nix { };
+    mlir-aie = final.callPackage ./pkgs/mlir-aie.nix { };
     poot-npu-site = final.callPackage ./pkgs/npu-site-paths.nix {
-      paths = [
-        "${amd.xrt-amdxdna}/opt/xilinx/xrt/python"
-        "${amd.mlir-aie}/${final.python.sitePackages}"
-      ];
+      paths = [ "${amd.xrt-amdxdna}/opt/xilinx/xrt/python" ];
     };
   };
 
@@ -58,7 +56,7 @@ let
     UV_PYTHON = set.python.interpreter;
     XILINX_XRT = "${amd.xrt-amdxdna}/opt/xilinx/xrt";
     PEANO_INSTALL_DIR = "${set.llvm-aie}/${set.python.sitePackages}/llvm-aie";
-    MLIR_AIE_DIR = "${amd.mlir-aie}/${set.python.sitePackages}/mlir_aie";
+    MLIR_AIE_DIR = "${set.mlir-aie}/${set.python.sitePackages}/mlir_aie";
     LD_LIBRARY_PATH = lib.makeLibraryPath [
       pkgs.level-zero
       pkgs.intel-npu-driver
@@ -90,6 +88,8 @@ let
     pkgs.mkShell {
       packages =
         [ venv ]
+        # each extra's own bin on PATH too (mlir-aie: aiecc.py, aie-opt, bootgen, ...)
+        ++ map (name: set.${name}) spec.pythonExtras
         ++ map (attr: lib.getAttrFromPath (lib.splitString "." attr) pkgs) spec.nixpkgs
         ++ map flakePackage spec.flakePackages;
       inherit env;

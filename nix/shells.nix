@@ -14,9 +14,17 @@
 #   env           environment variables with fixed values (exported by the shellHook)
 #   envFromBuild  environment variables whose values are store paths, named here and filled in
 #                 by nix/devshells.nix (evaluation fails if it cannot fill one of them)
+#   toolchain     (npu) the XDNA2 toolchain manifest, read from the file the MLIR renderer and
+#                 the link step read (builtins.fromJSON: pure, so this file stays offline data):
+#                 the mlir-aie and Peano pins, the aiecc drivers, the tools aiecc runs and the
+#                 Python modules the link step imports
 #
 # Every shellHook also runs `unset PYTHONPATH` and `export REPO_ROOT=$(git rev-parse --show-toplevel)`.
 let
+  # the one record of the XDNA2 toolchain (also read by poot_codegen.xdna.toolchain)
+  xdnaToolchain = builtins.fromJSON (
+    builtins.readFile ../packages/poot-codegen/src/poot_codegen/xdna/toolchain.json
+  );
   uvEnv = {
     UV_NO_SYNC = "1";
     UV_PYTHON_DOWNLOADS = "never";
@@ -76,13 +84,14 @@ in
       ];
     };
     pythonExtras = [
-      "llvm-aie" # nix/pkgs/llvm-aie.nix: the Peano wheel from the Xilinx/llvm-aie release
-      "poot-npu-site" # nix/pkgs/npu-site-paths.nix: puts pyxrt and mlir-aie on the venv's path
+      "llvm-aie" # nix/pkgs/llvm-aie.nix: the Peano wheel the toolchain manifest pins
+      "mlir-aie" # nix/pkgs/mlir-aie.nix: the mlir-aie wheel the manifest pins, installed as a wheel
+      "poot-npu-site" # nix/pkgs/npu-site-paths.nix: puts pyxrt on the venv's path
     ];
     flakePackages = [
       "nix-amd-npu#xrt-amdxdna" # XRT + amdxdna shim 202610.2.21.21, built from source, with pyxrt
-      "nix-amd-npu#mlir-aie" # the mlir_aie-1.1.4 cp312 wheel from the Xilinx/mlir-aie release
     ];
+    toolchain = xdnaToolchain;
     nox = "xdna";
     noxAlso = [ "tests" ];
     env = uvEnv // {

@@ -125,7 +125,7 @@ def test_bad_inputs_files(capsys: pytest.CaptureFixture[str], tmp_path: Path, ca
     line = _cli(
         capsys, "--cache-dir", str(tmp_path / "c"), "run", str(program), "--inputs", str(path)
     )
-    assert "--inputs" in line and path.name in line
+    assert "inputs" in line and path.name in line
     if case == "extra array":
         assert "'z'" in line
 
@@ -146,7 +146,7 @@ def test_import_output_into_a_directory_or_an_unwritable_path(
     a_file = tmp_path / "a_file"
     a_file.write_text("")
     for out in (tmp_path, a_file / "under_a_file.poot"):
-        assert "-o" in _cli(capsys, "import", str(model), "-o", str(out))
+        assert "cannot write" in _cli(capsys, "import", str(model), "-o", str(out))
 
 
 # -- the API ------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ def test_demo_runs_every_example_on_every_present_device(
         assert device in out
     assert "FAILED" not in out
     assert "refused" in out  # layernorm on xdna2, tanh on intel-npu4: typed refusals
+    assert "Handoff: tiny-decoder" in out  # one prefill-to-decode handoff, checked
 
 
 def test_plan_prints_regions_refusals_and_numerics(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,6 +13,12 @@ CI=true and skips elsewhere); this script installs nothing. The checks, each rep
              each names nox sessions that exist in noxfile.py (read with ast, not imported),
              workspace packages and extras that exist, and sets POOT_NIX_SHELL to its own name
              and the uv variables
+  toolchain  the XDNA2 toolchain manifest (packages/poot-codegen/src/poot_codegen/xdna/
+             toolchain.json) is what the npu shell evaluates to (`toolchain`), and the wheel
+             derivations take their version, URL and hash from it, not from literals of their own
+  placeholders  every hash nothing offline can compute, listed (not a failure): a null hash in
+             the toolchain manifest, any lib.fakeHash / fakeSha256 in a tracked .nix file other
+             than the manifest's null fallback
   uv-lock    `uv lock --check`: uv.lock matches the workspace's pyproject.toml files
 
 What it cannot prove: that any shell builds or can be entered, the fixed-output hashes that need
@@ -244,6 +250,74 @@ def check_manifest() -> str:
     return f"{len(manifest)} shells, sessions {sorted({s['nox'] for s in manifest.values()})}"
 
 
+TOOLCHAIN = "packages/poot-codegen/src/poot_codegen/xdna/toolchain.json"
+#: Derivations that read a pin from the manifest: (file, the manifest key they read).
+PINNED = {"nix/pkgs/llvm-aie.nix": "peano", "nix/pkgs/mlir-aie.nix": "mlir_aie"}
+READS_MANIFEST = re.compile(
+    r"builtins\.fromJSON\s*\(\s*builtins\.readFile\s+(\S+toolchain\.json)\s*\)"
+)
+NULL_FALLBACK = "if pin.hash == null then lib.fakeHash else pin.hash"
+FAKE = re.compile(r"lib\.fakeHash|lib\.fakeSha256|fakeHash|fakeSha256")
+
+
+def manifest_readers(path: str) -> list[Path]:
+    """The manifest files ``path`` reads with ``builtins.fromJSON (builtins.readFile ...)``,
+    resolved against its own directory."""
+    text = (ROOT / path).read_text()
+    return [((ROOT / path).parent / m).resolve() for m in READS_MANIFEST.findall(text)]
+
+
+def toolchain_problems() -> list[str]:
+    """What makes the shell and the renderer disagree, read from the files alone."""
+    want = (ROOT / TOOLCHAIN).resolve()
+    errors = []
+    for path, key in {"nix/shells.nix": None, **PINNED}.items():
+        if manifest_readers(path) != [want]:
+            errors.append(f"{path} does not read {TOOLCHAIN} (once)")
+        text = (ROOT / path).read_text()
+        if key is not None:
+            if not re.search(rf"\)\s*\.{key}\s*;", text):
+                errors.append(f"{path} does not take the manifest's {key!r} pin")
+            for literal in ('version = "', 'url = "', 'hash = "', 'sha256 = "'):
+                if literal in text:
+                    errors.append(f"{path} pins {literal.split()[0]} itself, not from the manifest")
+    return errors
+
+
+def check_toolchain() -> str:
+    errors = toolchain_problems()
+    manifest = json.loads(nix("eval", "--json", ".#shellManifest"))
+    pinned = json.loads((ROOT / TOOLCHAIN).read_text())
+    if manifest.get("npu", {}).get("toolchain") != pinned:
+        errors.append(f"the npu shell's toolchain is not {TOOLCHAIN}")
+    if errors:
+        raise CheckFailed("\n".join(errors))
+    return f"npu shell and renderer read {TOOLCHAIN}: mlir-aie {pinned['mlir_aie']['version']}"
+
+
+def placeholders(files: list[str] | None = None) -> list[str]:
+    """Every hash nothing offline can compute (see the module), in ``files`` (default: every
+    tracked .nix file)."""
+    found = []
+    pinned = json.loads((ROOT / TOOLCHAIN).read_text())
+    for key, entry in pinned.items():
+        if isinstance(entry, dict) and "hash" in entry and not entry["hash"]:
+            found.append(f"{TOOLCHAIN}: {key}.hash is null")
+    for path in run(["git", "ls-files", "*.nix"]).split() if files is None else files:
+        for n, line in enumerate((ROOT / path).read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]  # a comment naming it is no placeholder
+            if FAKE.search(code) and NULL_FALLBACK not in code:
+                found.append(f"{path}:{n}: {line.strip()}")
+    return found
+
+
+def check_placeholders() -> str:
+    found = placeholders()
+    if not found:
+        return "none"
+    return f"{len(found)} to fill in with network:\n  " + "\n  ".join(found)
+
+
 def check_uv_lock() -> str:
     run(["uv", "lock", "--check"])
     return "uv.lock is up to date"
@@ -255,6 +329,8 @@ CHECKS: list[tuple[str, Callable[[], str]]] = [
     ("metadata", check_metadata),
     ("lock", check_lock),
     ("manifest", check_manifest),
+    ("toolchain", check_toolchain),
+    ("placeholders", check_placeholders),
     ("uv-lock", check_uv_lock),
 ]
 

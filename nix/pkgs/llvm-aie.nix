@@ -2,10 +2,13 @@
 # PyPI; no public flake packages it). Installed into the shell's virtualenv like a uv2nix wheel;
 # PEANO_INSTALL_DIR points at <site-packages>/llvm-aie.
 #
-# The version is the nightly that mlir-aie's README pairs with its v1.1 wheels. The hash cannot be
-# computed without network: lib.fakeHash is filled in on the first build with network (Nix prints
-# the real hash in the mismatch error). Nightly assets can be pruned upstream; if the URL is gone,
-# pick the llvm-aie nightly that the pinned mlir-aie release names and update both here.
+# The version, URL and hash are read from packages/poot-codegen/src/poot_codegen/xdna/toolchain.json
+# (the build that mlir-aie's README pairs with the pinned v1.1 wheels), so the shell and the
+# renderer cannot disagree. Its hash cannot be computed without network: the manifest holds null,
+# a placeholder (`nox -s nix` lists it), built here as lib.fakeHash; the first build with network
+# prints the real hash, which goes into the manifest. Nightly assets can be pruned upstream; if
+# the URL is gone, pick the llvm-aie build the pinned mlir-aie release names and update the
+# manifest.
 {
   lib,
   stdenv,
@@ -18,13 +21,16 @@
   ncurses,
   libxml2,
 }:
+let
+  pin = (builtins.fromJSON (builtins.readFile ../../packages/poot-codegen/src/poot_codegen/xdna/toolchain.json)).peano;
+in
 stdenv.mkDerivation {
   pname = "llvm-aie";
-  version = "20.0.0.2025090701+8c084497";
+  inherit (pin) version;
 
   src = fetchurl {
-    url = "https://github.com/Xilinx/llvm-aie/releases/download/nightly/llvm_aie-20.0.0.2025090701+8c084497-py3-none-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl";
-    hash = lib.fakeHash;
+    inherit (pin) url;
+    hash = if pin.hash == null then lib.fakeHash else pin.hash;
   };
 
   nativeBuildInputs = [

@@ -1,6 +1,8 @@
 # A .pth file that puts Python packages built outside uv.lock on the virtualenv's path: pyxrt
-# (installed by XRT under /opt/xilinx/xrt/python) and the mlir-aie wheel's site-packages. The
-# shells unset PYTHONPATH, so the virtualenv's site-packages is the only way in.
+# (installed by XRT under /opt/xilinx/xrt/python). The shells unset PYTHONPATH, so the
+# virtualenv's site-packages is the only way in. (The mlir-aie wheel is installed into the
+# virtualenv itself, nix/pkgs/mlir-aie.nix: a .pth inside a directory that a .pth added is not
+# read by Python, so its own aie.pth would be ignored here.)
 {
   lib,
   stdenv,

@@ -7,9 +7,14 @@
     poot plan FILE --target T               admission, regions, contexts, refusals, numerics
     poot run FILE --target T [--device D]   run a program and check it against the oracle
              [--partition]                  (refused spans on the CPU oracle, the rest on D)
+    poot generate EXAMPLE                   prefill on one device, hand the KV cache over,
+             [--prefill-device D]           decode greedily on another; checked against a
+             [--decode-device D] [--steps N]  whole run on the oracle
     poot features                           the feature matrix (docs/features.md)
     poot devices [--require NAME]           what is on this machine, and why not
-    poot import MODEL.onnx [-o FILE]        an ONNX model as a poot program
+    poot import MODEL.onnx [-o FILE]        an ONNX model as a poot program (weights beside it)
+            [--check] [--shape X=8x128]     (every blocker; fix dynamic dims)
+    poot plan|run MODEL.onnx ...            import, then plan or run, with the model's weights
     poot cache ls|verify|clear              the compiled-blob cache
 
 Exit status: 0 on success, 1 when a check failed or a program was refused, 2 on bad input
@@ -24,10 +29,12 @@ import sys
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
-from poot_ir import PootError, Program, format_program, parse_program
+from poot_ir import PootError, Program, format_program, parse_program, sample_inputs
+from poot_ir.budget import check_alloc
+from poot_ir.sampling import sample_bytes
 from poot_npu.registry import DEVICES, DeviceKind, device_info, make_device
 from poot_planner import TARGETS, plan
 from poot_planner.features import feature_matrix
@@ -35,7 +42,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from poot import render
+from poot.decoder import EXAMPLES as DECODERS
+from poot.generate import generate, handoff_table, render_report
 from poot.runner import run_program
+
+if TYPE_CHECKING:
+    from poot_ir.onnx import Imported
 
 __all__ = ["main"]
 
@@ -48,31 +60,70 @@ def _read_program(path: str) -> Program:
     except OSError as err:
         raise _InputError(f"cannot read {path}: {err.strerror}") from None
     except UnicodeDecodeError as err:
-        raise _InputError(
-            f"{path} is not UTF-8 text (byte {err.start}): not a .poot program"
-        ) from None
+        raise _InputError(f"{path} is not UTF-8 text (byte {err.start}): not a program") from None
     return parse_program(text)
 
 
-def _read_inputs(path: str, program: Program) -> dict[str, np.ndarray]:
-    """An ``--inputs`` file: an ``.npz`` holding plain arrays, each named for an argument."""
+def _shapes(specs: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
+    """``--shape NAME=8x128`` (an input's whole shape, or one dim symbol's extent) as
+    ``shapes=``."""
+    out: dict[str, tuple[int, ...]] = {}
+    for spec in specs or ():
+        name, sep, dims = spec.partition("=")
+        try:
+            extents = tuple(int(d) for d in dims.lower().split("x")) if dims else ()
+        except ValueError:
+            extents = ()
+        if not sep or not name or not extents or any(d < 0 for d in extents):
+            raise _InputError(f"--shape {spec!r}: expected NAME=AxBx... (non-negative integers)")
+        out[name] = extents
+    return out
+
+
+def _import_onnx(path: str, shapes: Sequence[str] | None) -> Imported:
+    from poot_ir.onnx import import_model
+
+    return import_model(path, shapes=_shapes(shapes))
+
+
+def _load(path: str, shapes: Sequence[str] | None) -> tuple[Program, Imported | None]:
+    """A program from a ``.poot`` file, or imported from an ``.onnx`` one (with its weights)."""
+    if path.endswith(".onnx"):
+        imported = _import_onnx(path, shapes)
+        return imported.program, imported
+    return _read_program(path), None
+
+
+def _read_inputs(path: str) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` file, refused (one line) when it is missing, no ``.npz``, or
+    holds anything but plain arrays."""
     try:
         data = np.load(path, allow_pickle=False)
     except OSError as err:
-        raise _InputError(f"--inputs {path}: cannot read it: {err.strerror or err}") from None
-    except (ValueError, EOFError) as err:  # pickled, an object array, or no numpy file
-        raise _InputError(f"--inputs {path}: not an .npz of plain arrays ({err})") from None
+        raise _InputError(f"cannot read inputs {path}: {err.strerror or err}") from None
+    except (ValueError, EOFError) as err:  # pickled, or no numpy file at all
+        raise _InputError(f"inputs {path} are not a plain .npz: {err}") from None
     if not isinstance(data, np.lib.npyio.NpzFile):
-        raise _InputError(f"--inputs {path}: one .npy array, not an .npz of named arguments")
+        raise _InputError(f"inputs {path} are one array (.npy); expected an .npz of named arrays")
     try:
         with data:
-            arrays = {k: data[k] for k in data.files}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:  # an object member
-        raise _InputError(f"--inputs {path}: not an .npz of plain arrays ({err})") from None
-    names = {a.name for a in program.args}
-    if extra := sorted(set(arrays) - names):
-        raise _InputError(f"--inputs {path}: {extra} are not arguments of {program.name!r}")
-    return arrays
+            return {k: data[k] for k in data.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:  # an object array
+        raise _InputError(f"inputs {path} hold an array that is not plain data: {err}") from None
+
+
+def _origins(console: Console, p: Any, imported: Imported | None) -> None:
+    """Each refused equation's ONNX node (by its result var, which planning keeps)."""
+    if imported is None or not p.refusals:
+        return
+    by_var = {e.out.id: i for i, e in enumerate(imported.program.eqns)}
+    for r in p.refusals:
+        if r.eqn < 0 or r.eqn >= len(p.program.eqns):
+            continue
+        src = by_var.get(p.program.eqns[r.eqn].out.id)
+        where = imported.origin(src) if src is not None else ""
+        if where:
+            console.print(f"equation {r.eqn} ({r.primitive}) comes from {where}", highlight=False)
 
 
 class _InputError(PootError):
@@ -114,16 +165,39 @@ def _demo(console: Console, args: argparse.Namespace) -> int:
     console.print(
         "Refused programs are not failures: each refusal is a typed reason (`poot plan FILE --target T`)."
     )
-    return 0 if ok else 1
+    # one handoff: prefill on an NPU stand-in where one is present, decode on the CPU
+    here = {info.name for info, why in devices if why is None}
+    prefill_on = next((d for d in ("vpu-cpu", "xdna-host") if d in here), "cpu")
+    moved = generate("tiny-decoder", prefill_on, "cpu", steps=8, cache_dir=args.cache_dir)
+    console.print(handoff_table([moved], "Handoff: tiny-decoder, prefill then 8 decode steps"))
+    return 0 if ok and moved.ok else 1
+
+
+def _generate(console: Console, args: argparse.Namespace) -> int:
+    cfg = DECODERS[args.example]
+    if args.prompt_len is not None:
+        cfg = cfg.with_prompt(args.prompt_len)
+    report = generate(
+        args.example, args.prefill_device, args.decode_device, args.steps, args.cache_dir, cfg
+    )
+    console.print(render_report(report))
+    return 0 if report.ok else 1
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
 
 
 def _plan(console: Console, args: argparse.Namespace) -> int:
-    program = _read_program(args.file)
+    program, imported = _load(args.file, args.shape)
     targets = [args.target] if args.target else list(TARGETS)
     code = 0
     for t in targets:
         p = plan(program, t)
         console.print(render.plan_panel(p))
+        _origins(console, p, imported)
         if args.program and p.admitted:
             # what the device runs: after the target's passes (the Intel narrowing casts)
             console.print(format_program(p.program), highlight=False, markup=False)
@@ -132,7 +206,7 @@ def _plan(console: Console, args: argparse.Namespace) -> int:
 
 
 def _run(console: Console, args: argparse.Namespace) -> int:
-    program = _read_program(args.file)
+    program, imported = _load(args.file, args.shape)
     name = args.device or next(
         (d.name for d in DEVICES if d.target == args.target and d.unavailable_reason() is None),
         "cpu",
@@ -145,7 +219,16 @@ def _run(console: Console, args: argparse.Namespace) -> int:
     try:
         inputs = None
         if args.inputs:
-            inputs = [_read_inputs(args.inputs, program)]
+            given = _read_inputs(args.inputs)
+            if imported is not None:  # slots by ONNX name or program name; the model's weights
+                given = {imported.inputs.get(k, k): v for k, v in given.items()}
+                given = {**imported.weights, **given}
+            if extra := sorted(set(given) - {a.name for a in program.args}):
+                raise _InputError(f"inputs {args.inputs}: {extra} are not arguments of the program")
+            inputs = [given]
+        elif imported is not None:
+            check_alloc(f"{args.steps} steps of samples", args.steps * sample_bytes(program))
+            inputs = [{**sample_inputs(program, k), **imported.weights} for k in range(args.steps)]
         report = run_program(
             program,
             device,
@@ -181,25 +264,33 @@ def _features(console: Console, args: argparse.Namespace) -> int:
 
 
 def _import(console: Console, args: argparse.Namespace) -> int:
-    from poot_ir import format_program
-    from poot_ir.onnx import import_model
+    from poot_ir.onnx import check_model
 
-    try:
-        imported = import_model(args.model)
-    except OSError as err:
-        raise _InputError(f"cannot read {args.model}: {err.strerror or err}") from None
+    if args.check:
+        blockers = check_model(args.model, shapes=_shapes(args.shape))
+        for b in blockers:
+            console.print(str(b), highlight=False, markup=False)
+        console.print(f"{len(blockers)} blocker(s)" if blockers else "imports: no blockers")
+        return 1 if blockers else 0
+    imported = _import_onnx(args.model, args.shape)
     text = format_program(imported.program)
-    if args.output:
-        try:
-            Path(args.output).write_text(text, encoding="utf-8")
-            if imported.weights:
-                weights = Path(args.output).with_suffix(".npz")
-                np.savez(weights, allow_pickle=False, **imported.weights)
-        except OSError as err:
-            raise _InputError(f"-o {args.output}: cannot write it: {err.strerror or err}") from None
-        console.print(f"wrote {args.output} ({len(imported.program.eqns)} equations)")
-    else:
+    if not args.output:
         sys.stdout.write(text)
+        return 0
+    out = Path(args.output)
+    weights = out.with_suffix(".npz")
+    if out.suffix == ".npz":
+        raise _InputError(f"-o {out}: the weights go to FILE with .npz; name the program .poot")
+    try:
+        out.write_text(text, encoding="utf-8")
+        # Always written (empty for a model without weights), so `poot run` finds them.
+        np.savez(weights, allow_pickle=False, **imported.weights)
+    except OSError as err:
+        raise _InputError(f"cannot write {err.filename or out}: {err.strerror or err}") from None
+    console.print(
+        f"wrote {out} ({len(imported.program.eqns)} equations) and its weights {weights} "
+        f"({len(imported.weights)} arrays)"
+    )
     return 0
 
 
@@ -288,8 +379,10 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="the example programs on every target and device present")
     d.add_argument("--steps", type=_steps, default=3)
     d.set_defaults(fn=_demo)
+    shape_help = "fix a dynamic dim of an .onnx model: INPUT=8x128 or DIM=128 (repeatable)"
     p = sub.add_parser("plan", help="how a target runs a program, or why it refuses it")
     p.add_argument("file")
+    p.add_argument("--shape", action="append", help=shape_help)
     p.add_argument("--target", choices=list(TARGETS))
     p.add_argument(
         "--program", action="store_true", help="also print the program as the target runs it"
@@ -297,6 +390,7 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=_plan)
     r = sub.add_parser("run", help="run a program on a device, checked against the oracle")
     r.add_argument("file")
+    r.add_argument("--shape", action="append", help=shape_help)
     r.add_argument("--target", choices=list(TARGETS), default="cpu")
     r.add_argument("--device", choices=[d.name for d in DEVICES])
     r.add_argument("--steps", type=_steps, default=3)
@@ -307,6 +401,13 @@ def _parser() -> argparse.ArgumentParser:
         help="run a refused program in spans: refused ones on the CPU oracle, the rest on the device",
     )
     r.set_defaults(fn=_run)
+    g = sub.add_parser("generate", help="prefill on one device, decode on another (KV handoff)")
+    g.add_argument("example", choices=list(DECODERS))
+    g.add_argument("--prefill-device", choices=[d.name for d in DEVICES], default="cpu")
+    g.add_argument("--decode-device", choices=[d.name for d in DEVICES], default="cpu")
+    g.add_argument("--steps", type=_positive, default=32)
+    g.add_argument("--prompt-len", type=_positive, help="prefill's T (default: the example's)")
+    g.set_defaults(fn=_generate)
     f = sub.add_parser("features", help="the feature matrix, generated from the target tables")
     f.set_defaults(fn=_features)
     v = sub.add_parser("devices", help="the devices poot knows and whether they are here")
@@ -314,7 +415,9 @@ def _parser() -> argparse.ArgumentParser:
     v.set_defaults(fn=_devices)
     i = sub.add_parser("import", help="import an ONNX model as a poot program")
     i.add_argument("model")
-    i.add_argument("-o", "--output")
+    i.add_argument("-o", "--output", help="the program (.poot); its weights go beside it (.npz)")
+    i.add_argument("--shape", action="append", help=shape_help)
+    i.add_argument("--check", action="store_true", help="list every blocker of the model")
     i.set_defaults(fn=_import)
     c = sub.add_parser("cache", help="the compiled-blob cache")
     c.add_argument("action", choices=["ls", "verify", "clear"])
@@ -333,9 +436,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             set_budget(args.memory_budget)
         code: int = args.fn(console, args)
     except PootError as err:
-        Console(stderr=True, soft_wrap=True).print(
-            f"[bold red]error:[/] {escape(f'{type(err).__name__}: {err}')}", highlight=False
-        )
+        Console(stderr=True).print(
+            f"[bold red]error:[/] {type(err).__name__}: {escape(str(err))}",
+            highlight=False,
+            soft_wrap=True,
+        )  # soft_wrap: one line, however long, for scripts that read it
         return 2
     return code
 

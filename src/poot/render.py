@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from poot_planner import Plan
+from poot_planner import Plan, partition, summarize
 from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
@@ -93,6 +93,11 @@ def plan_panel(p: Plan) -> Panel:
         f"; numerics {_numerics(p)}" if p.admitted else "",
     )
     parts: list[object] = [head]
+    for rw in p.rewrites:
+        parts.append(Text(f"legalized: {rw.describe()}"))
+    if not p.admitted and p.source.eqns:
+        summary = summarize(partition(p.source, p.target), p.target)
+        parts.append(Text(f"partitioned: {summary.describe()}"))
     if p.narrowing is not None:
         parts.append(
             Text(

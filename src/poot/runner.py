@@ -153,7 +153,9 @@ def run_program(
     engine = Engine(device, cache_dir=cache_dir)
     try:
         handle = engine.load_weights(weights)
-        entry = engine.add_entry(program, handle, initial_state=states, partition=bool(parted))
+        entry = engine.add_entry(
+            program, handle, initial_state=states, partition=bool(parted), planned=p
+        )
         for k, sample in enumerate(per_step):
             slots = {n: v for n, v in sample.items() if storage[n] is Storage.SLOT}
             got = engine.step(entry, slots)

@@ -208,10 +208,10 @@ def _run_case(
     except Exception as err:  # any other error is a failure of this case, reported with it
         return Outcome(name, grp, Result.FAILED, f"raised {err!r}")
     problems = [] if report.ok else [f"oracle, under {p.numerics}: {report.steps[0].worst}"]
-    got = report.outputs[0]
+    got = imported.results(report.outputs[0])  # int64 outputs widened back from I32
     own_tolerance = True
     for vi, raw in zip(case.model.graph.output, expected, strict=True):
-        want, y = array(raw), got[imported.outputs[vi.name]]
+        want, y = array(raw), got[vi.name]
         if want is None or y.dtype != want.dtype or y.shape != want.shape:
             what = "a non-tensor" if want is None else f"{want.dtype}{want.shape}"
             problems.append(f"{vi.name}: {y.dtype}{y.shape}, expected {what}")

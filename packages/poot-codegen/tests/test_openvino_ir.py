@@ -121,9 +121,11 @@ def test_f32_binary_bit_exact(prim: Prim) -> None:
 
 
 def test_f32_cpu_plugin_nan_and_zero_edges() -> None:
-    """Recorded differences from the oracle (IEEE): the CPU plugin's ge and gt with a NaN
-    operand are true, max and min of +0 and -0 depend on the operand order, and max drops a
-    NaN operand (pitfall 9)."""
+    """Recorded differences from the oracle (IEEE): max and min of +0 and -0 depend on the
+    operand order, and max drops a NaN first operand (pitfall 9). The plugin's ge and gt with a
+    NaN operand depend on the JIT's ISA (true on an AVX-512 host, IEEE false on an AVX2-only
+    one), so nothing is asserted of them here: no NaN reaches an F32 graph on intel-npu4, whose
+    range checks refuse it on the host."""
     b = Builder("edges")
     x, y = b.slot("x", DType.F32, [2]), b.slot("y", DType.F32, [2])
     b.output("ge", b.ge(x, y))
@@ -132,7 +134,6 @@ def test_f32_cpu_plugin_nan_and_zero_edges() -> None:
     p = b.build()
     ins = {"x": np.array([np.nan, 0.0], np.float32), "y": np.array([1.0, -0.0], np.float32)}
     got, want = run(p, ins), evaluate(p, ins)
-    assert bool(got["ge"][0]) and not bool(want["ge"][0])
     assert not np.isnan(got["max"][0]) and np.isnan(want["max"][0])
 
 

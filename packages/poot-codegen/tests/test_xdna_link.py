@@ -25,14 +25,18 @@ from poot_codegen.xdna.link import (
     link,
     link_commands,
 )
+from poot_codegen.xdna.lower import Lowered, lower_program
+from poot_codegen.xdna.mlir import RUNTIME_SEQUENCE_OP
+from poot_codegen.xdna.toolchain import manifest
 from poot_ir import CompileFailed, ToolchainUnavailable
-from poot_planner import Plan, plan
+from poot_planner import plan
 
 WORDS = np.array([0x06030100, 0x00000105, 7, 0xDEADBEEF], dtype="<u4")
 
 
-def _plan(name: str = "two_regions") -> Plan:
-    return plan(xdna_programs.EXAMPLES[name](), "xdna2").check()
+def _plan(name: str = "two_regions") -> Lowered:
+    """The one lowering of an example (what the link step takes)."""
+    return lower_program(plan(xdna_programs.EXAMPLES[name](), "xdna2").check())
 
 
 def _script(path: Path, body: str) -> None:
@@ -45,9 +49,17 @@ _RECORD = 'n=$(ls "$FAKE_LOG" | wc -l); { pwd; for a in "$@"; do echo "$a"; done
 
 
 def fake_toolchain(
-    root: Path, *, clang_fails: bool = False, aiecc_insts: bool = True
+    root: Path,
+    *,
+    clang_fails: bool = False,
+    aiecc_insts: bool = True,
+    driver: str = "aiecc",
+    missing_modules: str = "",
 ) -> dict[str, str]:
-    """An environment whose Peano clang++, aiecc, xclbinutil and bootgen are shell scripts."""
+    """An environment whose Peano clang++, aiecc driver (``driver``: "aiecc", "aiecc.py", or
+    "" for none, so the link step falls back to ``python3 -c``), python3 (the module probe,
+    which reports ``missing_modules`` as not importable), xclbinutil and bootgen are shell
+    scripts recording their argv."""
     log = root / "log"
     log.mkdir(parents=True)
     peano, bin_ = root / "peano", root / "bin"
@@ -64,23 +76,43 @@ def fake_toolchain(
             r"printf '\000\001\003\006\005\001\000\000\007\000\000\000\357\276\255\336' > insts.bin"
             + "\n"
         )
-    _script(bin_ / "aiecc", aiecc)
+    if driver:
+        _script(bin_ / driver, aiecc)
+    # python3: the module probe (argv: -c PROBE modules...) or the driver's last resort
+    probe = 'n=$(ls "$FAKE_LOG" | wc -l); { pwd; echo "$1"; echo PROBE; shift 2; '
+    probe += 'for a in "$@"; do echo "$a"; done; } > "$FAKE_LOG/$n.python3"; '
+    python = 'case "$2" in *find_spec*) ' + probe
+    python += 'for m in $FAKE_MISSING_MODULES; do echo "$m"; done; exit 0;; esac\n'
+    python += 'if [ "$3" = "--version" ]; then echo "aiecc.py 0fake"; exit 0; fi\n'
+    python += aiecc.split("\n", 1)[1]  # the driver's body, recording every argument
+    _script(bin_ / "python3", python)
     for tool in ("xclbinutil", "bootgen"):
         _script(bin_ / tool, "exit 0\n")
     env = {"PATH": f"{bin_}:/usr/bin:/bin", "PEANO_INSTALL_DIR": str(peano), "FAKE_LOG": str(log)}
+    env["FAKE_MISSING_MODULES"] = missing_modules
     if clang_fails:
         env["FAKE_CLANG_FAILS"] = "1"
     return env
 
 
-def recorded(env: dict[str, str]) -> list[tuple[str, list[str]]]:
-    """(working directory, argv) of every recorded tool run, in order."""
+def recorded(env: dict[str, str], *, probes: bool = False) -> list[tuple[str, list[str]]]:
+    """(working directory, argv) of every recorded tool run, in order; the module probes
+    (``python3 -c PROBE modules...``) only when ``probes``."""
+    return [(cwd, argv) for tool, cwd, argv in runs_of(env) if probes or not _probe(tool, argv)]
+
+
+def _probe(tool: str, argv: list[str]) -> bool:
+    return tool == "python3" and argv[:2] == ["-c", "PROBE"]
+
+
+def runs_of(env: dict[str, str]) -> list[tuple[str, str, list[str]]]:
+    """(tool name, working directory, argv after the name) of every recorded run, in order."""
     log = Path(env["FAKE_LOG"])
     runs = sorted(log.iterdir(), key=lambda p: int(p.name.split(".")[0]))
     out = []
     for r in runs:
         lines = r.read_text().splitlines()
-        out.append((lines[0], lines[1:]))
+        out.append((r.name.split(".", 1)[1], lines[0], lines[1:]))
     return out
 
 
@@ -90,8 +122,10 @@ def recorded(env: dict[str, str]) -> list[tuple[str, list[str]]]:
 def test_no_toolchain_is_unavailable_naming_every_missing_tool(tmp_path: Path) -> None:
     with pytest.raises(ToolchainUnavailable) as err:
         link(_plan(), env={"PATH": str(tmp_path)})
-    assert err.value.tool == "clang++, aiecc, xclbinutil, bootgen"
+    assert err.value.tool == "clang++, aiecc, xclbinutil, bootgen, python modules"
     assert "PEANO_INSTALL_DIR is not set" in err.value.detail
+    assert "none of aiecc or aiecc.py or python3 on PATH" in err.value.detail
+    assert "no python3 on PATH to import aie, " in err.value.detail
 
 
 def test_this_machine_raises_unavailable_rather_than_skipping() -> None:
@@ -129,7 +163,7 @@ def test_identity_fields_say_unavailable_where_a_tool_is_missing(tmp_path: Path)
 
 
 def test_command_lines_are_exactly_as_documented() -> None:
-    tc = Toolchain(Path("/peano/bin/clang++"), Path("/aie/bin/aiecc"), Path("/aie"))
+    tc = Toolchain(Path("/peano/bin/clang++"), ("/aie/bin/aiecc.py",), Path("/aie"))
     cmds = link_commands(_plan(), tc)
     assert [(c.stage, c.region, c.cwd) for c in cmds] == [
         ("peano", 0, "region0"),
@@ -147,6 +181,10 @@ def test_command_lines_are_exactly_as_documented() -> None:
         "-Wno-macro-redefined",
         "-Wno-empty-body",
         "-DNDEBUG",
+        "-ffunction-sections",
+        "-fdata-sections",
+        "-fstack-size-section",
+        "-ffp-contract=off",
         f"-I{CSRC_DIR}",
         "-I",
         "/aie/include",
@@ -156,7 +194,7 @@ def test_command_lines_are_exactly_as_documented() -> None:
         "region0.o",
     )
     assert cmds[1].argv == (
-        "/aie/bin/aiecc",
+        "/aie/bin/aiecc.py",
         "--no-xchesscc",
         "--no-xbridge",
         "--aie-generate-xclbin",
@@ -178,8 +216,9 @@ def test_artifact_source_is_deterministic_and_covers_what_decides_the_artifact(
     p = _plan()
     a = artifact_source(p, env=env)
     assert a == artifact_source(_plan(), env=env)
-    assert b"unavailable" in a and b"npu2" in a and b"aie.runtime_sequence" in a
-    assert region_source(p, 1).encode() in a
+    assert b"unavailable" in a and b"npu2" in a and RUNTIME_SEQUENCE_OP.encode() in a
+    program = plan(xdna_programs.EXAMPLES["two_regions"](), "xdna2")
+    assert region_source(program, 1).encode() in a
     other = artifact_source(_plan("chain"), env=env)
     assert other != a
     fields = identity_fields(env) | {"peano": "clang version 20"}
@@ -240,3 +279,37 @@ def test_missing_outputs_raise_compile_failed(tmp_path: Path) -> None:
 
 def test_module_exports() -> None:
     assert set(xlink.__all__) >= {"link", "artifact_source", "identity_fields", "find_toolchain"}
+
+
+# -- the toolchain manifest: the link step's own command lines against it ---------------------
+
+
+@pytest.mark.parametrize("driver", ["aiecc", "aiecc.py", ""])
+def test_the_link_steps_argv_is_what_the_manifest_names(driver: str, tmp_path: Path) -> None:
+    """The fake tools record their argv: the module probe asks for exactly the manifest's
+    modules, the driver is the first of the manifest's drivers on PATH (else ``python3 -c`` on
+    the manifest's module), and every tool run is one of the manifest's."""
+    env = fake_toolchain(tmp_path / "tools", driver=driver)
+    tc = manifest()
+    link(_plan("chain"), tmp_path / "work", env=env)
+    runs = runs_of(env)
+    probes = [argv[2:] for tool, _, argv in runs if _probe(tool, argv)]
+    assert probes == [list(tc.python_modules)]
+    tools = [tool for tool, _, argv in runs if not _probe(tool, argv)]
+    if driver:
+        assert driver in tc.aiecc_drivers and tools == ["clang++", driver]
+    else:
+        assert tools == ["clang++", "python3"]
+        (argv,) = [a for t, _, a in runs if t == "python3" and not _probe(t, a)]
+        assert argv[:2] == ["-c", f"from {tc.aiecc_module} import main; main()"]
+    aiecc = next(a for t, _, a in runs if t in (driver or "python3",) and not _probe(t, a))
+    assert aiecc[-len(AIECC_FLAGS) - 1 :] == [*AIECC_FLAGS, "aie.mlir"]
+
+
+def test_a_module_the_driver_imports_missing_is_unavailable_naming_it(tmp_path: Path) -> None:
+    env = fake_toolchain(tmp_path, missing_modules="aiofiles aie.extras.runtime.passes")
+    with pytest.raises(ToolchainUnavailable) as err:
+        find_toolchain(env)
+    assert err.value.tool == "python modules"
+    assert "aie.extras.runtime.passes, aiofiles" in err.value.detail
+    assert f"mlir-aie {manifest().mlir_aie_version}" in err.value.detail

@@ -1,7 +1,9 @@
-"""The MLIR-AIE renderer: golden files of example designs, and the text's own consistency.
+"""The MLIR-AIE renderer: golden files of example designs in the pinned mlir-aie's syntax
+(``golden/mlir-aie-<version>/``, the version ``toolchain.json`` pins), the version-dependent
+syntax, and the text's own consistency.
 
 Regenerate the golden files with ``--regen-golden`` or ``POOT_REGEN_GOLDEN=1``; otherwise any
-difference fails.
+difference fails, and so does a golden directory of another mlir-aie version.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import xdna_programs
 from poot_codegen.xdna.design import DesignError
 from poot_codegen.xdna.designer import design_program
 from poot_codegen.xdna.mlir import RUNTIME_SEQUENCE_OP, render_program, render_region
+from poot_codegen.xdna.toolchain import LinkWith, manifest
 from poot_planner import plan
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN_ROOT = Path(__file__).parent / "golden"
+GOLDEN = GOLDEN_ROOT / f"mlir-aie-{manifest().mlir_aie_version}"
 
 
 def _rendered(name: str) -> tuple[str, ...]:
@@ -40,6 +44,50 @@ def test_rendering_matches_its_golden_file(name: str, regen_golden: bool) -> Non
         )
     stale = sorted(GOLDEN.glob(f"xdna_{name}.region*.mlir"))
     assert len(stale) == len(texts), f"stale golden files for {name}: {stale}"
+
+
+def test_golden_files_are_for_the_pinned_version_only() -> None:
+    dirs = sorted(p.name for p in GOLDEN_ROOT.iterdir() if p.is_dir())
+    assert dirs == [GOLDEN.name], "golden files of another mlir-aie version: regenerate them"
+    assert not list(GOLDEN_ROOT.glob("*.mlir")), "golden files outside a version directory"
+
+
+def test_the_pinned_version_syntax_is_rendered() -> None:
+    """v1.1.4: ``link_with`` on each ``aie.core`` (none on ``func.func``: both at once is
+    rejected) and the ``aiex`` runtime sequence op."""
+    tc = manifest()
+    assert (tc.mlir_aie_version, tc.link_with, tc.runtime_sequence) == (
+        "1.1.4",
+        LinkWith.CORE,
+        "aiex.runtime_sequence",
+    )
+    for name in xdna_programs.EXAMPLES:
+        for i, text in enumerate(_rendered(name)):
+            lines = text.splitlines()
+            funcs = [x for x in lines if "func.func private" in x]
+            assert funcs and not any("link_with" in x for x in funcs)
+            closes = [x for x in lines if x.startswith("    } {link_with")]
+            assert closes == [f'    }} {{link_with = "region{i}.o"}}'] * text.count(" = aie.core(")
+            assert "    aiex.runtime_sequence @sequence(%arg0: " in text
+            assert "aie.runtime_sequence" not in text
+
+
+def test_a_func_level_version_puts_link_with_on_each_func_only() -> None:
+    """Since PR #2922 and #2708: ``func.func ... attributes {link_with}``, none on the core,
+    and ``aie.runtime_sequence`` unnamed."""
+    tc = dataclasses.replace(
+        manifest(), link_with=LinkWith.FUNC, runtime_sequence="aie.runtime_sequence"
+    )
+    design = design_program(plan(xdna_programs.chain(), "xdna2").check())
+    (text,) = render_program(design, tc)
+    funcs = [x for x in text.splitlines() if "func.func private" in x]
+    assert funcs and all(x.endswith(' attributes {link_with = "region0.o"}') for x in funcs)
+    assert "} {link_with" not in text
+    assert "    aie.runtime_sequence(%arg0: " in text and "aiex.runtime_sequence" not in text
+    (pinned,) = render_program(design)
+    assert text.count("link_with") == len(funcs) and pinned.count("link_with") == len(
+        design.regions[0].cores
+    )
 
 
 def test_two_region_program_renders_two_modules() -> None:
@@ -67,7 +115,7 @@ def test_rendered_text_is_self_consistent(name: str) -> None:
         tiles = set(re.findall(r"(%\w+) = aie\.tile\(", text))
         refs = set(re.findall(r"%(?:shim_noc_tile|tile)_\d+_\d+", text))
         assert refs == tiles
-        seq = re.search(rf"{re.escape(RUNTIME_SEQUENCE_OP)}\((.*)\) \{{", text)
+        seq = re.search(rf"{re.escape(RUNTIME_SEQUENCE_OP)}(?: @sequence)?\((.*)\) \{{", text)
         assert seq is not None and seq.group(1).count("memref<") == len(design.layout.arenas)
         assert text.count("aiex.npu.dma_memcpy_nd(") == len(region.transfers)
         assert text.count("aiex.npu.dma_wait") == len(region.waits)

@@ -37,6 +37,7 @@ from poot_ir import (
     evaluate,
 )
 from poot_ir.onnx import SUPPORTED_OPS, Imported, import_model
+from poot_ir.onnx.reading import MIN_OPSET
 
 # -- the ONNX node test cases ------------------------------------------------------------------
 
@@ -56,7 +57,6 @@ def _elem(vi: Any) -> int:
 def _run_case(case: Any) -> Outcome:
     graph = case.model.graph
     group = onnx_cases.group(case)
-    supported = group != "unsupported"
     f64 = any(_elem(vi) == TensorProto.DOUBLE for vi in [*graph.input, *graph.output])
     for inputs, expected in case.data_sets:
         ins = [array(x) for x in inputs]
@@ -67,15 +67,14 @@ def _run_case(case: Any) -> Outcome:
             return Outcome(case.name, group, f"refused:{err.kind}", f64)
         except Exception as err:
             return Outcome(case.name, group, f"FAILED: import raised {err!r}", f64)
-        if not supported:
-            return Outcome(case.name, group, "FAILED: an unsupported op was imported", f64)
         feed = onnx_cases.slots(case, imported, ins)
         try:
             got = evaluate(imported.program, {**feed, **imported.weights})
         except Exception as err:
             return Outcome(case.name, group, f"FAILED: evaluate raised {err!r}", f64)
+        by_onnx = imported.results(got)  # int64 outputs widened back from I32
         for vi, want in zip(graph.output, (array(x) for x in expected), strict=True):
-            y = got[imported.outputs[vi.name]]
+            y = by_onnx[vi.name]
             if want is None:
                 return Outcome(case.name, group, "FAILED: expected a non-tensor", f64)
             if y.dtype != want.dtype or y.shape != want.shape:
@@ -83,7 +82,8 @@ def _run_case(case: Any) -> Outcome:
                 return Outcome(case.name, group, f"FAILED: {why}", f64)
             if is_float(want.dtype):
                 a, b = y.astype(np.float64), want.astype(np.float64)
-                ok = np.allclose(a, b, rtol=case.rtol, atol=case.atol, equal_nan=True)
+                rtol = onnx_cases.rtol(case, want.dtype)
+                ok = np.allclose(a, b, rtol=rtol, atol=case.atol, equal_nan=True)
             else:
                 ok = np.array_equal(y, want)
             if not ok:
@@ -91,9 +91,28 @@ def _run_case(case: Any) -> Outcome:
     return Outcome(case.name, group, "passed", f64)
 
 
+#: Cases the oracle misses, with the reason; each must still miss.
+KNOWN = {
+    name: (
+        "the expanded function body computes every step in bfloat16 (softmax over a causal "
+        "mask included), while the expected output was computed in float32 and rounded once: "
+        "1.1% apart, beyond two bfloat16 steps"
+    )
+    for name in ("test_attention_4d_causal_bf16_expanded", "test_attention_3d_causal_bf16_expanded")
+}
+
+
+def _known(o: Outcome) -> Outcome:
+    if o.case not in KNOWN:
+        return o
+    if o.result.startswith("FAILED"):
+        return Outcome(o.case, o.group, "known", o.float64)
+    return Outcome(o.case, o.group, f"FAILED: listed in KNOWN but {o.result}", o.float64)
+
+
 @functools.cache
 def _outcomes() -> tuple[Outcome, ...]:
-    return tuple(_run_case(c) for c in node_cases() if c.kind == "node")
+    return tuple(_known(_run_case(c)) for c in node_cases() if c.kind == "node")
 
 
 #: The passed count each group must reach (what the importer achieves today).
@@ -184,8 +203,14 @@ def test_node_case_report(capsys: pytest.CaptureFixture[str]) -> None:
         if o.float64 and o.group != "unsupported" and o.result not in ("passed", "refused:dtype")
     ]
     assert not bad, bad
-    # The cases are valid models: "model" refusals would be importer bugs.
-    assert not [o for o in outcomes if o.result == "refused:model"]
+    # The cases are valid models: "model" refusals would be importer bugs, except the few
+    # cases of an opset older than the importer implements (refused as the model's).
+    old = {
+        c.name
+        for c in node_cases()
+        if any(e.domain in ("", "ai.onnx") and e.version < MIN_OPSET for e in c.model.opset_import)
+    }
+    assert not [o for o in outcomes if o.result == "refused:model" and o.case not in old]
     assert not [o for o in outcomes if o.result.startswith("FAILED")]
 
 
@@ -500,10 +525,11 @@ def test_gather_with_a_scalar_constant_index_is_a_slice() -> None:
 
 def test_gather_narrows_int64_constant_indices_to_i32() -> None:
     nodes = [helper.make_node("Gather", ["table", "ids"], ["y"])]
-    inits = [init("table", rand(10, 4)), init("ids", [[1, -1], [9, 0]], np.int64)]
-    imp = import_model(model(nodes, [], ["y"], inits))
+    inits = [init("ids", [[1, -1], [9, 0]], np.int64)]
+    imp = import_model(model(nodes, [vi("table", [10, 4])], ["y"], inits))
     assert imp.weights["ids"].dtype == np.int32
-    np.testing.assert_array_equal(run(imp)["y"], imp.weights["table"][[[1, -1], [9, 0]]])
+    table = rand(10, 4)
+    np.testing.assert_array_equal(run(imp, table=table)["y"], table[[[1, -1], [9, 0]]])
 
 
 def test_range_is_an_iota() -> None:
@@ -533,11 +559,12 @@ def test_where_relu_gemm_expand_flatten_pow_castlike() -> None:
         helper.make_node("Pow", ["x", "two"], ["p"]),
         helper.make_node("CastLike", ["pos", "x"], ["cl"]),
     ]
+    c1 = rand(3, 1)
     inits = [
         init("zero", 0.0),
         init("B", rand(5, 4)),
         init("C", rand(5)),
-        init("c1", rand(3, 1)),
+        init("c1", c1),
         init("shape", [2, 3, 4], np.int64),
     ]
     imp = import_model(model(nodes, [vi("x", [3, 4])], ["w", "g", "f", "p", "cl"], inits))
@@ -547,7 +574,7 @@ def test_where_relu_gemm_expand_flatten_pow_castlike() -> None:
     np.testing.assert_array_equal(got["w"], np.where(x > 0, x, -np.inf))
     want_g = 0.5 * np.maximum(x, 0) @ wts["B"].T + wts["C"]
     np.testing.assert_allclose(got["g"], want_g, rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(got["f"], np.broadcast_to(wts["c1"], (2, 3, 4)).reshape(2, 12))
+    np.testing.assert_array_equal(got["f"], np.broadcast_to(c1, (2, 3, 4)).reshape(2, 12))
     np.testing.assert_array_equal(got["p"], x * x)
     np.testing.assert_array_equal(got["cl"], (x > 0).astype(np.float32))
 
@@ -640,12 +667,6 @@ REFUSALS: list[tuple[str, Any, dict[str, Any], tuple[str, str, str]]] = [
         ("dtype", "n0", "Cast"),
     ),
     (
-        "int64 output",
-        lambda: model([helper.make_node("Shape", ["x"], ["y"])], [vi("x", [2])], ["y"]),
-        {},
-        ("dtype", "y", "graph output"),
-    ),
-    (
         "int64 data constant",
         lambda: model(
             [
@@ -663,7 +684,13 @@ REFUSALS: list[tuple[str, Any, dict[str, Any], tuple[str, str, str]]] = [
         "int64 input",
         lambda: _node_model("Reshape", [vi("x", [2, 3]), vi("s", [2], I64)], ["x", "s"]),
         {},
-        ("dtype", "s", "graph input"),
+        ("dynamic", "n0", "Reshape"),
+    ),
+    (
+        "int64 arithmetic at run time",
+        lambda: _node_model("Add", [vi("a", [2], I64), vi("b", [2], I64)], ["a", "b"]),
+        {},
+        ("dtype", "n0", "Add"),
     ),
     (
         "exp of i32",
@@ -726,21 +753,6 @@ REFUSALS: list[tuple[str, Any, dict[str, Any], tuple[str, str, str]]] = [
         ("value", "n0", "Pow"),
     ),
     (
-        "integer division by zero in constants",
-        lambda: model(
-            [
-                const("a", [1], np.int64),
-                const("z", [0], np.int64),
-                helper.make_node("Div", ["a", "z"], ["q"], name="n0"),
-                helper.make_node("Reshape", ["x", "q"], ["y"]),
-            ],
-            [vi("x", [1])],
-            ["y"],
-        ),
-        {},
-        ("model", "n0", "Div"),
-    ),
-    (
         "undefined input",
         lambda: _node_model("Neg", [vi("x", [2])], ["nope"]),
         {},
@@ -794,7 +806,7 @@ def test_a_file_that_is_no_model_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedOnnx) as info:
         import_model(path)
     assert info.value.kind == "model"
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(UnsupportedOnnx, match="No such file"):
         import_model(tmp_path / "missing.onnx")
 
 

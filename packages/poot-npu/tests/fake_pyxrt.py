@@ -260,8 +260,16 @@ Path(sys.argv[sys.argv.index("-o") + 1]).write_bytes(b"obj")
 """
 
 
+FAKE_PYTHON3 = """\
+import sys
+# the link step's module probe (python3 -c PROBE modules...): every module imports
+sys.exit(0)
+"""
+
+
 def fake_toolchain(root: Path) -> dict[str, str]:
-    """An environment whose Peano clang++, aiecc, xclbinutil and bootgen are fakes."""
+    """An environment whose Peano clang++, aiecc, python3 (the link step's module probe: every
+    module imports), xclbinutil and bootgen are fakes."""
 
     def script(path: Path, body: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -270,6 +278,7 @@ def fake_toolchain(root: Path) -> dict[str, str]:
 
     script(root / "peano" / "bin" / "clang++", FAKE_CLANG)
     script(root / "bin" / "aiecc", FAKE_AIECC)
+    script(root / "bin" / "python3", FAKE_PYTHON3)
     for tool in ("xclbinutil", "bootgen"):
         script(root / "bin" / tool, "")
     return {"PATH": f"{root / 'bin'}:/usr/bin:/bin", "PEANO_INSTALL_DIR": str(root / "peano")}

@@ -312,7 +312,7 @@ def test_no_toolchain_is_unavailable_naming_what_is_missing(
         pytest.raises(ToolchainUnavailable) as err,
     ):
         e.add_entry(cases.pointwise(Prim.NEG, (4, 8)))
-    assert err.value.tool == "clang++, aiecc, xclbinutil, bootgen"
+    assert err.value.tool == "clang++, aiecc, xclbinutil, bootgen, python modules"
     assert "PEANO_INSTALL_DIR is not set" in err.value.detail
 
 

@@ -16,6 +16,7 @@ from poot_engine.device import (
     signature_of,
 )
 from poot_engine.engine import DEFAULT_DEADLINE_S, Engine, Entry, Stats, Weights
+from poot_engine.handoff import Handoff, handoff
 
 __all__ = [
     "DEFAULT_DEADLINE_S",
@@ -32,10 +33,12 @@ __all__ = [
     "Engine",
     "Entry",
     "EntryStatus",
+    "Handoff",
     "Signature",
     "Stats",
     "Weights",
     "check_dispatch",
     "default_cache_dir",
+    "handoff",
     "signature_of",
 ]

@@ -70,7 +70,9 @@ def check_step_inputs(
     for name, type in slots:
         if name not in inputs:
             raise StepInputError(f"missing; expected an array of {type}", name)
-        arrays.append(exact_array(name, inputs[name], type, StepInputError))
+        arg = program.arg(name)
+        wide = arg is not None and arg.wide  # an int64 input held as I32: range-checked
+        arrays.append(exact_array(name, inputs[name], type, StepInputError, wide))
     if len(inputs) != len(slots):
         for name in inputs:
             if not any(name == s for s, _ in slots):

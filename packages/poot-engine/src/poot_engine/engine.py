@@ -8,6 +8,7 @@
     part = engine.add_entry(program, weights, partition=True)  # refused spans on the oracle
     out = engine.step(entry, {"x": x})            # first step records, later steps replay
     engine.reset_state(entry); engine.remove_entry(entry); engine.stats(); engine.close()
+    engine.read_state(entry, "k"); engine.write_state(entry, "k", k)  # poot_engine.handoff
 
 One engine drives one device and is not thread-safe. After a dispatch misses its deadline the
 engine is poisoned: every later call but ``close`` raises ``DevicePoisoned``, and the failed
@@ -39,8 +40,9 @@ from poot_ir import (
     UnknownEntry,
     WeightMismatch,
 )
+from poot_ir.numerics import NumericsClass, looser
 from poot_ir.oracle import exact_array
-from poot_planner import plan
+from poot_planner import Plan, plan
 from poot_planner.targets import get_target
 
 from poot_engine.artifacts import Fetch, artifact_key, load_artifact
@@ -55,6 +57,7 @@ from poot_engine.checks import (
     window_checks,
 )
 from poot_engine.device import Artifact, ArtifactSource, Buffer, Device, signature_of
+from poot_engine.handoff import read_state, write_state
 from poot_engine.partitioned import PartitionedEntry, load_partitioned
 from poot_engine.recording import Recording, record, replay
 
@@ -88,7 +91,9 @@ class Entry:
 class Stats:
     """Counters since the engine was made. ``recordings`` counts first steps (which record and
     run), ``replays`` the later steps; ``host_s_per_step`` is the mean time a step spent in the
-    engine outside the device's dispatches, ``device_s_per_step`` inside them (seconds)."""
+    engine outside the device's dispatches, ``device_s_per_step`` inside them (seconds).
+    ``state_reads`` / ``state_writes`` count ``read_state`` / ``write_state`` calls (a handoff
+    makes one of each per state), with the bytes they moved."""
 
     compiles: int
     cache_hits: int
@@ -98,6 +103,10 @@ class Stats:
     steps: int
     host_s_per_step: float
     device_s_per_step: float
+    state_reads: int = 0
+    state_writes: int = 0
+    state_bytes_read: int = 0
+    state_bytes_written: int = 0
 
 
 @dataclass(slots=True)
@@ -149,6 +158,10 @@ class Engine:
         self._poisoned = False
         self._closed = False
         self._counts = dict.fromkeys(("compiles", "hits", "repairs", "recordings", "replays"), 0)
+        self._states = dict.fromkeys(("reads", "writes", "read", "written"), 0)
+        self._stepping = False  # read_state / write_state refuse while a step runs
+        self._planned: dict[int, NumericsClass] = {}  # each entry's plan's numerics class
+        self._handed: dict[int, NumericsClass] = {}  # the class of states written into it
         self._steps = 0
         self._host_s = 0.0
         self._device_s = 0.0
@@ -190,6 +203,7 @@ class Engine:
         initial_state: Mapping[str, np.ndarray] | None = None,
         *,
         partition: bool = False,
+        planned: Plan | None = None,
     ) -> Entry:
         """Plan ``program`` for the device's target, lower it, load its blob (from the cache,
         or compiled and cached) and bind ``weights`` to its weight arguments by name. States
@@ -197,12 +211,15 @@ class Engine:
         ``WeightMismatch``, ``StepInputError`` (a bad initial state), ``NarrowingRangeInput``
         (an initial state beyond the range) and ``SignatureMismatch``. With ``partition`` a
         program the target refuses in part runs its refused spans on the host oracle
-        (``poot_engine.partitioned``); an admitted one gets the ordinary entry."""
+        (``poot_engine.partitioned``); an admitted one gets the ordinary entry. ``planned``: a
+        caller's plan of this very program, so that it is planned once."""
         self._usable()
-        planned = plan(program, self.device.target)
+        if planned is None or planned.source is not program:
+            planned = plan(program, self.device.target)
         if partition and not planned.admitted:
             handle = Entry(self._id, next(self._ids), program.name)
             self._parts[handle.id] = load_partitioned(self, program, weights, initial_state or {})
+            self._planned[handle.id] = planned.numerics
             return handle
         planned.check()
         prog = planned.program
@@ -231,6 +248,7 @@ class Engine:
         self._write_states(e)
         handle = Entry(self._id, next(self._ids), prog.name)
         self._entries[handle.id] = e
+        self._planned[handle.id] = planned.numerics
         return handle
 
     def partitioned(self, entry: Entry) -> PartitionedEntry | None:
@@ -241,6 +259,7 @@ class Engine:
     def reset_state(self, entry: Entry) -> None:
         """Restore every state of ``entry`` to its initial value."""
         self._usable()
+        self._handed.pop(entry.id, None)
         if (part := self.partitioned(entry)) is not None:
             return part.reset()
         self._write_states(self._entry(entry))
@@ -252,12 +271,14 @@ class Engine:
         _handle(entry, Entry, "entry")
         part = self._parts.pop(entry.id, None) if entry.engine == self._id else None
         if part is not None:
+            self._handed.pop(entry.id, None)
             for sub in part.subs:
                 if sub is not None:
                     self.remove_entry(sub)
             return
         e = self._entry(entry)
         del self._entries[entry.id]
+        self._handed.pop(entry.id, None)
         weights = {a.name for a in e.program.args if a.storage is Storage.WEIGHT}
         owned = [b for n, b in e.buffers.items() if n not in weights]
         self._free_all([*owned, *e.outputs.values()])
@@ -279,10 +300,14 @@ class Engine:
         if not isinstance(given, Mapping):
             kind = type(given).__name__
             raise StepInputError(f"step inputs must map slot names to arrays, got a {kind}")
-        if (part := self.partitioned(entry)) is not None:
-            results, device_s = part.step(inputs, lambda h, x: self._run(self._entry(h), x))
-        else:
-            results, device_s = self._run(self._entry(entry), inputs)
+        self._stepping = True
+        try:
+            if (part := self.partitioned(entry)) is not None:
+                results, device_s = part.step(inputs, lambda h, x: self._run(self._entry(h), x))
+            else:
+                results, device_s = self._run(self._entry(entry), inputs)
+        finally:
+            self._stepping = False
         self._steps += 1
         self._device_s += device_s
         self._host_s += perf_counter() - t0 - device_s
@@ -329,7 +354,38 @@ class Engine:
             steps=self._steps,
             host_s_per_step=self._host_s / steps,
             device_s_per_step=self._device_s / steps,
+            state_reads=self._states["reads"],
+            state_writes=self._states["writes"],
+            state_bytes_read=self._states["read"],
+            state_bytes_written=self._states["written"],
         )
+
+    # -- states: read, written, handed over (poot_engine.handoff has the rules) ----------------
+
+    def program(self, entry: Entry) -> Program:
+        """The program ``entry`` runs (as its target runs it; a partitioned entry's source)."""
+        self._usable()
+        part = self.partitioned(entry)
+        return part.program if part is not None else self._entry(entry).program
+
+    def numerics(self, entry: Entry) -> NumericsClass:
+        """The numerics class of the entry's results: its plan's, loosened by the class of any
+        state handed into it since it was made or reset (an FP16 source: ``NarrowStorage``)."""
+        self.program(entry)
+        handed = self._handed.get(entry.id)
+        planned = self._planned[entry.id]
+        return planned if handed is None else looser(planned, handed)
+
+    def read_state(self, entry: Entry, name: str) -> np.ndarray:
+        """A fresh host copy of the state ``name`` as the last step (or write) left it."""
+        return read_state(self, entry, name)
+
+    def write_state(
+        self, entry: Entry, name: str, value: np.ndarray, *, numerics: NumericsClass | None = None
+    ) -> None:
+        """Make ``value`` the state ``name`` of ``entry``, checked like an upload first.
+        ``numerics``: the class the value carries from where it was computed."""
+        write_state(self, entry, name, value, numerics)
 
     def close(self) -> None:
         """Close the device, releasing every buffer (a failed recording's too). Idempotent."""

@@ -66,9 +66,15 @@ class Builder:
         """An argument uploaded once and constant across steps."""
         return self._arg(name, dtype, shape, Storage.WEIGHT)
 
-    def slot(self, name: str, dtype: DType, shape: Sequence[int]) -> Var:
-        """A per-step input (an activation), rewritten in place before each step."""
-        return self._arg(name, dtype, shape, Storage.SLOT)
+    def slot(self, name: str, dtype: DType, shape: Sequence[int], *, wide: bool = False) -> Var:
+        """A per-step input (an activation), rewritten in place before each step. A ``wide``
+        I32 slot also takes int64 arrays whose every value fits I32 (``Arg.wide``)."""
+        return self._arg(name, dtype, shape, Storage.SLOT, wide)
+
+    @property
+    def eqn_count(self) -> int:
+        """How many equations so far (the ONNX importer maps each back to its node)."""
+        return len(self._eqns)
 
     def state(self, name: str, dtype: DType, shape: Sequence[int]) -> Var:
         """A value carried across steps; give its next value with ``update``."""
@@ -246,7 +252,9 @@ class Builder:
 
     # -- internals --------------------------------------------------------------------------
 
-    def _arg(self, name: str, dtype: DType, shape: Sequence[int], storage: Storage) -> Var:
+    def _arg(
+        self, name: str, dtype: DType, shape: Sequence[int], storage: Storage, wide: bool = False
+    ) -> Var:
         _check_name(name, "argument name")
         if any(a.name == name for a in self._args):
             raise TypeCheckError(f"argument {name!r} is declared twice")
@@ -262,7 +270,7 @@ class Builder:
                 f"argument {name!r}: shape {_show(shape)} must be non-negative integers"
             )
         v = self._fresh(TensorType(shape, dtype), name)
-        self._args.append(Arg(name, v, storage))
+        self._args.append(Arg(name, v, storage, wide))
         return v
 
     def _fresh(self, t: TensorType, name: str | None = None) -> Var:

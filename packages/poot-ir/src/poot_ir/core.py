@@ -313,6 +313,9 @@ class Arg:
     name: str
     var: Var
     storage: Storage
+    #: An I32 slot that also takes int64 arrays (an imported model's int64 input): every step
+    #: checks each value fits I32 and refuses, naming the element, when one does not.
+    wide: bool = False
 
 
 @dataclass(frozen=True, slots=True)

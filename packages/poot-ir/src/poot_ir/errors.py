@@ -30,13 +30,15 @@ them to a caller who asked for a program that must run.
     │   ├── NarrowingRangeError           an F32 value FP16 cannot hold (names argument and element)
     │   │   ├── NarrowingRangeUpload          a weight, at upload
     │   │   ├── NarrowingRangeInput           an input, before a replay
-    │   │   └── NarrowingRangeResult          a result, after a replay
+    │   │   ├── NarrowingRangeResult          a result, after a replay
+    │   │   └── NarrowingRangeState           a state written or handed over to an entry
     │   ├── DispatchRefused               a command that is not the artifact's ABI: nothing ran
     │   ├── DeadlineExceeded              a run missed its deadline: the device is now poisoned
     │   ├── DevicePoisoned                every call after a deadline miss
     │   ├── DeviceFailed                  the runtime reported a failed run
     │   ├── BlobRefused                   the device will not load a compiled blob: recompile it
-    │   └── UnknownEntry                  an entry or weights handle this engine did not issue
+    │   ├── UnknownEntry                  an entry or weights handle this engine did not issue
+    │   └── StateError                    a state read or written wrongly: names the state
     ├── CacheError                    the blob cache directory is unsafe (owner, mode, symlink)
     ├── DeviceUnavailable             no such device here ("hardware unavailable", not "unsupported")
     └── UnsupportedDevice             a device or a use of one poot never drives (OpenVINO's AUTO)
@@ -68,12 +70,14 @@ __all__ = [
     "NarrowingRangeError",
     "NarrowingRangeInput",
     "NarrowingRangeResult",
+    "NarrowingRangeState",
     "NarrowingRangeUpload",
     "NoLowering",
     "ParseError",
     "PlanRefused",
     "PootError",
     "SignatureMismatch",
+    "StateError",
     "StepInputError",
     "TargetTableError",
     "ToolchainUnavailable",
@@ -179,16 +183,26 @@ class WindowOutOfRange(EvaluationError):
 
 
 class IndexOutOfRange(EvaluationError):
-    """A gather index outside ``[-size, size)`` of its axis."""
+    """A gather index outside ``[-size, size)`` of its axis; ``argument`` names the program
+    argument holding it when a device checked it before a run."""
 
-    def __init__(self, eqn: int, index: int, size: int, element: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        eqn: int,
+        index: int,
+        size: int,
+        element: tuple[int, ...],
+        argument: str | None = None,
+    ) -> None:
+        of = f" of argument {argument!r}" if argument is not None else ""
         super().__init__(
-            f"equation {eqn} (gather): index {index} at element {element} is outside an axis of size {size}"
+            f"equation {eqn} (gather): index {index} at element {element}{of} is outside an axis of size {size}"
         )
         self.eqn = eqn
         self.index = index
         self.size = size
         self.element = element
+        self.argument = argument
 
 
 class IntegerDivisionByZero(EvaluationError):
@@ -330,6 +344,12 @@ class NarrowingRangeResult(NarrowingRangeError):
     when = "result"
 
 
+class NarrowingRangeState(NarrowingRangeError):
+    """A state value beyond the narrowing range, refused as it is written (or handed over)."""
+
+    when = "state"
+
+
 class DispatchRefused(EngineError):
     """A command that is not the artifact's ABI (a grid launch, another graph, a buffer of the
     wrong shape); refused before the device runtime is touched."""
@@ -365,6 +385,17 @@ class BlobRefused(EngineError):
 
 class UnknownEntry(EngineError):
     """An entry or weights handle this engine did not issue, or one already removed."""
+
+
+class StateError(EngineError):
+    """A state read or written wrongly (``Engine.read_state``, ``write_state``, ``handoff``):
+    a name that is no state of the entry, a value of another dtype or shape, two entries whose
+    states differ, or a call while a step is running. ``state`` names it (None: the call as a
+    whole); nothing was read or written."""
+
+    def __init__(self, message: str, state: str | None = None) -> None:
+        super().__init__(f"state {state!r}: {message}" if state else message)
+        self.state = state
 
 
 class CacheError(PootError):

@@ -399,7 +399,7 @@ if set(_RULES) != set(Prim):  # a primitive added without its reference rule: fo
 
 
 class _Compiled:
-    __slots__ = ("args", "nslots", "results", "steps")
+    __slots__ = ("args", "nslots", "results", "steps", "wide")
 
     def __init__(
         self,
@@ -409,6 +409,7 @@ class _Compiled:
         nslots: int,
     ) -> None:
         self.args, self.steps, self.results, self.nslots = args, steps, results, nslots
+        self.wide: frozenset[str] = frozenset()
 
 
 def _step(kernel: Kernel, ins: list[int | Literal], out: int) -> Step:
@@ -489,7 +490,9 @@ def _compile(program: Program) -> _Compiled:
             free.append(out)
         steps.append(_step(kernel, ins, out))
     results = tuple((name, slots[v.id], v.type) for name, v in program.results())
-    return _Compiled(args, tuple(steps), results, count)
+    compiled = _Compiled(args, tuple(steps), results, count)
+    compiled.wide = frozenset(a.name for a in program.args if a.wide)
+    return compiled
 
 
 # Programs are frozen and slotted (no weak references) and hashing a large one costs about as
@@ -519,15 +522,25 @@ def exact_array(
     value: object,
     t: TensorType,
     error: Callable[[str, str], PootError] = ArgumentError,
+    wide: bool = False,
 ) -> np.ndarray:
     """``value`` as an array of exactly ``t``, or ``error(message, name)`` saying what it is
     instead. A numpy scalar of the exact dtype is accepted for a shape of ``()``; nothing is
-    ever converted. The oracle checks its arguments with it, the engine a step's inputs."""
+    ever converted, except for a ``wide`` argument (``Arg.wide``): an int64 array is narrowed
+    to I32 after checking every value fits. The oracle checks its arguments with it, the
+    engine a step's inputs."""
     expect = f"expected an array of {t}"
     if isinstance(value, np.generic) and t.shape == ():
         value = np.asarray(value)
     if not isinstance(value, np.ndarray):
         raise error(f"{expect}, got {type(value).__name__}", name)
+    if wide and value.dtype == np.int64 and value.shape == t.shape:
+        info = np.iinfo(np.int32)
+        bad = (value < info.min) | (value > info.max)
+        if np.any(bad):
+            at = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise error(f"int64 value {int(value[at])} at element {at} does not fit i32", name)
+        return value.astype(np.int32)
     if value.dtype != t.dtype.numpy:
         raise error(f"{expect}, got dtype {value.dtype} (no conversion is made)", name)
     if value.shape != t.shape:
@@ -548,7 +561,7 @@ def evaluate(program: Program, inputs: Mapping[str, object]) -> dict[str, np.nda
     for name, s, t in compiled.args:
         if name not in inputs:
             raise ArgumentError(f"missing; expected an array of {t}", name)
-        env[s] = exact_array(name, inputs[name], t)
+        env[s] = exact_array(name, inputs[name], t, wide=name in compiled.wide)
     extra = sorted(set(inputs) - {name for name, _, _ in compiled.args})
     if extra:
         raise ArgumentError(f"is not an argument of {program.name!r}", extra[0])

@@ -24,7 +24,8 @@ Grammar (one statement per line; ``#`` starts a comment that runs to the end of 
 lines are ignored; spaces and tabs separate tokens and are otherwise insignificant)::
 
     text      := "program" name NL statement* "end" NL?     (then only blank or comment lines)
-    statement := storage name decl                          an argument, in program order
+    statement := storage name decl ("from" "i64")?          an argument, in program order
+                                                            (an i32 slot taking int64 values)
                | decl "=" prim operand* params?             an equation, in program order
                | "output" name "=" var                      a result, in program order
                | "update" name "=" var                      a state update, in program order
@@ -138,7 +139,8 @@ def format_program(program: Program) -> str:
     """The text of ``program`` (see the module docstring), ending in a newline."""
     out = [f"program {_name(program.name)}"]
     for a in program.args:
-        out.append(f"  {a.storage.value} {_name(a.name)} {_decl(a.var, a.name)}")
+        wide = " from i64" if a.wide else ""
+        out.append(f"  {a.storage.value} {_name(a.name)} {_decl(a.var, a.name)}{wide}")
     for i, e in enumerate(program.eqns):
         if len(e.outputs) != 1:
             raise TypeCheckError(f"has {len(e.outputs)} outputs; every primitive has one", i)
@@ -361,7 +363,12 @@ class _Parser:
         elif text in ("slot", "weight", "state"):
             line.i += 1
             name = self.name(line, "an argument name")
-            self.args.append(Arg(name, self.decl(line, name), Storage(text)))
+            var = self.decl(line, name)
+            wide = line.peek() == "from"
+            if wide:
+                line.i += 1
+                line.expect("i64", "'i64' after 'from' (a slot that takes int64 values)")
+            self.args.append(Arg(name, var, Storage(text), wide))
         elif text in ("output", "update"):
             line.i += 1
             name = self.name(line, f"the name of the {text}")

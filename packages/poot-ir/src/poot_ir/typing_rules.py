@@ -336,6 +336,8 @@ def validate(program: Program) -> Program:
             raise TypeCheckError(
                 f"{where}: shape {_show(arg.var.type.shape)} must be non-negative integers"
             )
+        if arg.wide and (arg.storage is not Storage.SLOT or arg.var.dtype is not DType.I32):
+            raise TypeCheckError(f"{where}: only an i32 slot takes int64 values")
         define(arg.var, where)
     for i, e in enumerate(program.eqns):
         for a in e.inputs:

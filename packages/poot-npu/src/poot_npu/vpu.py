@@ -200,7 +200,18 @@ class VpuDevice(HostMemory):
         except RuntimeError as err:
             raise CompileFailed(tool, str(err), "the IR") from None
         try:
-            compiled = self._core.compile_model(model, self._device, self._config)
+            try:
+                compiled = self._core.compile_model(model, self._device, self._config)
+            except RuntimeError as err:
+                # The CPU plugin's snippets (JIT fusion of elementwise chains) can fail to
+                # allocate registers on a long chain (a legalized erf alone: 34 steps with their
+                # f16 roundings). The stand-in then compiles that graph with snippets off: every
+                # op its own kernel, the same per-op results; the blob loads with the usual
+                # options.
+                if not (self.stand_in and _SNIPPET_REGISTERS in str(err)):
+                    raise
+                config = {**self._config, "SNIPPETS_MODE": "DISABLE"}
+                compiled = self._core.compile_model(model, self._device, config)
             return bytes(compiled.export_model().getvalue())
         except RuntimeError as err:
             raise CompileFailed(tool, str(err), f"graph {model.get_friendly_name()!r}") from None
@@ -302,6 +313,9 @@ def _prop(core: Any, device: str, key: str) -> str | None:
     if key == "NPU_COMPILER_VERSION" and isinstance(value, int):
         return f"{value >> 16}.{value & 0xFFFF}"
     return str(getattr(value, "name", value))
+
+
+_SNIPPET_REGISTERS = "Can't allocate registers for a snippet"
 
 
 def _identity(core: Any, device: str, config: dict[str, str], emulate: bool) -> DeviceIdentity:

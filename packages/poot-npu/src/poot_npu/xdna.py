@@ -7,12 +7,13 @@ constructor raises ``DeviceUnavailable`` with that reason.
 
 The artifact (one per program; one xclbin, instruction stream and hardware context per region):
 
-- ``lower``: the planned program's text, its design (``encode_design``) and
+- ``lower``: the plan's one lowering (``lower_program``): its design (``encode_design``),
   ``link.artifact_source`` (the part, tool versions, options, every region's MLIR and kernel
-  source, the kernel headers) framed into one bytes value, and the design's signature.
-- ``compile``: re-plans the program (the design must come out identical), then ``link.link``:
-  Peano builds each region's kernels and aiecc links its design into an xclbin and an
-  instruction stream. A missing tool is ``ToolchainUnavailable`` naming every missing tool; a
+  source, the kernel headers), then each region's MLIR and kernel C, framed into one bytes
+  value, and the design's signature.
+- ``compile``: reads the lowering back (``from_parts``: the design validated, the MLIR its
+  design's; nothing is planned or designed again), then ``link.link``: Peano builds each
+  region's kernels and aiecc links its design into an xclbin and an instruction stream. A missing tool is ``ToolchainUnavailable`` naming every missing tool; a
   tool that fails is ``CompileFailed`` with its log. The blob frames the design and each
   region's xclbin and instructions.
 - ``load``: checks the frame, its digest and the design (else ``BlobRefused``); a blob needing
@@ -53,9 +54,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
-from poot_codegen.xdna import ArenaRole, ProgramDesign, RegionDesign, design_program
+from poot_codegen.xdna import (
+    ArenaRole,
+    DesignError,
+    ProgramDesign,
+    RegionDesign,
+    from_parts,
+    lower_program,
+)
 from poot_codegen.xdna import link as xlink
-from poot_codegen.xdna.execute import read_results, write_arguments
+from poot_codegen.xdna.execute import check_indices, read_results, write_arguments
 from poot_codegen.xdna.link import Progress
 from poot_engine.device import Artifact, ArtifactSource, Buffer, DeviceIdentity, check_dispatch
 from poot_engine.host_buffers import HostBuffers, HostMemory, next_id
@@ -66,13 +74,8 @@ from poot_ir import (
     DeviceFailed,
     DevicePoisoned,
     DeviceUnavailable,
-    IRError,
-    PlanRefused,
     UnsupportedDevice,
-    format_program,
-    parse_program,
 )
-from poot_planner import plan as plan_program
 
 from poot_npu.xdna_artifact import decode_design, design_signature, encode_design, frame, unframe
 
@@ -195,24 +198,27 @@ class XdnaDevice(HostMemory):
         self._usable()
         if plan.target.name != TARGET:
             raise UnsupportedDevice(self._name, f"it runs {TARGET} plans, not {plan.target.name}")
-        design = design_program(plan)
+        lowered = lower_program(plan)  # the one design build of this artifact
         sections = [
-            format_program(plan.program).encode(),
-            encode_design(design),
-            xlink.artifact_source(plan, fields=self._identity_fields()),
+            encode_design(lowered.design),
+            xlink.artifact_source(lowered, fields=self._identity_fields()),
         ]
-        return ArtifactSource(frame(_SOURCE, sections), design_signature(design))
+        for mlir, kernels in zip(lowered.mlir, lowered.kernels, strict=True):
+            sections += [mlir.encode(), kernels.encode()]
+        return ArtifactSource(frame(_SOURCE, sections), design_signature(lowered.design))
 
     def compile(self, source: ArtifactSource) -> bytes:
         self._usable()
         try:
-            text, design, _ = unframe(_SOURCE, source.data)
-            planned = plan_program(parse_program(text.decode()), TARGET).check()
-        except (ValueError, UnicodeDecodeError, IRError, PlanRefused) as err:
+            design, _, *parts = unframe(_SOURCE, source.data)
+            lowered = from_parts(
+                decode_design(design),
+                [m.decode() for m in parts[0::2]],
+                [k.decode() for k in parts[1::2]],
+            )
+        except (ValueError, UnicodeDecodeError, DesignError) as err:
             raise CompileFailed(self._name, str(err), "an artifact source") from None
-        if encode_design(design_program(planned)) != design:
-            raise CompileFailed(self._name, "re-planning gave another design", "an artifact source")
-        artifacts = xlink.link(planned, env=self._env, progress=self.progress)
+        artifacts = xlink.link(lowered, env=self._env, progress=self.progress)
         sections = [design]
         for a in artifacts:
             sections += [a.xclbin, a.insts]
@@ -298,6 +304,10 @@ class XdnaDevice(HostMemory):
         arrays = tuple(memory[b.id] for b in buffers)
         specs = artifact.signature.args
         n_in = len(artifact.signature.inputs)
+        # the gather kernel reads wherever a host-passed index points: refuse before any write
+        check_indices(
+            loaded.design, {s.name: a for s, a in zip(specs[:n_in], arrays, strict=False)}
+        )
         if not loaded.regions:  # nothing runs on the NPU: every result is an argument
             self._run_on_host(loaded, specs, arrays, n_in)
             return

@@ -9,8 +9,8 @@ offsets and chunking; not the NPU toolchain or silicon (``stand_in``, ``describe
 
 The artifact:
 
-- ``lower``: the design (``encode_design``), the whole program's kernels as one C translation
-  unit (``program_source``) and ``link.artifact_source`` (the MLIR of every region, its kernel
+- ``lower``: the plan's one lowering (``lower_program``): the design (``encode_design``), the
+  whole program's kernels as one C translation unit and ``link.artifact_source`` (the MLIR of every region, its kernel
   source and the kernel headers) framed into one bytes value, and the design's signature.
 - ``compile``: the host C compiler builds the kernels into a shared library, kept as an entry
   of the blob cache (``hostbuild``: the engine's own cache once an ``Engine`` takes the device,
@@ -49,9 +49,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
-from poot_codegen.xdna import Direction, ProgramDesign, design_program, program_source
+from poot_codegen.xdna import Direction, ProgramDesign, lower_program
 from poot_codegen.xdna.execute import (
     Bytes,
+    check_indices,
     new_arenas,
     read_results,
     run_region,
@@ -216,15 +217,15 @@ class XdnaHostDevice(HostMemory):
         self._usable()
         if plan.target.name != TARGET:
             raise UnsupportedDevice(self._name, f"it runs {TARGET} plans, not {plan.target.name}")
-        design = design_program(plan)
+        lowered = lower_program(plan)  # the one design build of this artifact
         i = self.identity
         fields = {"part": i.part, "compiler": i.compiler, "version": i.compiler_version}
         sections = [
-            encode_design(design),
-            program_source(plan).encode(),
-            artifact_source(plan, fields=fields),
+            encode_design(lowered.design),
+            lowered.program_c.encode(),
+            artifact_source(lowered, fields=fields),
         ]
-        return ArtifactSource(frame(_SOURCE, sections), design_signature(design))
+        return ArtifactSource(frame(_SOURCE, sections), design_signature(lowered.design))
 
     def compile(self, source: ArtifactSource) -> bytes:
         self._usable()
@@ -292,6 +293,7 @@ class XdnaHostDevice(HostMemory):
         specs = artifact.signature.args
         inputs = {s.name: a for s, a in zip(specs[:n_in], arrays[:n_in], strict=True)}
         design, library, arenas = loaded.design, loaded.library, loaded.arenas
+        check_indices(design, inputs)  # before the worker runs: a kernel trusts these indices
 
         def run() -> dict[str, np.ndarray]:
             write_arguments(design.layout, arenas, inputs)

@@ -6,7 +6,7 @@ Intel narrowing, and the feature matrix.
 
 from poot_planner.features import feature_matrix
 from poot_planner.narrowing import narrow_to_device_precision
-from poot_planner.partition import Span, partition
+from poot_planner.partition import PartitionSummary, Span, partition, summarize
 from poot_planner.plan import Admission, Plan, plan
 from poot_planner.refusal import Refusal, RefusalKind
 from poot_planner.regions import Region
@@ -19,16 +19,18 @@ from poot_planner.target import (
     Target,
 )
 from poot_planner.targets import TARGETS, get_target
-from poot_planner.tiles import Operand, TileOp
+from poot_planner.tiles import IndexGuard, Operand, TileOp
 
 __all__ = [
     "TARGETS",
     "Admission",
     "AxisRule",
     "Capability",
+    "IndexGuard",
     "KernelClass",
     "NarrowingContract",
     "Operand",
+    "PartitionSummary",
     "Plan",
     "Refusal",
     "RefusalKind",
@@ -42,4 +44,5 @@ __all__ = [
     "narrow_to_device_precision",
     "partition",
     "plan",
+    "summarize",
 ]

@@ -106,32 +106,51 @@ def unchunked_bytes(t: TileOp) -> int:
     return sum(2 * words(v.type.nbytes) for v in [op.var for op in t.inputs] + [t.output])
 
 
-def _divisors(n: int) -> list[int]:
-    """The divisors of ``n``, ascending (in O(sqrt n): a tensor may have millions of units)."""
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return small + [n // d for d in reversed(small) if d * d != n]
+def _fewest_calls(c: Chunking, group: list[TileOp], g: int, limit: int) -> int | None:
+    """The fewest calls ``n`` (a divisor of ``g``, the gcd of the group's units) at which every
+    member fits ``limit``, or None.
+
+    Searched by the units of ``g`` per call, ``q = g // n``, from the largest ``q`` the bytes
+    allow downwards: a member streams at least its output, so ``q`` is below ``limit`` whatever
+    the tensors' sizes, and the search takes at most ``limit`` steps however large a dimension
+    is (the divisors of a dimension near 2^31 are never enumerated)."""
+    q_max = g
+    for t in group:
+        streamed = resident = 0
+        for v in [op.var for op in t.inputs] + [t.output]:
+            if c.whole(v.id):
+                resident += words(v.type.nbytes)
+            else:
+                streamed += 2 * v.type.nbytes  # per g units; words() only rounds up
+        if streamed:
+            # 2 * size * q / g bytes per streamed tensor at q units of g per call
+            q_max = min(q_max, max(limit - resident, 0) * g // streamed)
+    for q in range(min(q_max, g), 0, -1):
+        if g % q:
+            continue
+        n = g // q
+        if all((s := c.tile_bytes(t, n)) is not None and s <= limit for t in group):
+            return n
+    return None
 
 
 def chunk_calls(tiles: Sequence[TileOp], limit: int) -> tuple[Chunking, dict[int, int]] | int:
     """Calls per run of every tile (by index), or, when some chunk group fits no chunking,
-    the bytes its largest tile would need at the finest chunking tried."""
+    the bytes its largest tile would need at the finest chunking (one unit of the group's
+    gcd per call; a resident-bound group: its one call)."""
     c = Chunking(tiles)
     calls: dict[int, int] = {}
     for group in c.groups():
         if any(t.units == 0 for t in group):
             calls.update((t.index, 0) for t in group)  # an empty tensor: no call at all
             continue
-        g = math.gcd(*(t.units for t in group))
-        candidates = [1] if c.forced_single(group) else _divisors(g)
-        need = 0
-        for n in candidates:
-            sizes = [c.tile_bytes(t, n) for t in group]
-            if all(s is not None and s <= limit for s in sizes):
-                calls.update((t.index, n) for t in group)
-                break
-            need = max([s for s in sizes if s is not None] + [need])
-        else:
-            return need
+        single = c.forced_single(group)
+        g = 1 if single else math.gcd(*(t.units for t in group))
+        n = _fewest_calls(c, group, g, limit)
+        if n is None:
+            sizes = [c.tile_bytes(t, g) for t in group]
+            return max([s for s in sizes if s is not None] + [0])
+        calls.update((t.index, n) for t in group)
     return c, calls
 
 

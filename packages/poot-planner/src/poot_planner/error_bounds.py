@@ -216,8 +216,12 @@ def _moved(e: Eqn, errs: list[Array], vals: list[Array]) -> Array:
 
 def result_bounds(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[str, Array]:
     """For each result of ``plan.source`` (by name): the largest error a device running
-    ``plan`` may have at each element, for these ``inputs`` (inf: nothing promised)."""
-    program = plan.source
+    ``plan`` may have at each element, for these ``inputs`` (inf: nothing promised). The
+    analysis runs over the legalized program (``plan.legalized``, the same results), so each
+    rewrite is carried step by step under its steps' contracts."""
+    program = plan.legalized
+    # a rewrite by a published approximation adds the formula's own error at its last step
+    approximation = {rw.last: rw.rule.approximation for rw in plan.rewrites}
     values = evaluate(_everything(program), inputs)
     val: dict[int, Array] = {a.var.id: np.asarray(inputs[a.name]) for a in program.args}
     err: dict[int, Array] = {a.var.id: np.zeros(a.var.shape) for a in program.args}
@@ -225,7 +229,7 @@ def result_bounds(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[str, Arr
         ops = [val[a.id] if isinstance(a, Var) else np.asarray(a.value) for a in e.inputs]
         eops = [err[a.id] if isinstance(a, Var) else np.zeros(()) for a in e.inputs]
         y = values[f"v{e.out.id}"]
-        own = _own(_contract(plan, i, e), e, ops, y)
+        own = _own(_contract(plan, i, e), e, ops, y) + approximation.get(i, 0.0)
         prop = _propagated(e, ops, eops, y)
         val[e.out.id] = y
         err[e.out.id] = np.asarray(own + prop, dtype=np.float64)

@@ -32,6 +32,9 @@ from poot_ir.numerics import (
     ScaledSum,
 )
 
+from poot_planner.legal_bounds import derive
+from poot_planner.legal_emit import Emit
+from poot_planner.legal_rules import RULES, Rule, RuleContext
 from poot_planner.plan import plan
 from poot_planner.target import AxisRule, Capability, Target
 from poot_planner.targets import TARGETS
@@ -143,12 +146,45 @@ def _fused_norm_bound(target: Target, weight: bool) -> str:
     return f"relative {bounds[0]:.3g}"
 
 
+def _rule_numerics(rule: Rule, t: Target) -> str:
+    """A rule's derived bound on ``t``, as the planner derives it for a unary F32 operand (the
+    rules on comparisons and products are identities or sentinels: their kind says it)."""
+    if not (rule.prim.is_unary or rule.prim.is_binary) or rule.prim is Prim.MUL:
+        return rule.numerics.value
+    b = Builder("probe")
+    xs = [b.slot(f"x{k}", DType.F32, (1,)) for k in range(1 if rule.prim.is_unary else 2)]
+    out = getattr(b, rule.prim.value)(*xs)
+    b.output("y", out)
+    e = b.build().eqns[-1]
+    em = Emit(100, e.inputs[0].dtype)
+    if not rule.expand(em, e, RuleContext()):
+        return rule.numerics.value
+    got = derive(rule, em.eqns, t, DType.F32).describe()
+    return f"{rule.numerics.value}: {got}"
+
+
+def _rules_section(t: Target) -> list[str]:
+    rules = [r for r in RULES if r.target == t.name]
+    if not rules:
+        return []
+    out = [
+        "Legalization rules (`poot_planner.legal_rules`): a refused equation rewritten into "
+        "admitted ones before admission, with the bound derived from their contracts:",
+        "",
+    ]
+    return out + _table(
+        ["primitive", "rule", "decomposition", "numerics", "source"],
+        [[r.prim.value, r.name, r.decomposition, _rule_numerics(r, t), r.source] for r in rules],
+    )
+
+
 def _target_section(t: Target) -> list[str]:
     out = [f"## {t.name}", "", t.description + ".", ""]
     out += _table(
         ["primitive", "dtypes", "kernel", "axes", "bound", "domain", "note"],
         [_capability_row(c) for c in t.capabilities],
     )
+    out += _rules_section(t)
     if t.region_limits is not None:
         lim = t.region_limits
         out += ["Region limits (a region closes where the next equation would break one):", ""]
@@ -162,6 +198,25 @@ def _target_section(t: Target) -> list[str]:
                 ["tile-local bytes", str(lim.tile_bytes)],
                 ["hardware contexts (one per region)", str(lim.contexts)],
                 ["host buffers per kernel call", str(lim.host_buffers)],
+                ["elements per tensor (int32 kernel ABI)", str(lim.tensor_elements)],
+            ],
+        )
+    if t.code_size is not None:
+        cs = t.code_size
+        state = "measured" if cs.measured else "UNMEASURED estimate"
+        out += [
+            f"Program memory: {cs.program_bytes} bytes per compute tile; an equation whose "
+            f"kernel needs more is refused (`program_bytes`). Code-size figures ({state}; "
+            f"{cs.source}): base {cs.base} B per core, then once per core each library routine "
+            "its primitives call, plus each primitive's body:",
+            "",
+        ]
+        routines = dict(cs.routines)
+        out += _table(
+            ["primitive", "body bytes", "routines called (bytes)"],
+            [
+                [p.value, str(n), ", ".join(f"{r} ({routines[r]})" for r in calls) or _NONE]
+                for p, calls, n in cs.bodies
             ],
         )
     if t.narrowing is not None:

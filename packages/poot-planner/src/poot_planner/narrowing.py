@@ -165,5 +165,5 @@ def narrow_to_device_precision(program: Program, contract: NarrowingContract) ->
 
     outputs = tuple(Output(o.name, exit_value(o.var)) for o in program.outputs)
     updates = tuple(Update(u.state, exit_value(u.var)) for u in program.updates)
-    args = tuple(Arg(a.name, a.var, a.storage) for a in program.args)
+    args = tuple(Arg(a.name, a.var, a.storage, a.wide) for a in program.args)
     return validate(Program(program.name, args, tuple(eqns), outputs, updates))

@@ -14,8 +14,10 @@ The rules:
   is refused as a whole (a context limit), the run goes to the oracle.
 - The device spans together use at most the target's hardware contexts (XDNA2: 16, one per
   region): a device span past that budget, in program order, goes to the oracle.
-- Adjacent oracle runs merge into one oracle span; adjacent device spans stay apart (each was
-  admitted alone, not together).
+- Adjacent oracle runs merge into one oracle span; adjacent device spans merge when the plan
+  of their union is admitted (one graph, one compile and one host round trip instead of two).
+- The plan legalizes each span as it does a whole program (``poot_planner.legalize``), so the
+  equations a rule rewrites are device equations, and spans are cut in the source program.
 - Every device span's plan is admitted; oracle spans are never planned.
 
 A span's sub-program (``<program>_e<first>_<last>``) has:
@@ -41,7 +43,7 @@ from poot_planner.plan import plan
 from poot_planner.target import Target
 from poot_planner.targets import get_target
 
-__all__ = ["Span", "partition", "value_names"]
+__all__ = ["PartitionSummary", "Span", "partition", "summarize", "value_names"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,35 @@ class Span:
         return self.eqns[-1]
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionSummary:
+    """What one step of a partitioned program costs in device work: ``graphs`` (artifacts:
+    one per device span, or per region on XDNA2), each compiled once (``compiles``, before
+    the blob cache), and each a dispatch whose outputs return to the host
+    (``round_trips``)."""
+
+    spans: int
+    device_spans: int
+    oracle_spans: int
+    graphs: int
+    compiles: int
+    round_trips: int
+
+    def describe(self) -> str:
+        return (
+            f"{self.spans} spans ({self.device_spans} device, {self.oracle_spans} oracle); "
+            f"per step: {self.graphs} graphs, {self.compiles} compiles, "
+            f"{self.round_trips} host round trips"
+        )
+
+
+def summarize(spans: tuple[Span, ...], target: str | Target) -> PartitionSummary:
+    t = get_target(target)
+    graphs = sum(max(1, plan(s.program, t).contexts) for s in spans if s.device)
+    device = sum(1 for s in spans if s.device)
+    return PartitionSummary(len(spans), device, len(spans) - device, graphs, graphs, graphs)
+
+
 def value_names(program: Program) -> dict[int, str]:
     """The name of every value of ``program`` by var id (see the module docstring)."""
     names = {a.var.id: a.name for a in program.args}
@@ -76,29 +107,35 @@ def value_names(program: Program) -> dict[int, str]:
     return names
 
 
-def partition(program: Program, target: str | Target) -> tuple[Span, ...]:
-    """Cut ``program`` into device and oracle spans for ``target`` (rules: module docstring)."""
+def partition(
+    program: Program, target: str | Target, *, legalization: bool = True
+) -> tuple[Span, ...]:
+    """Cut ``program`` into device and oracle spans for ``target`` (rules: module docstring);
+    ``legalization=False`` cuts it as the target refuses it before any rewrite."""
     t = get_target(target)
     n = len(program.eqns)
     if n == 0:
         return ()
     names = value_names(program)
-    whole = plan(program, t)
+    whole = plan(program, t, legalization=legalization)
     if whole.admitted:
         return (Span(True, tuple(range(n)), _sub_program(program, tuple(range(n)), names)),)
     refused = {r.eqn for r in whole.refusals if r.eqn >= 0}
     pieces: list[tuple[bool, tuple[int, ...]]] = []
     for device, run in _runs(tuple(range(n)), refused):
         if device:
-            pieces.extend(_device_pieces(program, run, names, t))
+            pieces.extend(_device_pieces(program, run, names, t, legalization))
         else:
             pieces.append((False, run))
+    pieces = _merge_devices(program, pieces, names, t, legalization)
     budget = t.region_limits.contexts if t.region_limits is not None else None
     used = 0
     merged: list[tuple[bool, tuple[int, ...]]] = []
     for device, run in pieces:
         if device and budget is not None:
-            contexts = plan(_sub_program(program, run, names), t).contexts
+            contexts = plan(
+                _sub_program(program, run, names), t, legalization=legalization
+            ).contexts
             if used + contexts > budget:
                 device = False
             else:
@@ -108,6 +145,25 @@ def partition(program: Program, target: str | Target) -> tuple[Span, ...]:
         else:
             merged.append((device, run))
     return tuple(Span(d, run, _sub_program(program, run, names)) for d, run in merged)
+
+
+def _merge_devices(
+    program: Program,
+    pieces: list[tuple[bool, tuple[int, ...]]],
+    names: dict[int, str],
+    t: Target,
+    legalization: bool,
+) -> list[tuple[bool, tuple[int, ...]]]:
+    """Adjacent device pieces joined wherever the union's own plan is admitted."""
+    out: list[tuple[bool, tuple[int, ...]]] = []
+    for device, run in pieces:
+        if device and out and out[-1][0]:
+            union = out[-1][1] + run
+            if plan(_sub_program(program, union, names), t, legalization=legalization).admitted:
+                out[-1] = (True, union)
+                continue
+        out.append((device, run))
+    return out
 
 
 def _runs(eqns: tuple[int, ...], refused: set[int]) -> list[tuple[bool, tuple[int, ...]]]:
@@ -123,10 +179,10 @@ def _runs(eqns: tuple[int, ...], refused: set[int]) -> list[tuple[bool, tuple[in
 
 
 def _device_pieces(
-    program: Program, run: tuple[int, ...], names: dict[int, str], t: Target
+    program: Program, run: tuple[int, ...], names: dict[int, str], t: Target, legalization: bool
 ) -> list[tuple[bool, tuple[int, ...]]]:
     """``run`` as device pieces whose own plans are admitted, and oracle pieces."""
-    p = plan(_sub_program(program, run, names), t)
+    p = plan(_sub_program(program, run, names), t, legalization=legalization)
     if p.admitted:
         return [(True, run)]
     refused = {run[r.eqn] for r in p.refusals if r.eqn >= 0}
@@ -134,7 +190,9 @@ def _device_pieces(
         return [(False, run)]
     out: list[tuple[bool, tuple[int, ...]]] = []
     for device, piece in _runs(run, refused):
-        out.extend(_device_pieces(program, piece, names, t) if device else [(False, piece)])
+        out.extend(
+            _device_pieces(program, piece, names, t, legalization) if device else [(False, piece)]
+        )
     return out
 
 

@@ -4,6 +4,10 @@
 ``refusals`` say why, every one of them (``Plan.check()`` raises ``PlanRefused`` carrying them
 for a caller that needs the program to run). The steps:
 
+0. Legalization (``legalize``): each refused equation a rule of the target rewrites into
+   admitted equations with a derived bound is replaced by them (``Plan.rewrites``); the steps
+   below run on the legalized program. Refusals name source equations; admissions and tiles
+   index the legalized program (``Plan.legalized``).
 1. Admission of each equation by the target's capability table (``admission``), plus the
    target's own rules: XDNA2 row kernels with derived bounds (``rowfusion``), Intel literal
    rules (``narrowing``).
@@ -35,6 +39,7 @@ from poot_ir.numerics import (
 
 from poot_planner.admission import admit
 from poot_planner.chunking import chunk_region
+from poot_planner.legalize import Legalized, Rewrite, legalize
 from poot_planner.narrowing import (
     literal_refusals,
     narrow_to_device_precision,
@@ -44,7 +49,7 @@ from poot_planner.narrowing import (
 from poot_planner.refusal import Refusal, RefusalKind
 from poot_planner.regions import Region, form_regions
 from poot_planner.rowfusion import RowGroup, find_row_groups
-from poot_planner.target import KernelClass, NarrowingContract, RegionLimits, Target
+from poot_planner.target import CodeSize, KernelClass, NarrowingContract, RegionLimits, Target
 from poot_planner.targets import get_target
 from poot_planner.tiles import TileOp, tile_for_eqn, tile_for_group
 
@@ -79,6 +84,13 @@ class Plan:
     narrowing: NarrowingContract | None = None
     tiles: tuple[TileOp, ...] = ()
     regions: tuple[Region, ...] = ()
+    rewrites: tuple[Rewrite, ...] = ()
+    legal: Program | None = None  # the legalized program when a rewrite was made
+
+    @property
+    def legalized(self) -> Program:
+        """The program admission ran on: ``source`` with its rewrites made."""
+        return self.source if self.legal is None else self.legal
 
     @property
     def admitted(self) -> bool:
@@ -101,11 +113,15 @@ class Plan:
         return self
 
 
-def plan(program: Program, target: str | Target) -> Plan:
-    """Plan ``program`` for ``target`` (a name in ``poot_planner.TARGETS`` or a Target)."""
+def plan(program: Program, target: str | Target, *, legalization: bool = True) -> Plan:
+    """Plan ``program`` for ``target`` (a name in ``poot_planner.TARGETS`` or a Target);
+    ``legalization=False`` plans it as written (what the target refuses before any rewrite)."""
     if not isinstance(program, Program):
         raise TypeCheckError(f"plan: expected a Program, got a {type(program).__name__}")
     t = get_target(target)
+    source = program
+    legal = legalize(source, t) if legalization else Legalized(source, (), ())
+    program = legal.program
     grouped, kernels, refusals = _row_kernels(program, t)
     admissions: dict[int, Admission] = {}
     for i, e in enumerate(program.eqns):
@@ -124,24 +140,50 @@ def plan(program: Program, target: str | Target) -> Plan:
     tiles: tuple[TileOp, ...] = ()
     regions: tuple[Region, ...] = ()
     if t.region_limits is not None:
-        tiles, regions, more = _xdna2_layout(program, t.region_limits, admissions, kernels)
+        tiles, regions, more = _xdna2_layout(program, t, t.region_limits, admissions, kernels)
         refusals.extend(more)
 
     run = program
     if narrowing is not None and not refusals:
         run = narrow_to_device_precision(program, narrowing)
+    if legal.rewrites:
+        refusals = [_to_source(r, legal.origin, source) for r in refusals]
     refusals.sort(key=lambda r: (r.eqn, r.kind.value))
     return Plan(
         target=t,
-        source=program,
+        source=source,
         program=run,
         admissions=tuple(admissions[i] for i in sorted(admissions)),
         refusals=tuple(refusals),
-        numerics=_numerics(program, admissions, tiles, narrowing),
+        numerics=_with_rewrites(_numerics(program, admissions, tiles, narrowing), legal.rewrites),
         narrowing=narrowing,
         tiles=tiles,
         regions=regions,
+        rewrites=legal.rewrites,
+        legal=program if legal.rewrites else None,
     )
+
+
+def _with_rewrites(cls: NumericsClass, rewrites: tuple[Rewrite, ...]) -> NumericsClass:
+    """The class loosened by each approximate rewrite's derived absolute bound (a narrowed
+    program's class is the narrowing contract's, which the rewrites' tests hold it to)."""
+    if isinstance(cls, NarrowStorage):
+        return cls
+    for rw in rewrites:
+        if isinstance(rw.derivation.bound, AbsRel):
+            cls = looser(cls, Bounded(rw.derivation.bound.abs, rw.derivation.bound.rel))
+    return cls
+
+
+def _to_source(r: Refusal, origin: tuple[int, ...], source: Program) -> Refusal:
+    """A refusal of a legalized equation, naming the source equation it comes from (and the
+    step of a rewrite it is)."""
+    if r.eqn < 0:
+        return r
+    i = origin[r.eqn]
+    prim = source.eqns[i].prim.value
+    facts = r.facts if prim == r.primitive else (("step", r.primitive), *r.facts)
+    return replace(r, eqn=i, primitive=prim, facts=facts)
 
 
 def _limit(i: int, prim: str, limit: str, needed: int, available: int) -> Refusal:
@@ -182,6 +224,7 @@ def _row_kernels(program: Program, t: Target) -> tuple[set[int], list[RowGroup],
 
 def _xdna2_layout(
     program: Program,
+    target: Target,
     limits: RegionLimits,
     admissions: dict[int, Admission],
     kernels: list[RowGroup],
@@ -189,8 +232,9 @@ def _xdna2_layout(
     """Tile jobs for the admitted equations and the clean row kernels, then regions."""
     refusals: list[Refusal] = []
     jobs: list[tuple[int, TileOp]] = []  # (the equation that makes its output, job)
+    arguments = frozenset(a.var.id for a in program.args)
     for i, a in admissions.items():
-        jobs.append((i, tile_for_eqn(0, i, program.eqns[i], a.kernel)))
+        jobs.append((i, tile_for_eqn(0, i, program.eqns[i], a.kernel, arguments)))
     for g in kernels:
         # ordered by the equation that makes its output: a step after it is dead code, and a
         # later key would put the kernel after a tile that reads its output
@@ -204,6 +248,17 @@ def _xdna2_layout(
     tiles: list[TileOp] = []
     for at, job in jobs:
         prim = program.eqns[at].prim.value
+        refused = _tensor_refusal(at, prim, job, limits)
+        if refused is not None:
+            refusals.append(refused)
+            continue
+        if job.output.type.size == 0:
+            continue  # an empty result: nothing to compute, so no tile (its slot is empty)
+        code = _code_bytes(program, job, target.code_size)
+        if target.code_size is not None and code > target.code_size.program_bytes:
+            refusals.append(_limit(at, prim, "program_bytes", code, target.code_size.program_bytes))
+            continue
+        job = replace(job, code_bytes=code)
         alone = chunk_region([job], limits.tile_bytes)
         if isinstance(alone, int):
             refusals.append(_limit(at, prim, "tile_bytes", alone, limits.tile_bytes))
@@ -224,6 +279,27 @@ def _xdna2_layout(
         facts = (("limit", "contexts"), ("needed", len(regions)), ("available", limits.contexts))
         refusals.append(Refusal(RefusalKind.CONTEXT_LIMIT, -1, "", facts))
     return chunked, regions, refusals
+
+
+def _code_bytes(program: Program, job: TileOp, sizes: CodeSize | None) -> int:
+    """The target's estimate of the program memory of ``job``'s core (0 without a table)."""
+    if sizes is None:
+        return 0
+    return sizes.estimate(tuple(program.eqns[i].prim for i in job.eqns))
+
+
+def _tensor_refusal(at: int, prim: str, job: TileOp, limits: RegionLimits) -> Refusal | None:
+    """A job no region can hold whatever its chunking, decided from its tensors' sizes alone
+    (so before any chunking search): a tensor past the kernel ABI's element count, or an
+    empty tensor the job must stream to make a non-empty output (a DMA moves at least one
+    32-bit word; a job whose output is empty needs no tile at all)."""
+    tensors = [op.var for op in job.inputs] + [job.output]
+    largest = max(v.type.size for v in tensors)
+    if largest > limits.tensor_elements:
+        return _limit(at, prim, "tensor_elements", largest, limits.tensor_elements)
+    if job.output.type.size and any(v.type.size == 0 for v in tensors):
+        return _limit(at, prim, "stream_bytes", 0, 4)
+    return None
 
 
 def _live(program: Program) -> set[int]:

@@ -14,7 +14,15 @@ from enum import Enum
 from poot_ir import DType, Prim, TargetTableError
 from poot_ir.numerics import Contract
 
-__all__ = ["AxisRule", "Capability", "KernelClass", "NarrowingContract", "RegionLimits", "Target"]
+__all__ = [
+    "AxisRule",
+    "Capability",
+    "CodeSize",
+    "KernelClass",
+    "NarrowingContract",
+    "RegionLimits",
+    "Target",
+]
 
 
 class KernelClass(Enum):
@@ -62,6 +70,43 @@ class RegionLimits:
     tile_bytes: int  # 64 KiB data memory less the 1 KiB stack
     contexts: int  # hardware contexts: one per loaded artifact (region)
     host_buffers: int  # buffers one kernel call takes (opcode, insts, n, bo0..bo4)
+    #: Elements of one tensor: the kernel ABI counts units and elements in ``int32_t``.
+    tensor_elements: int = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class CodeSize:
+    """Program memory per compute tile and an estimate of what one tile's kernel takes there.
+
+    Each core is linked alone (its kernel and what it calls; the toolchain drops the rest), so a
+    tile needs ``base`` bytes (start-up code, the core's FIFO loop) plus, once each, the library
+    routines its primitives call (``routines``: on aie2p every scalar float add, multiply,
+    divide, compare and conversion is one) plus each primitive's own body (``bodies``). An
+    equation whose tile needs more than ``program_bytes`` is refused (``program_bytes``).
+    ``measured`` is False while the figures are estimates: the ``xdna`` hardware test measures
+    every linked core with the toolchain's size tool, and the figures are recorded from it."""
+
+    program_bytes: int
+    base: int
+    routines: tuple[tuple[str, int], ...]
+    bodies: tuple[tuple[Prim, tuple[str, ...], int], ...]  # (primitive, routines it calls, bytes)
+    measured: bool = False
+    source: str = ""
+
+    def estimate(self, prims: tuple[Prim, ...]) -> int:
+        """Bytes of program memory of one tile computing ``prims`` (None of them unknown:
+        ``TargetTableError`` names a primitive with no body figure)."""
+        table = {p: (calls, n) for p, calls, n in self.bodies}
+        routines = dict(self.routines)
+        used: set[str] = set()
+        total = self.base
+        for p in dict.fromkeys(prims):
+            if p not in table:
+                raise TargetTableError("code size", f"no body figure for {p.value}")
+            calls, n = table[p]
+            used.update(calls)
+            total += n
+        return total + sum(routines[r] for r in sorted(used))
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +135,8 @@ class Target:
     narrowing: NarrowingContract | None = None
     #: Primitives admitted only as steps of a recognized composite (xdna2's fused norm).
     fused_steps: frozenset[Prim] = frozenset()
+    #: Program memory per tile and the code-size estimate (xdna2).
+    code_size: CodeSize | None = None
 
     def __post_init__(self) -> None:
         seen: set[tuple[Prim, DType]] = set()
@@ -108,6 +155,17 @@ class Target:
                         self.name, f"{c.prim.value} on {d.value} is declared twice"
                     )
                 seen.add((c.prim, d))
+
+        if self.code_size is not None:
+            known = {p for p, _, _ in self.code_size.bodies}
+            routines = {r for r, _ in self.code_size.routines}
+            needed = {c.prim for c in self.capabilities} | self.fused_steps
+            for p in sorted(needed - known, key=lambda q: q.value):
+                raise TargetTableError(self.name, f"no code-size figure for {p.value}")
+            for p, calls, _ in self.code_size.bodies:
+                for r in calls:
+                    if r not in routines:
+                        raise TargetTableError(self.name, f"{p.value} calls unknown routine {r}")
 
     def capability(self, prim: Prim, dtype: DType) -> Capability | None:
         for c in self.capabilities:

@@ -12,12 +12,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import Enum
 
 from poot_ir import Eqn, GatherParams, Literal, Var
 
 from poot_planner.target import KernelClass
 
-__all__ = ["Operand", "TileOp", "tile_for_eqn", "tile_for_group"]
+__all__ = ["IndexGuard", "Operand", "TileOp", "tile_for_eqn", "tile_for_group"]
+
+
+class IndexGuard(Enum):
+    """How a gather tile keeps every index inside its axis: the NPU kernel reads the table at
+    whatever index it is given, so poot must never hand it one outside the axis.
+
+    An index tensor the host passes in (an argument: a slot, a state or a weight) is checked
+    on the host before each run (``IndexOutOfRange`` naming the argument and the element, as
+    the oracle raises); one a region computes is clamped into the axis by the kernel."""
+
+    HOST_CHECKED = "checked on the host before each run"
+    KERNEL_CLAMPED = "clamped into the axis by the kernel"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +67,8 @@ class TileOp:
     chunk: int
     tile_bytes: int
     bound: float | None = None  # a row kernel's derived relative bound
+    index_guard: IndexGuard | None = None  # a gather's: how its indices stay in the axis
+    code_bytes: int = 0  # the target's estimate of its core's program memory (``CodeSize``)
 
     @property
     def n_chunks(self) -> int:
@@ -71,8 +86,13 @@ def _distinct(vars_: list[Var]) -> list[Var]:
     return list(seen.values())
 
 
-def tile_for_eqn(index: int, i: int, e: Eqn, kind: KernelClass) -> TileOp:
-    """The (unchunked) tile job of one admitted equation."""
+def tile_for_eqn(
+    index: int, i: int, e: Eqn, kind: KernelClass, arguments: frozenset[int] = frozenset()
+) -> TileOp:
+    """The (unchunked) tile job of one admitted equation. ``arguments`` are the ids of the
+    program's arguments: a gather whose indices are one is ``HOST_CHECKED``, else
+    ``KERNEL_CLAMPED`` (``IndexGuard``)."""
+    guard = None
     out = e.out
     tensors = _distinct([a for a in e.inputs if isinstance(a, Var)])
     inputs: tuple[Operand, ...]
@@ -80,7 +100,9 @@ def tile_for_eqn(index: int, i: int, e: Eqn, kind: KernelClass) -> TileOp:
         case KernelClass.ROW:
             x = tensors[0]
             cols = x.shape[-1] if x.type.rank else 1
-            inputs = (Operand(x, cols),)
+            # rows of no columns: the kernel writes the identity and reads nothing, so the
+            # empty tensor is not streamed (a DMA moves at least one word)
+            inputs = (Operand(x, cols),) if x.type.size else ()
             units, out_unit = out.type.size, 1
         case KernelClass.GATHER:
             table, idx = tensors[0], tensors[-1]  # the type rules make both tensors
@@ -88,10 +110,13 @@ def tile_for_eqn(index: int, i: int, e: Eqn, kind: KernelClass) -> TileOp:
             inner = math.prod(table.shape[axis + 1 :])
             inputs = (Operand(table, 0, resident=True), Operand(idx, 0, resident=True))
             units, out_unit = out.type.size // inner if inner else 0, inner
+            host = idx.id in arguments
+            guard = IndexGuard.HOST_CHECKED if host else IndexGuard.KERNEL_CLAMPED
         case _:
             inputs = tuple(Operand(v, 1) for v in tensors)
             units, out_unit = out.type.size, 1
-    return TileOp(index, kind, (i,), inputs, out, out_unit, units, max(units, 1), 0)
+    chunk = max(units, 1)
+    return TileOp(index, kind, (i,), inputs, out, out_unit, units, chunk, 0, index_guard=guard)
 
 
 def tile_for_group(

@@ -9,6 +9,8 @@ From an admitted ``poot_planner.Plan`` for ``xdna2``:
   sequence) and its execution contract; ``designer.design_program`` builds it, ``arenas`` lays
   out the host arenas, ``validate`` checks every bound.
 - ``mlir``: the design as MLIR-AIE text, one module per region.
+- ``lower``: the one lowering of a plan (``lower_program``: design, MLIR, kernel C) that both
+  XDNA2 devices' artifact sources carry, so compiling never plans or designs again.
 - ``link``: Peano and aiecc, giving an xclbin and an instruction stream per region
   (``link.link``; the modules ``link`` and ``validate`` are not shadowed by their functions).
 - ``hostbuild``: the same kernels built by the host C compiler (ctypes); ``execute`` runs a
@@ -45,6 +47,7 @@ from poot_codegen.xdna.link import (
     artifact_source,
     identity_fields,
 )
+from poot_codegen.xdna.lower import Lowered, from_parts, lower_program
 from poot_codegen.xdna.mlir import render_program, render_region
 
 __all__ = [
@@ -56,6 +59,7 @@ __all__ = [
     "Direction",
     "Fifo",
     "HostLayout",
+    "Lowered",
     "Port",
     "ProgramDesign",
     "RegionArtifact",
@@ -66,9 +70,11 @@ __all__ = [
     "artifact_source",
     "build_design",
     "design_program",
+    "from_parts",
     "identity_fields",
     "kernel_signature",
     "kernel_symbol",
+    "lower_program",
     "program_source",
     "region_object",
     "region_source",

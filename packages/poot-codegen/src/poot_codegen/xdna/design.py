@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from poot_ir import CodegenError, DType
-from poot_planner import KernelClass, RegionLimits
+from poot_planner import IndexGuard, KernelClass, RegionLimits
 from poot_planner.chunking import words as chunking_words
 
 __all__ = [
@@ -235,7 +235,9 @@ class Core:
     """One compute tile and its kernel: ``tile`` is the planner's ``TileOp.index`` (the kernel
     is ``symbol``), placed at ``(column, row)``. Each run makes ``n_chunks`` calls of ``chunk``
     units (``chunk * n_chunks == units``); ``buffer_bytes`` is the tile memory its FIFO buffers
-    take (``depth * nbytes`` of each FIFO it touches)."""
+    take (``depth * nbytes`` of each FIFO it touches). A gather core has an ``index_guard``
+    (how its indices, ``inputs[1]``, stay inside its table's axis of ``index_axis``
+    entries); every other core has None and 0."""
 
     tile: int
     column: int
@@ -249,6 +251,8 @@ class Core:
     chunk: int
     n_chunks: int
     buffer_bytes: int
+    index_guard: IndexGuard | None = None
+    index_axis: int = 0
 
 
 @dataclass(frozen=True, slots=True)

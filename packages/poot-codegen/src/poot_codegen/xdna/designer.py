@@ -13,8 +13,8 @@
 
 from __future__ import annotations
 
-from poot_ir import Var
-from poot_planner import Plan, Region, RegionLimits, TileOp
+from poot_ir import GatherParams, Program, Var
+from poot_planner import KernelClass, Plan, Region, RegionLimits, TileOp
 from poot_planner.chunking import Chunking, words
 
 from poot_codegen.xdna.arenas import build_layout
@@ -63,7 +63,7 @@ def build_design(plan: Plan) -> ProgramDesign:
     if limits is None:
         raise DesignError(f"target {plan.target.name!r} has no region limits: not an XDNA2 plan")
     layout = build_layout(plan)
-    regions = tuple(_region(r, layout, limits) for r in plan.regions)
+    regions = tuple(_region(r, layout, limits, plan.program) for r in plan.regions)
     return ProgramDesign(plan.program.name, DEVICE, limits, layout, regions)
 
 
@@ -73,7 +73,9 @@ def _object(v: Var, n: int) -> tuple[int, int]:
     return elems, words(elems * v.dtype.itemsize)
 
 
-def _region(region: Region, layout: HostLayout, limits: RegionLimits) -> RegionDesign:
+def _region(
+    region: Region, layout: HostLayout, limits: RegionLimits, program: Program
+) -> RegionDesign:
     ends = Chunking(region.tiles)
     calls = {t.index: t.n_chunks for t in region.tiles}  # the planner's chunking, as it ran
     placed = {t.index: place(k) for k, t in enumerate(region.tiles)}
@@ -108,7 +110,10 @@ def _region(region: Region, layout: HostLayout, limits: RegionLimits) -> RegionD
             source=layout.slot(v.id) if is_in else None,
             sink=layout.slot(v.id) if is_out else None,
         )
-    cores = tuple(_core(t, placed[t.index], calls[t.index], fifos) for t in region.tiles)
+    cores = tuple(
+        _core(t, placed[t.index], calls[t.index], fifos, _index_axis(t, program))
+        for t in region.tiles
+    )
     transfers = _sequence(region, fifos, shims)
     waits = tuple(fifo_name(v.id) for v in region.host_out)
     return RegionDesign(
@@ -126,7 +131,16 @@ def _port(f: Fifo) -> Port:
     return Port(f.name, f.value, f.dtype, f.resident, f.elems, f.nbytes)
 
 
-def _core(t: TileOp, at: tuple[int, int], n: int, fifos: dict[int, Fifo]) -> Core:
+def _index_axis(t: TileOp, program: Program) -> int:
+    """The size of the axis a gather tile indexes (0 for any other tile)."""
+    if t.kind is not KernelClass.GATHER:
+        return 0
+    e = program.eqns[t.eqns[0]]
+    axis = e.params.axis if isinstance(e.params, GatherParams) else 0
+    return t.inputs[0].var.shape[axis]
+
+
+def _core(t: TileOp, at: tuple[int, int], n: int, fifos: dict[int, Fifo], index_axis: int) -> Core:
     ins = tuple(_port(fifos[op.var.id]) for op in t.inputs)
     out = _port(fifos[t.output.id])
     used = [fifos[op.var.id] for op in t.inputs] + [fifos[t.output.id]]
@@ -143,6 +157,8 @@ def _core(t: TileOp, at: tuple[int, int], n: int, fifos: dict[int, Fifo]) -> Cor
         chunk=t.chunk,
         n_chunks=n,
         buffer_bytes=sum(f.depth * f.nbytes for f in used),
+        index_guard=t.index_guard,
+        index_axis=index_axis,
     )
 
 

@@ -21,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from poot_planner import Plan
+from poot_ir import IndexOutOfRange
+from poot_planner import IndexGuard, Plan
 
 from poot_codegen.xdna.design import Core, Direction, HostLayout, ProgramDesign, RegionDesign
 from poot_codegen.xdna.hostbuild import LibraryCache, load_library
@@ -29,6 +30,7 @@ from poot_codegen.xdna.kernels import region_source
 
 __all__ = [
     "Bytes",
+    "check_indices",
     "load_region_libraries",
     "new_arenas",
     "read_results",
@@ -48,6 +50,25 @@ def load_region_libraries(plan: Plan, cache: LibraryCache) -> tuple[ctypes.CDLL,
 def new_arenas(layout: HostLayout) -> list[Bytes]:
     """Zero-filled arenas of ``layout``, in index order."""
     return [np.zeros(a.nbytes, np.uint8) for a in layout.arenas]
+
+
+def check_indices(design: ProgramDesign, inputs: Mapping[str, np.ndarray]) -> None:
+    """Refuse a run whose host-passed gather indices leave their axis: ``IndexOutOfRange``
+    naming the equation, the argument and the first element outside ``[-size, size)``, as
+    the oracle raises it. The NPU's gather kernel reads wherever an index points, so this runs
+    before any byte is written (``IndexGuard.HOST_CHECKED``; the kernel clamps the others)."""
+    names = {b.value: b.name for b in design.layout.arguments}
+    for region in design.regions:
+        for core in region.cores:
+            if core.index_guard is not IndexGuard.HOST_CHECKED:
+                continue
+            name = names[core.inputs[1].value]  # validate() made it an argument
+            idx = np.asarray(inputs[name])
+            size = core.index_axis
+            bad = (idx < -size) | (idx >= size)
+            if bad.any():
+                at = tuple(int(i) for i in np.argwhere(bad)[0])
+                raise IndexOutOfRange(core.eqns[0], int(idx[at]), size, at, argument=name)
 
 
 def write_arguments(
@@ -77,6 +98,7 @@ def run_design(
     in order (``libraries``: one per region, or one holding every region's kernels) and return
     every result by name (fresh arrays)."""
     libs = list(libraries) * len(design.regions) if len(libraries) == 1 else list(libraries)
+    check_indices(design, inputs)
     arenas = new_arenas(design.layout)
     write_arguments(design.layout, arenas, inputs)
     for region, lib in zip(design.regions, libs, strict=True):

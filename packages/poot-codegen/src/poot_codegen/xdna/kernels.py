@@ -26,7 +26,10 @@ Kernel classes (``KernelClass``):
   per row, the row loop serialized, no workgroup memory and no barrier.
 - FUSED_NORM: the row kernel generated from its steps (``fused.py``).
 - GATHER: F32 or I32 slices copied as ``uint32_t`` words (bit for bit), negative indices
-  counted from the end as numpy does; an index outside the axis is not checked.
+  counted from the end as numpy does. The kernel never reads outside its table: indices the
+  host passes in are checked before the run (``IndexGuard.HOST_CHECKED``: the kernel trusts
+  them), and indices a region computes are clamped into the axis here
+  (``IndexGuard.KERNEL_CLAMPED``), as the plan says for each gather tile.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import math
 from typing import assert_never
 
 from poot_ir import DType, Eqn, GatherParams, Literal, NoLowering, Prim, Program, Var
-from poot_planner import KernelClass, Plan, Region, TileOp
+from poot_planner import IndexGuard, KernelClass, Plan, Region, TileOp
 
 from poot_codegen.xdna.cexpr import TARGET, c_type, literal_decl, step_expr
 from poot_codegen.xdna.fused import fused_norm_body
@@ -228,9 +231,28 @@ def _gather(tile: TileOp, e: Eqn, index: int) -> str:
         "        const int32_t g = first_unit + u;\n",
         f"        const int32_t outer = g / {n_idx};\n",
         f"        int32_t k = in1[g - outer * {n_idx}];\n",
-        f"        if (k < 0) k += {axis}; /* counted from the end, as numpy; not range-checked */\n",
+        f"        if (k < 0) k += {axis}; /* counted from the end, as numpy */\n",
+        *_index_guard(tile, axis),
         f"        const uint32_t* src = table + (outer * {axis} + k) * {inner};\n",
         f"        for (int32_t e = 0; e < {inner}; e++) dst[u * {inner} + e] = src[e];\n",
         "    }\n",
     ]
     return "".join(lines)
+
+
+def _index_guard(tile: TileOp, axis: int) -> list[str]:
+    """The clamp of a ``KERNEL_CLAMPED`` gather (after negatives are counted from the end: an
+    index still outside ``[0, axis)`` reads the nearest end of the axis); nothing for one
+    whose indices the host checked before the run."""
+    match tile.index_guard:
+        case IndexGuard.KERNEL_CLAMPED:
+            return [
+                "        /* computed inside the region: clamped, never read outside the table */\n",
+                f"        if (k < 0) k = 0; else if (k > {axis - 1}) k = {axis - 1};\n",
+            ]
+        case IndexGuard.HOST_CHECKED:
+            return ["        /* an argument: checked on the host before the run */\n"]
+        case None:
+            raise NoLowering(TARGET, tile.eqns[0], "gather", "a gather tile without an index guard")
+        case _ as unreachable:
+            assert_never(unreachable)

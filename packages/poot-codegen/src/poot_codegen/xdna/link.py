@@ -5,16 +5,30 @@ For region ``N``, in its own work directory ``region<N>/`` holding ``region<N>.c
 
     $PEANO_INSTALL_DIR/bin/clang++ -O2 -std=c++20 --target=aie2p-none-unknown-elf
         -Wno-parentheses -Wno-attributes -Wno-macro-redefined -Wno-empty-body -DNDEBUG
+        -ffunction-sections -fdata-sections -fstack-size-section -ffp-contract=off
         -I<csrc> -I $MLIR_AIE_DIR/include -c region<N>.cc -o region<N>.o
-    aiecc --no-xchesscc --no-xbridge --aie-generate-xclbin --aie-generate-npu-insts
+    <aiecc> --no-xchesscc --no-xbridge --aie-generate-xclbin --aie-generate-npu-insts
         --xclbin-name=final.xclbin --npu-insts-name=insts.bin aie.mlir
+
+``<aiecc>`` is the compiler driver the pinned mlir-aie wheel provides (``toolchain.json``): the
+first of its ``drivers`` on PATH (the ``aiecc`` console script the wheel declares, then the
+``aiecc.py`` it installs in ``bin``), else ``python3 -c "from aie.compiler.aiecc.main import
+main; main()"`` (the module has no ``__main__`` guard, so ``-m`` would do nothing). Before
+anything runs, ``python3`` on PATH must import every module the manifest lists for the driver
+(``aie``, ``aie.extras``, ``aiofiles``, ...): one probe, ``python3 -c <probe> <modules>``.
+
+Each region's kernels are one object, but compiled with ``-ffunction-sections
+-fdata-sections``: aiecc links every core with ``--gc-sections``, so each core keeps only its
+own kernel and what it calls (16 KiB of program memory per core). ``-fstack-size-section`` gives
+aiecc's stack check real figures, and ``-ffp-contract=off`` matches the host build
+(``hostbuild.HOST_CFLAGS``): no fused multiply-add on either side, so both compute the same bits.
 
 aiecc finds ``region<N>.o`` (the ``link_with`` of the MLIR) in its working directory, and
 writes the xclbin and the instruction stream (little-endian uint32 words) there. aiecc runs
 ``xclbinutil`` and ``bootgen``, so those must be on PATH too. ``MLIR_AIE_DIR`` is taken from the
-environment, else it is the directory above aiecc's ``bin``.
+environment, else it is the directory above the driver's ``bin``.
 
-Where a tool is missing the step raises ``ToolchainUnavailable`` naming every missing tool
+Where a tool or module is missing the step raises ``ToolchainUnavailable`` naming every one
 before running anything: it never skips. A tool that fails raises ``CompileFailed`` with its
 log. ``progress(stage, done, total)`` is called before each tool runs and once at the end
 (stage ``"done"``); ``total`` is two steps per region.
@@ -38,12 +52,11 @@ from typing import Any, Final
 
 import numpy as np
 from poot_ir import CompileFailed, ToolchainUnavailable
-from poot_planner import Plan
 
-from poot_codegen.xdna.designer import design_program
 from poot_codegen.xdna.hostbuild import CSRC_DIR
-from poot_codegen.xdna.kernels import region_object, region_source
-from poot_codegen.xdna.mlir import render_program
+from poot_codegen.xdna.kernels import region_object
+from poot_codegen.xdna.lower import Lowered
+from poot_codegen.xdna.toolchain import manifest
 
 __all__ = [
     "AIECC_FLAGS",
@@ -58,6 +71,7 @@ __all__ = [
     "Toolchain",
     "artifact_identity",
     "artifact_source",
+    "driver",
     "find_toolchain",
     "identity_fields",
     "link",
@@ -75,6 +89,10 @@ PEANO_FLAGS: Final = (
     "-Wno-macro-redefined",
     "-Wno-empty-body",
     "-DNDEBUG",
+    "-ffunction-sections",  # with aiecc's --gc-sections: each core links only its own kernel
+    "-fdata-sections",
+    "-fstack-size-section",  # aiecc's stack check reads .stack_sizes
+    "-ffp-contract=off",  # as the host build: the same bits on host and core
 )
 XCLBIN_NAME: Final = "final.xclbin"
 INSTS_NAME: Final = "insts.bin"
@@ -87,7 +105,20 @@ AIECC_FLAGS: Final = (
     f"--npu-insts-name={INSTS_NAME}",
 )
 MLIR_NAME: Final = "aie.mlir"
-AIECC_HELPERS: Final = ("xclbinutil", "bootgen")
+AIECC_HELPERS: Final = manifest().aiecc_helpers
+PYTHON: Final = "python3"
+"""The interpreter on PATH that runs the driver (the shell's virtualenv)."""
+PROBE: Final = (
+    "import importlib.util, sys\n"
+    "for m in sys.argv[1:]:\n"
+    "    try:\n"
+    "        found = importlib.util.find_spec(m) is not None\n"
+    "    except (ImportError, ValueError):\n"
+    "        found = False\n"
+    "    if not found:\n"
+    "        print(m)\n"
+)
+"""Prints each module named on its command line that does not import."""
 
 Progress = Callable[[str, int, int], None]
 
@@ -97,7 +128,7 @@ class Toolchain:
     """Where the tools are, and the environment they run in."""
 
     clangxx: Path
-    aiecc: Path
+    aiecc: tuple[str, ...]  # the driver's argv before its options
     mlir_aie_dir: Path
     env: tuple[tuple[str, str], ...] = ()
 
@@ -148,32 +179,74 @@ def _which(tool: str, env: Mapping[str, str]) -> Path | None:
     return Path(found) if found else None
 
 
+def driver(env: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The argv prefix of the pinned wheel's aiecc driver in ``env`` (see the module), or None
+    when neither a driver nor ``python3`` is on PATH."""
+    tc = manifest()
+    for name in tc.aiecc_drivers:
+        found = _which(name, env)
+        if found is not None:
+            return (str(found),)
+    python = _which(PYTHON, env)
+    if python is None:
+        return None
+    return (str(python), "-c", f"from {tc.aiecc_module} import main; main()")
+
+
+def _missing_modules(env: Mapping[str, str]) -> tuple[Path | None, list[str]]:
+    """(``python3`` on PATH, the manifest's driver modules it cannot import)."""
+    python = _which(PYTHON, env)
+    modules = list(manifest().python_modules)
+    if python is None:
+        return None, modules
+    try:
+        done = subprocess.run(
+            [str(python), "-c", PROBE, *modules],
+            capture_output=True,
+            text=True,
+            env=dict(env),
+            check=False,
+        )
+    except OSError:
+        return python, modules
+    if done.returncode != 0:
+        return python, modules
+    absent = set(done.stdout.split())
+    return python, [m for m in modules if m in absent]  # in the manifest's order
+
+
 def find_toolchain(env: Mapping[str, str] | None = None) -> Toolchain:
     """The toolchain in ``env`` (default: this process's environment), or
-    ``ToolchainUnavailable`` naming every missing tool and why."""
+    ``ToolchainUnavailable`` naming every missing tool and module and why."""
     e = _env(env)
     missing: list[tuple[str, str]] = []
     clang, why = _peano(e)
     if clang is None:
         missing.append(("clang++", f"Peano clang++: {why}"))
-    found = {t: _which(t, e) for t in ("aiecc", *AIECC_HELPERS)}
-    for tool, path in found.items():
-        if path is None:
-            need = "" if tool == "aiecc" else ", which aiecc runs"
-            missing.append((tool, f"{tool}: not on PATH{need}"))
-    aiecc = found["aiecc"]
+    aiecc = driver(e)
+    if aiecc is None:
+        names = " or ".join([*manifest().aiecc_drivers, PYTHON])
+        missing.append(("aiecc", f"aiecc: none of {names} on PATH"))
+    for tool in AIECC_HELPERS:
+        if _which(tool, e) is None:
+            missing.append((tool, f"{tool}: not on PATH, which aiecc runs"))
+    python, modules = _missing_modules(e)
+    if modules:
+        where = f"{python} cannot import" if python else f"no {PYTHON} on PATH to import"
+        what = f"mlir-aie {manifest().mlir_aie_version}'s aiecc"
+        missing.append(("python modules", f"{where} {', '.join(modules)} ({what} needs them)"))
     if missing or clang is None or aiecc is None:  # a None tool is in missing already
         raise ToolchainUnavailable(
             ", ".join(t for t, _ in missing), "; ".join(d for _, d in missing)
         )
-    root = e.get("MLIR_AIE_DIR") or str(aiecc.resolve().parent.parent)
+    root = e.get("MLIR_AIE_DIR") or str(Path(aiecc[0]).resolve().parent.parent)
     return Toolchain(clang, aiecc, Path(root), tuple(sorted(e.items())))
 
 
-def link_commands(plan: Plan, toolchain: Toolchain) -> tuple[LinkCommand, ...]:
-    """The tool runs that link ``plan``, in order, as data (nothing runs)."""
+def link_commands(lowered: Lowered, toolchain: Toolchain) -> tuple[LinkCommand, ...]:
+    """The tool runs that link ``lowered``, in order, as data (nothing runs)."""
     out: list[LinkCommand] = []
-    for r in plan.regions:
+    for r in lowered.design.regions:
         cwd, obj = f"region{r.index}", region_object(r.index)
         source = f"region{r.index}.cc"
         peano = (
@@ -188,7 +261,7 @@ def link_commands(plan: Plan, toolchain: Toolchain) -> tuple[LinkCommand, ...]:
             obj,
         )
         out.append(LinkCommand("peano", r.index, cwd, peano, (obj,)))
-        aiecc = (str(toolchain.aiecc), *AIECC_FLAGS, MLIR_NAME)
+        aiecc = (*toolchain.aiecc, *AIECC_FLAGS, MLIR_NAME)
         out.append(LinkCommand("aiecc", r.index, cwd, aiecc, (XCLBIN_NAME, INSTS_NAME)))
     return tuple(out)
 
@@ -207,12 +280,13 @@ def identity_fields(env: Mapping[str, str] | None = None) -> dict[str, str]:
     (``"unavailable"`` where it is missing) and the options."""
     e = _env(env)
     clang, _ = _peano(e)
-    aiecc = _which("aiecc", e)
+    aiecc = driver(e)
     return {
         "part": PART,
         "arch": ARCH,
+        "mlir_aie": manifest().mlir_aie_version,
         "peano": _version([str(clang), "--version"], e) if clang else "unavailable",
-        "aiecc": _version([str(aiecc), "--version"], e) if aiecc else "unavailable",
+        "aiecc": _version([*aiecc, "--version"], e) if aiecc else "unavailable",
         "peano_flags": " ".join(PEANO_FLAGS),
         "aiecc_flags": " ".join(AIECC_FLAGS),
     }
@@ -223,7 +297,7 @@ def _encode(parts: list[bytes]) -> bytes:
 
 
 def artifact_source(
-    plan: Plan,
+    lowered: Lowered,
     region: int | None = None,
     *,
     env: Mapping[str, str] | None = None,
@@ -236,49 +310,47 @@ def artifact_source(
     parts += [f"{k}={f[k]}".encode() for k in sorted(f)]
     for header in sorted(CSRC_DIR.glob("*.h")):
         parts += [header.name.encode(), header.read_bytes()]
-    mlir = render_program(design_program(plan))
-    for r in plan.regions:
-        if region is None or r.index == region:
-            parts += [f"region {r.index}".encode(), mlir[r.index].encode()]
-            parts.append(region_source(plan, r).encode())
+    for i in range(lowered.regions):
+        if region is None or i == region:
+            parts += [f"region {i}".encode(), lowered.mlir[i].encode()]
+            parts.append(lowered.kernels[i].encode())
     return _encode(parts)
 
 
-def artifact_identity(plan: Plan, region: int | None = None, **kw: Any) -> str:
-    """The sha256 (hex) of ``artifact_source(plan, region, ...)``."""
-    return hashlib.sha256(artifact_source(plan, region, **kw)).hexdigest()
+def artifact_identity(lowered: Lowered, region: int | None = None, **kw: Any) -> str:
+    """The sha256 (hex) of ``artifact_source(lowered, region, ...)``."""
+    return hashlib.sha256(artifact_source(lowered, region, **kw)).hexdigest()
 
 
 def link(
-    plan: Plan,
+    lowered: Lowered,
     work_dir: Path | None = None,
     *,
     env: Mapping[str, str] | None = None,
     progress: Progress | None = None,
 ) -> tuple[RegionArtifact, ...]:
-    """Link every region of ``plan``: its xclbin and instruction stream (see the module)."""
+    """Link every region of ``lowered``: its xclbin and instruction stream (see the module).
+    Nothing is planned or designed here: the MLIR and kernel C are ``lowered``'s."""
     toolchain = find_toolchain(env)
-    design = design_program(plan)
-    mlir = render_program(design)
     fields = identity_fields(env)
-    commands = link_commands(plan, toolchain)
+    commands = link_commands(lowered, toolchain)
     report = progress or (lambda stage, done, total: None)
     with tempfile.TemporaryDirectory(prefix="poot-xdna-") as scratch:
         root = Path(scratch) if work_dir is None else work_dir
-        for r in plan.regions:
-            d = root / f"region{r.index}"
+        for i in range(lowered.regions):
+            d = root / f"region{i}"
             d.mkdir(parents=True, exist_ok=True)
-            (d / f"region{r.index}.cc").write_text(region_source(plan, r), encoding="utf-8")
-            (d / MLIR_NAME).write_text(mlir[r.index], encoding="utf-8")
+            (d / f"region{i}.cc").write_text(lowered.kernels[i], encoding="utf-8")
+            (d / MLIR_NAME).write_text(lowered.mlir[i], encoding="utf-8")
         for done, cmd in enumerate(commands):
             report(f"{cmd.stage} region {cmd.region}", done, len(commands))
             _run(cmd, root, dict(toolchain.env))
         report("done", len(commands), len(commands))
-        return tuple(_collect(plan, r.index, root, fields) for r in plan.regions)
+        return tuple(_collect(lowered, i, root, fields) for i in range(lowered.regions))
 
 
 def _run(cmd: LinkCommand, root: Path, env: dict[str, str]) -> None:
-    tool = Path(cmd.argv[0]).name
+    tool = "aiecc" if cmd.stage == "aiecc" else Path(cmd.argv[0]).name
     what = f"region {cmd.region} " + ("kernels" if cmd.stage == "peano" else "design")
     try:
         done = subprocess.run(
@@ -294,7 +366,9 @@ def _run(cmd: LinkCommand, root: Path, env: dict[str, str]) -> None:
             raise CompileFailed(tool, f"{name} was not written\n{log}".strip(), what)
 
 
-def _collect(plan: Plan, region: int, root: Path, fields: Mapping[str, str]) -> RegionArtifact:
+def _collect(
+    lowered: Lowered, region: int, root: Path, fields: Mapping[str, str]
+) -> RegionArtifact:
     d = root / f"region{region}"
     insts = (d / INSTS_NAME).read_bytes()
     if len(insts) % 4 or not insts:
@@ -303,5 +377,5 @@ def _collect(plan: Plan, region: int, root: Path, fields: Mapping[str, str]) -> 
             f"{INSTS_NAME} has {len(insts)} bytes: not whole 32-bit words",
             f"region {region}",
         )
-    identity = hashlib.sha256(artifact_source(plan, region, fields=fields)).hexdigest()
+    identity = hashlib.sha256(artifact_source(lowered, region, fields=fields)).hexdigest()
     return RegionArtifact(region, identity, (d / XCLBIN_NAME).read_bytes(), insts)

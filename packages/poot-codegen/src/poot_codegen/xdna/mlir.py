@@ -1,34 +1,38 @@
-"""Render an XDNA2 region design as MLIR-AIE text, in the placed ``aie`` dialect IRON prints.
+"""Render an XDNA2 region design as MLIR-AIE text, in the placed ``aie`` dialect IRON prints,
+in the syntax of the mlir-aie version ``toolchain.json`` pins (1.1.4).
 
-One module per region (one artifact)::
+One module per region (one artifact), as rendered for the pinned version::
 
     module {
       aie.device(npu2) {
-        func.func private @poot_t0(memref<512xf32>, ..., i32, i32) attributes {link_with = "region0.o"}
+        func.func private @poot_t0(memref<512xf32>, ..., i32, i32)
         %shim_noc_tile_0_0 = aie.tile(0, 0)
         %tile_0_2 = aie.tile(0, 2)
         aie.objectfifo @v0(%shim_noc_tile_0_0, {%tile_0_2}, 2 : i32) : !aie.objectfifo<memref<512xf32>>
         %core_0_2 = aie.core(%tile_0_2) {
           scf.for (forever) { acquire resident; scf.for (n_chunks) { acquire, func.call, release } }
           aie.end
-        }
-        aie.runtime_sequence(%arg0: memref<Nxi8>, ...) {
+        } {link_with = "region0.o"}
+        aiex.runtime_sequence @sequence(%arg0: memref<Nxi8>, ...) {
           aiex.npu.dma_memcpy_nd(%arg1[0, 0, 0, off][1, 1, 1, bytes][0, 0, 0, 1]) {id = 0 : i64, metadata = @v0} : memref<Nxi8>
           aiex.npu.dma_wait {symbol = @v9}
         }
       }
     }
 
-Syntax matched against Xilinx/mlir-aie (read, not copied): test/aiecc/stack_size_indirect_call.mlir
-(npu2, a tile-to-shim objectfifo, ``func.func private ... attributes {link_with = ...}``,
-objectfifo acquire / subview.access / release in an ``aie.core``, ``aie.runtime_sequence`` over
-an ``i8`` memref with ``aiex.npu.dma_memcpy_nd`` and ``aiex.npu.dma_wait {symbol = ...}``);
-test/npu-xrt/vector_scalar_using_dma/aie.mlir (the ``{id = N : i64, issue_token = true,
-metadata = @of}`` transfer attributes); include/aie/Dialect/AIEX/IR/AIEX.td (the
-``npu.dma_memcpy_nd`` assembly format, offsets in memref elements, and the note that the
-runtime sequence op moved from ``aiex`` to ``aie``: ``aie.runtime_sequence``, since
-Xilinx/mlir-aie PR #2708, 2025-11). Each arena is an ``i8`` memref, so offsets and sizes are
-bytes; every one is a whole number of 32-bit words, as the shim DMA requires.
+Version-dependent syntax (``toolchain.LinkWith``, ``Toolchain.runtime_sequence``): before
+Xilinx/mlir-aie PR #2922 (2026-03) the ld-script emitter (lib/Targets/AIETargetLdScript.cpp,
+``coreOp.getLinkWith()``) reads ``link_with`` only on ``aie.core`` (``} {link_with = "x.o"}``, as
+in the 2025 tests); since, on each ``func.func`` (``attributes {link_with = ...}``), and both at
+once is rejected. The runtime sequence op is ``aiex.runtime_sequence @sequence(...)`` before PR
+#2708 (2025-11; the 2025 Python aiecc, python/compiler/aiecc/main.py @0088ed62, looks for
+``aiexdialect.RuntimeSequenceOp``) and ``aie.runtime_sequence(...)`` since. The rest matched
+against Xilinx/mlir-aie (read, not copied): test/npu-xrt/vector_scalar_using_dma/aie.mlir (the
+forever loop, the ``{id = N : i64, issue_token = true, metadata = @of}`` transfer attributes,
+``aiex.npu.dma_wait {symbol = ...}``); include/aie/Dialect/AIEX/IR/AIEX.td (the
+``npu.dma_memcpy_nd`` assembly format, offsets in memref elements). Each arena is an ``i8``
+memref, so offsets and sizes are bytes; every one is a whole number of 32-bit words, as the shim
+DMA requires.
 """
 
 from __future__ import annotations
@@ -45,12 +49,14 @@ from poot_codegen.xdna.design import (
     ProgramDesign,
     RegionDesign,
 )
+from poot_codegen.xdna.toolchain import LinkWith, Toolchain, manifest
 from poot_codegen.xdna.validate import validate, validate_region
 
 __all__ = ["RUNTIME_SEQUENCE_OP", "render_program", "render_region"]
 
-RUNTIME_SEQUENCE_OP = "aie.runtime_sequence"
-"""``aiex.runtime_sequence`` before Xilinx/mlir-aie PR #2708 (2025-11); ``aie.`` since."""
+RUNTIME_SEQUENCE_OP = manifest().runtime_sequence
+"""The pinned mlir-aie's runtime sequence op (``toolchain.json``): ``aiex.runtime_sequence``
+before Xilinx/mlir-aie PR #2708 (2025-11), ``aie.runtime_sequence`` since."""
 
 _FOREVER = 9223372036854775807  # IRON's ``while_true`` worker loop bound (INT64_MAX)
 _ELEMENT = {DType.F32: "f32", DType.I32: "i32", DType.BOOL: "i8"}
@@ -64,20 +70,22 @@ def _tile(column: int, row: int) -> str:
     return f"%shim_noc_tile_{column}_0" if row == 0 else f"%tile_{column}_{row}"
 
 
-def render_program(design: ProgramDesign) -> tuple[str, ...]:
-    """The MLIR text of every region, in order (the design is validated first)."""
+def render_program(design: ProgramDesign, toolchain: Toolchain | None = None) -> tuple[str, ...]:
+    """The MLIR text of every region, in order (the design is validated first), in the syntax
+    of ``toolchain``'s mlir-aie (default: the pinned one, ``toolchain.json``)."""
     validate(design)
-    return tuple(_render(design, r) for r in design.regions)
+    tc = toolchain or manifest()
+    return tuple(_render(design, r, tc) for r in design.regions)
 
 
-def render_region(design: ProgramDesign, index: int) -> str:
+def render_region(design: ProgramDesign, index: int, toolchain: Toolchain | None = None) -> str:
     """The MLIR text of region ``index`` (validated first)."""
     region = design.regions[index]
     validate_region(region, design.layout, design.limits)
-    return _render(design, region)
+    return _render(design, region, toolchain or manifest())
 
 
-def _render(design: ProgramDesign, region: RegionDesign) -> str:
+def _render(design: ProgramDesign, region: RegionDesign, tc: Toolchain) -> str:
     layout = design.layout
     cores = {c.tile: c for c in region.cores}
     out: list[str] = [
@@ -89,11 +97,13 @@ def _render(design: ProgramDesign, region: RegionDesign) -> str:
         "module {",
         f"  aie.device({design.device}) {{",
     ]
+    # where link_with goes depends on the mlir-aie version; both at once is rejected (PR #2922)
+    link = f'{{link_with = "{region.object_file}"}}'
+    on_func = f" attributes {link}" if tc.link_with is LinkWith.FUNC else ""
+    on_core = f" {link}" if tc.link_with is LinkWith.CORE else ""
     for c in region.cores:
         types = ", ".join([_memref(p) for p in (*c.inputs, c.output)] + ["i32", "i32"])
-        out.append(
-            f'    func.func private @{c.symbol}({types}) attributes {{link_with = "{region.object_file}"}}'
-        )
+        out.append(f"    func.func private @{c.symbol}({types}){on_func}")
     for col in sorted({f.shim for f in region.fifos if f.shim is not None}):
         out.append(f"    {_tile(col, 0)} = aie.tile({col}, 0)")
     for c in region.cores:
@@ -101,8 +111,8 @@ def _render(design: ProgramDesign, region: RegionDesign) -> str:
     for f in region.fifos:
         out += _fifo(f, cores, layout)
     for c in region.cores:
-        out += _core(c)
-    out += _sequence(region, layout)
+        out += _core(c, on_core)
+    out += _sequence(region, layout, tc.runtime_sequence)
     out += ["  }", "}", ""]
     return "\n".join(out)
 
@@ -131,7 +141,7 @@ def _fifo(f: Fifo, cores: dict[int, Core], layout: HostLayout) -> list[str]:
     ]
 
 
-def _core(c: Core) -> list[str]:
+def _core(c: Core, attributes: str) -> list[str]:
     """The core body: forever, take the resident objects, make ``n_chunks`` calls, release."""
     t = _tile(c.column, c.row)
     sub = {p.fifo: f"!aie.objectfifosubview<{_memref(p)}>" for p in (*c.inputs, c.output)}
@@ -176,14 +186,16 @@ def _core(c: Core) -> list[str]:
     for p, port in reversed(ports):
         if p.resident:
             lines.append(f"        aie.objectfifo.release @{p.fifo}({port}, 1)")
-    lines += ["      }", "      aie.end", "    }"]
+    lines += ["      }", "      aie.end", f"    }}{attributes}"]
     return lines
 
 
-def _sequence(region: RegionDesign, layout: HostLayout) -> list[str]:
+def _sequence(region: RegionDesign, layout: HostLayout, op: str) -> list[str]:
     arenas = {a.index: f"memref<{a.nbytes}xi8>" for a in layout.arenas}
     params = ", ".join(f"%arg{i}: {t}" for i, t in arenas.items())
-    lines = [f"    {RUNTIME_SEQUENCE_OP}({params}) {{"]
+    # the aiex op's tests name it (``aiex.runtime_sequence @sequence(...)``); the aie one's not
+    name = " @sequence" if op.startswith("aiex.") else ""
+    lines = [f"    {op}{name}({params}) {{"]
     for t in region.transfers:
         token = ", issue_token = true" if t.direction is Direction.FROM_DEVICE else ""
         lines.append(

@@ -16,7 +16,7 @@ import math
 import re
 from collections import Counter
 
-from poot_planner import RegionLimits
+from poot_planner import IndexGuard, KernelClass, RegionLimits
 
 from poot_codegen.xdna.design import (
     COMPUTE_ROWS,
@@ -120,9 +120,25 @@ def validate_region(region: RegionDesign, layout: HostLayout, limits: RegionLimi
     cores = {c.tile: c for c in region.cores}
     for c in region.cores:
         _validate_core(c, fifos, limits, f"{where}, core {c.symbol}")
+        _validate_guard(c, layout, f"{where}, core {c.symbol}")
     for f in region.fifos:
         _validate_fifo(f, cores, layout, f"{where}, FIFO {f.name}")
     _validate_sequence(region, fifos, layout, where)
+
+
+def _validate_guard(c: Core, layout: HostLayout, where: str) -> None:
+    """A gather core keeps its indices in its axis (``IndexGuard``): the host checks an
+    argument, the kernel clamps anything else; no other core has a guard."""
+    gather = c.kind is KernelClass.GATHER
+    _check(gather == (c.index_guard is not None), "an index guard on a non-gather core", where)
+    _check(gather == (c.index_axis > 0), "a gather of an empty axis", where, c.index_axis, 1)
+    if c.index_guard is IndexGuard.HOST_CHECKED:
+        index = c.inputs[1].value if len(c.inputs) == 2 else -1
+        _check(
+            any(b.value == index for b in layout.arguments),
+            "host-checked indices that are no argument",
+            where,
+        )
 
 
 def _validate_core(c: Core, fifos: dict[str, Fifo], limits: RegionLimits, where: str) -> None:

@@ -24,11 +24,55 @@ from poot_ir.numerics import (
     ScaledSum,
 )
 
-from poot_planner.target import AxisRule, Capability, KernelClass, RegionLimits, Target
+from poot_planner.target import (
+    AxisRule,
+    Capability,
+    CodeSize,
+    KernelClass,
+    RegionLimits,
+    Target,
+)
 
 F32 = frozenset({DType.F32})
 _P = KernelClass.POINTWISE
 _SMOOTH = AbsRel(2e-6, 1e-5)  # exp, log, tanh and erf: absolute 2e-6 plus relative 1e-5
+
+
+# Program memory (aie2p): 16 KiB per core, enforced by aie-rt when the design is loaded
+# (``Aie2PCoreMod.ProgMemSize = 16 * 1024``; "Overflow of program memory"). UNMEASURED
+# estimates: the routine sizes are a third-party aie2p symbol breakdown (__addsf3 1424 B,
+# __mulsf3 1168 B, __divsf3 1440 B, compares about 1000 B, conversions 464 B); on aie2p every
+# scalar f32 add, sub, mul, div, compare and int/float conversion is such a library call
+# (llvm-aie AIE2PLegalizerInfo.cpp: libcallFor). The bodies are guesses from the size of the
+# generated C; the ``xdna`` hardware test measures each linked core and these get replaced.
+_A, _M, _D, _C, _V, _I = "addsf3", "mulsf3", "divsf3", "cmpsf2", "fixsfsi+floatsisf", "divsi3"
+_SMOOTH_CALLS = (_A, _M, _D, _C, _V)
+CODE_SIZE = CodeSize(
+    program_bytes=16 * 1024,
+    base=1536,
+    routines=((_A, 1424), (_M, 1168), (_D, 1440), (_C, 1000), (_V, 464), (_I, 400)),
+    bodies=(
+        (Prim.ADD, (_A,), 96),
+        (Prim.SUB, (_A,), 96),
+        (Prim.MUL, (_M,), 96),
+        (Prim.DIV, (_D,), 96),
+        (Prim.NEG, (), 64),
+        (Prim.RECIP, (_D,), 96),
+        (Prim.GE, (_C,), 128),
+        (Prim.MAX, (_C,), 128),
+        (Prim.EXP, (_A, _M, _C, _V), 900),
+        (Prim.LOG, _SMOOTH_CALLS, 1100),
+        (Prim.TANH, _SMOOTH_CALLS, 1300),
+        (Prim.ERF, _SMOOTH_CALLS, 1400),
+        (Prim.SQRT, (_A, _M, _D, _C), 700),
+        (Prim.REDUCE_SUM, (_A,), 160),
+        (Prim.REDUCE_MAX, (_C,), 160),
+        (Prim.GATHER, (_I,), 320),
+        (Prim.BROADCAST_IN_DIM, (), 64),
+    ),
+    measured=False,
+    source="estimate: routine sizes from a third-party aie2p symbol breakdown, bodies guessed",
+)
 
 
 def _pw(prim: Prim, bound: object, domain: object, note: str = "") -> Capability:
@@ -78,7 +122,8 @@ TARGET = Target(
             KernelClass.GATHER,
             Contract(Prim.GATHER, BitExact(), AnyInput()),
             AxisRule.ANY,
-            "i32 indices; an index outside the axis is not checked",
+            "i32 indices; one outside the axis: refused before the run when the host passes it, "
+            "clamped by the kernel when a region computes it",
         ),
     ),
     region_limits=RegionLimits(
@@ -90,6 +135,7 @@ TARGET = Target(
         contexts=16,
         host_buffers=5,
     ),
+    code_size=CODE_SIZE,
     fused_steps=frozenset(
         {
             Prim.MUL,

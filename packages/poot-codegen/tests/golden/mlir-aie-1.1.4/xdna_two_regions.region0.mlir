@@ -2,21 +2,21 @@
 // eqns 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14; kernels in region0.o; kernel call: opcode 3, instructions, instruction words, then the arenas 0 (inputs, 2176 B), 1 (results, 128 B), 2 (scratch, 128 B)
 module {
   aie.device(npu2) {
-    func.func private @poot_t0(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32) attributes {link_with = "region0.o"}
-    func.func private @poot_t1(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32) attributes {link_with = "region0.o"}
-    func.func private @poot_t2(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32) attributes {link_with = "region0.o"}
-    func.func private @poot_t3(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32) attributes {link_with = "region0.o"}
-    func.func private @poot_t4(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32) attributes {link_with = "region0.o"}
-    func.func private @poot_t5(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32) attributes {link_with = "region0.o"}
-    func.func private @poot_t6(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32) attributes {link_with = "region0.o"}
-    func.func private @poot_t7(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32) attributes {link_with = "region0.o"}
-    func.func private @poot_t8(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32) attributes {link_with = "region0.o"}
-    func.func private @poot_t9(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32) attributes {link_with = "region0.o"}
-    func.func private @poot_t10(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32) attributes {link_with = "region0.o"}
-    func.func private @poot_t11(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32) attributes {link_with = "region0.o"}
-    func.func private @poot_t12(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32) attributes {link_with = "region0.o"}
-    func.func private @poot_t13(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32) attributes {link_with = "region0.o"}
-    func.func private @poot_t14(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32) attributes {link_with = "region0.o"}
+    func.func private @poot_t0(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32)
+    func.func private @poot_t1(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32)
+    func.func private @poot_t2(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32)
+    func.func private @poot_t3(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32)
+    func.func private @poot_t4(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32)
+    func.func private @poot_t5(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32)
+    func.func private @poot_t6(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32)
+    func.func private @poot_t7(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32)
+    func.func private @poot_t8(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32)
+    func.func private @poot_t9(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32)
+    func.func private @poot_t10(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32)
+    func.func private @poot_t11(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32)
+    func.func private @poot_t12(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32)
+    func.func private @poot_t13(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32)
+    func.func private @poot_t14(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32)
     %shim_noc_tile_0_0 = aie.tile(0, 0)
     %shim_noc_tile_1_0 = aie.tile(1, 0)
     %shim_noc_tile_2_0 = aie.tile(2, 0)
@@ -125,7 +125,7 @@ module {
         }
       }
       aie.end
-    }
+    } {link_with = "region0.o"}
     %core_0_3 = aie.core(%tile_0_3) {
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
@@ -149,7 +149,7 @@ module {
         }
       }
       aie.end
-    }
+    } {link_with = "region0.o"}
     %core_0_4 = aie.core(%tile_0_4) {
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
@@ -173,7 +173,7 @@ module {
         }
       }
       aie.end
-    }
+    } {link_with = "region0.o"}
     %core_0_5 = aie.core(%tile_0_5) {
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
@@ -197,7 +197,7 @@ module {
         }
       }
       aie.end
-    }
+    } {link_with = "region0.o"}
     %core_1_2 = aie.core(%tile_1_2) {
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
@@ -221,7 +221,7 @@ module {
         }
       }
       aie.end
-    }
+    } {link_with = "region0.o"}
     %core_1_3 = aie.core(%tile_1_3) {
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
@@ -245,7 +245,7 @@ module {
         }
       }
       aie.end
-    }
+    } {link_with = "region0.o"}
     %core_1_4 = aie.core(%tile_1_4) {
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
@@ -269,7 +269,7 @@ module {
         }
       }
       aie.end
-    }
+    } {link_with = "region0.o"}
     %core_1_5 = aie.core(%tile_1_5) {
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
@@ -293,7 +293,7 @@ module {
         }
       }
       aie.end
-    }
+    } {link_with = "region0.o"}
     %core_2_2 = aie.core(%tile_2_2) {
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
@@ -317,7 +317,7 @@ module {
         }
       }
       aie.end
-    }
+    } {link_with = "region0.o"}
     %core_2_3 = aie.core(%tile_2_3) {
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
@@ -341,7 +341,7 @@ module {
         }
       }
       aie.end
-    }
+    } {link_with = "region0.o"}
     %core_2_4 = aie.core(%tile_2_4) {
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
@@ -365,7 +365,7 @@ module {
         }
       }
       aie.end
-    }
+    } {link_with = "region0.o"}
     %core_2_5 = aie.core(%tile_2_5) {
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
@@ -389,7 +389,7 @@ module {
         }
       }
       aie.end
-    }
+    } {link_with = "region0.o"}
     %core_3_2 = aie.core(%tile_3_2) {
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
@@ -413,7 +413,7 @@ module {
         }
       }
       aie.end
-    }
+    } {link_with = "region0.o"}
     %core_3_3 = aie.core(%tile_3_3) {
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
@@ -437,7 +437,7 @@ module {
         }
       }
       aie.end
-    }
+    } {link_with = "region0.o"}
     %core_3_4 = aie.core(%tile_3_4) {
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
@@ -461,8 +461,8 @@ module {
         }
       }
       aie.end
-    }
-    aie.runtime_sequence(%arg0: memref<2176xi8>, %arg1: memref<128xi8>, %arg2: memref<128xi8>) {
+    } {link_with = "region0.o"}
+    aiex.runtime_sequence @sequence(%arg0: memref<2176xi8>, %arg1: memref<128xi8>, %arg2: memref<128xi8>) {
       aiex.npu.dma_memcpy_nd(%arg0[0, 0, 0, 0][1, 1, 1, 128][0, 0, 0, 1]) {id = 0 : i64, metadata = @v0} : memref<2176xi8>
       aiex.npu.dma_memcpy_nd(%arg0[0, 0, 0, 128][1, 1, 1, 128][0, 0, 0, 1]) {id = 1 : i64, metadata = @v1} : memref<2176xi8>
       aiex.npu.dma_memcpy_nd(%arg0[0, 0, 0, 256][1, 1, 1, 128][0, 0, 0, 1]) {id = 0 : i64, metadata = @v2} : memref<2176xi8>

@@ -1,7 +1,7 @@
 """ONNX lowering rules for data movement, shapes and constants.
 
 Shapes, axes and slice bounds are read from constants (``STATIC_INPUTS`` in
-``poot_ir.onnx_ops``); Python's slice clamping is ONNX's. A negative ``Slice`` step becomes a
+``poot_ir.onnx.table``); Python's slice clamping is ONNX's. A negative ``Slice`` step becomes a
 ``gather`` of the indices it visits, a scalar constant ``Gather`` index a ``slice`` and a
 ``reshape``, and a ``Range`` of poot's dtypes an ``iota`` (int64 ranges are folded).
 """
@@ -15,7 +15,7 @@ import numpy as np
 
 from poot_ir.core import Literal
 from poot_ir.dtypes import DType
-from poot_ir.onnx_lowering import (
+from poot_ir.onnx.context import (
     Const,
     Lowering,
     Node,

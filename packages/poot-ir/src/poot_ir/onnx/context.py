@@ -1,8 +1,8 @@
 """The ONNX frontend's lowering context: ONNX values as program values or constants.
 
 Nothing here imports onnx. ``poot_ir.onnx`` decodes a model into ``Node`` records and numpy
-arrays; the rules in ``poot_ir.onnx_compute`` and ``poot_ir.onnx_layout`` (run by
-``poot_ir.onnx_ops.lower``) lower one node each through a ``Lowering``, with the helpers at the
+arrays; the rules in ``poot_ir.onnx.compute`` and ``poot_ir.onnx.layout`` (run by
+``poot_ir.onnx.table.lower``) lower one node each through a ``Lowering``, with the helpers at the
 end of this module.
 
 An ONNX value is either a ``Var`` of the program being built or a ``Const``: an initializer, a
@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,8 +35,10 @@ __all__ = [
     "NUMERIC",
     "Array",
     "AttrValue",
+    "Blocked",
     "Const",
     "ElemTypes",
+    "Graph",
     "Handler",
     "Kind",
     "Lowering",
@@ -74,7 +76,22 @@ class Unreadable:
     what: str
 
 
-AttrValue = int | float | str | Array | tuple[int, ...] | tuple[float, ...] | tuple[str, ...]
+@dataclass(frozen=True, slots=True)
+class Graph:
+    """A subgraph attribute (an ``If`` branch), decoded: its nodes, outputs and initializers."""
+
+    nodes: tuple[Node, ...]
+    outputs: tuple[str, ...]
+    initializers: Mapping[str, Array]
+
+
+AttrValue = (
+    int | float | str | Array | Graph | tuple[int, ...] | tuple[float, ...] | tuple[str, ...]
+)
+
+
+class Blocked(Exception):
+    """A node reads a value an earlier blocker left undefined: it is skipped, not blamed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +105,8 @@ class Node:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     attrs: Mapping[str, AttrValue | Unreadable]
+    #: The NodeProto, for evaluating the node at import (``poot_ir.onnx.folding``).
+    proto: Any = field(default=None, compare=False, repr=False)
 
     @property
     def label(self) -> str:
@@ -131,11 +150,22 @@ class Lowering:
     """The state of one import: the builder, the ONNX value table, the weights so far, and the
     node being lowered (for errors)."""
 
-    def __init__(self, builder: Builder, opset: int, elem_types: ElemTypes) -> None:
+    def __init__(
+        self, builder: Builder, opset: int, elem_types: ElemTypes, collect: bool = False
+    ) -> None:
         self.b = builder
         self.opset = opset
         self.elem_types = elem_types
         self.env: dict[str, Value] = {}
+        #: Keep going past a refusal (``collect``): each is recorded with the node it blames
+        #: and its outputs are ``poisoned``, so nodes that read them are skipped.
+        self.collect = collect
+        self.blockers: list[UnsupportedOnnx] = []
+        self.poisoned: set[str] = set()
+        #: Ids of the I32 vars that hold ONNX int64 values (checked to fit at every step).
+        self.wide: set[int] = set()
+        #: The ONNX node each equation came from, by the equation's index.
+        self.origins: dict[int, tuple[str, str]] = {}
         self.weights: dict[str, Array] = {}
         self._materialized: dict[str, Var] = {}
         self._arg_names: set[str] = set()
@@ -169,10 +199,16 @@ class Lowering:
         self._arg_names.add(name)
         return name
 
-    def slot(self, onnx_name: str, dtype: DType, shape: Sequence[int]) -> tuple[str, Var]:
-        """A fresh slot argument for ``onnx_name``: its name and its value."""
+    def slot(
+        self, onnx_name: str, dtype: DType, shape: Sequence[int], wide: bool = False
+    ) -> tuple[str, Var]:
+        """A fresh slot argument for ``onnx_name``: its name and its value. A ``wide`` slot
+        holds an ONNX int64 input as I32 and range-checks it at every step."""
         name = self.arg_name(onnx_name)
-        return name, self.b.slot(name, dtype, shape)
+        v = self.b.slot(name, dtype, shape, wide=wide)
+        if wide:
+            self.wide.add(v.id)
+        return name, v
 
     def weight(self, onnx_name: str, value: Array) -> Var:
         dtype = DType.from_numpy(value.dtype)
@@ -232,6 +268,8 @@ class Lowering:
             raise self.fail("model", f"input {i} is missing")
         name = self.node.inputs[i]
         v = self.env.get(name)
+        if v is None and name in self.poisoned:
+            raise Blocked(name)
         if v is None:
             raise self.fail("model", f"input {i} ({name!r}) is not defined before this node")
         return v
@@ -266,23 +304,44 @@ class Lowering:
         hit = self._materialized.get(c.name)
         if hit is not None:
             return hit
-        dtype = c.dtype
-        if dtype is None:
-            raise self.fail("dtype", f"{c.name!r} is {c.value.dtype}, which poot has no type for")
-        if not c.initializer and c.value.size > 1 and _uniform(c.value, dtype):
-            one = self.weight(c.name, c.value.reshape(-1)[:1].reshape(()))
+        value, dtype = self.narrowed(c)
+        if not c.initializer and value.size > 1 and _uniform(value, dtype):
+            one = self.weight(c.name, value.reshape(-1)[:1].reshape(()))
             v = self.b.broadcast_in_dim(one, c.shape, ())
         else:
-            v = self.weight(c.name, c.value)
+            v = self.weight(c.name, value)
+        if value is not c.value:
+            self.wide.add(v.id)
         self._materialized[c.name] = v
         return v
 
+    def narrowed(self, c: Const) -> tuple[Array, DType]:
+        """``c``'s value in a poot dtype: as it is, or an int64 constant as I32 after checking
+        that every element fits (computed in int64 at import, narrowed where it is used)."""
+        dtype = c.dtype
+        if dtype is not None:
+            return c.value, dtype
+        if c.value.dtype != np.int64:
+            raise self.fail("dtype", f"{c.name!r} is {c.value.dtype}, which poot has no type for")
+        info = np.iinfo(np.int32)
+        bad = (c.value < info.min) | (c.value > info.max)
+        if np.any(bad):
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise self.fail(
+                "value",
+                f"int64 constant {c.name!r} holds {int(c.value[where])} at element {where}, "
+                "beyond i32",
+            )
+        return c.value.astype(np.int32), DType.I32
+
     def literal(self, c: Const) -> Literal | None:
         """``c`` as an inline scalar, when it is uniform and not an initializer."""
-        dtype = c.dtype
-        if c.initializer or dtype is None or not _uniform(c.value, dtype):
+        if c.initializer or (c.dtype is None and c.value.dtype != np.int64):
             return None
-        return Literal.of(c.value.reshape(-1)[0], dtype)
+        value, dtype = self.narrowed(c)
+        if not _uniform(value, dtype):
+            return None
+        return Literal.of(value.reshape(-1)[0], dtype)
 
     def index_var(self, i: int, size: int) -> Var:
         """Input ``i`` as i32 indices into an axis of ``size``: an i32 value, or a constant

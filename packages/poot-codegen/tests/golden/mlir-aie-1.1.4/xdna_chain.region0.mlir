@@ -2,10 +2,10 @@
 // eqns 0, 1, 2, 3; kernels in region0.o; kernel call: opcode 3, instructions, instruction words, then the arenas 0 (inputs, 4096 B), 1 (results, 2048 B)
 module {
   aie.device(npu2) {
-    func.func private @poot_t0(memref<512xf32>, memref<512xf32>, memref<512xf32>, i32, i32) attributes {link_with = "region0.o"}
-    func.func private @poot_t1(memref<512xf32>, memref<512xf32>, i32, i32) attributes {link_with = "region0.o"}
-    func.func private @poot_t2(memref<512xf32>, memref<512xf32>, i32, i32) attributes {link_with = "region0.o"}
-    func.func private @poot_t3(memref<512xf32>, memref<512xf32>, memref<512xf32>, i32, i32) attributes {link_with = "region0.o"}
+    func.func private @poot_t0(memref<512xf32>, memref<512xf32>, memref<512xf32>, i32, i32)
+    func.func private @poot_t1(memref<512xf32>, memref<512xf32>, i32, i32)
+    func.func private @poot_t2(memref<512xf32>, memref<512xf32>, i32, i32)
+    func.func private @poot_t3(memref<512xf32>, memref<512xf32>, memref<512xf32>, i32, i32)
     %shim_noc_tile_0_0 = aie.tile(0, 0)
     %tile_0_2 = aie.tile(0, 2)
     %tile_0_3 = aie.tile(0, 3)
@@ -46,7 +46,7 @@ module {
         }
       }
       aie.end
-    }
+    } {link_with = "region0.o"}
     %core_0_3 = aie.core(%tile_0_3) {
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
@@ -67,7 +67,7 @@ module {
         }
       }
       aie.end
-    }
+    } {link_with = "region0.o"}
     %core_0_4 = aie.core(%tile_0_4) {
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
@@ -88,7 +88,7 @@ module {
         }
       }
       aie.end
-    }
+    } {link_with = "region0.o"}
     %core_0_5 = aie.core(%tile_0_5) {
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
@@ -112,8 +112,8 @@ module {
         }
       }
       aie.end
-    }
-    aie.runtime_sequence(%arg0: memref<4096xi8>, %arg1: memref<2048xi8>) {
+    } {link_with = "region0.o"}
+    aiex.runtime_sequence @sequence(%arg0: memref<4096xi8>, %arg1: memref<2048xi8>) {
       aiex.npu.dma_memcpy_nd(%arg0[0, 0, 0, 0][1, 1, 1, 2048][0, 0, 0, 1]) {id = 0 : i64, metadata = @v0} : memref<4096xi8>
       aiex.npu.dma_memcpy_nd(%arg0[0, 0, 0, 2048][1, 1, 1, 2048][0, 0, 0, 1]) {id = 1 : i64, metadata = @v1} : memref<4096xi8>
       aiex.npu.dma_memcpy_nd(%arg1[0, 0, 0, 0][1, 1, 1, 2048][0, 0, 0, 1]) {id = 2 : i64, issue_token = true, metadata = @v5} : memref<2048xi8>

@@ -2,7 +2,7 @@
 // eqns 0, 1, 2, 3, 4, 5, 6, 7, 8; kernels in region0.o; kernel call: opcode 3, instructions, instruction words, then the arenas 0 (weights, 256 B), 1 (inputs, 2048 B), 2 (results, 2048 B)
 module {
   aie.device(npu2) {
-    func.func private @poot_t0(memref<512xf32>, memref<64xf32>, memref<512xf32>, i32, i32) attributes {link_with = "region0.o"}
+    func.func private @poot_t0(memref<512xf32>, memref<64xf32>, memref<512xf32>, i32, i32)
     %shim_noc_tile_0_0 = aie.tile(0, 0)
     %tile_0_2 = aie.tile(0, 2)
     // %0 f32[8,64]: from arena 1 at 0; 1 object(s) of 512
@@ -34,8 +34,8 @@ module {
         aie.objectfifo.release @v1(Consume, 1)
       }
       aie.end
-    }
-    aie.runtime_sequence(%arg0: memref<256xi8>, %arg1: memref<2048xi8>, %arg2: memref<2048xi8>) {
+    } {link_with = "region0.o"}
+    aiex.runtime_sequence @sequence(%arg0: memref<256xi8>, %arg1: memref<2048xi8>, %arg2: memref<2048xi8>) {
       aiex.npu.dma_memcpy_nd(%arg1[0, 0, 0, 0][1, 1, 1, 2048][0, 0, 0, 1]) {id = 0 : i64, metadata = @v0} : memref<2048xi8>
       aiex.npu.dma_memcpy_nd(%arg0[0, 0, 0, 0][1, 1, 1, 256][0, 0, 0, 1]) {id = 1 : i64, metadata = @v1} : memref<256xi8>
       aiex.npu.dma_memcpy_nd(%arg2[0, 0, 0, 0][1, 1, 1, 2048][0, 0, 0, 1]) {id = 2 : i64, issue_token = true, metadata = @v10} : memref<2048xi8>

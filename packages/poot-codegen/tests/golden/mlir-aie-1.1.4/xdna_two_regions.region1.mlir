@@ -2,7 +2,7 @@
 // eqns 15; kernels in region1.o; kernel call: opcode 3, instructions, instruction words, then the arenas 0 (inputs, 2176 B), 1 (results, 128 B), 2 (scratch, 128 B)
 module {
   aie.device(npu2) {
-    func.func private @poot_t15(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32) attributes {link_with = "region1.o"}
+    func.func private @poot_t15(memref<32xf32>, memref<32xf32>, memref<32xf32>, i32, i32)
     %shim_noc_tile_0_0 = aie.tile(0, 0)
     %tile_0_2 = aie.tile(0, 2)
     // %31 f32[4,8]: from arena 2 at 0; 1 object(s) of 32
@@ -34,8 +34,8 @@ module {
         }
       }
       aie.end
-    }
-    aie.runtime_sequence(%arg0: memref<2176xi8>, %arg1: memref<128xi8>, %arg2: memref<128xi8>) {
+    } {link_with = "region1.o"}
+    aiex.runtime_sequence @sequence(%arg0: memref<2176xi8>, %arg1: memref<128xi8>, %arg2: memref<128xi8>) {
       aiex.npu.dma_memcpy_nd(%arg2[0, 0, 0, 0][1, 1, 1, 128][0, 0, 0, 1]) {id = 0 : i64, metadata = @v31} : memref<128xi8>
       aiex.npu.dma_memcpy_nd(%arg0[0, 0, 0, 2048][1, 1, 1, 128][0, 0, 0, 1]) {id = 1 : i64, metadata = @v16} : memref<2176xi8>
       aiex.npu.dma_memcpy_nd(%arg1[0, 0, 0, 0][1, 1, 1, 128][0, 0, 0, 1]) {id = 2 : i64, issue_token = true, metadata = @v32} : memref<128xi8>

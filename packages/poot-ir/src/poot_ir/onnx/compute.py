@@ -19,7 +19,7 @@ from poot_ir import ops
 from poot_ir.builder import Builder
 from poot_ir.core import Atom, Literal, Var
 from poot_ir.dtypes import DType
-from poot_ir.onnx_lowering import (
+from poot_ir.onnx.context import (
     FLOATS,
     NUMERIC,
     Array,
@@ -189,6 +189,19 @@ def _cast_to(lo: Lowering, name: str, np_to: np.dtype[Any] | None) -> None:
     dst = DType.from_numpy(np_to) if np_to is not None else None
     if isinstance(src, Const) and np_to is not None and (src.dtype is None or dst is None):
         lo.set(0, src.value.astype(np_to))
+        return
+    if isinstance(src, Var) and np_to is not None and np_to == np.int64:
+        # int64 is held as I32 (``Lowering.wide``): exact from i32 and bool, but a float may
+        # not fit, and poot cannot check a value computed at run time.
+        if src.dtype not in (DType.I32, DType.BOOL):
+            raise lo.fail(
+                "dtype",
+                f"Cast of a {src.dtype.value} value to int64 at run time: poot holds int64 as "
+                "i32 and cannot show the values fit",
+            )
+        y = src if src.dtype is DType.I32 else lo.b.convert(src, DType.I32)
+        lo.wide.add(y.id)
+        lo.set(0, y)
         return
     if dst is None:
         raise lo.fail("dtype", f"Cast to {name}, which poot has no type for")

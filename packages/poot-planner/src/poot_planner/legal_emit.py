@@ -1,0 +1,88 @@
+"""``Emit``: the small builder a legalization rule writes its decomposition with.
+
+A rule replaces one equation by ordinary equations of the same program: fresh value ids after
+every id the program uses, literals in the dtype the replaced equation computes in, and the
+rule's last equation writes the replaced equation's own output value (``out=``), so nothing
+after it changes.
+"""
+
+from __future__ import annotations
+
+from poot_ir import Atom, DType, Eqn, Literal, NoParams, Params, Prim, Var, infer_type
+
+__all__ = ["Emit"]
+
+Value = Atom | float
+
+
+class Emit:
+    """Emits equations computing in ``dtype`` (the replaced equation's), ids from ``next_id``."""
+
+    def __init__(self, next_id: int, dtype: DType) -> None:
+        self.next_id = next_id
+        self.dtype = dtype
+        self.eqns: list[Eqn] = []
+
+    def lit(self, value: float) -> Literal:
+        return Literal.of(value, self.dtype)
+
+    def _atom(self, v: Value) -> Atom:
+        return v if isinstance(v, Var | Literal) else self.lit(v)
+
+    def op(
+        self, prim: Prim, *inputs: Value, params: Params | None = None, out: Var | None = None
+    ) -> Var:
+        ins = tuple(self._atom(a) for a in inputs)
+        p = NoParams() if params is None else params
+        t = infer_type(prim, ins, p, len(self.eqns))
+        if out is None:
+            out = Var(self.next_id, t)
+            self.next_id += 1
+        elif out.type != t:  # a rule that does not rebuild the type it replaces is a bug
+            raise ValueError(f"rule result {t} does not match the replaced {out.type}")
+        self.eqns.append(Eqn(prim, ins, (out,), p))
+        return out
+
+    # the few steps rules use, named as the primitives
+    def add(self, a: Value, b: Value, out: Var | None = None) -> Var:
+        return self.op(Prim.ADD, a, b, out=out)
+
+    def sub(self, a: Value, b: Value, out: Var | None = None) -> Var:
+        return self.op(Prim.SUB, a, b, out=out)
+
+    def mul(self, a: Value, b: Value, out: Var | None = None) -> Var:
+        return self.op(Prim.MUL, a, b, out=out)
+
+    def div(self, a: Value, b: Value, out: Var | None = None) -> Var:
+        return self.op(Prim.DIV, a, b, out=out)
+
+    def max(self, a: Value, b: Value, out: Var | None = None) -> Var:
+        return self.op(Prim.MAX, a, b, out=out)
+
+    def neg(self, a: Value, out: Var | None = None) -> Var:
+        return self.op(Prim.NEG, a, out=out)
+
+    def exp(self, a: Value) -> Var:
+        return self.op(Prim.EXP, a)
+
+    def ge(self, a: Value, b: Value, out: Var | None = None) -> Var:
+        return self.op(Prim.GE, a, b, out=out)
+
+    def min(self, a: Value, b: Value, out: Var | None = None) -> Var:
+        """``min(a, b) = -max(-a, -b)``: exact (NaN aside)."""
+        return self.neg(self.max(_neg(self, a), _neg(self, b)), out)
+
+    def clamp(self, x: Value, lo: float, hi: float) -> Var:
+        return self.min(self.max(x, lo), hi)
+
+    def abs(self, x: Var, out: Var | None = None) -> Var:
+        """``|x| = max(x, -x)``: exact (the sign of a zero aside)."""
+        return self.max(x, self.neg(x), out)
+
+
+def _f(v: Value) -> float:
+    return v.as_float() if isinstance(v, Literal) else float(v)  # type: ignore[arg-type]
+
+
+def _neg(em: Emit, v: Value) -> Value:
+    return em.neg(v) if isinstance(v, Var) else -_f(v)

@@ -1,0 +1,231 @@
+"""Legalization rules on the oracle: each rewritten program against the original equation at
+the edges of its domain (FP16's: zeros, subnormals, the clamps, the range's ends), exactly for
+an identity, within the derived bound for an approximation; and what is not rewritten."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from poot_ir import AbsRel, BitExact, Builder, DType, Prim, Program, evaluate, ops
+from poot_planner import TARGETS, RefusalKind, narrow_to_device_precision, plan
+from poot_planner.error_bounds import result_bounds
+from poot_planner.legal_rules import RULES, Numerics
+
+INTEL, XDNA2 = TARGETS["intel-npu4"], TARGETS["xdna2"]
+F32, F16 = DType.F32, DType.F16
+N = 64
+
+#: FP16 values at the edges of every rule's domain (all exactly FP16, stored as F32).
+EDGES = np.array(
+    [0.0, -0.0, 2**-24, -(2**-24), 3 * 2**-24, 2**-14, -(2**-14), 2**-10, 0.1, 0.5, 1.0, -1.0,
+     1.5, 2.0, 3.99, 4.0, 4.004, -4.0, 5.5, 8.99, 9.0, 9.01, -9.0, 11.0, 100.0, -100.0,
+     1000.0, 65504.0, -65504.0, 65472.0],
+    dtype=np.float16,
+).astype(np.float32)  # fmt: skip
+
+
+def _f16_values(seed: int, n: int = 256) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = np.concatenate([EDGES, rng.normal(0, 3, n).astype(np.float32)])
+    return x.astype(np.float16).astype(np.float32)
+
+
+def unary(prim: str, n: int) -> Program:
+    b = Builder(prim)
+    x = b.slot("x", F32, (n,))
+    b.output("y", getattr(b, prim)(x))
+    return b.build()
+
+
+def binary(prim: str, n: int) -> Program:
+    b = Builder(prim)
+    x, z = b.slot("x", F32, (n,)), b.slot("z", F32, (n,))
+    b.output("y", getattr(b, prim)(x, z))
+    return b.build()
+
+
+def _narrowed_original(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    assert INTEL.narrowing is not None
+    return evaluate(narrow_to_device_precision(program, INTEL.narrowing), inputs)
+
+
+@pytest.mark.parametrize("prim", ["erf", "tanh"])
+def test_approximations_within_their_derived_bound_at_the_edges(prim: str) -> None:
+    x = _f16_values(0)
+    program = unary(prim, x.size)
+    p = plan(program, INTEL)
+    assert p.admitted, [str(r) for r in p.refusals]
+    (rw,) = p.rewrites
+    assert rw.rule.numerics is Numerics.APPROXIMATION and rw.primitive == prim
+    bound = rw.derivation.bound
+    assert isinstance(bound, AbsRel) and 0 < bound.abs < 0.05
+    assert all(e.prim is not Prim[prim.upper()] for e in p.program.eqns)
+    got = evaluate(p.program, {"x": x})["y"].astype(np.float64)
+    want = evaluate(program, {"x": x})["y"].astype(np.float64)
+    err = np.abs(got - want)
+    assert np.all(err <= bound.abs), (x[np.argmax(err)], err.max(), bound.abs)
+    # odd, saturating exactly, and zero at zero, as the primitive
+    assert np.array_equal(got[x >= 9.0], np.ones(int((x >= 9.0).sum())))
+    assert got[0] == 0.0 and got[1] == 0.0
+    # the published formula itself, in F32: within its approximation plus F32's rounding
+    xdna_like = evaluate(p.legalized, {"x": x})["y"].astype(np.float64)
+    assert np.max(np.abs(xdna_like - want)) <= rw.rule.approximation + 1e-6
+
+
+@given(seed=st.integers(0, 2**16))
+@settings(max_examples=10, deadline=None)
+def test_gelu_through_erf_stays_within_the_narrowing_contract(seed: int) -> None:
+    x = _f16_values(seed, 512)
+    b = Builder("gelu")
+    b.output("y", ops.gelu(b, b.slot("x", F32, (x.size,))))
+    program = b.build()
+    p = plan(program, INTEL)
+    assert p.admitted and [rw.primitive for rw in p.rewrites] == ["erf"]
+    got = evaluate(p.program, {"x": x})["y"].astype(np.float64)
+    want = evaluate(program, {"x": x})["y"].astype(np.float64)
+    assert INTEL.narrowing is not None
+    assert np.linalg.norm(got - want) <= INTEL.narrowing.normwise * np.linalg.norm(want)
+
+
+IDENTITIES: dict[str, Callable[[int], Program]] = {
+    "recip": lambda n: unary("recip", n),
+    "abs": lambda n: unary("abs", n),
+    "min": lambda n: binary("min", n),
+    "eq": lambda n: binary("eq", n),
+    "gt": lambda n: binary("gt", n),
+}
+
+
+def _pairs() -> dict[str, np.ndarray]:
+    """Every pair of edge values, and each value against its FP16 neighbours."""
+    e16 = EDGES.astype(np.float16)
+    with np.errstate(over="ignore"):  # past 65504 is infinite: filtered out below
+        up = np.nextafter(e16, np.float16(np.inf))
+        down = np.nextafter(e16, np.float16(-np.inf))
+    xs, zs = np.meshgrid(EDGES, EDGES)
+    x = np.concatenate([xs.ravel(), EDGES, EDGES, EDGES])
+    z = np.concatenate([zs.ravel(), EDGES, up.astype(np.float32), down.astype(np.float32)])
+    finite = np.isfinite(x) & np.isfinite(z)
+    return {"x": x[finite], "z": z[finite]}
+
+
+@pytest.mark.parametrize("name", sorted(IDENTITIES))
+def test_identities_are_bit_exact_on_fp16(name: str) -> None:
+    pairs = _pairs()
+    program = IDENTITIES[name](pairs["x"].size)
+    inputs = {a.name: pairs[a.name] for a in program.args}
+    if name == "recip":  # 1/x of 0 is infinite: outside the division's finite domain
+        inputs["x"] = np.where(inputs["x"] == 0, np.float32(1.0), inputs["x"])
+    p = plan(program, INTEL)
+    assert p.admitted and len(p.rewrites) == 1
+    got = evaluate(p.program, inputs)["y"]
+    want = _narrowed_original(program, inputs)["y"]
+    # bit for bit, but for the sign of a zero (the NPU does not promise it)
+    assert np.array_equal(got, want), (got[got != want][:4], want[got != want][:4])
+
+
+@pytest.mark.parametrize("name", ["abs", "min"])
+def test_xdna2_identities_are_bit_exact_in_f32(name: str) -> None:
+    rng = np.random.default_rng(1)
+    x = np.concatenate([EDGES, [3.4e38, -3.4e38, 1e-38, -1e-45], rng.normal(0, 1e3, 64)])
+    x = x.astype(np.float32)
+    program = IDENTITIES[name](x.size)
+    inputs = {"x": x, "z": x[::-1].copy()}
+    inputs = {a.name: inputs[a.name] for a in program.args}
+    p = plan(program, XDNA2)
+    assert p.admitted and p.rewrites[0].derivation.bound == BitExact(signed_zero=False)
+    got, want = evaluate(p.program, inputs)["y"], evaluate(program, inputs)["y"]
+    assert np.array_equal(got, want)
+
+
+def _select_program(n: int, cmp: str, other: float | None) -> Program:
+    b = Builder("select")
+    x, z = b.slot("x", F32, (n,)), b.slot("z", F32, (n,))
+    pred = getattr(b, cmp)(x, z)
+    b.output("y", b.select(pred, x, z if other is None else other))
+    b.output("m", b.convert(getattr(b, cmp)(z, x), F32))
+    return b.build()
+
+
+@pytest.mark.parametrize("cmp", ["ge", "gt", "eq"])
+@pytest.mark.parametrize("other", [None, -1000.0, -1e30, float("-inf")])
+def test_select_and_mask_values_of_comparisons(cmp: str, other: float | None) -> None:
+    pairs = _pairs()
+    program = _select_program(pairs["x"].size, cmp, other)
+    p = plan(program, INTEL)
+    assert p.admitted, [str(r) for r in p.refusals]
+    got = evaluate(p.program, pairs)
+    want = _narrowed_original(program, pairs)
+    fires = getattr(np, {"ge": "greater_equal", "gt": "greater", "eq": "equal"}[cmp])
+    expect_m = fires(pairs["z"], pairs["x"]).astype(np.float32)
+    assert np.array_equal(got["m"], expect_m)
+    if other is None or abs(other) <= 65504:
+        assert np.array_equal(got["y"], want["y"])
+    else:  # a literal FP16 cannot hold: the saturated sentinel where the select takes it
+        taken = fires(pairs["x"], pairs["z"])
+        assert np.array_equal(got["y"][taken], pairs["x"][taken])
+        assert np.all(got["y"][~taken] == -65504.0)
+
+
+def test_select_on_an_argument_mask_stays_refused() -> None:
+    b = Builder("s")
+    m, x = b.slot("m", DType.BOOL, (4,)), b.slot("x", F32, (4,))
+    b.output("y", b.select(m, x, 0.0))
+    p = plan(b.build(), INTEL)
+    assert [(r.kind, r.primitive) for r in p.refusals] == [
+        (RefusalKind.UNSUPPORTED_PRIMITIVE, "select")
+    ]
+    assert p.rewrites == ()
+
+
+def test_no_rewrite_without_a_derivable_bound() -> None:
+    # log has no rule; a mask scale read by a product is no additive mask: both stay refused
+    b = Builder("r")
+    x = b.slot("x", F32, (4,))
+    y = b.mul(b.sub(1.0, x), -3.4e38)
+    b.output("y", b.mul(y, x))
+    b.output("l", b.log(x))
+    p = plan(b.build(), INTEL)
+    assert p.rewrites == ()
+    assert {r.kind for r in p.refusals} == {
+        RefusalKind.NARROWING_RANGE,
+        RefusalKind.UNSUPPORTED_PRIMITIVE,
+    }
+
+
+def test_legalizing_twice_changes_nothing_and_refusals_name_source_equations() -> None:
+    b = Builder("mixed")
+    x = b.slot("x", F32, (8,))
+    b.output("y", b.log(b.tanh(x)))  # tanh legalized (22 equations), then log refused
+    p = plan(b.build(), INTEL)
+    assert [(r.eqn, r.primitive) for r in p.refusals] == [(1, "log")]
+    again = plan(p.legalized, INTEL)
+    assert again.rewrites == () and again.legalized == p.legalized
+
+
+def test_every_rule_is_a_row_of_the_tables_and_none_is_duplicated() -> None:
+    assert {r.target for r in RULES} <= set(TARGETS)
+    keys = [(r.target, r.prim, r.name) for r in RULES]
+    assert len(keys) == len(set(keys))
+    for r in RULES:
+        assert not TARGETS[r.target].admits_prim(r.prim) or r.prim in (Prim.MUL, Prim.CONVERT)
+
+
+@given(seed=st.integers(0, 2**16))
+@settings(max_examples=10, deadline=None)
+def test_running_bound_carries_the_rewrite(seed: int) -> None:
+    """The running analysis of a legalized plan: finite where the operands are in range, at
+    least the formula's own error, and never above the rule's derived static bound."""
+    x = _f16_values(seed, 64)
+    x = x[np.abs(x) < 60000]
+    p = plan(unary("erf", x.size), INTEL)
+    (rw,) = p.rewrites
+    bound = rw.derivation.bound
+    assert isinstance(bound, AbsRel)
+    run = result_bounds(p, {"x": x})["y"]
+    assert np.all(np.isfinite(run))
+    assert np.all(run >= rw.rule.approximation) and np.all(run <= bound.abs)

@@ -1,0 +1,90 @@
+"""The Nix ``.#npu`` shell and the MLIR renderer read one toolchain manifest: a test that fails
+when the shell's pin and the renderer's version disagree (read from the files, so it runs
+without Nix; ``nox -s nix`` also compares what Nix evaluates), and the placeholder listing."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from poot_codegen.xdna.toolchain import MANIFEST_PATH, load_manifest, manifest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _check_nix() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("check_nix", ROOT / "tools" / "check_nix.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["check_nix"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, Path]:
+    """check_nix over a copy of the files it reads."""
+    cn = _check_nix()
+    for rel in ("nix", cn.TOOLCHAIN):
+        src, dst = ROOT / rel, tmp_path / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(src, dst) if src.is_dir() else shutil.copy(src, dst)
+    monkeypatch.setattr(cn, "ROOT", tmp_path)
+    return cn, tmp_path
+
+
+def test_the_shell_and_the_wheels_read_the_renderers_manifest() -> None:
+    cn = _check_nix()
+    assert (ROOT / cn.TOOLCHAIN).resolve() == MANIFEST_PATH.resolve()
+    for path in ("nix/shells.nix", *cn.PINNED):
+        assert cn.manifest_readers(path) == [MANIFEST_PATH.resolve()], path
+    assert cn.toolchain_problems() == []
+
+
+@pytest.mark.parametrize(
+    ("path", "old", "new", "problem"),
+    [
+        ("nix/pkgs/llvm-aie.nix", "inherit (pin) version;", 'version = "21.0.0";', "pins version"),
+        ("nix/pkgs/mlir-aie.nix", "inherit (pin) url;", 'url = "https://x/y.whl";', "pins url"),
+        ("nix/pkgs/mlir-aie.nix", ")).mlir_aie;", ")).peano;", "'mlir_aie' pin"),
+        ("nix/shells.nix", "xdna/toolchain.json", "xdna/other.json", "does not read"),
+    ],
+)
+def test_a_shell_pin_that_disagrees_with_the_renderer_fails(
+    copy: tuple[ModuleType, Path], path: str, old: str, new: str, problem: str
+) -> None:
+    cn, root = copy
+    assert cn.toolchain_problems() == []
+    target = root / path
+    text = target.read_text()
+    assert old in text
+    target.write_text(text.replace(old, new))
+    problems = cn.toolchain_problems()
+    assert any(path in p and problem in p for p in problems), problems
+
+
+def test_the_renderer_and_the_link_step_take_the_manifests_version(
+    copy: tuple[ModuleType, Path],
+) -> None:
+    _, root = copy
+    tc = manifest()
+    assert load_manifest(root / _check_nix().TOOLCHAIN) == tc
+    assert (tc.mlir_aie_version, tc.peano_version) == ("1.1.4", "20.0.0.2025090701+8c084497")
+
+
+def test_every_placeholder_is_listed(copy: tuple[ModuleType, Path]) -> None:
+    cn, root = copy
+    files = sorted(str(p.relative_to(root)) for p in (root / "nix").rglob("*.nix"))
+    found = cn.placeholders(files)
+    assert any("peano.hash is null" in f for f in found)
+    assert not any("mlir_aie.hash" in f for f in found)  # pinned: the hash is known
+    assert set(manifest().placeholders) == {"eudsl_python_extras", "peano"}
+    extra = root / "nix" / "pkgs" / "llvm-aie.nix"
+    extra.write_text(extra.read_text() + "# a comment on lib.fakeHash is none\n")
+    assert cn.placeholders(files) == found
+    extra.write_text(extra.read_text() + "{ x = lib.fakeHash; }\n")
+    assert len(cn.placeholders(files)) == len(found) + 1
