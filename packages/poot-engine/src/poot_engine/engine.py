@@ -259,6 +259,7 @@ class Engine:
     def reset_state(self, entry: Entry) -> None:
         """Restore every state of ``entry`` to its initial value."""
         self._usable()
+        _handle(entry, Entry, "entry")
         self._handed.pop(entry.id, None)
         if (part := self.partitioned(entry)) is not None:
             return part.reset()
