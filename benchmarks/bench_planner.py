@@ -1,6 +1,11 @@
-"""Planner: plan 1,000- and 10,000-equation chains for xdna2 and intel-npu4 (linear, under 1 s).
+"""Planner: plan 1,000- and 10,000-equation chains for xdna2 and intel-npu4 (linear, under 1 s),
+and an xdna2 pointwise pair over one prime dimension of 65,521 and of 2^31 - 1 elements (the
+most an xdna2 tensor holds): a prime's only chunking is one element a call, so both search every
+chunk size tile memory allows.
 
-The ratio of the two times should stay about 10, and 10,000 equations plan in under a second.
+The ratio of the two chain times should stay about 10, and 10,000 equations plan in under a
+second; the two dimension sizes should plan in about the same time (chunking searches chunk
+sizes bounded by tile memory, never the divisors of a dimension).
 
 The chain alternates ``mul``, ``add`` and ``max`` with an inline literal on an f32[8,64] value,
 which both NPU targets admit. For xdna2 each equation is a tile, so the chain forms a region per
@@ -34,6 +39,13 @@ def chain(n: int) -> Program:
             case _:
                 x = b.max(x, -1.0)
     b.output("y", x)
+    return b.build()
+
+
+def wide(n: int) -> Program:
+    """``exp(neg(x))`` over one dimension of ``n`` elements."""
+    b = Builder(f"wide{n}")
+    b.output("y", b.exp(b.neg(b.slot("x", DType.F32, (n,)))))
     return b.build()
 
 
@@ -75,4 +87,19 @@ def run() -> list[Figure]:
                 aim="about 10 (linear)",
             ),
         ]
+    narrow, huge = wide(65_521), wide(2**31 - 1)
+    for p in (narrow, huge):
+        if not plan(p, "xdna2").admitted:
+            raise AssertionError(f"xdna2 refused {p.name}")
+    t_narrow = median_time(partial(plan, narrow, "xdna2"), repeat=7)
+    t_huge = median_time(partial(plan, huge, "xdna2"), repeat=7)
+    figures += [
+        Figure("plan xdna2, a dimension of 2^31 - 1 elements", t_huge * 1e3, "ms"),
+        Figure(
+            "plan xdna2, dimension 2^31 - 1 / dimension 65,521 time ratio",
+            t_huge / t_narrow,
+            "x",
+            aim="about 1 (independent of the dimension)",
+        ),
+    ]
     return figures

@@ -224,4 +224,29 @@ def run() -> list[Figure]:
             Figure("second process: wall time, interpreter start included", wall, "s"),
             Figure("second process: max |z - (x*x + x)| (FP16 narrowing)", float(err), ""),
         ]
-    return figures
+    return figures + guard_figures(device, where, inputs)
+
+
+def guard_figures(device: str, where: str, inputs: dict[str, np.ndarray]) -> list[Figure]:
+    """Engine.step with the in-graph FP16 guard (the default: one flag for the product, which
+    feeds the add) against the same program without it, in alternating rounds of one run."""
+    with tempfile.TemporaryDirectory(prefix="poot-bench-guard-") as tmp:
+        engines = {
+            name: Engine(VpuDevice(device, overflow_guard=on), Path(tmp) / name)
+            for name, on in (("guard", True), ("no guard", False))
+        }
+        try:
+            entries = {k: e.add_entry(program()) for k, e in engines.items()}
+            steps = {k: (lambda k=k: engines[k].step(entries[k], inputs)) for k in engines}
+            a, b = (steps[k]()["z"] for k in ("guard", "no guard"))
+            assert np.array_equal(a, b)
+            t = _alternating(steps)
+        finally:
+            for e in engines.values():
+                e.close()
+    us = 1e6
+    return [
+        Figure(f"Engine.step with the FP16 overflow guard ({where})", t["guard"] * us, "us"),
+        Figure("Engine.step without it (overflow_guard=False)", t["no guard"] * us, "us"),
+        Figure("with guard / without", t["guard"] / t["no guard"], "x"),
+    ]

@@ -26,6 +26,8 @@ let
     in
     flakeInputs.${builtins.head parts}.packages.${system}.${lib.last parts};
   amd = nix-amd-npu.packages.${system};
+  # The NPU graph compiler nixpkgs' driver lacks, at the driver's own version (pkgs/intel-npu-compiler.nix).
+  intelNpuCompiler = pkgs.callPackage ./pkgs/intel-npu-compiler.nix { };
 
   workspace = uv2nix.lib.workspace.loadWorkspace { inherit workspaceRoot; };
   overlay = workspace.mkPyprojectOverlay { sourcePreference = "wheel"; };
@@ -57,10 +59,15 @@ let
     XILINX_XRT = "${amd.xrt-amdxdna}/opt/xilinx/xrt";
     PEANO_INSTALL_DIR = "${set.llvm-aie}/${set.python.sitePackages}/llvm-aie";
     MLIR_AIE_DIR = "${set.mlir-aie}/${set.python.sitePackages}/mlir_aie";
-    LD_LIBRARY_PATH = lib.makeLibraryPath [
-      pkgs.level-zero
-      pkgs.intel-npu-driver
-    ];
+    # libze_loader finds the NPU driver, and the driver's dlopen finds the compiler, here
+    LD_LIBRARY_PATH =
+      assert lib.assertMsg (pkgs.intel-npu-driver.version == intelNpuCompiler.version)
+        "nix/pkgs/intel-npu-compiler.nix is ${intelNpuCompiler.version}, nixpkgs' intel-npu-driver ${pkgs.intel-npu-driver.version}: the compiler must be the driver's release";
+      lib.makeLibraryPath [
+        pkgs.level-zero
+        pkgs.intel-npu-driver
+        intelNpuCompiler
+      ];
   };
 
   # uv.lock records no entry for an extra without dependencies (poot-npu[xdna]: pyxrt comes with

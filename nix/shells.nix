@@ -105,7 +105,7 @@ in
   };
 
   npu-intel = {
-    description = "Intel NPU4: Level Zero loader and the Intel NPU user-mode driver, OpenVINO wheel";
+    description = "Intel NPU4: Level Zero loader, the Intel NPU user-mode driver and its graph compiler, OpenVINO wheel";
     python = "python312";
     nixpkgs = [
       "uv"
@@ -123,7 +123,7 @@ in
       POOT_NIX_SHELL = "npu-intel";
     };
     envFromBuild = uvFromBuild // {
-      LD_LIBRARY_PATH = "<level-zero>/lib:<intel-npu-driver>/lib (libze_loader finds the NPU driver)";
+      LD_LIBRARY_PATH = "<level-zero>/lib:<intel-npu-driver>/lib:<intel-npu-compiler>/lib (libze_loader finds the NPU driver, the driver's dlopen its graph compiler: nix/pkgs/intel-npu-compiler.nix)";
     };
   };
 }

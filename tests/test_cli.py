@@ -158,3 +158,11 @@ def test_import_an_onnx_model(capsys: pytest.CaptureFixture[str], tmp_path: Path
     np.testing.assert_array_equal(weights["w"], [1.0, 2.0, 3.0, 4.0])
     code, _, err = _run(capsys, "import", str(tmp_path / "nope.onnx"))
     assert code == 2 and "nope.onnx" in err
+
+
+def test_plan_says_how_each_gather_keeps_its_indices_in_the_axis(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = _run(capsys, "plan", str(EXAMPLES / "embedding.poot"), "--target", "xdna2")
+    assert code == 0
+    assert "gather at equation 0: indices checked on the host before each run" in out

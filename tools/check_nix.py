@@ -308,6 +308,8 @@ def placeholders(files: list[str] | None = None) -> list[str]:
             code = line.split("#", 1)[0]  # a comment naming it is no placeholder
             if FAKE.search(code) and NULL_FALLBACK not in code:
                 found.append(f"{path}:{n}: {line.strip()}")
+            elif "unverified-hash" in line and "hash" in code:
+                found.append(f"{path}:{n}: unverified: {code.strip()}")
     return found
 
 

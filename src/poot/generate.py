@@ -19,7 +19,6 @@ against a whole run on the oracle (prefill then decode, evaluated by ``poot_ir.e
   worst-case carries through two rmsnorm-attention-MLP layers reach infinity.) A step is
   compared only while the tokens so far equal the whole run's (the same inputs);
 - the greedy tokens against the whole run's, every one.
-
 """
 
 from __future__ import annotations

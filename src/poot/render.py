@@ -138,6 +138,9 @@ def plan_panel(p: Plan) -> Panel:
                 str(region.tile_bytes),
             )
         parts.append(reg)
+    for t in p.tiles:  # how each gather keeps its indices inside the axis
+        if t.index_guard is not None:
+            parts.append(Text(f"gather at equation {t.eqns[0]}: indices {t.index_guard.value}"))
     return Panel(Group(*parts), title=f"plan: {p.target.name}", title_align="left")  # type: ignore[arg-type]
 
 

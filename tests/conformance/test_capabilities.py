@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from poot_engine import Engine
-from poot_ir import Builder, DType, Prim, Program, Storage, evaluate
+from poot_ir import Builder, DType, NarrowStorage, Prim, Program, Storage, compare, evaluate
 from poot_planner import TARGETS, Capability, plan
 
 from conformance.devices import DEVICE_PARAMS, open_device
@@ -119,12 +119,17 @@ def test_capability(info: object, cap: Capability, dtype: DType, tmp_path: Path)
             }
             got = engine.step(entry, slots)
             feed = {**weights, **states, **slots}
-            want = evaluate(program, feed)
+            # a narrowed program (F32 carried as FP16) is held to the row's contract on what
+            # the device runs, and to the published NarrowStorage against the F32 oracle
+            want = evaluate(p.program, feed)
             operands = [feed[a.name] for a in program.args if a.var in program.eqns[-1].inputs]
             (name,) = want  # one result: the output, or the updated state
             cmp = cap.contract.check(got[name], want[name], operands)
             assert cmp.ok, f"step {step}: {cmp}"
             assert cmp.compared > 0, "nothing inside the domain was compared"
+            if isinstance(p.numerics, NarrowStorage):
+                wide = compare(got[name], evaluate(program, feed)[name], p.numerics.bound)
+                assert wide.ok, f"step {step}, against the F32 oracle: {wide}"
             states = {n: got[n] for n in states}
     finally:
         engine.close()

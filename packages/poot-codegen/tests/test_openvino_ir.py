@@ -704,3 +704,59 @@ def test_reduce_max_of_an_empty_axis_is_the_lowest_value(dtype: DType) -> None:
     for emulate in (False, True) if dtype is DType.F16 else (False,):
         got = run(program, {"x": xs}, emulate=emulate)["m"]
         assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+def test_emulation_carries_f32_as_the_npu_compiler_does() -> None:
+    """An un-narrowed F32 graph on the stand-in differs from exact F32 as it would on the NPU,
+    whose compiler converts every F32 tensor to FP16: a transpose rounds (1e5 becomes inf), an
+    F32 add rounds, and a splat literal beyond 65504 is clamped to 65504, not made infinite."""
+    b = Builder("f32_moves")
+    x = b.slot("x", DType.F32, (2, 3))
+    b.output("t", b.transpose(x, (1, 0)))
+    b.output("s", b.add(x, 1e5))
+    p = b.build()
+    x_in = np.array([[1.0001, 1e5, -3.0], [2049.0, 0.1, -65504.0]], np.float32)
+    got = run(p, {"x": x_in}, emulate=True)
+    with np.errstate(over="ignore"):
+        fp16 = x_in.astype(np.float16).astype(np.float32)
+        s = (fp16 + np.float32(65504.0)).astype(np.float16).astype(np.float32)
+    assert_bits(got["t"], fp16.T)
+    assert np.isinf(got["t"][1, 0])
+    assert_bits(got["s"], s)
+    assert got["s"][1, 2] == 0.0  # -65504 + 65504: the literal was clamped, not infinite
+    exact = run(p, {"x": x_in})  # without emulation the CPU plugin keeps F32
+    assert_bits(exact["t"], x_in.T)
+
+
+def test_divisors_the_npu_compiler_would_clamp_get_a_second_use() -> None:
+    """insertEpsilonClamp (npu_compiler) clamps a one-use divisor's producer to a positive range;
+    the NPU lowering gives each such value a second use through an ignored guard flag."""
+    from poot_codegen import openvino_guard
+
+    b = Builder("divs")
+    x, y = b.slot("x", DType.F16, (4,)), b.slot("y", DType.F16, (4,))
+    n = b.neg(y)
+    m = b.mul(x, y)
+    b.output("a", b.div(x, n))  # clamped without a second use: kept
+    b.output("b", b.div(x, b.sqrt(m)))  # the sqrt's operand is what would be clamped
+    b.output("c", b.div(x, y))  # a parameter: never clamped
+    b.output("d", b.div(x, 3.0))  # a literal: never clamped
+    p = b.build()
+    kept = openvino_guard.clamped_divisors(p)
+    assert [(label, v) for label, v in kept] == [("2.div.keep", n), ("4.div.keep", m)]
+    model = lower(p)
+    guard = [o for o in model.outputs if openvino_guard.guard_labels(set(o.get_names()))]
+    assert len(guard) == 1 and openvino_guard.guard_labels(set(guard[0].get_names())) == (
+        "2.div.keep",
+        "4.div.keep",
+    )
+    # each kept value now has two consumers: the divide (or sqrt) and the guard's abs
+    neg_node = next(o for o in model.get_ordered_ops() if o.get_friendly_name() == "e0:neg")
+    assert len(neg_node.output(0).get_target_inputs()) == 2
+    assert all(
+        g is None
+        for g in [
+            openvino_guard.guard_labels(set(o.get_names()))
+            for o in lower(p, emulate_f16=True).outputs
+        ]
+    )

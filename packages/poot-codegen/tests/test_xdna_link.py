@@ -296,14 +296,15 @@ def test_the_link_steps_argv_is_what_the_manifest_names(driver: str, tmp_path: P
     probes = [argv[2:] for tool, _, argv in runs if _probe(tool, argv)]
     assert probes == [list(tc.python_modules)]
     tools = [tool for tool, _, argv in runs if not _probe(tool, argv)]
+    (peano,) = tc.peano_tools
     if driver:
-        assert driver in tc.aiecc_drivers and tools == ["clang++", driver]
+        assert driver in tc.aiecc_drivers and tools == [peano, driver]
     else:
-        assert tools == ["clang++", "python3"]
+        assert tools == [peano, "python3"]
         (argv,) = [a for t, _, a in runs if t == "python3" and not _probe(t, a)]
         assert argv[:2] == ["-c", f"from {tc.aiecc_module} import main; main()"]
     aiecc = next(a for t, _, a in runs if t in (driver or "python3",) and not _probe(t, a))
-    assert aiecc[-len(AIECC_FLAGS) - 1 :] == [*AIECC_FLAGS, "aie.mlir"]
+    assert aiecc[-len(tc.aiecc_flags) - 1 :] == [*tc.aiecc_flags, "aie.mlir"]
 
 
 def test_a_module_the_driver_imports_missing_is_unavailable_naming_it(tmp_path: Path) -> None:
@@ -313,3 +314,16 @@ def test_a_module_the_driver_imports_missing_is_unavailable_naming_it(tmp_path: 
     assert err.value.tool == "python modules"
     assert "aie.extras.runtime.passes, aiofiles" in err.value.detail
     assert f"mlir-aie {manifest().mlir_aie_version}" in err.value.detail
+
+
+def test_host_and_core_builds_agree_on_contraction_and_cores_link_only_their_kernel() -> None:
+    """The same kernel C computes the same bits on host and core only if neither side fuses a
+    multiply-add; each core keeps only its own kernel only if every function has its own
+    section for aiecc's --gc-sections; aiecc's stack check needs .stack_sizes."""
+    from poot_codegen.xdna.hostbuild import HOST_CFLAGS
+
+    contraction = [f for f in PEANO_FLAGS if f.startswith("-ffp-contract=")]
+    assert contraction == [f for f in HOST_CFLAGS if f.startswith("-ffp-contract=")]
+    assert contraction == ["-ffp-contract=off"]
+    for flag in ("-ffunction-sections", "-fdata-sections", "-fstack-size-section"):
+        assert flag in PEANO_FLAGS

@@ -326,6 +326,8 @@ def test_bad_handoffs_are_refused_and_change_nothing(cpu: Engine, npu: Engine) -
     assert "f16[3]" in str(err)
     _refused(cpu, src, npu, dst, StateError, names=["x"])  # a slot, not a state
     _refused(cpu, src, npu, dst, StateError, names=["nope"])
+    _refused(cpu, src, npu, dst, StateError, names=["total", "total"])
+    _refused(cpu, src, npu, dst, StateError, names=[])
     cpu.write_state(src, "total", np.array([1.0, 7e4, 2.0], np.float32))  # fine on the CPU
     err = _refused(cpu, src, npu, dst, NarrowingRangeState)
     assert isinstance(err, NarrowingRangeState) and err.element == (1,)

@@ -12,6 +12,7 @@ tolerance for exp, div and sqrt, and for a narrowed program also within the publ
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -33,7 +34,9 @@ from poot_ir import (
     DispatchRefused,
     DType,
     NarrowingRangeInput,
+    NarrowingRangeIntermediate,
     NarrowingRangeResult,
+    NarrowingRangeUpload,
     NarrowStorage,
     Prim,
     Program,
@@ -279,7 +282,8 @@ PROGRAMS: dict[str, Callable[[], Program]] = {
 @pytest.mark.parametrize("name", list(PROGRAMS))
 def test_verified_programs_bit_exact_on_integers(engine: Engine, name: str) -> None:
     program = PROGRAMS[name]()
-    assert plan(program, TARGET.name).narrowing is None
+    # only f32_boundary has F32 arguments and results, which the NPU carries as FP16
+    assert (plan(program, TARGET.name).narrowing is not None) == (name == "f32_boundary")
     run_checked(engine, program, steps=4)
 
 
@@ -328,6 +332,117 @@ def test_f32_range_boundary(engine: Engine) -> None:
         engine.step(entry, {"x": x, "y": y})
     assert (res.value.argument, res.value.element) == ("z", (0, 1))
     assert vpu.runs == runs + 1  # it ran, and its result was refused
+
+
+def _f32_gather() -> Program:
+    b = Builder("f32_gather")
+    table = b.weight("table", DType.F32, [4, 3])
+    b.output("rows", b.gather(table, b.slot("idx", DType.I32, [2]), 0))
+    b.output("t", b.transpose(b.slot("x", DType.F32, [2, 3]), [1, 0]))
+    return b.build()
+
+
+def test_f32_data_movement_is_fp16_and_range_checked(engine: Engine) -> None:
+    """F32 data movement is FP16 on the NPU (ConvertPrecisionToFP16): the plan publishes
+    NarrowStorage, values come back FP16-rounded (numpy's rounding, independent of the code),
+    65504 runs, and 1e5 is refused on upload and as an input."""
+    program = _f32_gather()
+    assert isinstance(plan(program, TARGET.name).numerics, NarrowStorage)
+    table = np.array([[1.0001, -2.5, 65504.0], [3.14159, 0.1, -65504.0]] * 2, np.float32)
+    entry = engine.add_entry(program, engine.load_weights({"table": table}))
+    x = np.array([[1e-3, 2049.0, -7.77], [0.0, 1.0 / 3.0, 60000.5]], np.float32)
+    got = engine.step(entry, {"idx": np.array([1, 0], np.int32), "x": x})
+    fp16 = lambda a: a.astype(np.float16).astype(np.float32)  # noqa: E731
+    np.testing.assert_array_equal(got["rows"], fp16(table[[1, 0]]))
+    np.testing.assert_array_equal(got["t"], fp16(x.T))
+    assert got["rows"][1, 0] == 1.0 and got["t"][1, 0] == 2048.0  # rounded, not carried
+    big = table.copy()
+    big[2, 1] = 1e5
+    with pytest.raises(NarrowingRangeUpload):
+        engine.load_weights({"table": big})
+    x[1, 2] = 1e5
+    with pytest.raises(NarrowingRangeInput) as err:
+        engine.step(entry, {"idx": np.array([1, 0], np.int32), "x": x})
+    assert (err.value.argument, err.value.element) == ("x", (1, 2))
+
+
+def _quotient() -> Program:
+    b = Builder("quotient")
+    x, acc = b.slot("x", DType.F32, [3]), b.state("acc", DType.F32, [3])
+    q = b.div(x, b.mul(x, x))
+    b.output("q", q)
+    b.update(acc, b.add(acc, q))
+    return b.build()
+
+
+def test_an_intermediate_fp16_overflow_is_refused_naming_the_equation(engine: Engine) -> None:
+    """x / (x * x) at x = 300: the FP16 square is inf and the quotient 0 (the oracle: 0.0033),
+    while every argument and result is in range. The graph's own flag refuses it."""
+    program = _quotient()
+    entry = engine.add_entry(program)
+    x = np.array([2.0, -4.0, 0.5], np.float32)
+    got = engine.step(entry, {"x": x})
+    np.testing.assert_array_equal(got["q"], np.float32(1.0) / x)
+    bad = np.array([2.0, 300.0, 0.5], np.float32)
+    with np.errstate(over="ignore"):  # the independent reason: FP16 squares 300 to inf
+        assert np.isinf(np.float16(300.0) * np.float16(300.0))
+    assert abs(evaluate(program, {"x": bad, "acc": got["acc"]})["q"][1] - 1 / 300) < 1e-6
+    with pytest.raises(NarrowingRangeIntermediate) as err:
+        engine.step(entry, {"x": bad})
+    assert (err.value.eqn, err.value.primitive, err.value.check) == (0, "mul", "overflow")
+    # nothing was committed: the state is what the good step left
+    again = engine.step(entry, {"x": x})
+    np.testing.assert_array_equal(again["acc"], 2 * (np.float32(1.0) / x))
+
+
+def test_without_the_guard_the_overflow_passes_silently(tmp_path: Path) -> None:
+    """The other side: the guard is what refuses it (the stand-in returns 0 like the NPU)."""
+    with Engine(VpuDevice("CPU", overflow_guard=False), tmp_path) as engine:
+        entry = engine.add_entry(_quotient())
+        got = engine.step(entry, {"x": np.array([2.0, 300.0, 0.5], np.float32)})
+    assert got["q"][1] == 0.0
+
+
+def test_a_saturated_sentinel_runs_only_while_it_dominates(engine: Engine) -> None:
+    """exp(-(x + 1e5)): the literal saturates to 65504. Where the device's sum stays at or
+    beyond 65504 the F32 sum is beyond range too and exp gives the oracle's 0; at x = -40000
+    the device's sum is 25504 (F32: 60000), and the step is refused, not returned."""
+    b = Builder("sentinel")
+    x = b.slot("x", DType.F32, [3])
+    b.output("y", b.exp(b.neg(b.add(x, 1e5))))
+    program = b.build()
+    entry = engine.add_entry(program)
+    ok = np.array([0.0, 100.0, 65504.0], np.float32)
+    got = engine.step(entry, {"x": ok})
+    np.testing.assert_array_equal(got["y"], evaluate(program, {"x": ok})["y"])  # zeros
+    bad = np.array([0.0, -40000.0, 1.0], np.float32)
+    with pytest.raises(NarrowingRangeIntermediate) as err:
+        engine.step(entry, {"x": bad})
+    assert (err.value.eqn, err.value.primitive, err.value.check) == (0, "add", "sentinel")
+
+
+def test_a_computed_negative_divisor_divides_as_the_oracle(engine: Engine) -> None:
+    """x / -(y * y + 1): the NPU compiler would clamp a one-use divisor's producer to a positive
+    range (insertEpsilonClamp); the lowering's second use keeps it from doing so. On the NPU
+    this is the check that it did not."""
+    b = Builder("negdiv")
+    x, y = b.slot("x", F16, [4, 8]), b.slot("y", F16, [4, 8])
+    b.output("z", b.div(x, b.neg(b.add(b.mul(y, y), 1.0))))
+    outs = run_checked(engine, b.build(), prim=Prim.DIV)
+    assert all((o["z"] <= 0).sum() > 0 for o in outs)
+
+
+def test_a_graph_the_cpu_snippets_refuse_still_compiles(engine: Engine) -> None:
+    """Two divides of one F32 weight by literals: OpenVINO's CPU snippets cannot allocate
+    registers for its emulation chain; the stand-in compiles it without snippets."""
+    b = Builder("two_divides")
+    a = b.weight("a0", DType.F32, [1, 1])
+    b.output("out0", b.div(a, 2.0))
+    b.output("out1", b.div(a, 0.5))
+    w = np.array([[3.0]], np.float32)
+    entry = engine.add_entry(b.build(), engine.load_weights({"a0": w}))
+    got = engine.step(entry, {})
+    assert (got["out0"][0, 0], got["out1"][0, 0]) == (1.5, 6.0)
 
 
 def test_runtime_window_out_of_range_refused_before_the_replay(engine: Engine) -> None:
@@ -613,3 +728,20 @@ def test_ir_frame_round_trips_and_refuses_anything_else() -> None:
 def test_poot_npu_imports_without_loading_openvino() -> None:
     code = "import sys, poot_npu; assert 'openvino' not in sys.modules, 'openvino loaded'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.npu_intel
+def test_identity_digests_the_loaded_npu_driver_and_compiler() -> None:
+    """On the NPU: the identity's library digests are those of the driver and compiler the
+    process actually mapped (after the probe's compile the driver has dlopened its compiler)."""
+    why = VpuDevice.probe("NPU")
+    if why is not None:
+        pytest.skip(f"hardware unavailable: {why}")
+    vpu = VpuDevice("NPU")
+    opts = dict(vpu.identity.options)
+    vpu.close()
+    maps = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()}
+    for stem in ("libze_intel_npu.so", "libnpu_driver_compiler.so", "libopenvino.so"):
+        (path,) = {p for p in maps if Path(p).name.startswith(stem)}
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        assert opts[f"lib {stem}"] == f"{Path(path).name} sha256:{digest}"

@@ -9,13 +9,14 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from poot_ir import Builder, DType
+from poot_ir import Builder, DType, Program
 from poot_ir.budget import DimsTooLarge
-from poot_planner import RefusalKind, TileOp, plan
+from poot_planner import TARGETS, RefusalKind, TileOp, plan
 from poot_planner.chunking import Chunking, chunk_calls
 
 F32 = DType.F32
 LIMIT = 64512
+TARGETS_XDNA2 = TARGETS["xdna2"]
 ELEMENTS = 2**31 - 1
 
 
@@ -92,3 +93,48 @@ def test_dims_up_to_the_abi_limit_plan_and_past_it_are_refused() -> None:
     for n in (10**15, 10**20):
         with pytest.raises(DimsTooLarge):
             _pointwise(n)
+
+
+@st.composite
+def _dags(draw: st.DrawFn) -> Program:
+    """Pointwise DAGs over many slots whose values are read far from where they are made,
+    some of them results: stream counts that rise and fall as tiles join a region."""
+    b = Builder("dag")
+    values = [b.slot(f"x{i}", F32, (2, 4)) for i in range(draw(st.integers(1, 20)))]
+    for k in range(draw(st.integers(1, 80))):
+        a, c = draw(st.sampled_from(values)), draw(st.sampled_from(values))
+        values.append(b.add(a, c) if k % 2 else b.neg(a))
+        if draw(st.integers(0, 9)) == 0:
+            b.output(f"r{k}", values[-1])
+    b.output("y", values[-1])
+    return b.build()
+
+
+@settings(max_examples=60, derandomize=True, deadline=None)
+@given(_dags())
+def test_regions_are_maximal_under_the_recounted_streams(program: Program) -> None:
+    """Each region is within its bounds and the next tile would break one, with the streams
+    recounted from scratch (``regions._streams``) rather than as the former kept them."""
+    from poot_planner.regions import _streams
+
+    p = plan(program, "xdna2")
+    lim = TARGETS_XDNA2.region_limits
+    assert lim is not None
+    readers: dict[int, set[int]] = {}
+    for t in p.tiles:
+        for op in t.inputs:
+            readers.setdefault(op.var.id, set()).add(t.index)
+    results = {v.id for _, v in program.results()}
+    for k, r in enumerate(p.regions):
+        h_in, h_out, _ = _streams(list(r.tiles), readers, results)
+        assert (len(h_in), len(h_out)) == (len(r.host_in), len(r.host_out))
+        assert len(r.tiles) <= lim.compute_tiles
+        assert len(h_in) <= lim.host_streams_in and len(h_out) <= lim.host_streams_out
+        if k + 1 < len(p.regions):
+            more = [*r.tiles, p.regions[k + 1].tiles[0]]
+            m_in, m_out, _ = _streams(more, readers, results)
+            assert (
+                len(more) > lim.compute_tiles
+                or len(m_in) > lim.host_streams_in
+                or len(m_out) > lim.host_streams_out
+            )

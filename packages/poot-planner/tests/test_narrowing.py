@@ -149,20 +149,34 @@ def test_a_convert_the_boundary_already_made_disappears() -> None:
     assert narrowed.outputs[0].var.dtype is F16
 
 
-def test_f32_data_movement_alone_is_not_narrowed() -> None:
-    """Data movement is bit exact in any width: an F32 program with no arithmetic runs as F32."""
+def test_f32_data_movement_is_narrowed_as_the_npu_compiler_does() -> None:
+    """The NPU compiler carries every F32 tensor as FP16 (ConvertPrecisionToFP16), data
+    movement included: an F32 program with no arithmetic is narrowed and published as
+    NarrowStorage, and its values come back FP16-rounded."""
     b = Builder("moves")
     x = b.slot("x", F32, (4, 8))
     t = b.transpose(x, (1, 0))
     b.output("y", b.concat([b.slice(t, (0, 0), (2, 4)), b.reshape(x, (8, 4))], 0))
     source = b.build()
     p = intel(source)
-    assert p.admitted and p.narrowing is None and p.program == source
-    assert isinstance(p.numerics, Exact)
-    bits = np.array([0.0, -0.0, np.nan, 1e30, -1e-40] * 7, np.float32)[:32].reshape(4, 8)
-    got = evaluate(p.program, {"x": bits})["y"]
-    want = np.concatenate([bits.T[:2], bits.reshape(8, 4)], 0)
+    assert p.admitted and p.narrowing == CONTRACT
+    assert isinstance(p.numerics, NarrowStorage)
+    assert p.program.eqns[0].prim is Prim.CONVERT
+    assert {e.out.dtype for e in p.program.eqns[1:-1]} == {F16}
+    vals = np.array([0.0, -0.0, 1.0001, 65504.0, -3.14159] * 7, np.float32)[:32].reshape(4, 8)
+    got = evaluate(p.program, {"x": vals})["y"]
+    rounded = vals.astype(np.float16).astype(np.float32)  # numpy's FP16 rounding, independent
+    want = np.concatenate([rounded.T[:2], rounded.reshape(8, 4)], 0)
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype", [DType.I32, DType.BF16, DType.BOOL], ids=lambda d: d.value)
+def test_data_movement_in_widths_the_npu_keeps_is_not_narrowed(dtype: DType) -> None:
+    b = Builder("moves")
+    b.output("y", b.transpose(b.slot("x", dtype, (4, 8)), (1, 0)))
+    p = intel(b.build())
+    assert p.admitted and p.narrowing is None and p.program == p.source
+    assert isinstance(p.numerics, Exact)
 
 
 def test_an_f16_program_is_not_narrowed() -> None:
@@ -197,7 +211,16 @@ def f16_bits(v: float) -> int:
     ],
 )
 def test_an_additive_literal_beyond_the_range_saturates(body: Body, value: float) -> None:
-    source = unary_program(body)
+    # the sentinel's value may not be a result (fp16_guards): it masks, through max
+    probe = unary_program(body).eqns[0]
+    flips = probe.prim is Prim.SUB and isinstance(probe.inputs[1], Literal)
+    negative = (value < 0) != flips  # the side of the sum: x - 1e9 is far below the range
+
+    def masked(b: Builder, x: Var) -> Var:
+        s = body(b, x)
+        return b.max(s if negative else b.neg(s), x)
+
+    source = unary_program(masked)
     p = intel(source)
     assert p.admitted
     (lit,) = literals(p.program)
@@ -212,6 +235,7 @@ def test_an_additive_literal_beyond_the_range_saturates(body: Body, value: float
         want = lit16 + xs if prim is Prim.ADD else lit16 - xs
     else:
         want = xs + lit16 if prim is Prim.ADD else xs - lit16
+    want = np.maximum(want if negative else -want, xs)
     np.testing.assert_array_equal(got, np.asarray(want).astype(np.float32))
     assert np.isfinite(got).all()
 
@@ -248,12 +272,43 @@ def test_a_literal_beyond_the_range_elsewhere_is_refused(body: Body, prim: str, 
 
 
 @pytest.mark.parametrize("value", [math.inf, -math.inf])
-@pytest.mark.parametrize("prim", ["add", "sub", "mul"])
-def test_an_infinite_literal_stays_infinite(value: float, prim: str) -> None:
-    p = intel(unary_program(lambda b, x: getattr(b, prim)(x, value)))
+def test_an_infinite_additive_literal_is_a_saturated_sentinel(value: float) -> None:
+    """The NPU compiler clamps an infinite splat constant to +-65504 (clampF16Splat), so an
+    infinite additive literal is carried exactly like a finite sentinel: saturated, and under
+    the sentinel rule (here it masks through max, on its - side)."""
+    side = -1.0 if value < 0 else 1.0
+
+    def body(b: Builder, x: Var) -> Var:
+        s = b.add(x, value)
+        return b.max(s if value < 0 else b.neg(s), x)
+
+    p = intel(unary_program(body))
     assert p.admitted
     (lit,) = literals(p.program)
-    assert lit.dtype is F16 and lit.as_float() == value
+    assert lit.dtype is F16 and lit.as_float() == side * 65504.0
+    assert _guards(p.source) == [(0, "add", "sentinel", int(side))]
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf])
+@pytest.mark.parametrize("prim", ["mul", "max", "div"])
+def test_an_infinite_literal_elsewhere_is_refused(value: float, prim: str) -> None:
+    p = intel(unary_program(lambda b, x: getattr(b, prim)(x, value)))
+    (r,) = p.refusals
+    assert (r.kind, r.eqn, r.primitive) == (RefusalKind.NARROWING_RANGE, 0, prim)
+    assert "65504" in str(r.fact("use"))
+
+
+@pytest.mark.parametrize("prim", ["add", "max", "mul"])
+def test_an_infinite_f16_literal_is_refused_on_the_fp16_device(prim: str) -> None:
+    b = Builder("f16")
+    b.output("y", getattr(b, prim)(b.slot("x", F16, (4,)), -math.inf))
+    p = intel(b.build())
+    (r,) = p.refusals
+    assert (r.kind, r.fact("literal")) == (RefusalKind.NARROWING_RANGE, "-inf")
+    # finite F16 literals are carried as they are
+    b = Builder("f16")
+    b.output("y", getattr(b, prim)(b.slot("x", F16, (4,)), -65504.0))
+    assert intel(b.build()).admitted
 
 
 @pytest.mark.parametrize("prim", ["add", "sub", "mul", "max"])
@@ -272,6 +327,7 @@ def test_every_bad_literal_is_reported() -> None:
     assert [(r.eqn, r.fact("literal")) for r in p.refusals] == [
         (0, "nan"),
         (2, "1000000000.0"),
+        (2, None),  # and the sentinel's value into a mul (fp16_guards)
     ]
 
 
@@ -291,3 +347,65 @@ def test_integer_to_float_is_refused_in_a_narrowed_program() -> None:
     (r,) = intel(b.build()).refusals
     assert r.kind is RefusalKind.INTEGER_TO_FLOAT
     assert r.facts == (("from", "i32"), ("to", "f32"), ("exact_up_to", 2048))
+
+
+# -- in-graph guards and the sentinel rule (fp16_guards) -------------------------------------
+
+
+def _guards(source: Program) -> list[tuple[int, str, str, int]]:
+    from poot_planner.narrowing import intermediate_guards
+
+    return [
+        (g.eqn, g.primitive, g.kind.value, g.side) for _, g in intermediate_guards(source, CONTRACT)
+    ]
+
+
+def test_an_intermediate_that_feeds_another_equation_is_guarded() -> None:
+    # x / (x * x): the square is guarded; the quotient is a result (checked on the host)
+    p = intel(unary_program(lambda b, x: b.div(x, b.mul(x, x))))
+    assert p.admitted
+    assert _guards(p.source) == [(0, "mul", "overflow", 0)]
+    # an F16 program's arithmetic is the oracle's own FP16: nothing to guard, nothing narrowed
+    b = Builder("f16")
+    x16 = b.slot("x", F16, (4,))
+    b.output("y", b.div(x16, b.mul(x16, x16)))
+    assert intel(b.build()).narrowing is None
+
+
+def test_a_dominated_sentinel_may_mask() -> None:
+    """exp(-(x + 1e5)) and max(x - 1e9, x): admitted, each sentinel add checked for dominance
+    on its side."""
+    p = intel(unary_program(lambda b, x: b.exp(b.neg(b.add(x, 1e5)))))
+    assert p.admitted and _guards(p.source) == [(0, "add", "sentinel", 1)]
+    p = intel(unary_program(lambda b, x: b.max(b.sub(x, 1e9), x)))
+    assert p.admitted and _guards(p.source) == [(0, "sub", "sentinel", -1)]
+
+
+@pytest.mark.parametrize(
+    ("body", "eqn", "use"),
+    [
+        (lambda b, x: b.mul(b.add(x, 1e5), 2.0), 1, "a dominated value into mul"),
+        (lambda b, x: b.ge(b.add(x, -1e5), x), 1, "a dominated value into ge"),
+        (lambda b, x: b.exp(b.add(x, 1e5)), 1, "a dominated value into exp"),
+        (
+            lambda b, x: b.sub(b.add(x, 1e5), b.add(x, 1e5)),
+            2,
+            "an add of values dominated on opposite sides",
+        ),
+    ],
+)
+def test_a_dominated_sentinel_elsewhere_is_refused(body: Body, eqn: int, use: str) -> None:
+    p = intel(unary_program(body))
+    (r,) = p.refusals
+    assert (r.kind, r.eqn, r.fact("use")) == (RefusalKind.NARROWING_RANGE, eqn, use)
+
+
+def test_a_sentinel_value_as_a_result_is_refused() -> None:
+    """x + 100000 at x = -40000 would return 25504 (the F32 sum is 60000): as a result the
+    sentinel's value is refused when planning, whatever x is."""
+    p = intel(unary_program(lambda b, x: b.add(x, 100000.0)))
+    (r,) = p.refusals
+    assert (r.kind, r.fact("result")) == (RefusalKind.NARROWING_RANGE, "y")
+    x = np.array([-40000.0], np.float32)
+    assert float(x[0] + np.float32(1e5)) == 60000.0  # what F32 says
+    assert float(np.float16(x[0]) + np.float16(65504.0)) == 25504.0  # what FP16 would return

@@ -63,18 +63,24 @@ _EXACT_F16: Final = frozenset(
 )
 
 
-def computes_f16(e: Eqn) -> bool:
-    """Whether an equation with an F16 result can produce a value FP16 does not hold."""
+def computes_f16(e: Eqn, f32_is_fp16: bool = False) -> bool:
+    """Whether an equation with an F16 result can produce a value FP16 does not hold. With
+    ``f32_is_fp16`` (every F32 value already holds an FP16 value, as on the NPU) a convert
+    between F32 and F16 is exact too."""
     if e.prim is Prim.CONVERT:
-        return e.inputs[0].dtype is not DType.F16
+        exact = (DType.F16, DType.F32) if f32_is_fp16 else (DType.F16,)
+        return e.inputs[0].dtype not in exact
     return e.prim not in _EXACT_F16
 
 
-def round_result(e: Eqn, xs: list[Node], out: Node, name: str) -> Node:
+def round_result(
+    e: Eqn, xs: list[Node], out: Node, name: str, *, f32_is_fp16: bool = False
+) -> Node:
     """The f32 result ``out`` of equation ``e`` (named ``name``, inputs ``xs``), whose result is
-    F16, as the FP16 value an ideal FP16 device gives: rounded when ``computes_f16``, with
-    ``fix_subnormal_ties`` for a div; ``out`` itself for an exact equation."""
-    if not computes_f16(e):
+    F16 (or F32 carried as FP16), as the FP16 value an ideal FP16 device gives: rounded when
+    ``computes_f16``, with ``fix_subnormal_ties`` for a div; ``out`` itself for an exact
+    equation."""
+    if not computes_f16(e, f32_is_fp16):
         return out
     rounded = round_to_f16(out, f"{name}:f16")
     if e.prim is Prim.DIV:

@@ -25,20 +25,28 @@ reduce_sum/max         reduce_sum/reduce_max, keep_dims False (no axes: an ident
 gather                 gather(axis), batch_dims 0 (negative indices count from the end)
 transpose reshape      transpose, reshape (special_zero False)
 broadcast_in_dim       broadcast EXPLICIT, axes_mapping = dims
-slice                  slice (opset8: start, stop, step over every axis)
+slice                  strided_slice (opset1: begin, end, stride over every axis, no masks)
 concat matmul          concat, matmul (no transposes)
 iota                   a Constant range along the axis, broadcast EXPLICIT to the shape
-dynamic_update_slice   scatter_nd_update with a full index grid whose start is clamped to
+dynamic_update_slice   scatter_nd_update (opset4, v3) with a full index grid whose start is clamped to
                        [0, dim - update_dim] as XLA does (a Constant grid for literal starts)
 a scalar Literal       a Constant of its dtype and exact bit pattern (NaN payload, -0 kept)
 =====================  ===================================================================
+
+Versions: every op emitted without emulation is one the NPU compiler's frontend imports
+(``npu_frontend_ops.ACCEPTED``, read from its source; ``op_census`` lists a model's).
 
 A result whose value is an argument, or is already another result, goes through an identity
 convert (``out:<name>:pass``): the CPU plugin merges the tensor names of results that share a
 producer, and a parameter's tensor name would be overwritten by the result's.
 
-F16 emulation (``emulate_f16=True``) is for the CPU stand-in only: every F16 value is carried
-as f32 inside the graph (an F16 parameter converted to f32 on entry, an F16 result back to f16
+F16 emulation (``emulate_f16=True``) is for the CPU stand-in only. It models what the NPU
+compiler does to F32 as well (``ConvertPrecisionToFP16``, see ``poot_planner.narrowing``): an
+F32 parameter is rounded to FP16 on entry, every F32 value an equation computes is rounded to
+FP16, and an F32 literal is its FP16 value (a finite one beyond 65504 clamped to 65504, as the
+compiler clamps splat constants); a narrowed program has no F32 inside, so this matters only
+for a graph lowered from an un-narrowed plan, which then differs on the stand-in as it would on
+the NPU. And every F16 value is carried as f32 inside the graph (an F16 parameter converted to f32 on entry, an F16 result back to f16
 on exit, F16 literals and iotas as f32 constants holding the FP16 value), and each equation that
 computes a new F16 value is rounded to FP16 in the graph by ``openvino_f16``, whose docstring
 says how, what that proves and what it does not.
@@ -62,6 +70,7 @@ Compile the stand-in with ``CPU_STANDIN_CONFIG`` on the explicit ``"CPU"`` devic
 
 from __future__ import annotations
 
+import math
 import re
 import tempfile
 from collections.abc import Callable, Sequence
@@ -70,6 +79,8 @@ from typing import Any, Final, Literal, NamedTuple, TypeAlias, cast
 
 import numpy as np
 import openvino as ov
+import openvino.opset1 as opset1
+import openvino.opset4 as opset4
 import openvino.opset16 as ops
 from poot_ir.core import (
     BroadcastParams,
@@ -89,8 +100,9 @@ from poot_ir.core import (
 from poot_ir.core import Literal as PootLiteral
 from poot_ir.dtypes import DType
 from poot_ir.errors import NoLowering
+from poot_planner.fp16_guards import Guard
 
-from poot_codegen import openvino_f16
+from poot_codegen import openvino_f16, openvino_guard
 
 __all__ = [
     "CPU_STANDIN_CONFIG",
@@ -100,6 +112,7 @@ __all__ = [
     "deserialize",
     "lower",
     "model_signature",
+    "op_census",
     "program_result_name",
     "result_tensor_name",
     "serialize",
@@ -188,6 +201,14 @@ def model_signature(model: Any) -> tuple[ArgSignature, ...]:
     )
 
 
+def op_census(model: Any) -> set[tuple[str, str]]:
+    """Every (op type, op version) in ``model``, as the IR's ``type`` and ``version`` say."""
+    return {
+        (str(n.get_type_info().name), str(n.get_type_info().version_id))
+        for n in model.get_ordered_ops()
+    }
+
+
 def serialize(model: Any) -> tuple[bytes, bytes]:
     """The IR of ``model`` as (xml, bin); weights keep their types (no f16 compression)."""
     with tempfile.TemporaryDirectory(prefix="poot-ov-") as tmp:
@@ -206,10 +227,19 @@ def deserialize(xml: bytes, weights: bytes) -> Any:
         return ov.Core().read_model(str(path), config={"ENABLE_MMAP": False})
 
 
-def lower(program: Program, *, emulate_f16: bool = False) -> Any:
-    """``program`` as one ``ov.Model`` (see the module docstring). Raises ``NoLowering`` for an
-    equation this generator has no rule for."""
+def lower(
+    program: Program,
+    *,
+    emulate_f16: bool = False,
+    guards: Sequence[tuple[int, Guard]] = (),
+) -> Any:
+    """``program`` as one ``ov.Model`` (see the module docstring). ``guards`` (from
+    ``poot_planner.narrowing.intermediate_guards``, by equation of ``program``) add the guard
+    result after the program's (``openvino_guard``). Raises ``NoLowering`` for an equation
+    this generator has no rule for."""
     g = _Graph(emulate_f16)
+    guarded = {at: guard for at, guard in guards}
+    checks: list[tuple[Guard, Eqn, Node, list[Node]]] = []
     params = []
     for a in program.args:
         p = ops.parameter(list(a.var.shape), _OV_TYPE[a.var.dtype], name=a.name)
@@ -218,6 +248,8 @@ def lower(program: Program, *, emulate_f16: bool = False) -> Any:
         node = p.output(0)
         if g.emulated(a.var.dtype):
             node = ops.convert(p, ov.Type.f32, name=f"in:{a.name}:f32").output(0)
+        elif g.npu_f32(a.var.dtype):  # the NPU's F32 -> FP16 convert on entry
+            node = openvino_f16.round_to_f16(node, f"in:{a.name}:f16").output(0)
         g.env[a.var.id] = node
     for i, e in enumerate(program.eqns):
         rule = _RULES.get(e.prim)
@@ -226,9 +258,11 @@ def lower(program: Program, *, emulate_f16: bool = False) -> Any:
         name = f"e{i}:{e.prim.value}"
         xs = [g.atom(a, f"{name}:lit{k}") for k, a in enumerate(e.inputs)]
         out = rule(g, e, xs, name)
-        if g.emulated(e.out.dtype):
-            out = openvino_f16.round_result(e, xs, out, name)
+        if g.emulated(e.out.dtype) or g.npu_f32(e.out.dtype):
+            out = openvino_f16.round_result(e, xs, out, name, f32_is_fp16=g.emulate_f16)
         g.env[e.out.id] = out.output(0) if hasattr(out, "output") else out
+        if i in guarded:
+            checks.append((guarded[i], e, g.env[e.out.id], xs))
     results = []
     claimed = {a.var.id for a in program.args}
     for rname, var in program.results():
@@ -242,6 +276,12 @@ def lower(program: Program, *, emulate_f16: bool = False) -> Any:
         r = ops.result(node, name=tensor)
         r.output(0).get_tensor().set_names({tensor})
         results.append(r)
+    # on the NPU, a second use for every divisor its compiler would clamp (openvino_guard)
+    keep = [] if emulate_f16 else openvino_guard.clamped_divisors(program)
+    if checks or keep:
+        carrier = np.float32 if emulate_f16 else np.float16
+        nodes = [(label, g.env[v.id]) for label, v in keep]
+        results.append(openvino_guard.guard_result(checks, carrier, nodes))
     return ov.Model(results, params, program.name)
 
 
@@ -255,6 +295,11 @@ class _Graph:
     def emulated(self, dtype: DType) -> bool:
         return self.emulate_f16 and dtype is DType.F16
 
+    def npu_f32(self, dtype: DType) -> bool:
+        """An F32 value in emulation: the NPU compiler carries it as FP16 (module docstring),
+        so the stand-in holds the FP16 value in f32."""
+        return self.emulate_f16 and dtype is DType.F32
+
     def carried(self, dtype: DType) -> DType:
         """The element type a value of ``dtype`` has inside the graph."""
         return DType.F32 if self.emulated(dtype) else dtype
@@ -262,8 +307,8 @@ class _Graph:
     def atom(self, a: Var | PootLiteral, name: str) -> Node:
         if isinstance(a, Var):
             return self.env[a.id]
-        if self.emulated(a.dtype):
-            return _const(np.array(a.value, np.float16).astype(np.float32), name)
+        if self.emulated(a.dtype) or self.npu_f32(a.dtype):
+            return _const(_fp16_splat(a.as_float()), name)
         return _bits_const(a.bits, a.dtype, name)
 
     def array_const(self, values: np.ndarray[Any, Any], dtype: DType, name: str) -> Node:
@@ -274,9 +319,23 @@ class _Graph:
         bits = exact.view(dtype.bits_dtype)
         if self.emulated(dtype):
             return _const(exact.astype(np.float32), name)
+        if self.npu_f32(dtype):
+            return _const(exact.astype(np.float16).astype(np.float32), name)
         t = ov.Tensor(_OV_TYPE[dtype], list(values.shape))
         t.data.view(dtype.bits_dtype)[...] = bits
         return _named(ov.op.Constant(t), name)
+
+
+def _fp16_splat(value: float) -> np.ndarray[Any, Any]:
+    """A scalar literal as the NPU compiler carries it, in f32: its FP16 value, except that a
+    finite literal beyond FP16's range is clamped to +-65504 rather than made infinite
+    (npu_compiler ``convert_precision_to_fp16.cpp``, ``clampF16Splat``: "Splat floating-point
+    constants must be clamped, not converted")."""
+    with np.errstate(over="ignore"):
+        half = np.float16(value)
+    if np.isinf(half) and math.isfinite(value):
+        half = np.float16(math.copysign(65504.0, value))
+    return np.asarray(half.astype(np.float32))
 
 
 def _named(node: Node, name: str) -> Node:
@@ -391,14 +450,17 @@ def _broadcast(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
 
 
 def _slice(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    # StridedSlice-1, not Slice-8: the NPU compiler's frontend has no Slice parser
+    # (npu_frontend_ops). No masks: begin, end and stride are given for every axis.
     p = cast(SliceParams, e.params)
-    axes = range(len(p.start))
-    return ops.slice(
+    no_mask = [0] * len(p.start)
+    return opset1.strided_slice(
         xs[0],
         _i64(p.start, f"{name}:start"),
         _i64(p.limit, f"{name}:stop"),
         _i64(p.strides, f"{name}:step"),
-        _i64(axes, f"{name}:axes"),
+        no_mask,
+        no_mask,
         name=name,
     )
 
@@ -444,7 +506,9 @@ def _dynamic_update_slice(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
             )
         start = ops.concat(cols, 0, name=f"{name}:start")
         index = ops.add(_const(grid, f"{name}:grid"), start, name=f"{name}:index")
-    return ops.scatter_nd_update(xs[0], index, xs[1], name=name)
+    # ScatterNDUpdate-3 (opset4), the only version the NPU compiler's frontend imports
+    # (npu_frontend_ops); for reduction none it gives what opset15's does.
+    return opset4.scatter_nd_update(xs[0], index, xs[1], name=name)
 
 
 _RULES: Final[dict[Prim, Rule]] = {

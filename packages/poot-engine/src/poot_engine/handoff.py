@@ -142,7 +142,10 @@ def handoff(
     src_types = state_types(src_engine, src_entry)
     chosen = tuple(src_types) if names is None else tuple(names)
     if not chosen:
-        raise StateError(f"nothing to hand over: {src_entry.program!r} has no states")
+        raise StateError(f"nothing to hand over from {src_entry.program!r}: no states named")
+    twice = next((n for i, n in enumerate(chosen) if n in chosen[:i]), None)
+    if twice is not None:
+        raise StateError("named twice in one handoff", twice)
     for name in chosen:
         have = state_type(src_engine, src_entry, name)
         want = state_type(dst_engine, dst_entry, name)

@@ -31,7 +31,8 @@ them to a caller who asked for a program that must run.
     │   │   ├── NarrowingRangeUpload          a weight, at upload
     │   │   ├── NarrowingRangeInput           an input, before a replay
     │   │   ├── NarrowingRangeResult          a result, after a replay
-    │   │   └── NarrowingRangeState           a state written or handed over to an entry
+    │   │   ├── NarrowingRangeState           a state written or handed over to an entry
+    │   │   └── NarrowingRangeIntermediate    an FP16 intermediate inside the graph (names the equation)
     │   ├── DispatchRefused               a command that is not the artifact's ABI: nothing ran
     │   ├── DeadlineExceeded              a run missed its deadline: the device is now poisoned
     │   ├── DevicePoisoned                every call after a deadline miss
@@ -69,6 +70,7 @@ __all__ = [
     "IntegerDivisionByZero",
     "NarrowingRangeError",
     "NarrowingRangeInput",
+    "NarrowingRangeIntermediate",
     "NarrowingRangeResult",
     "NarrowingRangeState",
     "NarrowingRangeUpload",
@@ -348,6 +350,29 @@ class NarrowingRangeState(NarrowingRangeError):
     """A state value beyond the narrowing range, refused as it is written (or handed over)."""
 
     when = "state"
+
+
+class NarrowingRangeIntermediate(NarrowingRangeError):
+    """A value inside a narrowed graph left FP16's range (or a saturated sentinel stopped
+    dominating), so the results computed from it are refused: names the source equation and
+    the check (``overflow`` or ``sentinel``). Raised after the run, before any state changes."""
+
+    when = "intermediate"
+
+    def __init__(self, eqn: int, primitive: str, check: str, device: str = "") -> None:
+        what = {
+            "overflow": "is infinite or NaN in FP16",
+            "sentinel": "is not dominated by its saturated sentinel",
+        }.get(check, check)
+        EngineError.__init__(
+            self,
+            f"{device + ': ' if device else ''}the value of equation {eqn} ({primitive}) {what} "
+            f"inside the narrowed graph ({check} check); its results are refused",
+        )
+        self.eqn = eqn
+        self.primitive = primitive
+        self.check = check
+        self.argument, self.element, self.value, self.limit = f"e{eqn}", (), float("nan"), 65504.0
 
 
 class DispatchRefused(EngineError):

@@ -77,7 +77,7 @@ from poot_ir.errors import (
     WindowOutOfRange,
 )
 
-__all__ = ["evaluate", "exact_array"]
+__all__ = ["check_gather_indices", "evaluate", "exact_array"]
 
 Array = np.ndarray[Any, np.dtype[Any]]
 #: A kernel computes one equation from its operand values (arrays, or numpy scalars).
@@ -289,13 +289,20 @@ def _gather(eqn: Eqn, index: int) -> Kernel:
     size = eqn.inputs[0].type.shape[axis]
 
     def kernel(x: Any, idx: Any) -> Any:
-        bad = (idx < -size) | (idx >= size)
-        if np.any(bad):
-            at = _first(np.asarray(bad))
-            raise IndexOutOfRange(index, int(np.asarray(idx)[at]), size, at)
+        check_gather_indices(idx, size, index)
         return np.take(x, idx, axis=axis)
 
     return kernel
+
+
+def check_gather_indices(idx: Any, size: int, eqn: int, argument: str | None = None) -> None:
+    """``IndexOutOfRange`` for the first index of ``idx`` outside ``[-size, size)`` (the
+    gather at equation ``eqn``; ``argument``: the program argument holding ``idx``, when a
+    device checks it before a run). One rule for the oracle and the devices."""
+    bad = (idx < -size) | (idx >= size)
+    if np.any(bad):
+        at = _first(np.asarray(bad))
+        raise IndexOutOfRange(eqn, int(np.asarray(idx)[at]), size, at, argument)
 
 
 def _transpose(eqn: Eqn, _: int) -> Kernel:

@@ -23,6 +23,13 @@ The artifact:
   a missing one on stale memory, so only this comparison catches a compiler that changed one.
   A port no poot type can describe is ``SignatureMismatch`` here.
 
+The FP16 guard. A narrowed graph (``plan.narrowing``) is lowered with the in-graph guards of
+``poot_planner.fp16_guards``: one extra boolean result after the program's, named by the
+equations it checks, which is not part of the artifact's signature. After every run, before any
+output is copied, a set flag is ``NarrowingRangeIntermediate`` naming the source equation (an
+intermediate that overflowed FP16, or a saturated sentinel that stopped dominating); the engine
+then commits nothing. ``overflow_guard=False`` drops it, for the benchmark only.
+
 Buffers are host numpy arrays (the NPU addresses host memory). Each artifact has one infer
 request, made at load; a dispatch binds each input buffer to it once, as an ``ov.Tensor`` that
 shares the array's memory, so later writes into the buffer are what the next run reads. A
@@ -46,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import openvino as ov
-from poot_codegen import openvino_ir
+from poot_codegen import openvino_guard, openvino_ir
 from poot_engine.device import (
     ArgSpec,
     Artifact,
@@ -67,10 +74,15 @@ from poot_ir import (
     DeviceUnavailable,
     DispatchRefused,
     DType,
+    NarrowingRangeIntermediate,
     SignatureMismatch,
     TensorType,
     UnsupportedDevice,
 )
+from poot_planner.fp16_guards import Guard
+from poot_planner.narrowing import intermediate_guards
+
+from poot_npu import vpu_identity
 
 if TYPE_CHECKING:
     from poot_planner import Plan
@@ -87,8 +99,6 @@ recorded in the identity) and the present device's platform; FP16 is the NPU's o
 
 _IR_MAGIC: Final = b"POOT-OPENVINO-IR-1\n"
 _CLOSE_GRACE_MS: Final = 1000
-_NPU_PART_KEYS: Final = ("DEVICE_ARCHITECTURE", "NPU_PLATFORM", "FULL_DEVICE_NAME")
-_NPU_COMPILER_KEYS: Final = ("NPU_COMPILER_TYPE", "NPU_COMPILER_VERSION", "NPU_DRIVER_VERSION")
 
 # Handle ids, shared by every VpuDevice and disjoint from CpuDevice's (which count from 1), so
 # an artifact or buffer of another device is never mistaken for one of ours.
@@ -123,6 +133,8 @@ class _Loaded:
     compiled: Any
     request: Any
     n_in: int
+    #: the guard result's output port and the label of each of its flags, if it has one
+    guard: tuple[int, tuple[str, ...]] | None
     #: input port: the buffer id bound to it, the buffer's memory and the tensor sharing it
     bound: dict[int, tuple[int, np.ndarray, Any]] = field(default_factory=dict)
 
@@ -131,17 +143,19 @@ class VpuDevice(HostMemory):
     """The Intel NPU4 device (``"NPU"``) or its stand-in on OpenVINO's CPU plugin (``"CPU"``);
     see the module docstring. ``runs`` counts completed dispatches."""
 
-    def __init__(self, device: str = "NPU") -> None:
+    def __init__(self, device: str = "NPU", *, overflow_guard: bool = True) -> None:
         if device not in DEVICES:
             raise UnsupportedDevice(device, f"VpuDevice runs on {' or '.join(DEVICES)} only")
         self._device = device
+        # the in-graph FP16 guard of narrowed graphs (module docstring); off only to measure it
+        self._guard = overflow_guard
         self._name = f"VpuDevice({device})"
         self._core = ov.Core()
-        why = _probe(self._core, device)
+        self._config = dict(openvino_ir.CPU_STANDIN_CONFIG if self.stand_in else NPU_CONFIG)
+        why = vpu_identity.probe(self._core, device, self._config)
         if why is not None:
             raise DeviceUnavailable(self._name, why)
-        self._config = dict(openvino_ir.CPU_STANDIN_CONFIG if self.stand_in else NPU_CONFIG)
-        self._identity = _identity(self._core, device, self._config, self.stand_in)
+        self._identity = vpu_identity.identity(self._core, device, self._config, self.stand_in)
         self._loaded: dict[int, _Loaded] = {}
         self._buffers = HostBuffers(self._name)
         self._failed: list[tuple[_Loaded, tuple[np.ndarray, ...]]] = []
@@ -151,10 +165,12 @@ class VpuDevice(HostMemory):
 
     @staticmethod
     def probe(device: str) -> str | None:
-        """None when OpenVINO has ``device`` here, else the reason it is unavailable."""
+        """None when ``device`` is here and compiles, else the reason it is unavailable
+        (``vpu_identity.probe``: on the NPU, a compiler that loads and a graph that runs)."""
         if device not in DEVICES:
             return f"VpuDevice runs on {' or '.join(DEVICES)}, not {device!r}"
-        return _probe(ov.Core(), device)
+        config = openvino_ir.CPU_STANDIN_CONFIG if device == "CPU" else NPU_CONFIG
+        return vpu_identity.probe(ov.Core(), device, dict(config))
 
     @property
     def stand_in(self) -> bool:
@@ -172,7 +188,7 @@ class VpuDevice(HostMemory):
     def describe(self) -> str:
         i = self._identity
         if self.stand_in:
-            cpu = _prop(self._core, "CPU", "FULL_DEVICE_NAME")
+            cpu = vpu_identity.prop(self._core, "CPU", "FULL_DEVICE_NAME")
             return (
                 f"{self._name}: hardware-free stand-in for the Intel NPU4: the same OpenVINO IR "
                 f"with in-graph FP16 rounding, compiled and run by OpenVINO {ov.get_version()}'s "
@@ -187,9 +203,13 @@ class VpuDevice(HostMemory):
         self._usable()
         if plan.target.name != TARGET:
             raise UnsupportedDevice(self._name, f"it runs {TARGET} plans, not {plan.target.name}")
-        model = openvino_ir.lower(plan.program, emulate_f16=self.stand_in)
+        guards: tuple[tuple[int, Guard], ...] = ()
+        if self._guard and plan.narrowing is not None:
+            guards = intermediate_guards(plan.source, plan.narrowing)
+        model = openvino_ir.lower(plan.program, emulate_f16=self.stand_in, guards=guards)
         data = frame_ir(*openvino_ir.serialize(model))
-        return ArtifactSource(data, _signature(openvino_ir.model_signature(model), self._name))
+        entries, _ = _split_guard(model)
+        return ArtifactSource(data, _signature(entries, self._name))
 
     def compile(self, source: ArtifactSource) -> bytes:
         self._usable()
@@ -222,13 +242,14 @@ class VpuDevice(HostMemory):
             compiled = self._core.import_model(blob, self._device, self._config)
         except RuntimeError as err:
             raise BlobRefused(self._name, str(err)) from None
-        sig = _signature(openvino_ir.model_signature(compiled), self._name)
+        entries, guard = _split_guard(compiled)
+        sig = _signature(entries, self._name)
         try:
             request = compiled.create_infer_request()
         except RuntimeError as err:
             raise BlobRefused(self._name, f"no infer request: {err}") from None
         artifact = Artifact(next_id(), sig)
-        self._loaded[artifact.id] = _Loaded(artifact, compiled, request, len(sig.inputs))
+        self._loaded[artifact.id] = _Loaded(artifact, compiled, request, len(sig.inputs), guard)
         return artifact
 
     def compiled_model(self, artifact: Artifact) -> Any:
@@ -267,10 +288,12 @@ class VpuDevice(HostMemory):
             self._poisoned = True
             self._failed.append((loaded, tuple(memory[b.id] for b in buffers)))
             raise DeadlineExceeded(deadline_s, f"{self._name} run of artifact {artifact.id}")
+        self.runs += 1
+        if loaded.guard is not None:
+            _check_guard(req, loaded.guard, self._name)
         for port, buf in enumerate(buffers[loaded.n_in :]):
             out, mem = req.get_output_tensor(port).data, memory[buf.id]
             np.copyto(mem, out if out.dtype == mem.dtype else out.view(mem.dtype), casting="no")
-        self.runs += 1
 
     def close(self) -> None:
         if self._closed:
@@ -293,48 +316,30 @@ class VpuDevice(HostMemory):
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def _probe(core: Any, device: str) -> str | None:
-    try:
-        available = [str(d) for d in core.available_devices]
-    except RuntimeError as err:
-        return f"OpenVINO could not list its devices: {err}"
-    if not any(d == device or d.startswith(device + ".") for d in available):
-        return f"OpenVINO sees no {device}: available devices {available}"
-    return None
+def _split_guard(model: Any) -> tuple[tuple[openvino_ir.ArgSignature, ...], Any]:
+    """The ports of ``model`` but its guard result, and the guard's (output port, labels)."""
+    entries = openvino_ir.model_signature(model)
+    for port, out in enumerate(model.outputs):
+        labels = openvino_guard.guard_labels({str(n) for n in out.get_names()})
+        if labels is not None:
+            drop = len(model.inputs) + port
+            return entries[:drop] + entries[drop + 1 :], (port, labels)
+    return entries, None
 
 
-def _prop(core: Any, device: str, key: str) -> str | None:
-    """A device property as text, or None where it cannot be read (without an NPU, every NPU
-    property but the compiler type raises ``RuntimeError``)."""
-    try:
-        value = core.get_property(device, key)
-    except RuntimeError:
-        return None
-    if key == "NPU_COMPILER_VERSION" and isinstance(value, int):
-        return f"{value >> 16}.{value & 0xFFFF}"
-    return str(getattr(value, "name", value))
+def _check_guard(req: Any, guard: tuple[int, tuple[str, ...]], device: str) -> None:
+    """``NarrowingRangeIntermediate`` for the first flag the graph set (outputs are not yet
+    copied, so nothing of the refused run reaches a buffer)."""
+    port, labels = guard
+    flags = req.get_output_tensor(port).data
+    if flags.any():
+        for label, flag in zip(labels, flags, strict=True):
+            eqn, prim, check = label.split(".")
+            if flag and check != "keep":  # a keep flag only gives a divisor a use
+                raise NarrowingRangeIntermediate(int(eqn), prim, check, device)
 
 
 _SNIPPET_REGISTERS = "Can't allocate registers for a snippet"
-
-
-def _identity(core: Any, device: str, config: dict[str, str], emulate: bool) -> DeviceIdentity:
-    try:
-        plugin = str(core.get_versions(device)[device].build_number)
-    except (RuntimeError, KeyError):
-        plugin = "unknown"
-    version = f"{ov.get_version()}; {device} plugin {plugin}"
-    if device == "CPU":
-        cpu = _prop(core, "CPU", "FULL_DEVICE_NAME") or "an unnamed CPU"
-        arch = _prop(core, "CPU", "DEVICE_ARCHITECTURE") or "unknown"
-        part = f"{cpu} ({arch}), OpenVINO's CPU plugin standing in for an Intel NPU4"
-    else:
-        found = [(k, _prop(core, device, k)) for k in _NPU_PART_KEYS]
-        part = "NPU " + ", ".join(f"{k}={v}" for k, v in found if v is not None)
-        compilers = [(k, _prop(core, device, k)) for k in _NPU_COMPILER_KEYS]
-        version += "".join(f"; {k}={v}" for k, v in compilers if v is not None)
-    options = (*config.items(), ("emulate_f16", "true" if emulate else "false"))
-    return DeviceIdentity(part, "openvino", version, tuple(sorted(options)))
 
 
 def _signature(entries: tuple[openvino_ir.ArgSignature, ...], device: str) -> Signature:

@@ -305,9 +305,8 @@ class XdnaDevice(HostMemory):
         specs = artifact.signature.args
         n_in = len(artifact.signature.inputs)
         # the gather kernel reads wherever a host-passed index points: refuse before any write
-        check_indices(
-            loaded.design, {s.name: a for s, a in zip(specs[:n_in], arrays, strict=False)}
-        )
+        inputs = {s.name: a for s, a in zip(specs[:n_in], arrays[:n_in], strict=True)}
+        check_indices(loaded.design, inputs)
         if not loaded.regions:  # nothing runs on the NPU: every result is an argument
             self._run_on_host(loaded, specs, arrays, n_in)
             return

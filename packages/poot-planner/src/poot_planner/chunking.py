@@ -49,6 +49,8 @@ class Chunking:
                 self.readers[op.var.id].append((t, op.resident))
 
         self._whole = {v for v, rs in self.readers.items() if any(res for _, res in rs)}
+        # (elements, bytes per element) of each value: asked for at every candidate chunking
+        self._sizes = {v: (x.type.size, x.dtype.itemsize) for v, x in self.values.items()}
 
     def whole(self, v: int) -> bool:
         """Some tile holds ``v`` resident: it moves as one object."""
@@ -81,13 +83,15 @@ class Chunking:
         """Buffer bytes of ``t`` making ``n`` calls per run (None: a padded BOOL object would
         have to be split)."""
         total = 0
-        for v in [op.var for op in t.inputs] + [t.output]:
-            objects = 1 if self.whole(v.id) else n
-            elems = v.type.size // objects
-            nbytes = words(elems * v.dtype.itemsize)
-            if nbytes != elems * v.dtype.itemsize and objects > 1:
+        for vid in [op.var.id for op in t.inputs] + [t.output.id]:
+            size, itemsize = self._sizes[vid]
+            whole = vid in self._whole
+            objects = 1 if whole else n
+            raw = size // objects * itemsize
+            nbytes = -(-raw // 4) * 4  # words(raw), inlined: this is the search's inner loop
+            if nbytes != raw and objects > 1:
                 return None
-            total += (1 if objects == 1 and self.whole(v.id) else 2) * nbytes
+            total += (1 if whole else 2) * nbytes
         return total
 
     def forced_single(self, group: list[TileOp]) -> bool:

@@ -32,6 +32,7 @@ from poot_ir.numerics import (
     ScaledSum,
 )
 
+from poot_planner.fp16_guards import OVERFLOW_RULE, SENTINEL_RULE
 from poot_planner.legal_bounds import derive
 from poot_planner.legal_emit import Emit
 from poot_planner.legal_rules import RULES, Rule, RuleContext
@@ -229,6 +230,9 @@ def _target_section(t: Target) -> list[str]:
                 ["normwise bound", render_bound(Normwise(n.normwise, n.floor))],
                 ["largest magnitude", _num(n.max_magnitude)],
                 ["measured on", n.measured_on],
+                ["F32 data", "every F32 argument or result is narrowed (FP16 inside the graph)"],
+                ["intermediate guard", OVERFLOW_RULE],
+                ["sentinel rule", SENTINEL_RULE],
             ],
         )
     if t.fused_steps:

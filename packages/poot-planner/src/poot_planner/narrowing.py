@@ -11,8 +11,11 @@ The literal rules (``literal_refusals``), exactly as the specification states th
 
 - an F32 literal FP16 cannot hold (beyond 65504) is refused (``NARROWING_RANGE``), unless it is
   an operand of an add or subtract: then a finite literal saturates to +-65504 (a mask
-  sentinel acting as an infinity); a multiplicative use stays refused;
-- an infinite literal stays infinite; a NaN literal is refused;
+  sentinel acting as an infinity), under the sentinel rule of ``fp16_guards`` (its result is
+  refused unless the sentinel dominates it); a multiplicative use stays refused;
+- an infinite literal of an add or subtract is a sentinel like a finite one beyond the range
+  (the NPU compiler clamps an infinite splat constant to +-65504 anyway, ``splat_refusals``);
+  elsewhere it is refused, and so is a NaN literal;
 - an integer converted to a float is refused (``INTEGER_TO_FLOAT``: FP16 holds integers
   exactly only up to 2048), and a convert through BF16 or to an integer is unsupported.
 """
@@ -38,15 +41,18 @@ from poot_ir import (
 )
 from poot_ir.core import COMPARISONS
 
+from poot_planner.fp16_guards import Guard, analyse
 from poot_planner.refusal import Refusal, RefusalKind
 from poot_planner.target import NarrowingContract
 
 __all__ = [
     "ARITHMETIC",
+    "intermediate_guards",
     "literal_refusals",
     "narrow_to_device_precision",
     "needs_narrowing",
     "operating_dtype",
+    "splat_refusals",
 ]
 
 #: Primitives that compute values (everything but data movement and converts).
@@ -71,8 +77,19 @@ def operating_dtype(e: Eqn) -> DType:
 
 
 def needs_narrowing(program: Program) -> bool:
-    """True when the program does F32 arithmetic (data movement alone is carried exactly)."""
-    return any(e.prim in ARITHMETIC and operating_dtype(e) is DType.F32 for e in program.eqns)
+    """True when the program has an F32 argument or result, or does F32 arithmetic.
+
+    Data movement counts: the NPU compiler converts every F32 tensor of the graph to FP16
+    (openvinotoolkit/npu_compiler ``src/vpux_compiler/src/dialect/IE/transforms/passes/
+    convert_precision_to_fp16.cpp``: F32, F64 and signless i8 become f16, on by default through
+    ``enableConvertPrecisionToFP16``), so an F32 gather, transpose, slice or concat returns FP16
+    values; I32 and BF16 keep their width there (BOOL, an i8, round-trips through FP16)."""
+    wide = DType.F32
+    if any(a.var.dtype is wide for a in program.args):
+        return True
+    if any(v.dtype is wide for _, v in program.results()):
+        return True
+    return any(e.prim in ARITHMETIC and operating_dtype(e) is wide for e in program.eqns)
 
 
 def literal_refusals(program: Program, contract: NarrowingContract) -> list[Refusal]:
@@ -94,6 +111,8 @@ def literal_refusals(program: Program, contract: NarrowingContract) -> list[Refu
                         (("literal", "nan"), ("limit", limit)),
                     )
                 )
+            elif math.isinf(v) and e.prim not in _ADDITIVE:
+                out.append(_infinite_literal(i, e.prim.value, v))
             elif math.isfinite(v) and abs(v) > limit and e.prim not in _ADDITIVE:
                 out.append(
                     Refusal(
@@ -107,20 +126,60 @@ def literal_refusals(program: Program, contract: NarrowingContract) -> list[Refu
                         ),
                     )
                 )
+    out.extend(analyse(program, limit).refusals)  # the sentinel rule (fp16_guards)
     return out
+
+
+def _infinite_literal(i: int, prim: str, v: float) -> Refusal:
+    facts = (
+        ("literal", repr(v)),
+        ("use", "the NPU compiler clamps a splat constant's infinity to 65504"),
+    )
+    return Refusal(RefusalKind.NARROWING_RANGE, i, prim, facts)
+
+
+def splat_refusals(program: Program) -> list[Refusal]:
+    """An infinite F16 literal on an FP16 device: refused, since the NPU compiler clamps every
+    splat float constant whose FP16 value is infinite to +-65504 (npu_compiler
+    ``convert_precision_to_fp16.cpp``, ``clampF16Splat``, and ``numeric_limits<float16>::clamp``
+    in ``vpux/utils/core/type/float16.hpp``): ``x + -inf`` would be ``x - 65504``. (An F32
+    one in a narrowed program is a sentinel instead: ``literal_refusals``.)"""
+    return [
+        _infinite_literal(i, e.prim.value, a.as_float())
+        for i, e in enumerate(program.eqns)
+        for a in e.inputs
+        if isinstance(a, Literal) and a.dtype is DType.F16 and math.isinf(a.as_float())
+    ]
 
 
 def _narrow_literal(a: Literal, prim: Prim, limit: float) -> Literal:
     v = a.as_float()
-    if math.isfinite(v) and abs(v) > limit and prim in _ADDITIVE:
-        v = math.copysign(limit, v)  # a mask sentinel: saturate instead of becoming infinite
+    if not math.isnan(v) and abs(v) > limit and prim in _ADDITIVE:
+        # a mask sentinel: saturated, as the NPU compiler itself clamps an infinite splat
+        v = math.copysign(limit, v)
     return Literal.of(v, DType.F16)
 
 
 def narrow_to_device_precision(program: Program, contract: NarrowingContract) -> Program:
     """The narrowed program (see the module). Call only on a program ``literal_refusals``
     accepts; the arguments and results keep their names, order and types."""
+    return _narrow(program, contract)[0]
+
+
+def intermediate_guards(
+    program: Program, contract: NarrowingContract
+) -> tuple[tuple[int, Guard], ...]:
+    """The in-graph guards of source ``program`` (``fp16_guards``), each with the index of the
+    equation of the narrowed program that computes the guarded value."""
+    at = _narrow(program, contract)[1]
+    found = analyse(program, contract.max_magnitude).guards
+    return tuple((at[g.eqn], g) for g in found if g.eqn in at)
+
+
+def _narrow(program: Program, contract: NarrowingContract) -> tuple[Program, dict[int, int]]:
+    """The narrowed program and, for each source equation it keeps, its index there."""
     wide, narrow = DType.F32, contract.device_dtype
+    at: dict[int, int] = {}
     next_id = 1 + max([a.var.id for a in program.args] + [e.out.id for e in program.eqns] + [-1])
     eqns: list[Eqn] = []
     env: dict[int, Atom] = {}
@@ -137,7 +196,7 @@ def narrow_to_device_precision(program: Program, contract: NarrowingContract) ->
         env[a.var.id] = (
             emit(Prim.CONVERT, (a.var,), ConvertParams(narrow)) if a.var.dtype is wide else a.var
         )
-    for e in program.eqns:
+    for i, e in enumerate(program.eqns):
         ins = tuple(
             env[a.id]
             if isinstance(a, Var)
@@ -153,6 +212,7 @@ def narrow_to_device_precision(program: Program, contract: NarrowingContract) ->
                 env[e.out.id] = ins[0]
                 continue
             params = ConvertParams(dst)
+        at[i] = len(eqns)
         env[e.out.id] = emit(e.prim, ins, params)
 
     def exit_value(v: Var) -> Var:
@@ -166,4 +226,4 @@ def narrow_to_device_precision(program: Program, contract: NarrowingContract) ->
     outputs = tuple(Output(o.name, exit_value(o.var)) for o in program.outputs)
     updates = tuple(Update(u.state, exit_value(u.var)) for u in program.updates)
     args = tuple(Arg(a.name, a.var, a.storage, a.wide) for a in program.args)
-    return validate(Program(program.name, args, tuple(eqns), outputs, updates))
+    return validate(Program(program.name, args, tuple(eqns), outputs, updates)), at

@@ -12,7 +12,7 @@ for a caller that needs the program to run). The steps:
    target's own rules: XDNA2 row kernels with derived bounds (``rowfusion``), Intel literal
    rules (``narrowing``).
 2. The target's passes on an admitted program: ``narrow_to_device_precision`` first for a
-   target with a narrowing contract and a program doing F32 arithmetic.
+   target with a narrowing contract and a program with F32 data (``needs_narrowing``).
 3. XDNA2: one tile job per admitted equation or row kernel (``tiles``), grouped into regions
    under the measured bounds (``regions``), at most one per hardware context.
 4. The published numerics class.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from poot_ir import PlanRefused, Program, TypeCheckError, Var
+from poot_ir import PlanRefused, Prim, Program, TypeCheckError, Var
 from poot_ir.numerics import (
     AbsRel,
     BitExact,
@@ -38,13 +38,14 @@ from poot_ir.numerics import (
 )
 
 from poot_planner.admission import admit
-from poot_planner.chunking import chunk_region
+from poot_planner.chunking import chunk_region, unchunked_bytes
 from poot_planner.legalize import Legalized, Rewrite, legalize
 from poot_planner.narrowing import (
     literal_refusals,
     narrow_to_device_precision,
     needs_narrowing,
     operating_dtype,
+    splat_refusals,
 )
 from poot_planner.refusal import Refusal, RefusalKind
 from poot_planner.regions import Region, form_regions
@@ -133,6 +134,8 @@ def plan(program: Program, target: str | Target, *, legalization: bool = True) -
         else:
             admissions[i] = Admission(i, got.kernel, got.contract)
     narrowing = None
+    if t.narrowing is not None:  # an FP16 device: its compiler clamps infinite F16 literals
+        refusals.extend(splat_refusals(program))
     if t.narrowing is not None and needs_narrowing(program):
         refusals.extend(literal_refusals(program, t.narrowing))
         narrowing = t.narrowing
@@ -233,6 +236,7 @@ def _xdna2_layout(
     refusals: list[Refusal] = []
     jobs: list[tuple[int, TileOp]] = []  # (the equation that makes its output, job)
     arguments = frozenset(a.var.id for a in program.args)
+    estimates: dict[tuple[Prim, ...], int] = {}
     for i, a in admissions.items():
         jobs.append((i, tile_for_eqn(0, i, program.eqns[i], a.kernel, arguments)))
     for g in kernels:
@@ -254,22 +258,25 @@ def _xdna2_layout(
             continue
         if job.output.type.size == 0:
             continue  # an empty result: nothing to compute, so no tile (its slot is empty)
-        code = _code_bytes(program, job, target.code_size)
+        code = _code_bytes(program, job, target.code_size, estimates)
         if target.code_size is not None and code > target.code_size.program_bytes:
             refusals.append(_limit(at, prim, "program_bytes", code, target.code_size.program_bytes))
             continue
-        job = replace(job, code_bytes=code)
-        alone = chunk_region([job], limits.tile_bytes)
-        if isinstance(alone, int):
-            refusals.append(_limit(at, prim, "tile_bytes", alone, limits.tile_bytes))
-            continue
+        # whole and double-buffered fits: one call is a chunking, so no search (the region
+        # chunks its tiles again in any case)
+        if unchunked_bytes(job) > limits.tile_bytes:
+            alone = chunk_region([job], limits.tile_bytes)
+            if isinstance(alone, int):
+                refusals.append(_limit(at, prim, "tile_bytes", alone, limits.tile_bytes))
+                continue
+            job = alone[0][0]
         if job.streams_in > limits.streams_per_tile:
             refusals.append(
                 _limit(at, prim, "streams_per_tile", job.streams_in, limits.streams_per_tile)
             )
             continue
         index = len(tiles)
-        tiles.append(replace(alone[0][0], index=index))
+        tiles.append(replace(job, index=index, code_bytes=code))
         for i in job.eqns:
             contract = admissions[i].contract if i in admissions else None
             admissions[i] = Admission(i, job.kind, contract, index)
@@ -281,11 +288,17 @@ def _xdna2_layout(
     return chunked, regions, refusals
 
 
-def _code_bytes(program: Program, job: TileOp, sizes: CodeSize | None) -> int:
-    """The target's estimate of the program memory of ``job``'s core (0 without a table)."""
+def _code_bytes(
+    program: Program, job: TileOp, sizes: CodeSize | None, seen: dict[tuple[Prim, ...], int]
+) -> int:
+    """The target's estimate of the program memory of ``job``'s core (0 without a table);
+    ``seen`` holds the estimates made so far (a program has few distinct kernels)."""
     if sizes is None:
         return 0
-    return sizes.estimate(tuple(program.eqns[i].prim for i in job.eqns))
+    prims = tuple(program.eqns[i].prim for i in job.eqns)
+    if prims not in seen:
+        seen[prims] = sizes.estimate(prims)
+    return seen[prims]
 
 
 def _tensor_refusal(at: int, prim: str, job: TileOp, limits: RegionLimits) -> Refusal | None:

@@ -76,6 +76,44 @@ def _streams(
     return list(host_in.values()), out, internal
 
 
+class _Candidate:
+    """The region being formed, with its stream counts kept as tiles join (so trying the next
+    tile costs what that tile reads and writes, not the whole region: program order means a
+    tile's inputs are made by earlier tiles, so a host input never becomes internal, and a
+    value made here stops going out when its last reader outside joins)."""
+
+    def __init__(self, readers: dict[int, set[int]], results: set[int]) -> None:
+        self.readers, self.results = readers, results
+        self.tiles: list[TileOp] = []
+        self.host_in: set[int] = set()
+        self.outside: dict[int, int] = {}  # value made here -> its readers not (yet) here
+        self.n_out = 0  # values made here that go to the host
+        self.whole_fits = True  # every tile fits unchunked (one call per run)
+
+    def _goes_out(self, v: int, outside: int) -> bool:
+        return v in self.results or outside > 0
+
+    def delta(self, t: TileOp) -> tuple[int, int, dict[int, int]]:
+        """(host streams in, host streams out, the updated outside counts) with ``t`` added."""
+        ins = {op.var.id for op in t.inputs}
+        new_in = len(self.host_in | {v for v in ins if v not in self.outside})
+        counts = {v: self.outside[v] - 1 for v in ins if v in self.outside}
+        n_out = self.n_out
+        for v, c in counts.items():
+            n_out -= self._goes_out(v, c + 1) and not self._goes_out(v, c)
+        out = t.output.id
+        counts[out] = len(self.readers.get(out, set()) - {t.index})
+        n_out += self._goes_out(out, counts[out])
+        return new_in, n_out, counts
+
+    def add(self, t: TileOp, delta: tuple[int, int, dict[int, int]], whole: bool) -> None:
+        _, self.n_out, counts = delta
+        self.host_in.update(op.var.id for op in t.inputs if op.var.id not in self.outside)
+        self.outside.update(counts)
+        self.whole_fits = self.whole_fits and whole
+        self.tiles.append(t)
+
+
 def form_regions(
     program: Program, tiles: tuple[TileOp, ...], limits: RegionLimits
 ) -> tuple[Region, ...]:
@@ -86,35 +124,34 @@ def form_regions(
         for op in t.inputs:
             readers.setdefault(op.var.id, set()).add(t.index)
     results = {v.id for _, v in program.results()}
-    upper = {t.index: unchunked_bytes(t) for t in tiles}
-
-    def fits(group: list[TileOp]) -> bool:
-        h_in, h_out, _ = _streams(group, readers, results)
-        return (
-            len(group) <= limits.compute_tiles
-            and len(h_in) <= limits.host_streams_in
-            and len(h_out) <= limits.host_streams_out
-            # one call per run fits whatever the region shares: no need to work out groups
-            and (
-                all(upper[t.index] <= limits.tile_bytes for t in group)
-                or not isinstance(chunk_calls(group, limits.tile_bytes), int)
-            )
-        )
 
     regions: list[Region] = []
-    current: list[TileOp] = []
+    current = _Candidate(readers, results)
 
     def close() -> None:
-        h_in, h_out, internal = _streams(current, readers, results)
-        chunked = chunk_region(current, limits.tile_bytes)
-        tiles_ = tuple(chunked[0]) if not isinstance(chunked, int) else tuple(current)
+        group = current.tiles
+        h_in, h_out, internal = _streams(group, readers, results)
+        chunked = chunk_region(group, limits.tile_bytes)
+        tiles_ = tuple(chunked[0]) if not isinstance(chunked, int) else tuple(group)
         regions.append(Region(len(regions), tiles_, tuple(h_in), tuple(h_out), tuple(internal)))
 
     for t in tiles:
-        if current and not fits([*current, t]):
+        delta = current.delta(t)
+        whole = unchunked_bytes(t) <= limits.tile_bytes
+        if current.tiles and not (
+            len(current.tiles) < limits.compute_tiles
+            and delta[0] <= limits.host_streams_in
+            and delta[1] <= limits.host_streams_out
+            # one call per run fits whatever the region shares: no need to work out groups
+            and (
+                (current.whole_fits and whole)
+                or not isinstance(chunk_calls([*current.tiles, t], limits.tile_bytes), int)
+            )
+        ):
             close()
-            current = []
-        current.append(t)
-    if current:
+            current = _Candidate(readers, results)
+            delta = current.delta(t)
+        current.add(t, delta, whole)
+    if current.tiles:
         close()
     return tuple(regions)

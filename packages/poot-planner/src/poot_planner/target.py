@@ -96,8 +96,7 @@ class CodeSize:
     def estimate(self, prims: tuple[Prim, ...]) -> int:
         """Bytes of program memory of one tile computing ``prims`` (None of them unknown:
         ``TargetTableError`` names a primitive with no body figure)."""
-        table = {p: (calls, n) for p, calls, n in self.bodies}
-        routines = dict(self.routines)
+        table, routines = _code_tables(self)
         used: set[str] = set()
         total = self.base
         for p in dict.fromkeys(prims):
@@ -107,6 +106,20 @@ class CodeSize:
             used.update(calls)
             total += n
         return total + sum(routines[r] for r in sorted(used))
+
+
+_Tables = tuple[dict[Prim, tuple[tuple[str, ...], int]], dict[str, int]]
+_TABLES: dict[int, tuple[CodeSize, _Tables]] = {}
+
+
+def _code_tables(cs: CodeSize) -> _Tables:
+    """``cs``'s figures as lookups, built once per table (planning asks for every tile; keyed
+    by identity, since hashing the whole table each time is what this saves)."""
+    got = _TABLES.get(id(cs))
+    if got is None or got[0] is not cs:  # the table is kept alive with its lookups
+        got = (cs, ({p: (calls, n) for p, calls, n in cs.bodies}, dict(cs.routines)))
+        _TABLES[id(cs)] = got
+    return got[1]
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from poot_ir import IndexOutOfRange
+from poot_ir.oracle import check_gather_indices
 from poot_planner import IndexGuard, Plan
 
 from poot_codegen.xdna.design import Core, Direction, HostLayout, ProgramDesign, RegionDesign
@@ -63,12 +63,7 @@ def check_indices(design: ProgramDesign, inputs: Mapping[str, np.ndarray]) -> No
             if core.index_guard is not IndexGuard.HOST_CHECKED:
                 continue
             name = names[core.inputs[1].value]  # validate() made it an argument
-            idx = np.asarray(inputs[name])
-            size = core.index_axis
-            bad = (idx < -size) | (idx >= size)
-            if bad.any():
-                at = tuple(int(i) for i in np.argwhere(bad)[0])
-                raise IndexOutOfRange(core.eqns[0], int(idx[at]), size, at, argument=name)
+            check_gather_indices(np.asarray(inputs[name]), core.index_axis, core.eqns[0], name)
 
 
 def write_arguments(

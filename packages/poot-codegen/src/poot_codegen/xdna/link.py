@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
-from poot_ir import CompileFailed, ToolchainUnavailable
+from poot_ir import CodegenError, CompileFailed, ToolchainUnavailable
 
 from poot_codegen.xdna.hostbuild import CSRC_DIR
 from poot_codegen.xdna.kernels import region_object
@@ -96,14 +96,15 @@ PEANO_FLAGS: Final = (
 )
 XCLBIN_NAME: Final = "final.xclbin"
 INSTS_NAME: Final = "insts.bin"
-AIECC_FLAGS: Final = (
-    "--no-xchesscc",
-    "--no-xbridge",
-    "--aie-generate-xclbin",
-    "--aie-generate-npu-insts",
-    f"--xclbin-name={XCLBIN_NAME}",
-    f"--npu-insts-name={INSTS_NAME}",
-)
+AIECC_FLAGS: Final = manifest().aiecc_flags
+"""The pinned aiecc's options (``toolchain.json``); they name ``XCLBIN_NAME`` and ``INSTS_NAME``."""
+if (
+    f"--xclbin-name={XCLBIN_NAME}" not in AIECC_FLAGS
+    or f"--npu-insts-name={INSTS_NAME}" not in AIECC_FLAGS
+):
+    raise CodegenError("toolchain.json: the aiecc flags must name final.xclbin and insts.bin")
+CLANGXX: Final = manifest().peano_tools[0]
+"""Peano's C++ driver, in ``$PEANO_INSTALL_DIR/bin``."""
 MLIR_NAME: Final = "aie.mlir"
 AIECC_HELPERS: Final = manifest().aiecc_helpers
 PYTHON: Final = "python3"
@@ -170,7 +171,7 @@ def _peano(env: Mapping[str, str]) -> tuple[Path | None, str]:
     root = env.get("PEANO_INSTALL_DIR")
     if not root:
         return None, "PEANO_INSTALL_DIR is not set"
-    clang = Path(root) / "bin" / "clang++"
+    clang = Path(root) / "bin" / CLANGXX
     return (clang, "") if _executable(clang) else (None, f"no executable {clang}")
 
 

@@ -43,10 +43,12 @@ class Toolchain:
 
     mlir_aie_version: str
     peano_version: str
+    peano_tools: tuple[str, ...]  # in $PEANO_INSTALL_DIR/bin: the kernel compiler
     link_with: LinkWith
     runtime_sequence: str  # "aiex.runtime_sequence" or "aie.runtime_sequence"
     aiecc_drivers: tuple[str, ...]  # executables tried in order on PATH
     aiecc_module: str  # the driver's module: the last resort is `python -c` on its main()
+    aiecc_flags: tuple[str, ...]  # this version's options: Peano, an xclbin and instructions
     aiecc_helpers: tuple[str, ...]  # tools aiecc itself runs from PATH
     python_modules: tuple[str, ...]  # what the link step's Python imports
     placeholders: tuple[str, ...]  # manifest entries whose hash nothing offline computes
@@ -68,10 +70,12 @@ def load_manifest(path: Path = MANIFEST_PATH) -> Toolchain:
         return Toolchain(
             mlir_aie_version=str(raw["mlir_aie"]["version"]),
             peano_version=str(raw["peano"]["version"]),
+            peano_tools=tuple(raw["peano"]["tools"]),
             link_with=LinkWith(raw["mlir"]["link_with"]),
             runtime_sequence=seq,
             aiecc_drivers=tuple(raw["aiecc"]["drivers"]),
             aiecc_module=str(raw["aiecc"]["module"]),
+            aiecc_flags=tuple(raw["aiecc"]["flags"]),
             aiecc_helpers=tuple(raw["aiecc"]["helpers"]),
             python_modules=tuple(raw["python_modules"]),
             placeholders=_placeholders(raw),

@@ -5,7 +5,10 @@ target records a narrowing contract, through ``narrow_to_device_precision`` (cas
 entry, back to F32 on exit). Contracts compare the device with the oracle's own F16 evaluation:
 bit for bit on integer-valued inputs (``IntegerValued``), within FP16 tolerance for exp, div
 and sqrt. The sign of a zero is not promised (the NPU's neg of +0 is +0). Data movement is bit
-exact in every width the device carries.
+exact in every width the device carries: F16, BF16, I32 and BOOL. The NPU compiler carries F32
+as FP16 (``ConvertPrecisionToFP16``), so a program with any F32 argument or result, data
+movement alone included, is narrowed and published as ``NarrowStorage`` with the range checks
+(``poot_planner.narrowing``); an F32 row below is bit exact on the FP16 values it carries.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ def _op(prim: Prim, dtypes: frozenset[DType], bound: object, note: str = "") -> 
 
 
 def _move(prim: Prim) -> Capability:
-    return Capability(prim, MOVABLE, _G, Contract(prim, BitExact(), AnyInput()))
+    note = "f32 is carried as FP16 (narrowed)"
+    return Capability(prim, MOVABLE, _G, Contract(prim, BitExact(), AnyInput()), note=note)
 
 
 TARGET = Target(

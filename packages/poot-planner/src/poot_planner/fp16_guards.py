@@ -1,0 +1,213 @@
+"""What a narrowed graph must check inside itself: FP16 overflow of an intermediate, and
+saturated additive sentinels that stopped dominating.
+
+The engine's range checks see the F32 boundary only. Inside a narrowed graph an intermediate can
+leave FP16's range while the F32 result still looks fine (``x / (x * x)`` at x = 300: the FP16
+square is inf and the quotient 0, the oracle says 0.0033). So the graph computes one flag per
+guarded equation and returns them as one extra result, which the device checks after every run
+and refuses with ``NarrowingRangeIntermediate`` naming the equation (``poot_codegen`` builds the
+flags, ``poot_npu.vpu`` checks them). ``analyse`` decides, on the source program, which
+equations are guarded and how:
+
+- ``OVERFLOW``: an equation that computes new values (add, sub, mul, div, sqrt, exp, ...,
+  reduce_sum, matmul) on narrowed data, unless its value is only ever a program result (the
+  result range check sees that). The flag is set when an element is infinite or NaN; where an
+  operand may itself carry an infinity (from an infinite literal or a sentinel), only where every
+  operand element is finite (``fresh``), since an inherited infinity is the F32 program's own.
+- ``SENTINEL``: the sentinel rule below.
+
+The sentinel rule (``SENTINEL_RULE``, published in docs/features.md). The specification saturates
+an F32 literal beyond 65504 to +-65504 when it is an operand of an add or subtract, a mask
+sentinel standing for an infinity. That is sound only while the sentinel dominates: if the
+device's result of the add is at or beyond 65504 on the sentinel's side, the F32 result is beyond
+FP16's range on that side too (the true sentinel is farther out than 65504), so the device holds
+"beyond range, this side" correctly; if not (``x + 100000`` at x = -40000 gives 25504, the F32
+result is 60000), the result is refused. A dominated value is such a "beyond range" value, and
+its uses are admitted only where every value beyond range on that side gives the same answer:
+data movement and converts, max (it wins on the + side, loses against any in-range value on the
+- side), exp on the - side (0), neg (the side flips) and another add or subtract (checked for
+dominance again); any other use, a comparison, an add of two opposite sides, or a program
+result is refused when planning (``NARROWING_RANGE``, facts naming the sentinel's equation).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+from poot_ir import DType, Literal, Prim, Program, Var
+
+from poot_planner.refusal import Refusal, RefusalKind
+
+__all__ = ["OVERFLOW_RULE", "SENTINEL_RULE", "Guard", "GuardKind", "Guards", "analyse"]
+
+SENTINEL_RULE = (
+    "An F32 literal beyond 65504 (an infinite one too: the NPU compiler clamps infinite splat "
+    "constants to 65504) used by an add or subtract saturates to +-65504 (a mask sentinel); an "
+    "infinite literal anywhere else is refused. The sentinel's result is refused at run time unless the sentinel dominates it (the "
+    "device's sum is at or beyond 65504 on the sentinel's side, so the F32 sum is beyond FP16's "
+    "range there too); a dominated value may only flow into data movement, converts, max, neg, "
+    "exp on the - side and further adds or subtracts (checked again), never into another "
+    "operation, a comparison or a program result (refused when planning)."
+)
+
+OVERFLOW_RULE = (
+    "Every narrowed equation that computes new values and feeds another equation returns, "
+    "inside the graph, a flag set when its FP16 value is infinite or NaN (where its operands "
+    "are finite); the device checks the flags after every run and refuses the step "
+    "(NarrowingRangeIntermediate, naming the equation) before any state changes."
+)
+
+
+class GuardKind(Enum):
+    OVERFLOW = "overflow"
+    SENTINEL = "sentinel"
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """One in-graph check of source equation ``eqn``: ``side`` is the sentinel's sign (+1, -1)
+    for ``SENTINEL``, 0 for ``OVERFLOW``; ``fresh`` for an overflow check that ignores elements
+    whose operands are already infinite."""
+
+    eqn: int
+    primitive: str
+    kind: GuardKind
+    side: int = 0
+    fresh: bool = False
+
+    @property
+    def label(self) -> str:
+        """``<eqn>.<primitive>.<kind>``: how the graph names the check (no ``,`` or ``:``)."""
+        return f"{self.eqn}.{self.primitive}.{self.kind.value}"
+
+
+@dataclass(frozen=True, slots=True)
+class Guards:
+    guards: tuple[Guard, ...]
+    refusals: tuple[Refusal, ...]
+
+
+#: Equations that compute new values (what FP16 can overflow in).
+COMPUTING = frozenset(
+    {
+        Prim.ADD,
+        Prim.SUB,
+        Prim.MUL,
+        Prim.DIV,
+        Prim.RECIP,
+        Prim.SQRT,
+        Prim.EXP,
+        Prim.LOG,
+        Prim.TANH,
+        Prim.ERF,
+        Prim.REDUCE_SUM,
+        Prim.MATMUL,
+    }
+)
+#: Uses through which a dominated value keeps its side (its value is carried, not computed on).
+_CARRY = frozenset(
+    {
+        Prim.GATHER,
+        Prim.TRANSPOSE,
+        Prim.RESHAPE,
+        Prim.BROADCAST_IN_DIM,
+        Prim.SLICE,
+        Prim.CONVERT,
+        Prim.REDUCE_MAX,
+    }
+)
+
+
+def _saturated(a: object, limit: float) -> int:
+    """The sign of ``a`` when it is an F32 literal beyond ``limit`` (infinite ones included:
+    the NPU compiler clamps those to 65504 too), else 0."""
+    if isinstance(a, Literal) and a.dtype is DType.F32:
+        v = a.as_float()
+        if not math.isnan(v) and abs(v) > limit:
+            return 1 if v > 0 else -1
+    return 0
+
+
+def analyse(program: Program, limit: float) -> Guards:
+    """The in-graph guards of ``program`` (a source program to be narrowed) and the refusals of
+    the sentinel rule (module docstring)."""
+    side: dict[int, int] = {}  # var id -> side of a dominated value it may hold
+    inf: set[int] = set()  # var ids that may hold an inherited infinity
+    refusals: list[Refusal] = []
+    guards: list[Guard] = []
+    uses: dict[int, int] = {}
+    for e in program.eqns:
+        for a in e.inputs:
+            if isinstance(a, Var):
+                uses[a.id] = uses.get(a.id, 0) + 1
+
+    def refuse(i: int, prim: str, use: str) -> None:
+        facts = (("sentinel", "a saturated additive literal's value"), ("use", use))
+        refusals.append(Refusal(RefusalKind.NARROWING_RANGE, i, prim, facts))
+
+    for i, e in enumerate(program.eqns):
+        prim = e.prim.value
+        sides = [side.get(a.id, 0) if isinstance(a, Var) else 0 for a in e.inputs]
+        lits = [_saturated(a, limit) for a in e.inputs]
+        if e.prim is Prim.SUB:  # x - s is x + (-s): the second operand's side flips
+            sides[1], lits[1] = -sides[1], -lits[1]
+        carried = [s + t for s, t in zip(sides, lits, strict=True)]  # at most one is non-zero
+        tainted = {s for s in carried if s}
+        inherits = any(
+            (isinstance(a, Var) and (a.id in inf or a.id in side))
+            or (isinstance(a, Literal) and a.dtype.is_float and math.isinf(a.as_float()))
+            for a in e.inputs
+        )
+        out = e.out.id
+        if inherits:
+            inf.add(out)
+        if e.prim in (Prim.ADD, Prim.SUB) and tainted:
+            if len(tainted) > 1:
+                refuse(i, prim, "an add of values dominated on opposite sides")
+                continue
+            (s,) = tainted
+            side[out] = s
+            guards.append(Guard(i, prim, GuardKind.SENTINEL, s))
+            continue
+        if any(sides):
+            s = next(x for x in sides if x)
+            data = sides[:2] if e.prim is Prim.DYNAMIC_UPDATE_SLICE else sides
+            if e.prim in _CARRY:
+                side[out] = s
+            elif e.prim is Prim.MAX:  # + wins; - loses against anything in range
+                if 1 in sides or all(x == -1 for x in sides):
+                    side[out] = 1 if 1 in sides else -1
+            elif e.prim is Prim.NEG:
+                side[out] = -s
+            elif e.prim is Prim.EXP and s < 0:
+                inf.discard(out)  # exp of any value beyond -65504 is 0, on FP16 and F32 alike
+            elif e.prim in (Prim.CONCAT, Prim.DYNAMIC_UPDATE_SLICE) and all(x == s for x in data):
+                side[out] = s
+            else:
+                refuse(i, prim, f"a dominated value into {prim}")
+            continue
+        # F16 arithmetic of the source is the oracle's own FP16: only narrowed F32 is guarded
+        infinite_literal = any(
+            isinstance(a, Literal) and a.dtype.is_float and math.isinf(a.as_float())
+            for a in e.inputs
+        )  # every element inherits the literal's infinity: nothing fresh to see
+        if (
+            e.prim in COMPUTING
+            and e.out.dtype is DType.F32
+            and uses.get(out, 0) > 0
+            and not infinite_literal
+        ):
+            guards.append(Guard(i, prim, GuardKind.OVERFLOW, fresh=inherits))
+    for name, v in program.results():
+        if v.id in side:
+            refusals.append(
+                Refusal(
+                    RefusalKind.NARROWING_RANGE,
+                    -1,
+                    "",
+                    (("sentinel", "a saturated additive literal's value"), ("result", name)),
+                )
+            )
+    return Guards(tuple(guards), tuple(refusals))
