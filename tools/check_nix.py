@@ -1,7 +1,7 @@
 """Offline Nix checks: what can be proven about the flake without network or hardware.
 
-Run by `uv run nox -s nix` (which installs Debian's nix-bin first when `nix` is missing); this
-script installs nothing. The checks, each reported by name, the run failing if any fails:
+Run by `uv run nox -s nix` (which, when `nix` is missing, installs Debian's nix-bin under
+CI=true and skips elsewhere); this script installs nothing. The checks, each reported by name, the run failing if any fails:
 
   tracked    flake.nix, flake.lock, uv.lock and nix/ are tracked by git (flakes ignore the rest)
   parse      every tracked .nix file parses (`nix-instantiate --parse`)

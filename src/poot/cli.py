@@ -20,20 +20,23 @@
     poot acceptance --compare A B           two receipts side by side
 
 Exit status: 0 on success, 1 when a check failed or a program was refused, 2 on bad input
-(a typed ``PootError``: the message names what is wrong), 3 when ``acceptance`` finds its
-device absent ("hardware unavailable: ...").
+(a typed ``PootError``, one line naming what is wrong, or a usage error from the argument
+parser), 3 when ``acceptance`` finds its device absent ("hardware unavailable: ...").
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 from poot_ir import PootError, Program, format_program, parse_program, sample_inputs
+from poot_ir.budget import check_alloc
+from poot_ir.sampling import sample_bytes
 from poot_npu.registry import DEVICES, DeviceKind, device_info, make_device
 from poot_planner import TARGETS, plan
 from poot_planner.features import feature_matrix
@@ -100,14 +103,14 @@ def _read_inputs(path: str) -> dict[str, np.ndarray]:
         data = np.load(path, allow_pickle=False)
     except OSError as err:
         raise _InputError(f"cannot read inputs {path}: {err.strerror or err}") from None
-    except ValueError as err:
+    except (ValueError, EOFError) as err:  # pickled, or no numpy file at all
         raise _InputError(f"inputs {path} are not a plain .npz: {err}") from None
     if not isinstance(data, np.lib.npyio.NpzFile):
         raise _InputError(f"inputs {path} are one array (.npy); expected an .npz of named arrays")
     try:
         with data:
             return {k: data[k] for k in data.files}
-    except ValueError as err:  # an object array, which needs pickle
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:  # an object array
         raise _InputError(f"inputs {path} hold an array that is not plain data: {err}") from None
 
 
@@ -126,7 +129,7 @@ def _origins(console: Console, p: Any, imported: Imported | None) -> None:
 
 
 class _InputError(PootError):
-    """A file the command line could not read."""
+    """A file the command line could not read or write, or an argument it cannot use."""
 
 
 def _with_progress(device: object, console: Console) -> None:
@@ -222,8 +225,11 @@ def _run(console: Console, args: argparse.Namespace) -> int:
             if imported is not None:  # slots by ONNX name or program name; the model's weights
                 given = {imported.inputs.get(k, k): v for k, v in given.items()}
                 given = {**imported.weights, **given}
+            if extra := sorted(set(given) - {a.name for a in program.args}):
+                raise _InputError(f"inputs {args.inputs}: {extra} are not arguments of the program")
             inputs = [given]
         elif imported is not None:
+            check_alloc(f"{args.steps} steps of samples", args.steps * sample_bytes(program))
             inputs = [{**sample_inputs(program, k), **imported.weights} for k in range(args.steps)]
         report = run_program(
             program,
@@ -292,7 +298,12 @@ def _import(console: Console, args: argparse.Namespace) -> int:
 
 def _cache(console: Console, args: argparse.Namespace) -> int:
     from poot_engine import blob_cache
+    from poot_engine.cache_root import cache_root
 
+    # where the cache is for the directory named (poot's own poot/ inside a directory it did
+    # not create); nothing is created or changed to find out
+    root = cache_root(args.cache_dir, create=False)
+    console.print(f"cache directory: {root}", highlight=False, markup=False)
     match args.action:
         case "ls":
             console.print(render.cache_table(blob_cache.ls(args.cache_dir), "entries"))
@@ -301,8 +312,16 @@ def _cache(console: Console, args: argparse.Namespace) -> int:
             console.print(render.cache_table(entries, "verified"))
             return 0 if all(e.status is blob_cache.EntryStatus.OK for e in entries) else 1
         case "clear":
-            n = blob_cache.clear(args.cache_dir, only_bad=args.bad)
-            console.print(f"removed {n} entr{'y' if n == 1 else 'ies'}")
+            done = blob_cache.clear(args.cache_dir, only_bad=args.bad)
+            n = len(done.removed)
+            console.print(f"removed {n} file{'' if n == 1 else 's'} from {done.root}")
+            for path in done.removed:
+                console.print(f"  removed {path.name}", highlight=False, markup=False)
+            if done.kept:
+                why = "verified or not written by poot" if args.bad else "not written by poot"
+                console.print(f"kept {len(done.kept)} ({why}):")
+                for path in done.kept:
+                    console.print(f"  kept {path.name}", highlight=False, markup=False)
     return 0
 
 
@@ -312,17 +331,61 @@ def _acceptance(console: Console, args: argparse.Namespace) -> int:
     return acceptance_cli.main(console, args)
 
 
+def _steps(text: str) -> int:
+    """``--steps``: a positive number of steps."""
+    try:
+        steps = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of steps") from None
+    if steps < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {steps}")
+    return steps
+
+
+def _memory_budget(text: str) -> int:
+    from poot_ir.budget import parse_budget
+
+    try:
+        return parse_budget(text)
+    except PootError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _cache_dir(text: str) -> Path:
+    """``--cache-dir``: an empty name would silently mean the current directory."""
+    if not text:
+        raise argparse.ArgumentTypeError("the cache directory must not be empty")
+    return Path(text)
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """A usage error is one line on stderr and exit status 2, like a typed error (``--help``
+    shows the usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: usage error: {' '.join(message.split())}\n")
+        sys.exit(2)
+
+
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="poot", description="Typed tensor programs on laptop NPUs.")
+    ap = _ArgumentParser(prog="poot", description="Typed tensor programs on laptop NPUs.")
     ap.add_argument(
         "--cache-dir",
-        type=Path,
+        type=_cache_dir,
         default=None,
-        help="compiled-blob cache (default: the user cache dir)",
+        help="compiled-blob cache (default: the user cache dir; a directory poot did not "
+        "create gets poot's own subdirectory poot/)",
+    )
+    ap.add_argument(
+        "--memory-budget",
+        type=_memory_budget,
+        default=None,
+        help="bytes (K/M/G/T suffixes) any one allocation sized by the input may take "
+        "(default: half the available memory; also POOT_MEMORY_BUDGET)",
     )
     sub = ap.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="the example programs on every target and device present")
-    d.add_argument("--steps", type=int, default=3)
+    d.add_argument("--steps", type=_steps, default=3)
     d.set_defaults(fn=_demo)
     shape_help = "fix a dynamic dim of an .onnx model: INPUT=8x128 or DIM=128 (repeatable)"
     p = sub.add_parser("plan", help="how a target runs a program, or why it refuses it")
@@ -338,7 +401,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--shape", action="append", help=shape_help)
     r.add_argument("--target", choices=list(TARGETS), default="cpu")
     r.add_argument("--device", choices=[d.name for d in DEVICES])
-    r.add_argument("--steps", type=int, default=3)
+    r.add_argument("--steps", type=_steps, default=3)
     r.add_argument("--inputs", help="an .npz of every argument (default: deterministic samples)")
     r.add_argument(
         "--partition",
@@ -381,6 +444,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     console = Console()
     try:
+        if args.memory_budget is not None:
+            from poot_ir.budget import set_budget
+
+            set_budget(args.memory_budget)
         code: int = args.fn(console, args)
     except PootError as err:
         Console(stderr=True).print(

@@ -198,8 +198,9 @@ def run_report(report: RunReport) -> Group:
 
 def cache_table(entries: Sequence[CacheEntry], title: str) -> Table:
     t = Table(title=f"blob cache: {len(entries)} {title}", title_justify="left")
-    for col in ("key", "bytes", "status", "path"):
+    for col in ("key", "bytes", "status", "what", "path"):
         t.add_column(col, overflow="fold")
     for e in entries:
-        t.add_row(e.key[:16], str(e.size), e.status.value, str(e.path))
+        what = dict(e.meta).get("part", "")  # e.g. "host kernel library" for xdna-host's
+        t.add_row(e.key[:16], str(e.size), e.status.value, what, str(e.path))
     return t

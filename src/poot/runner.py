@@ -20,6 +20,8 @@ from poot_engine import Engine
 from poot_engine.device import Device
 from poot_engine.verify import StepCheck, check_results, check_spans
 from poot_ir import Program, Storage, evaluate, sample_inputs
+from poot_ir.budget import check_alloc, nbytes
+from poot_ir.sampling import sample_bytes, value_bytes
 from poot_planner import Plan, Span, plan
 from poot_planner import partition as partition_spans
 
@@ -67,6 +69,14 @@ def run_program(
     if not p.admitted and not parted:
         return report
     storage = {a.name: a.storage for a in program.args}
+    if inputs is None:
+        # every step's samples and results are kept for the report: all of them must fit
+        kept = sample_bytes(program) + sum(
+            nbytes(v.type.shape, v.type.dtype.itemsize) for _, v in program.results()
+        )
+        check_alloc(f"{steps} steps of program {program.name!r}", steps * kept)
+    # each step's check against the oracle holds every value of the program at once
+    check_alloc(f"the oracle's values of program {program.name!r}", value_bytes(program))
     per_step = inputs or [
         sample_inputs(program, seed + k, integer_valued=integer_valued) for k in range(steps)
     ]

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import re
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -21,7 +23,8 @@ import pytest
 from numpy.typing import NDArray
 from poot_codegen.xdna import hostbuild
 from poot_codegen.xdna.hostbuild import CSRC_DIR, build_library, load_library
-from poot_ir.errors import CompileFailed, ToolchainUnavailable
+from poot_engine.blob_cache import BlobCache, EntryStatus, clear, verify
+from poot_ir.errors import CacheError, CompileFailed, ToolchainUnavailable
 
 F32 = NDArray[np.float32]
 F64 = NDArray[np.float64]
@@ -57,7 +60,7 @@ TEST_SOURCE = "\n".join(
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    return load_library(TEST_SOURCE, tmp_path_factory.mktemp("poot_math"))
+    return load_library(TEST_SOURCE, BlobCache(tmp_path_factory.mktemp("poot_math")))
 
 
 def call(lib: ctypes.CDLL, op: str, *args: F32) -> F32:
@@ -333,58 +336,132 @@ def compiles(log: Path) -> int:
 SMALL = '#include "poot_math.h"\nfloat f(float x) { return poot_expf(x); }\n'
 
 
-def test_cache_hit_does_not_recompile(tmp_path: Path, counting_cc: tuple[str, Path]) -> None:
-    cc, log = counting_cc
-    first = build_library(SMALL, tmp_path / "cache", compiler=cc)
-    second = build_library(SMALL, tmp_path / "cache", compiler=cc)
-    assert first == second and compiles(log) == 1
-    f = load_library(SMALL, tmp_path / "cache", compiler=cc).f
+def _f(lib: ctypes.CDLL) -> float:
+    f = lib.f
     f.argtypes, f.restype = [ctypes.c_float], ctypes.c_float
-    assert f(0.0) == 1.0 and compiles(log) == 1
-    assert [p.name for p in (tmp_path / "cache").iterdir()] == [first.name]  # no temp left
+    return float(f(0.0))
+
+
+def test_cache_hit_does_not_recompile(tmp_path: Path, counting_cc: tuple[str, Path]) -> None:
+    cache = BlobCache(tmp_path / "cache")
+    cc, log = counting_cc
+    first = build_library(SMALL, cache, compiler=cc)
+    second = build_library(SMALL, cache, compiler=cc)
+    assert first == second and compiles(log) == 1
+    assert _f(load_library(SMALL, cache, compiler=cc)) == 1.0 and compiles(log) == 1
+    # one blob-cache entry, owner-only; the private copy dlopen read is gone
+    names = sorted(p.name for p in cache.root.iterdir())
+    assert names == [first + ".blob", "CACHEDIR.TAG"]
+    assert stat.S_IMODE(cache.path(first).stat().st_mode) == 0o600
+    # poot cache ls|verify|clear cover it
+    (entry,) = verify(cache.root)
+    assert entry.key == first and entry.status is EntryStatus.OK
+    assert dict(entry.meta)["part"] == "host kernel library"
+    assert dict(entry.meta)["compiler"] == cc
+    assert clear(cache.root).removed == (cache.path(first),)
 
 
 def test_changed_source_or_header_recompiles(
     tmp_path: Path, counting_cc: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    cache = BlobCache(tmp_path / "cache")
     cc, log = counting_cc
-    first = build_library(SMALL, tmp_path / "cache", compiler=cc)
-    second = build_library(SMALL.replace("expf", "logf"), tmp_path / "cache", compiler=cc)
+    first = build_library(SMALL, cache, compiler=cc)
+    second = build_library(SMALL.replace("expf", "logf"), cache, compiler=cc)
     assert first != second and compiles(log) == 2
     headers = tmp_path / "csrc"
     shutil.copytree(CSRC_DIR, headers)
     monkeypatch.setattr(hostbuild, "CSRC_DIR", headers)
-    assert build_library(SMALL, tmp_path / "cache", compiler=cc) == first  # same contents
+    assert build_library(SMALL, cache, compiler=cc) == first  # same contents
     (headers / "poot_math.h").write_text(HEADER.read_text() + "\n/* changed */\n")
-    assert build_library(SMALL, tmp_path / "cache", compiler=cc) != first
+    assert build_library(SMALL, cache, compiler=cc) != first
     assert compiles(log) == 3
+    # the compiler's identity is part of the key: another path to the same compiler
+    other = tmp_path / "bin" / "other-cc"
+    shutil.copy(cc, other)
+    assert build_library(SMALL, cache, compiler=str(other)) != first
 
 
-def test_damaged_cache_entry_is_rebuilt(tmp_path: Path, counting_cc: tuple[str, Path]) -> None:
+def _edit(path: Path, at: int, new: bytes) -> None:
+    data = bytearray(path.read_bytes())
+    data[at : at + len(new)] = new
+    path.write_bytes(bytes(data))
+
+
+DAMAGE = {
+    # four bytes of the library changed: the digest catches it (this once gave wrong results)
+    "four bytes": lambda p: _edit(p, p.stat().st_size // 2, b"\xde\xad\xbe\xef"),
+    # a truncated library once gave SIGBUS on every later run
+    "truncated": lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 3]),
+    "empty": lambda p: p.write_bytes(b""),
+    "group readable": lambda p: p.chmod(0o640),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_damaged_entry_is_never_loaded_but_rebuilt_and_replaced(
+    tmp_path: Path, counting_cc: tuple[str, Path], damage: str
+) -> None:
+    cache = BlobCache(tmp_path / "cache")
     cc, log = counting_cc
-    path = build_library(SMALL, tmp_path / "cache", compiler=cc)
-    path.write_bytes(b"not a shared library")
-    f = load_library(SMALL, tmp_path / "cache", compiler=cc).f
-    f.argtypes, f.restype = [ctypes.c_float], ctypes.c_float
-    assert f(0.0) == 1.0 and compiles(log) == 2
+    key = build_library(SMALL, cache, compiler=cc)
+    DAMAGE[damage](cache.path(key))
+    assert verify(cache.root)[0].status is not EntryStatus.OK
+    assert _f(load_library(SMALL, cache, compiler=cc)) == 1.0 and compiles(log) == 2
+    assert verify(cache.root)[0].status is EntryStatus.OK  # replaced
+
+
+def test_a_verified_entry_that_does_not_load_is_rebuilt(
+    tmp_path: Path, counting_cc: tuple[str, Path]
+) -> None:
+    cache = BlobCache(tmp_path / "cache")
+    cc, log = counting_cc
+    key = build_library(SMALL, cache, compiler=cc)
+    cache.put(key, b"not a shared library")  # a valid entry of the wrong bytes
+    assert _f(load_library(SMALL, cache, compiler=cc)) == 1.0 and compiles(log) == 2
+    assert cache.get(key).blob != b"not a shared library"
 
 
 def test_syntax_error_raises_compile_failed_with_the_compiler_log(tmp_path: Path) -> None:
+    cache = BlobCache(tmp_path / "cache")
     with pytest.raises(CompileFailed) as caught:
-        build_library("float f(float x) { return x +; }\n", tmp_path)
+        build_library("float f(float x) { return x +; }\n", cache)
     assert "error" in caught.value.log and "kernel.c" in caught.value.log
-    assert list(tmp_path.iterdir()) == []  # nothing published, scratch removed
+    assert [p.name for p in cache.root.iterdir()] == ["CACHEDIR.TAG"]  # nothing published
 
 
 def test_missing_compiler_raises_toolchain_unavailable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    cache = BlobCache(tmp_path / "cache")
     missing = str(tmp_path / "no-such-cc")
     with pytest.raises(ToolchainUnavailable) as caught:
-        build_library(SMALL, tmp_path, compiler=missing)
+        build_library(SMALL, cache, compiler=missing)
     assert caught.value.tool == missing
     (tmp_path / "empty").mkdir()
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(ToolchainUnavailable) as caught:
-        build_library(SMALL, tmp_path)
+        build_library(SMALL, cache)
     assert caught.value.tool == "cc" and "gcc" in str(caught.value)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting a file as another uid needs root")
+def test_a_library_planted_by_another_user_is_never_loaded(
+    tmp_path: Path, counting_cc: tuple[str, Path]
+) -> None:
+    """A valid entry of another library (f returns 2), published under this source's key by
+    someone else: another user's entry is never loaded; the real library is rebuilt."""
+    cache = BlobCache(tmp_path / "cache")
+    cc, log = counting_cc
+    key = build_library(SMALL, cache, compiler=cc)
+    other = build_library("float f(float x) { return x + 2.0f; }\n", cache, compiler=cc)
+    planted = cache.get(other).blob
+    assert planted is not None
+    cache.put(key, planted)
+    os.chown(cache.path(key), 12345, 12345)
+    assert _f(load_library(SMALL, cache, compiler=cc)) == 1.0 and compiles(log) == 3
+    assert cache.path(key).stat().st_uid == os.geteuid()  # replaced by ours
+    # and a cache directory another user owns is refused outright
+    os.chown(cache.root, 12345, 12345)
+    with pytest.raises(CacheError, match="owned by uid 12345"):
+        BlobCache(cache.root)

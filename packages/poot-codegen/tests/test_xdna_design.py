@@ -23,6 +23,7 @@ from poot_codegen.xdna.design import (
 from poot_codegen.xdna.designer import build_design, design_program
 from poot_codegen.xdna.execute import load_region_libraries, run_design
 from poot_codegen.xdna.validate import validate
+from poot_engine.blob_cache import BlobCache
 from poot_ir import Builder, DType, PlanRefused, Program, compare, evaluate, ops
 from poot_planner import TARGETS, Plan, Target, plan
 
@@ -52,7 +53,7 @@ def inputs_for(p: Program, seed: int = 0) -> dict[str, Array]:
 
 def run_and_compare(pl: Plan, cache: Path, inputs: dict[str, Array]) -> ProgramDesign:
     design = design_program(pl)
-    got = run_design(design, load_region_libraries(pl, cache), inputs)
+    got = run_design(design, load_region_libraries(pl, BlobCache(cache)), inputs)
     ref = evaluate(pl.program, inputs)
     assert set(got) == set(ref)
     for name, expected in ref.items():

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from poot_codegen.xdna import design_program, render_program
 from poot_codegen.xdna.execute import load_region_libraries, run_design
+from poot_engine.blob_cache import BlobCache
 from poot_ir import Builder, DType, Program, Var, evaluate
 from poot_planner import RefusalKind, plan
 
@@ -99,7 +100,7 @@ def test_empty_programs_run_and_match_the_oracle(shape: tuple[int, ...], tmp_pat
     program = _rows(shape)
     p = plan(program, "xdna2").check()
     inputs = _inputs(program)
-    got = run_design(design_program(p), load_region_libraries(p, tmp_path), inputs)
+    got = run_design(design_program(p), load_region_libraries(p, BlobCache(tmp_path)), inputs)
     want = evaluate(program, inputs)
     for name, w in want.items():
         assert got[name].shape == w.shape and np.array_equal(got[name], w), name

@@ -22,6 +22,7 @@ from poot_codegen.xdna.designer import design_program
 from poot_codegen.xdna.execute import run_design
 from poot_codegen.xdna.hostbuild import CSRC_DIR, load_library
 from poot_codegen.xdna.kernels import kernel_signature, kernel_symbol, program_source
+from poot_engine.blob_cache import BlobCache
 from poot_ir import (
     Builder,
     Contract,
@@ -95,7 +96,7 @@ class Built:
     def __init__(self, program: Program, cache: Path) -> None:
         self.plan: Plan = plan(program, "xdna2").check()
         self.source = program_source(self.plan)
-        self.lib = load_library(self.source, cache)
+        self.lib = load_library(self.source, BlobCache(cache))
 
     def tile_of(self, output: str) -> TileOp:
         var = next(o.var for o in self.plan.program.outputs if o.name == output)

@@ -54,7 +54,8 @@ def test_round_trip_and_permissions(tmp_path: Path) -> None:
     assert stat.S_IMODE(os.stat(cache.path(KEY_A)).st_mode) == 0o600
     cache.put(KEY_A, b"", {})  # an empty blob is a valid entry
     assert cache.get(KEY_A).blob == b""
-    assert [p.name for p in root.iterdir()] == [KEY_A + ".blob"]  # no temporary left
+    # no temporary left; the tag marks the directory as poot's
+    assert sorted(p.name for p in root.iterdir()) == [KEY_A + ".blob", "CACHEDIR.TAG"]
 
 
 def test_default_dir_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -137,15 +138,24 @@ def test_unsafe_roots_are_refused(tmp_path: Path) -> None:
         BlobCache(afile)
     if os.geteuid() == 0:
         foreign = tmp_path / "foreign"
-        foreign.mkdir(mode=0o700)
+        BlobCache(foreign)  # poot's own, then handed to another user
         os.chown(foreign, 12345, 12345)
         with pytest.raises(CacheError, match="owned by uid 12345"):
             BlobCache(foreign)
+    # a directory of ours that is open to others is not chmodded: poot uses its own
+    # subdirectory there; the same directory tagged as poot's is refused, not tightened
     loose = tmp_path / "loose"
     loose.mkdir()
     loose.chmod(0o755)
-    BlobCache(loose)
-    assert stat.S_IMODE(os.stat(loose).st_mode) == 0o700
+    assert BlobCache(loose).root == loose / "poot"
+    assert stat.S_IMODE(os.stat(loose).st_mode) == 0o755
+    assert stat.S_IMODE(os.stat(loose / "poot").st_mode) == 0o700
+    (loose / "poot").chmod(0o750)
+    with pytest.raises(CacheError, match="mode 0750"):
+        BlobCache(loose)
+    assert stat.S_IMODE(os.stat(loose / "poot").st_mode) == 0o750
+    with pytest.raises(CacheError, match="empty"):
+        BlobCache("")
 
 
 def test_ls_verify_clear(tmp_path: Path) -> None:
@@ -162,10 +172,11 @@ def test_ls_verify_clear(tmp_path: Path) -> None:
     assert listed[KEY_A].size == cache.path(KEY_A).stat().st_size and listed[KEY_A].mtime > 0
     verified = {e.key: e.status for e in verify(tmp_path)}
     assert verified == {KEY_A: EntryStatus.OK, KEY_B: EntryStatus.DAMAGED}
-    assert clear(tmp_path, only_bad=True) == 1
+    assert clear(tmp_path, only_bad=True).removed == (cache.path(KEY_B),)
     assert [e.key for e in ls(tmp_path)] == [KEY_A]
-    assert clear(tmp_path) == 2  # the entry and the temporary file
-    assert list(tmp_path.iterdir()) == []
+    done = clear(tmp_path)  # the entry and the temporary file
+    assert set(done.removed) == {cache.path(KEY_A), tmp_path / ".tmp-left-by-a-killed-writer"}
+    assert [p.name for p in tmp_path.iterdir()] == ["CACHEDIR.TAG"]
     assert ls(tmp_path / "absent") == []
 
 
@@ -174,5 +185,8 @@ def test_concurrent_publication_leaves_one_valid_entry(tmp_path: Path) -> None:
     with ctx.Pool(4) as pool:
         blobs = pool.map(engine_support.publish_one_key, [str(tmp_path)] * 4)
     assert blobs == [b"the same blob" * 1000] * 4
-    assert [p.name for p in tmp_path.iterdir()] == [engine_support.RACE_KEY + ".blob"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "CACHEDIR.TAG",
+        engine_support.RACE_KEY + ".blob",
+    ]
     assert [e.status for e in verify(tmp_path)] == [EntryStatus.OK]

@@ -31,6 +31,7 @@ from poot_codegen.xdna import design_program, program_source, render_program
 from poot_codegen.xdna.design import RegionDesign
 from poot_codegen.xdna.execute import run_region
 from poot_codegen.xdna.hostbuild import load_library
+from poot_engine.blob_cache import BlobCache
 from poot_planner import Plan
 
 MAGIC = b"FAKE-XCLBIN\n"
@@ -84,7 +85,7 @@ def reset() -> None:
 def install(plan: Plan, cache_dir: Path) -> None:
     """Make the xclbins of ``plan``'s regions runnable: their designs and host-built kernels."""
     design = design_program(plan)
-    lib = load_library(program_source(plan), cache_dir)
+    lib = load_library(program_source(plan), BlobCache(cache_dir))
     for region, mlir in zip(design.regions, render_program(design), strict=True):
         STATE.regions[hashlib.sha256(mlir.encode()).hexdigest()] = (region, lib)
 

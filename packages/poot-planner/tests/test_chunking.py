@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from poot_ir import Builder, DType, Program
+from poot_ir.budget import DimsTooLarge
 from poot_planner import TARGETS, RefusalKind, TileOp, plan
 from poot_planner.chunking import Chunking, chunk_calls
 
@@ -84,8 +86,13 @@ def test_dims_up_to_the_abi_limit_plan_and_past_it_are_refused() -> None:
     assert _pointwise(ELEMENTS) == (1, ELEMENTS)
     # 2 x (4 + 4) bytes x q <= 64512: q <= 4032, and the largest power of two below is 2048
     assert _pointwise(2**30) == (2048, 2**19)
-    for n in (ELEMENTS + 1, 10**15, 10**20):
+    # past the ABI, up to the 1 TiB no target holds (2^38 f32): the planner's typed limit
+    for n in (ELEMENTS + 1, 2**38):
         assert _pointwise(n) == ()
+    # past what any target holds: refused where the type is written, before any planning
+    for n in (10**15, 10**20):
+        with pytest.raises(DimsTooLarge):
+            _pointwise(n)
 
 
 @st.composite

@@ -4,7 +4,9 @@ Key: the sha256 of the device identity (part, compiler, compiler version, compil
 the artifact source bytes, each length-prefixed (``blob_key``). The blob itself is never the
 key: OpenVINO's CPU blobs are not byte-deterministic, and a compiler run is what we avoid.
 
-Layout: ``<root>/<key>.blob``, the root ``0700``, every entry ``0600``. An entry is::
+Layout: ``<root>/<key>.blob``, the root ``0700`` and tagged as poot's (which directory is the
+root for the one a user names, and why poot never changes a directory it did not create:
+``cache_root``), every entry ``0600``. An entry is::
 
     magic  b"POOTBLB1"           8 bytes
     key    sha256 digest          32 bytes   the key the entry was published under
@@ -20,14 +22,17 @@ wins, so readers never see a partial file and no lock is needed.
 
 What is refused and what is replaced:
 
-- The root reached through a symlink, owned by another user, or not a directory is a
-  ``CacheError``: the cache cannot be made safe without trusting someone else's directory. A
-  root of ours with a loose mode is tightened to ``0700``.
+- A root reached through a symlink, owned by another user, open to group or others, or not a
+  directory is a ``CacheError``: the cache cannot be made safe without trusting someone else's
+  directory, and poot never chmods a directory.
 - An entry that is a symlink, owned by another user, group or other accessible, not a regular
   file, empty, truncated, damaged (digest mismatch) or foreign (its header carries another key:
   an entry swapped in from elsewhere) is reported by ``get`` as a miss with that status; the
   engine recompiles and ``put`` replaces it (unlinking a symlink, never following it), and
   counts a repair.
+
+``clear`` removes only what poot wrote: an entry whose header names its key or whose digest
+holds, and temporary files in a root poot tagged; anything else is kept and reported.
 """
 
 from __future__ import annotations
@@ -47,9 +52,12 @@ from pathlib import Path
 
 from poot_ir import CacheError
 
+from poot_engine.cache_root import SUFFIX, TAG_NAME, TEMP_PREFIX, cache_root, default_cache_dir
+
 __all__ = [
     "BlobCache",
     "CacheEntry",
+    "Cleared",
     "EntryStatus",
     "Lookup",
     "blob_key",
@@ -60,8 +68,6 @@ __all__ = [
 ]
 
 MAGIC = b"POOTBLB1"
-SUFFIX = ".blob"
-_TEMP_PREFIX = ".tmp-"
 _DIGEST = 32
 _HEAD = len(MAGIC) + _DIGEST  # magic and key
 _MIN_SIZE = _HEAD + 4 + 8 + _DIGEST  # empty meta and blob
@@ -103,11 +109,14 @@ class CacheEntry:
     meta: tuple[tuple[str, str], ...] = ()
 
 
-def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/poot`` when that is set and absolute, else ``~/.cache/poot``."""
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "poot"
+@dataclass(frozen=True, slots=True)
+class Cleared:
+    """What ``clear`` did in ``root``: the files it removed and those it kept because poot did
+    not write them (or, with ``only_bad``, because they verified)."""
+
+    root: Path
+    removed: tuple[Path, ...]
+    kept: tuple[Path, ...]
 
 
 def blob_key(
@@ -203,11 +212,11 @@ def _read(path: Path) -> tuple[EntryStatus, bytes]:
 
 
 class BlobCache:
-    """The blob cache at ``root`` (created ``0700`` if absent). Safe across processes."""
+    """The blob cache for the directory ``root`` names (``cache_root``; created ``0700`` if
+    absent). Safe across processes."""
 
     def __init__(self, root: Path | str | None = None) -> None:
-        self.root = Path(root) if root is not None else default_cache_dir()
-        _secure_root(self.root, create=True)
+        self.root = cache_root(root, create=True)
 
     def path(self, key: str) -> Path:
         if len(key) != 2 * _DIGEST or any(c not in "0123456789abcdef" for c in key):
@@ -229,7 +238,7 @@ class BlobCache:
             st = os.lstat(final)
             if stat.S_ISDIR(st.st_mode):
                 raise CacheError(str(final), "an entry is a directory; remove it by hand")
-        fd, tmp = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=self.root)  # mode 0600
+        fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=self.root)  # mode 0600
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(_encode(key, blob, meta or {}))
@@ -248,25 +257,6 @@ class BlobCache:
             os.unlink(self.path(key))
 
 
-def _secure_root(root: Path, create: bool) -> None:
-    """Refuse a root that is a symlink, not a directory or another user's; tighten its mode."""
-    try:
-        st = os.lstat(root)
-    except FileNotFoundError:
-        if not create:
-            return
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = os.lstat(root)
-    if stat.S_ISLNK(st.st_mode):
-        raise CacheError(str(root), "the cache directory is a symlink; refusing to follow it")
-    if not stat.S_ISDIR(st.st_mode):
-        raise CacheError(str(root), "the cache path is not a directory")
-    if st.st_uid != os.geteuid():
-        raise CacheError(str(root), f"the cache directory is owned by uid {st.st_uid}, not us")
-    if stat.S_IMODE(st.st_mode) != 0o700:
-        os.chmod(root, 0o700, follow_symlinks=False)
-
-
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -279,8 +269,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _entries(root: Path) -> list[Path]:
-    _secure_root(root, create=False)
-    if not root.exists():
+    if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir() if p.name.endswith(SUFFIX))
 
@@ -296,33 +285,50 @@ def _describe(path: Path, full: bool) -> CacheEntry:
 
 
 def ls(root: Path | str | None = None) -> list[CacheEntry]:
-    """Every entry with its key, size, mtime and status from a header check (no digest)."""
-    base = Path(root) if root is not None else default_cache_dir()
-    return [_describe(p, full=False) for p in _entries(base)]
+    """Every entry with its key, size, mtime and status from a header check (no digest).
+    Nothing is created or changed."""
+    return [_describe(p, full=False) for p in _entries(cache_root(root, create=False))]
 
 
 def verify(root: Path | str | None = None) -> list[CacheEntry]:
-    """Every entry, read whole and its digest checked. Nothing is changed."""
-    base = Path(root) if root is not None else default_cache_dir()
-    return [_describe(p, full=True) for p in _entries(base)]
+    """Every entry, read whole and its digest checked. Nothing is created or changed."""
+    return [_describe(p, full=True) for p in _entries(cache_root(root, create=False))]
 
 
-def clear(root: Path | str | None = None, only_bad: bool = False) -> int:
-    """Remove every entry (or, with ``only_bad``, those ``verify`` does not find OK) and any
-    temporary files a killed writer left behind. Returns how many files were removed."""
-    base = Path(root) if root is not None else default_cache_dir()
-    removed = 0
-    for entry in verify(base) if only_bad else ls(base):
-        if only_bad and entry.status is EntryStatus.OK:
+def _written_by_poot(path: Path) -> bool:
+    """An entry poot published: its digest holds (``OK`` or ``FOREIGN``), or its header names
+    the key its file is named for (a damaged or truncated entry of ours)."""
+    status, data = _read(path)
+    if status is not EntryStatus.OK:
+        return False
+    key = path.name[: -len(SUFFIX)]
+    if _decode(key, data)[0] in (EntryStatus.OK, EntryStatus.FOREIGN):
+        return True
+    with contextlib.suppress(ValueError):
+        return data[:_HEAD] == MAGIC + bytes.fromhex(key)
+    return False
+
+
+def clear(root: Path | str | None = None, only_bad: bool = False) -> Cleared:
+    """Remove every entry poot wrote (or, with ``only_bad``, those of them ``verify`` does not
+    find OK) and, in a root poot tagged, temporary files a killed writer left behind. Files
+    poot did not write are kept and listed; the directory itself is never changed."""
+    base = cache_root(root, create=False)
+    removed: list[Path] = []
+    kept: list[Path] = []
+    for entry in verify(base):
+        if (only_bad and entry.status is EntryStatus.OK) or not _written_by_poot(entry.path):
+            kept.append(entry.path)
             continue
-        if entry.status is EntryStatus.NOT_A_FILE:
-            continue  # a directory someone put there is not ours to delete
         with contextlib.suppress(FileNotFoundError):
             os.unlink(entry.path)
-            removed += 1
-    if base.exists() and not only_bad:
-        for tmp in base.glob(_TEMP_PREFIX + "*"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-                removed += 1
-    return removed
+            removed.append(entry.path)
+    if not only_bad and (base / TAG_NAME).is_file():
+        uid = os.geteuid()
+        for tmp in sorted(base.glob(TEMP_PREFIX + "*")):
+            st = os.lstat(tmp)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == uid:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                    removed.append(tmp)
+    return Cleared(base, tuple(removed), tuple(kept))

@@ -38,6 +38,7 @@ from poot_ir import (
     NarrowingRangeInput,
     NarrowingRangeUpload,
     Program,
+    StepInputError,
     Storage,
     TensorType,
     UnknownEntry,
@@ -102,9 +103,11 @@ class Engine:
         deadline_s: float = DEFAULT_DEADLINE_S,
         verify: VerifyMode = "off",
     ) -> None:
-        # Any positive number of seconds; inf means none (``poot_engine.deadline``).
-        number = isinstance(deadline_s, int | float) and not isinstance(deadline_s, bool)
-        if not number or not deadline_s > 0:
+        if not isinstance(device, Device):
+            raise EngineError(f"device must be a poot Device, got a {type(device).__name__}")
+        if isinstance(deadline_s, bool) or not isinstance(deadline_s, int | float):
+            raise EngineError(f"deadline_s must be a number of seconds, got {deadline_s!r}")
+        if not deadline_s > 0:
             raise EngineError(
                 f"deadline_s must be a positive number of seconds (inf: none), got {deadline_s!r}"
             )
@@ -112,6 +115,10 @@ class Engine:
         self.deadline_s = deadline_s
         self._verify = Verifier(verify)  # before anything is opened: a bad mode raises
         self.cache = BlobCache(cache_dir)
+        # a device that keeps files of its own (xdna-host's kernel libraries) keeps them here
+        use_cache = getattr(device, "use_cache", None)
+        if callable(use_cache):
+            use_cache(self.cache)
         narrowing = get_target(device.target).narrowing
         #: The largest F32 magnitude the device's narrowing contract holds for, if it has one.
         self.limit: float | None = None if narrowing is None else narrowing.max_magnitude
@@ -140,6 +147,10 @@ class Engine:
         range-checked first (``NarrowingRangeUpload`` naming the weight and element), and a
         refused upload leaves nothing on the device."""
         self._usable()
+        given: object = weights  # callers outside mypy pass a list
+        if not isinstance(given, Mapping):
+            kind = type(given).__name__
+            raise WeightMismatch(f"weights must map names to arrays, got a {kind}", "(all)")
         arrays = {}
         for name, value in weights.items():
             if not isinstance(value, np.ndarray | np.generic):
@@ -267,11 +278,13 @@ class Engine:
 
     def partitioned(self, entry: Entry) -> PartitionedEntry | None:
         """The spans, sub-entries and last step's boundary values of a partitioned entry."""
+        _handle(entry, Entry, "entry")
         return self._parts.get(entry.id) if entry.engine == self._id else None
 
     def reset_state(self, entry: Entry) -> None:
         """Restore every state of ``entry`` to its initial value."""
         self._usable()
+        _handle(entry, Entry, "entry")
         self._handed.pop(entry.id, None)
         if (part := self.partitioned(entry)) is not None:
             return part.reset()
@@ -281,6 +294,7 @@ class Engine:
         """Unload the entry's artifact and free its buffers (not the weights it bound); a
         partitioned entry removes its sub-entries."""
         self._usable()
+        _handle(entry, Entry, "entry")
         part = self._parts.pop(entry.id, None) if entry.engine == self._id else None
         if part is not None:
             self._handed.pop(entry.id, None)
@@ -310,6 +324,11 @@ class Engine:
         t0 = perf_counter()
         if self._poisoned or self._closed:
             self._usable()
+        given: object = inputs  # callers outside mypy pass a list or None
+        if not isinstance(given, Mapping):
+            kind = type(given).__name__
+            raise StepInputError(f"step inputs must map slot names to arrays, got a {kind}")
+        _handle(entry, Entry, "entry")
         e = self._entries.get(entry.id) if entry.engine == self._id else None
         self._stepping = True
         try:
@@ -442,6 +461,7 @@ class Engine:
             )
 
     def _entry(self, entry: Entry) -> _Entry:
+        _handle(entry, Entry, "entry")
         e = self._entries.get(entry.id) if entry.engine == self._id else None
         if e is None:
             raise self._unknown(entry)
@@ -452,6 +472,7 @@ class Engine:
         return UnknownEntry(f"entry {entry.id} ({entry.program!r}) is not live in this engine")
 
     def _weights_of(self, weights: Weights) -> dict[str, Buffer]:
+        _handle(weights, Weights, "weights")
         w = self._weights.get(weights.id) if weights.engine == self._id else None
         if w is None:
             raise UnknownEntry(f"weights {weights.id} were not loaded by this engine")
@@ -490,3 +511,9 @@ class Engine:
     def _free_all(self, buffers: Iterable[Buffer]) -> None:
         for b in buffers:
             self.device.free(b)
+
+
+def _handle(given: object, kind: type, what: str) -> None:
+    """A handle argument is one this API returned (callers outside mypy pass anything)."""
+    if not isinstance(given, kind):
+        raise UnknownEntry(f"{what} must be a {kind.__name__} handle, got a {type(given).__name__}")

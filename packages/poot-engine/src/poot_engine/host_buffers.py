@@ -13,6 +13,7 @@ from typing import Final
 
 import numpy as np
 from poot_ir import DispatchRefused, TensorType
+from poot_ir.budget import check_array
 
 from poot_engine.device import Buffer
 
@@ -34,6 +35,8 @@ class HostBuffers:
         self.memory: dict[int, np.ndarray] = {}
 
     def allocate(self, type: TensorType) -> Buffer:
+        # sized by the program: refused over the memory budget before numpy is asked
+        check_array(f"a {self.name} buffer of {type}", type.shape, type.dtype.itemsize)
         buf = Buffer(next_id(), type)
         self.memory[buf.id] = np.zeros(type.shape, dtype=type.dtype.numpy)
         return buf

@@ -8,10 +8,13 @@ numpy-style by inserting ``broadcast_in_dim`` equations.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
+from poot_ir.budget import check_dims
 from poot_ir.core import (
     Arg,
     Atom,
@@ -36,7 +39,7 @@ from poot_ir.core import (
     Var,
 )
 from poot_ir.dtypes import DType, TensorType
-from poot_ir.errors import TypeCheckError
+from poot_ir.errors import PootError, TypeCheckError
 from poot_ir.typing_rules import _show, infer_type, validate
 
 __all__ = ["Builder", "Operand"]
@@ -49,6 +52,7 @@ class Builder:
     """Builds one ``Program``. Not thread-safe; ``build()`` may be called more than once."""
 
     def __init__(self, name: str) -> None:
+        _check_name(name, "Builder: the program name")
         self.name = name
         self._args: list[Arg] = []
         self._eqns: list[Eqn] = []
@@ -77,6 +81,7 @@ class Builder:
         return self._arg(name, dtype, shape, Storage.STATE)
 
     def output(self, name: str, value: Var) -> None:
+        _check_name(name, "output name")
         self._check_own(value, f"output {name!r}")
         if name in self._result_names():
             raise TypeCheckError(f"output {name!r}: the name is already a result of {self.name!r}")
@@ -109,7 +114,12 @@ class Builder:
         )
 
     def literal(self, value: float | int | bool, dtype: DType) -> Literal:
-        return Literal.of(value, dtype)
+        if not isinstance(dtype, DType):
+            raise TypeCheckError(f"literal: dtype {_show(dtype, repr)} is not a DType")
+        try:
+            return Literal.of(value, dtype)
+        except (ValueError, TypeError, OverflowError) as err:
+            raise TypeCheckError(f"literal {_show(value, repr)}: {_show(err)}") from None
 
     # -- elementwise ------------------------------------------------------------------------
 
@@ -245,10 +255,17 @@ class Builder:
     def _arg(
         self, name: str, dtype: DType, shape: Sequence[int], storage: Storage, wide: bool = False
     ) -> Var:
+        _check_name(name, "argument name")
         if any(a.name == name for a in self._args):
             raise TypeCheckError(f"argument {name!r} is declared twice")
+        if not isinstance(dtype, DType):
+            raise TypeCheckError(
+                f"argument {name!r}: dtype {_show(dtype, repr)} is not a DType (e.g. DType.F32)"
+            )
+        if not isinstance(shape, Sequence) or isinstance(shape, str | bytes):
+            raise TypeCheckError(f"argument {name!r}: shape {_show(shape, repr)} is not a sequence")
         shape = tuple(shape)
-        if not all(isinstance(d, int) and d >= 0 for d in shape):
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
             raise TypeCheckError(
                 f"argument {name!r}: shape {_show(shape)} must be non-negative integers"
             )
@@ -257,6 +274,8 @@ class Builder:
         return v
 
     def _fresh(self, t: TensorType, name: str | None = None) -> Var:
+        what = f"argument {name!r}" if name is not None else f"equation {len(self._eqns)}"
+        check_dims(t.shape, what, t.dtype.itemsize)
         v = Var(len(self._vars), t, name)
         self._vars[v.id] = v
         return v
@@ -364,3 +383,40 @@ class Builder:
                 len(self._eqns),
                 Prim.DYNAMIC_UPDATE_SLICE.value,
             ) from None
+
+
+def _check_name(name: object, what: str) -> None:
+    """A name is a str that encodes as UTF-8 (a lone surrogate does not; OpenVINO's bindings
+    raise a bare ``TypeError`` on one)."""
+    if not isinstance(name, str):
+        raise TypeCheckError(f"{what} must be a str, got {_show(name, repr)}")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise TypeCheckError(f"{what} {name!r} holds a lone surrogate, which is not text") from None
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _typed(method: _F) -> _F:
+    """A public Builder method whose ill-typed argument surfaces as a built-in exception from
+    deep inside (a shape of strings, axes that are not ints) raises ``TypeCheckError`` naming
+    the method instead; poot's own typed errors pass through unchanged."""
+
+    @functools.wraps(method)
+    def checked(self: Builder, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except PootError:
+            raise
+        except (TypeError, ValueError, AttributeError, IndexError, KeyError, OverflowError) as e:
+            where = f"Builder.{method.__name__}"
+            raise TypeCheckError(f"{where}: bad argument: {_show(e)}", len(self._eqns)) from None
+
+    return checked  # type: ignore[return-value]
+
+
+for _name, _method in list(vars(Builder).items()):
+    if callable(_method) and not _name.startswith("_"):
+        setattr(Builder, _name, _typed(_method))

@@ -14,9 +14,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from poot_ir.budget import check_alloc, check_dims, nbytes
 from poot_ir.core import Arg, GatherParams, Prim, Program, Var
 
-__all__ = ["index_ranges", "sample_inputs"]
+__all__ = ["index_ranges", "sample_bytes", "sample_inputs", "value_bytes"]
 
 
 def index_ranges(program: Program) -> dict[int, tuple[int, int]]:
@@ -47,15 +48,31 @@ def sample_inputs(
     integer_valued: bool = False,
     include: Mapping[str, bool] | None = None,
 ) -> dict[str, np.ndarray]:
-    """One array per argument of ``program`` (``include`` filters by argument name)."""
+    """One array per argument of ``program`` (``include`` filters by argument name). Refused
+    with ``BudgetExceeded`` before anything is drawn when the samples (and the float64 draw
+    each is made from) would not fit the memory budget (``poot_ir.budget``)."""
     rng = np.random.default_rng(seed)
     ranges = index_ranges(program)
-    out: dict[str, np.ndarray] = {}
-    for a in program.args:
-        if include is not None and not include.get(a.name, False):
-            continue
-        out[a.name] = _sample(a, rng, ranges, integer_valued)
-    return out
+    chosen = [a for a in program.args if include is None or include.get(a.name, False)]
+    check_alloc(f"sample inputs of program {program.name!r}", sample_bytes(program, chosen))
+    return {a.name: _sample(a, rng, ranges, integer_valued) for a in chosen}
+
+
+def sample_bytes(program: Program, args: list[Arg] | None = None) -> int:
+    """What ``sample_inputs`` holds at its peak: every sample, plus the largest float64 draw."""
+    chosen = list(program.args) if args is None else args
+    for a in chosen:
+        check_dims(a.var.type.shape, f"argument {a.name!r}", a.var.type.dtype.itemsize)
+    sizes = [nbytes(a.var.type.shape, a.var.type.dtype.itemsize) for a in chosen]
+    draws = [nbytes(a.var.type.shape, 8) for a in chosen]
+    return sum(sizes) + max(draws, default=0)
+
+
+def value_bytes(program: Program) -> int:
+    """The bytes of every value of ``program`` (its arguments and every equation's results):
+    what an evaluation that keeps them all holds at once."""
+    vars_ = [a.var for a in program.args] + [v for e in program.eqns for v in e.outputs]
+    return sum(nbytes(v.type.shape, v.type.dtype.itemsize) for v in vars_)
 
 
 def _sample(

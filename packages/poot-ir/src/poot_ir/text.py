@@ -72,6 +72,7 @@ from typing import NoReturn, cast
 
 import numpy as np
 
+from poot_ir.budget import DimsTooLarge, check_dims
 from poot_ir.core import (
     PARAMS_OF,
     Arg,
@@ -278,6 +279,8 @@ class _Parser:
                     value = json.loads(text)
                 except ValueError as err:
                     line.fail(f"bad quoted name: {err}")
+                if not _encodable(str(value)):
+                    line.fail(f"bad quoted name {text}: a lone surrogate is not text")
                 line.i += 1
                 return str(value)
             if kind == "word" and _IDENT.fullmatch(text):
@@ -310,6 +313,10 @@ class _Parser:
                 line.expect(",", "',' or ']' in the shape")
             shape.append(self.int_of(line, _DIM, "a dimension (a non-negative integer)"))
         line.i += 1
+        try:
+            check_dims(shape, "the type", dtype.itemsize)
+        except DimsTooLarge as err:
+            line.fail(str(err))
         return TensorType(tuple(shape), dtype)
 
     def decl(self, line: _Line, default: str | None) -> Var:
@@ -467,10 +474,26 @@ def _literal_bits(text: str, dtype: DType) -> int | None:
     return None
 
 
+def _encodable(name: str) -> bool:
+    """Whether ``name`` is text every tool takes: UTF-8 has no encoding of a lone surrogate
+    (``"\\udc80"`` in JSON), and OpenVINO's bindings raise a bare ``TypeError`` on one."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def parse_program(text: str) -> Program:
     """The program ``text`` denotes, validated. Raises ``ParseError`` (line, column, what was
     expected) for malformed text and ``TypeCheckError`` for a program that does not type-check;
     nothing else."""
+    given: object = text  # callers outside mypy pass bytes or None
+    if not isinstance(given, str):
+        what = type(given).__name__
+        raise ParseError(
+            f"expected the program text as a str, got {what} (decode bytes first)", 0, 0
+        )
     lines = text.split("\n")
     parser = _Parser()
     name: str | None = None

@@ -12,10 +12,11 @@ The artifact:
 - ``lower``: the plan's one lowering (``lower_program``): the design (``encode_design``), the
   whole program's kernels as one C translation unit and ``link.artifact_source`` (the MLIR of every region, its kernel
   source and the kernel headers) framed into one bytes value, and the design's signature.
-- ``compile``: the host C compiler builds the kernels into a shared library, cached under
-  ``cache_dir`` by the sha256 of the compiler, flags, source and headers; the blob is the
-  design and the C source (portable: any process with a C compiler can load it, and a process
-  sharing ``cache_dir`` finds the library built).
+- ``compile``: the host C compiler builds the kernels into a shared library, kept as an entry
+  of the blob cache (``hostbuild``: the engine's own cache once an ``Engine`` takes the device,
+  else ``cache_dir``, else the default) under the sha256 of the compiler, flags, source and
+  headers; the blob is the design and the C source (portable: any process with a C compiler
+  can load it, and a process sharing the cache finds the library built).
 - ``load``: checks the blob's frame and digest and decodes and re-validates the design (a
   damaged or foreign blob, or one whose kernels do not build or lack a core's symbol, is
   ``BlobRefused``), loads the library (from the cache, else building it), and reads the
@@ -64,7 +65,7 @@ from poot_codegen.xdna.hostbuild import (
     load_library,
 )
 from poot_codegen.xdna.link import artifact_source
-from poot_engine.blob_cache import default_cache_dir
+from poot_engine.blob_cache import BlobCache
 from poot_engine.deadline import DeadlineRunner
 from poot_engine.device import (
     Artifact,
@@ -151,13 +152,15 @@ class _Loaded:
 
 
 class XdnaHostDevice(HostMemory):
-    """The XDNA2 stand-in; see the module docstring. ``cache_dir`` holds the built kernel
-    libraries (default: ``xdna-host`` under the user cache directory); ``compiler`` is the host
-    C compiler (default ``cc``, then ``gcc``). ``runs`` counts completed dispatches."""
+    """The XDNA2 stand-in; see the module docstring. ``cache_dir`` names the blob cache that
+    holds the built kernel libraries (default: the engine's, once an ``Engine`` takes the
+    device, else the user cache directory); ``compiler`` is the host C compiler (default
+    ``cc``, then ``gcc``). ``runs`` counts completed dispatches."""
 
     def __init__(self, cache_dir: Path | str | None = None, *, compiler: str | None = None) -> None:
         self._name = "XdnaHostDevice"
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else _default_kernel_cache()
+        self._cache_dir = cache_dir
+        self._cache: BlobCache | None = None
         self._compiler = compiler
         self._identity: DeviceIdentity | None = None
         self._loaded: dict[int, _Loaded] = {}
@@ -167,6 +170,18 @@ class XdnaHostDevice(HostMemory):
         self._last: RunStats | None = None
         self._closed = False
         self.runs = 0
+
+    def use_cache(self, cache: BlobCache) -> None:
+        """Keep the kernel libraries in ``cache`` (the engine's), unless told a ``cache_dir``."""
+        if self._cache_dir is None:
+            self._cache = cache
+
+    @property
+    def cache(self) -> BlobCache:
+        """The blob cache the kernel libraries live in."""
+        if self._cache is None:
+            self._cache = BlobCache(self._cache_dir)
+        return self._cache
 
     @property
     def stand_in(self) -> bool:
@@ -222,7 +237,7 @@ class XdnaHostDevice(HostMemory):
             text = c_source.decode()
         except (ValueError, UnicodeDecodeError) as err:
             raise CompileFailed(_TOOL, str(err), "an artifact source") from None
-        build_library(text, self.cache_dir, compiler=self._compiler)
+        build_library(text, self.cache, compiler=self._compiler)
         return frame(_BLOB, [design, c_source])
 
     def load(self, blob: bytes) -> Artifact:
@@ -234,7 +249,7 @@ class XdnaHostDevice(HostMemory):
         except (ValueError, UnicodeDecodeError) as err:
             raise BlobRefused(self._name, str(err)) from None
         try:
-            library = load_library(text, self.cache_dir, compiler=self._compiler)
+            library = load_library(text, self.cache, compiler=self._compiler)
         except CompileFailed as err:
             raise BlobRefused(self._name, f"its kernels do not build: {err}") from None
         for region in design.regions:
@@ -333,10 +348,6 @@ class XdnaHostDevice(HostMemory):
         if loaded is None or loaded.artifact != artifact:
             raise DeviceFailed(f"{self._name}: artifact {artifact.id} is not loaded here")
         return loaded
-
-
-def _default_kernel_cache() -> Path:
-    return default_cache_dir() / "xdna-host"
 
 
 def _compiler_identity(compiler: str | None) -> tuple[str, str]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from poot_ir import PlanRefused, Prim, Program, Var
+from poot_ir import PlanRefused, Prim, Program, TypeCheckError, Var
 from poot_ir.numerics import (
     AbsRel,
     BitExact,
@@ -117,6 +117,8 @@ class Plan:
 def plan(program: Program, target: str | Target, *, legalization: bool = True) -> Plan:
     """Plan ``program`` for ``target`` (a name in ``poot_planner.TARGETS`` or a Target);
     ``legalization=False`` plans it as written (what the target refuses before any rewrite)."""
+    if not isinstance(program, Program):
+        raise TypeCheckError(f"plan: expected a Program, got a {type(program).__name__}")
     t = get_target(target)
     source = program
     legal = legalize(source, t) if legalization else Legalized(source, (), ())

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,7 +25,7 @@ from poot_ir.oracle import check_gather_indices
 from poot_planner import IndexGuard, Plan
 
 from poot_codegen.xdna.design import Core, Direction, HostLayout, ProgramDesign, RegionDesign
-from poot_codegen.xdna.hostbuild import load_library
+from poot_codegen.xdna.hostbuild import LibraryCache, load_library
 from poot_codegen.xdna.kernels import region_source
 
 __all__ = [
@@ -43,9 +42,9 @@ __all__ = [
 Bytes = np.ndarray[Any, np.dtype[np.uint8]]
 
 
-def load_region_libraries(plan: Plan, cache_dir: Path) -> tuple[ctypes.CDLL, ...]:
-    """Each region's kernels, built by the host C compiler and loaded."""
-    return tuple(load_library(region_source(plan, r), cache_dir) for r in plan.regions)
+def load_region_libraries(plan: Plan, cache: LibraryCache) -> tuple[ctypes.CDLL, ...]:
+    """Each region's kernels, built by the host C compiler and loaded (cached in ``cache``)."""
+    return tuple(load_library(region_source(plan, r), cache) for r in plan.regions)
 
 
 def new_arenas(layout: HostLayout) -> list[Bytes]:

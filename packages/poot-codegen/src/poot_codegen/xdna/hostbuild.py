@@ -1,11 +1,18 @@
 """Build generated XDNA2 kernel C with the host C compiler, for hardware-free tests.
 
 A kernel poot generates for the XDNA2 is plain scalar C over ``csrc/poot_math.h``; the source
-Peano builds for the AIE core also builds here, as a shared library that ctypes loads. Libraries
-are cached on disk under the sha256 of everything that decides the binary: the compiler's
-identity (its path and ``--version`` output), the flags, the source and every header in
-``csrc``. An entry is published by an atomic rename, so a reader never sees a partial library;
-two processes building the same source at once both compile and the last rename wins.
+Peano builds for the AIE core also builds here, as a shared library that ctypes loads.
+
+The libraries live in the engine's blob cache (``poot_engine.blob_cache``, passed in as a
+``LibraryCache``: this package sits left of the engine), one entry per library, so they get
+its guarantees and ``poot cache ls|verify|clear`` cover them: the root owner-only and poot's
+own, never another user's; the key the sha256 of everything that decides the binary (the
+compiler's path and ``--version`` output, the flags, the source and every header in ``csrc``);
+the entry's digest checked on every read; publication atomic. A library is never loaded from
+the entry file: its verified bytes are copied to a fresh owner-only file in the cache root,
+loaded, and that file unlinked at once, so nothing can change the bytes between the check and
+``dlopen``. A missing, damaged or foreign entry, or one that does not load, is rebuilt and
+replaced. The compiler works in a private scratch directory under the system temp dir.
 
 Errors: ``ToolchainUnavailable`` when the compiler is not on this machine (unavailable, not
 unsupported), ``CompileFailed`` carrying the compiler's own log when it rejects the source.
@@ -13,18 +20,28 @@ unsupported), ``CompileFailed`` carrying the compiler's own log when it rejects 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
 from poot_ir.errors import CompileFailed, ToolchainUnavailable
 
-__all__ = ["CSRC_DIR", "DEFAULT_COMPILERS", "HOST_CFLAGS", "build_library", "load_library"]
+__all__ = [
+    "CSRC_DIR",
+    "DEFAULT_COMPILERS",
+    "HOST_CFLAGS",
+    "LibraryCache",
+    "build_library",
+    "library_key",
+    "load_library",
+]
 
 CSRC_DIR: Final = Path(__file__).parent / "csrc"
 """The include directory of the kernels' C support headers (``poot_math.h``)."""
@@ -35,33 +52,80 @@ HOST_CFLAGS: Final = ("-O2", "-std=c11", "-fPIC", "-shared", "-ffp-contract=off"
 DEFAULT_COMPILERS: Final = ("cc", "gcc")
 """Looked up on PATH in this order when the caller names no compiler."""
 
+_KEY_DOMAIN: Final = b"poot host kernel library v1\0"
+_TEMP_PREFIX: Final = ".tmp-"  # the blob cache's temporary prefix: ``clear`` removes leftovers
 
-def build_library(source: str, cache_dir: Path, *, compiler: str | None = None) -> Path:
-    """Return the path of the shared library built from ``source``, compiling it on a cache miss.
+
+class _Found(Protocol):
+    @property
+    def blob(self) -> bytes | None: ...
+
+
+class LibraryCache(Protocol):
+    """What this module needs of ``poot_engine.blob_cache.BlobCache``."""
+
+    @property
+    def root(self) -> Path: ...
+
+    def get(self, key: str) -> _Found: ...
+
+    def put(self, key: str, blob: bytes, meta: Mapping[str, str] | None = None) -> None: ...
+
+
+def library_key(source: str, *, compiler: str | None = None) -> str:
+    """The cache key of the library built from ``source`` by ``compiler`` (see the module)."""
+    cc = _find_compiler(compiler)
+    return _cache_key(_identity(cc), source)
+
+
+def build_library(source: str, cache: LibraryCache, *, compiler: str | None = None) -> str:
+    """Make sure the library built from ``source`` is in ``cache``, compiling it on a miss (or
+    over a damaged entry); return its key.
 
     ``compiler`` is a name looked up on PATH or a path; by default ``cc``, then ``gcc``. Raises
     ``ToolchainUnavailable`` naming the compiler when it cannot be found or run, and
     ``CompileFailed`` with the compiler's log when it rejects the source.
     """
     cc = _find_compiler(compiler)
-    target = cache_dir / f"poot_host_{_cache_key(_identity(cc), source)}.so"
-    if not target.is_file():
-        _compile(cc, source, target)
-    return target
+    identity = _identity(cc)
+    key = _cache_key(identity, source)
+    if cache.get(key).blob is None:
+        _publish(cache, key, cc, identity, _compile(cc, source))
+    return key
 
 
-def load_library(source: str, cache_dir: Path, *, compiler: str | None = None) -> ctypes.CDLL:
-    """Build ``source`` as ``build_library`` does and load it with ctypes.
+def load_library(source: str, cache: LibraryCache, *, compiler: str | None = None) -> ctypes.CDLL:
+    """Build ``source`` as ``build_library`` does and load it with ctypes from a private copy
+    of its verified bytes. An entry that verifies but does not load is rebuilt and replaced."""
+    cc = _find_compiler(compiler)
+    identity = _identity(cc)
+    key = _cache_key(identity, source)
+    data = cache.get(key).blob
+    if data is not None:
+        with contextlib.suppress(OSError):
+            return _dlopen(data, cache.root)
+    data = _compile(cc, source)
+    _publish(cache, key, cc, identity, data)
+    return _dlopen(data, cache.root)
 
-    A cached entry that does not load (damaged or truncated by something outside poot) is
-    deleted, rebuilt and loaded again.
-    """
-    path = build_library(source, cache_dir, compiler=compiler)
+
+def _publish(cache: LibraryCache, key: str, cc: Path, identity: str, data: bytes) -> None:
+    version = identity.split("\n", 2)[1] if "\n" in identity else ""
+    meta = {"part": "host kernel library", "compiler": str(cc), "version": version}
+    cache.put(key, data, meta)
+
+
+def _dlopen(data: bytes, root: Path) -> ctypes.CDLL:
+    """Load ``data`` through a fresh file only we can write, unlinked once loaded. Each load is
+    a new inode, so the dynamic loader never hands back an older library under a reused name."""
+    fd, path = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".so", dir=root)  # mode 0600
     try:
-        return ctypes.CDLL(str(path))
-    except OSError:
-        path.unlink(missing_ok=True)
-    return ctypes.CDLL(str(build_library(source, cache_dir, compiler=compiler)))
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return ctypes.CDLL(path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def _find_compiler(compiler: str | None) -> Path:
@@ -88,7 +152,7 @@ def _identity(cc: Path) -> str:
 
 
 def _cache_key(identity: str, source: str) -> str:
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(_KEY_DOMAIN)
 
     def part(data: bytes) -> None:  # length-prefixed, so no two inputs hash alike
         digest.update(len(data).to_bytes(8, "little"))
@@ -103,13 +167,13 @@ def _cache_key(identity: str, source: str) -> str:
     return digest.hexdigest()
 
 
-def _compile(cc: Path, source: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as scratch:
+def _compile(cc: Path, source: str) -> bytes:
+    """The shared library ``cc`` builds from ``source``, in a private scratch directory."""
+    with tempfile.TemporaryDirectory(prefix="poot-cc-") as scratch:
         src = Path(scratch) / "kernel.c"
         out = Path(scratch) / "kernel.so"
         src.write_text(source, encoding="utf-8")
         done = _run(cc, [*HOST_CFLAGS, "-I", str(CSRC_DIR), str(src), "-o", str(out)])
         if done.returncode != 0:
             raise CompileFailed(str(cc), done.stderr + done.stdout, "generated kernel C")
-        os.replace(out, target)  # same directory, so the rename is atomic
+        return out.read_bytes()

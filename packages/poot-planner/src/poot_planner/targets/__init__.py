@@ -17,5 +17,5 @@ def get_target(target: str | Target) -> Target:
         return target
     try:
         return TARGETS[target]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: an unhashable name, e.g. a list
         raise UnknownTarget(target, tuple(TARGETS)) from None

@@ -1,0 +1,74 @@
+"""The whole test run writes nothing outside the checkout and the system temp directory.
+
+Before any test module is imported, ``HOME`` and the XDG base directories point into a fresh,
+empty directory under the system temp dir (``XDG_CACHE_HOME`` into a temporary directory of
+its own, so a test that uses the default cache location gets a temporary cache), so nothing a test runs (poot's blob cache and host
+kernel cache default to ``$XDG_CACHE_HOME/poot``; tools that write under ``~``) can reach the
+contributor's home; subprocesses inherit it. At the end of the session that directory must be
+as it was: a new or changed file there means some test relied on a default cache location
+instead of its own ``tmp_path``, and the run fails naming the file.
+
+It starts holding one file: OpenVINO's telemetry opt-out (``~/intel/openvino_telemetry``
+containing ``0``, what its ``opt_in_out --opt_out`` writes). ``import openvino`` initialises
+its telemetry, which otherwise writes ``~/intel/openvino_ga_cid`` and ``~/intel/stats``.
+Hypothesis runs derandomized with no example database, so it writes no ``.hypothesis``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+
+_XDG = ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME")
+FAKE_HOME = Path(tempfile.mkdtemp(prefix="poot-test-home-"))
+_SAVED = {name: os.environ.get(name) for name in ("HOME", *_XDG)}
+os.environ["HOME"] = str(FAKE_HOME)
+for _name in _XDG:
+    os.environ[_name] = str(FAKE_HOME / _name.removeprefix("XDG_").removesuffix("_HOME").lower())
+# caches the tests do not name themselves go to their own temporary directory, outside HOME
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="poot-test-cache-")
+(FAKE_HOME / "intel").mkdir()
+(FAKE_HOME / "intel" / "openvino_telemetry").write_text("0")
+
+settings.register_profile("poot", derandomize=True, database=None, deadline=None)
+settings.load_profile("poot")
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int, int]]:
+    """Every path under ``root`` with its mode, size and mtime (ns)."""
+    out = {}
+    for p in root.rglob("*"):
+        st = p.lstat()
+        out[str(p.relative_to(root))] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    return out
+
+
+_AT_START = snapshot(FAKE_HOME)
+
+
+def written_under_home() -> list[str]:
+    """Every path under the fake home created, changed or removed since the session began."""
+    now = snapshot(FAKE_HOME)
+    return sorted(k for k in now.keys() | _AT_START.keys() if now.get(k) != _AT_START.get(k))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    written = written_under_home()
+    if written:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = [f"the test run wrote under HOME/XDG dirs ({FAKE_HOME}):", *written[:20]]
+        if reporter is not None:
+            reporter.write_line("\n  ".join(lines), red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    shutil.rmtree(FAKE_HOME, ignore_errors=True)
+    shutil.rmtree(os.environ["XDG_CACHE_HOME"], ignore_errors=True)
+    for name, value in _SAVED.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

@@ -1,0 +1,173 @@
+"""Which directory the blob cache lives in, given the directory a user named.
+
+poot never changes a directory it did not create: not its mode, not its files. It recognises
+its own cache directory by a ``CACHEDIR.TAG`` (the cross-tool convention backup programs honour)
+whose second line names poot, written when poot created the directory. For a named directory
+``D`` (``--cache-dir D``, ``Engine(cache_dir=D)``, default ``$XDG_CACHE_HOME/poot``):
+
+- ``D`` carries poot's tag: the cache is ``D``. It must be ours and owner-only, else refused.
+- ``D`` does not exist: poot creates it ``0700`` and tags it (only when writing).
+- ``D`` is ours, owner-only, and holds nothing but what poot writes there (entries, temporary
+  files, an empty directory, the ``xdna-host`` folder of older releases): the cache is ``D``,
+  tagged when first written (a fresh ``mkdtemp``, or a cache from before the tag).
+- anything else (a directory holding other files, readable by others, or owned by someone
+  else): the cache is poot's own subdirectory ``D/poot``, created ``0700`` and tagged; if
+  ``D/poot`` exists it must be poot's, ours and owner-only, else refused.
+
+A symlink or a non-directory where the cache would live is refused (``CacheError``), as is an
+empty name (it would mean the current directory). Read-only callers (``create=False``) get the
+same answer without anything being written; a cache that does not exist yet reads as empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import stat
+import tempfile
+from pathlib import Path
+
+from poot_ir import CacheError
+
+__all__ = ["SUBDIR", "SUFFIX", "TAG_NAME", "TEMP_PREFIX", "cache_root", "default_cache_dir"]
+
+SUFFIX = ".blob"
+TEMP_PREFIX = ".tmp-"
+SUBDIR = "poot"
+TAG_NAME = "CACHEDIR.TAG"
+TAG = (
+    b"Signature: 8a477f597d28d172789f06886806bc55\n"
+    b"# poot compiled-blob cache: created by poot, which removes only entries it wrote.\n"
+)
+# what poot writes in its cache directory; ``xdna-host`` held host kernel libraries before they
+# became entries, so a cache from then is still recognised as poot's
+_ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.blob|\.tmp-.*|xdna-host|" + re.escape(TAG_NAME))
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/poot`` when that is set and absolute, else ``~/.cache/poot``."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "poot"
+
+
+def cache_root(named: Path | str | None, *, create: bool) -> Path:
+    """The directory the cache lives in for the directory ``named`` (see the module)."""
+    if named is None:
+        named = default_cache_dir()
+    given: object = named  # callers outside mypy pass anything
+    if not isinstance(given, str | os.PathLike):
+        raise CacheError(repr(given), "a cache directory is a path (str or os.PathLike)")
+    if not str(named):
+        raise CacheError("''", "an empty cache directory name (it would mean the current one)")
+    base = Path(named)
+    st = _lstat(base)
+    if st is None:
+        return _create(base) if create else base
+    _is_directory(base, st)
+    if _tagged(base):
+        _trusted(base, st)
+        return base
+    if _adoptable(base, st):
+        if create:
+            _write_tag(base)
+        return base
+    sub = base / SUBDIR
+    sub_st = _lstat(sub)
+    if sub_st is None:
+        return _create(sub) if create else sub
+    _is_directory(sub, sub_st)
+    if not _tagged(sub):
+        raise CacheError(str(sub), "exists and is not poot's cache (no poot CACHEDIR.TAG)")
+    _trusted(sub, sub_st)
+    return sub
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise CacheError(str(path), f"cannot inspect it: {err.strerror}") from None
+
+
+def _is_directory(path: Path, st: os.stat_result) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise CacheError(str(path), "the cache directory is a symlink; refusing to follow it")
+    if not stat.S_ISDIR(st.st_mode):
+        raise CacheError(str(path), "the cache path is not a directory")
+
+
+def _trusted(path: Path, st: os.stat_result) -> None:
+    """A directory poot tagged is used only while it is ours and owner-only; poot never
+    chmods it back (someone loosened it on purpose, or planted the tag)."""
+    if st.st_uid != os.geteuid():
+        raise CacheError(str(path), f"the cache directory is owned by uid {st.st_uid}, not us")
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        raise CacheError(
+            str(path), f"the cache directory has mode {mode:04o}, open to others (chmod 700 it)"
+        )
+
+
+def _tagged(path: Path) -> bool:
+    """Whether ``path`` holds poot's tag: a regular file of ours, read without following."""
+    try:
+        fd = os.open(path / TAG_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            return False
+        return os.read(fd, len(TAG) + 1) == TAG
+    finally:
+        os.close(fd)
+
+
+def _adoptable(path: Path, st: os.stat_result) -> bool:
+    if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
+        return False
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return all(_ENTRY_NAME.fullmatch(n) for n in names)
+
+
+def _create(path: Path) -> Path:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # another process made it: checked below
+            path.mkdir(mode=0o700)
+    except OSError as err:
+        raise CacheError(str(path), f"cannot create the cache directory: {err.strerror}") from None
+    st = os.lstat(path)
+    _is_directory(path, st)
+    if not _tagged(path):
+        if not _adoptable(path, st):
+            raise CacheError(str(path), "appeared while poot created it and is not poot's")
+        _write_tag(path)
+    _trusted(path, st)
+    return path
+
+
+def _write_tag(path: Path) -> None:
+    """Publish the tag atomically (concurrent creators write the same bytes)."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=path)
+    except OSError as err:
+        if err.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
+            raise CacheError(str(path), f"cannot write there: {err.strerror}") from None
+        raise
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(TAG)
+        os.replace(tmp, path / TAG_NAME)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
