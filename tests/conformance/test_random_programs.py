@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from poot_engine.device import Device
-from poot_ir import Builder, DType, Prim, Program, Var
+from poot_ir import Builder, DomainError, DomainFlagged, DType, Prim, Program, Var
 from poot_ir.ops import rmsnorm
 from poot_npu.registry import DeviceInfo
 from poot_planner import TARGETS, Refusal, RefusalKind, plan
@@ -400,9 +400,16 @@ def _check(
         counts["refused"] += 1
         counts.update(f"refused: {k}" for k in {r.kind.value for r in p.refusals})
         return
-    report = run_program(
-        program, Lent(device), info.name, steps=2, inputs=inputs, cache_dir=d.cache_dir
-    )
+    try:
+        report = run_program(
+            program, Lent(device), info.name, steps=2, inputs=inputs, cache_dir=d.cache_dir
+        )
+    except (DomainError, DomainFlagged) as err:
+        # a drawn input inside each argument's bounds can still make a computed value leave
+        # its equation's domain (a product of two tiny values is subnormal): a typed refusal,
+        # which tests/conformance/test_domain_edges.py holds to the oracle
+        counts[f"refused: {type(err).__name__}"] += 1
+        return
     for s in report.steps:
         assert s.ok, f"step {s.step} under {p.numerics}: {s.worst}\n{program}"
     counts["admitted"] += 1

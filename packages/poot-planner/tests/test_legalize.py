@@ -262,22 +262,23 @@ def test_partition_after_legalization_merges_and_reports() -> None:
 
 
 def test_adjacent_device_pieces_merge_when_their_union_is_admitted() -> None:
-    from poot_planner.partition import _merge_devices, value_names
+    from poot_planner.partition import _merge_devices, _sub_program, value_names
+
+    def merge(program: Program, pieces: list[tuple[bool, tuple[int, ...]]]) -> object:
+        names = value_names(program)
+        return _merge_devices(pieces, lambda run: plan(_sub_program(program, run, names), INTEL))
 
     b = Builder("two")
     x = b.slot("x", F32, (8,))
     b.output("y", b.add(b.exp(x), 1.0))
     program = b.build()
-    names = value_names(program)
-    pieces = [(True, (0,)), (True, (1,))]
-    assert _merge_devices(program, pieces, names, INTEL, True) == [(True, (0, 1))]
+    assert merge(program, [(True, (0,)), (True, (1,))]) == [(True, (0, 1))]
     # a union the target refuses stays apart (log refused on intel)
     b = Builder("three")
     x = b.slot("x", F32, (8,))
     b.output("y", b.log(b.exp(x)))
     program = b.build()
-    names = value_names(program)
-    assert _merge_devices(program, [(True, (0,)), (True, (1,))], names, INTEL, True) == [
+    assert merge(program, [(True, (0,)), (True, (1,))]) == [
         (True, (0,)),
         (True, (1,)),
     ]

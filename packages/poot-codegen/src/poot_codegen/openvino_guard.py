@@ -26,6 +26,7 @@ from typing import Any, Final, TypeAlias
 
 import numpy as np
 import openvino.opset16 as ops
+from openvino import Type
 from poot_ir import DType, Eqn, Prim, Program, Var
 from poot_planner.fp16_guards import Guard, GuardKind
 
@@ -82,6 +83,10 @@ def _all(x: Node, name: str) -> Node:
 
 
 def _finite(x: Node, carrier: type, name: str) -> Node:
+    # a node or one of its outputs; a predicate has no infinity to carry
+    kind = x.get_element_type() if hasattr(x, "get_element_type") else x.get_output_element_type(0)
+    if kind == Type.boolean:
+        return ops.constant(np.ones(1, np.bool_), name=f"{name}.bool")
     top = ops.constant(np.array(_FP16_MAX, carrier), name=f"{name}.max")
     return ops.less_equal(ops.abs(x, name=f"{name}.abs"), top, name=name)
 
@@ -95,7 +100,12 @@ def _flag(g: Guard, e: Eqn, out: Node, xs: Sequence[Node], carrier: type, name: 
     else:
         ok = _finite(out, carrier, f"{name}.finite")
         if g.fresh:
-            var_ins = [x for x, a in zip(xs, e.inputs, strict=True) if isinstance(a, Var)]
+            # float operands only: a select's predicate is boolean (no infinity to inherit)
+            var_ins = [
+                x
+                for x, a in zip(xs, e.inputs, strict=True)
+                if isinstance(a, Var) and a.type.dtype.is_float
+            ]
             finite_ins = [_finite(x, carrier, f"{name}.in{k}") for k, x in enumerate(var_ins)]
             if e.prim.is_unary or e.prim.is_binary:  # elementwise: where operands are finite
                 for k, f in enumerate(finite_ins):

@@ -229,7 +229,13 @@ def result_bounds(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[str, Arr
         ops = [val[a.id] if isinstance(a, Var) else np.asarray(a.value) for a in e.inputs]
         eops = [err[a.id] if isinstance(a, Var) else np.zeros(()) for a in e.inputs]
         y = values[f"v{e.out.id}"]
-        own = _own(_contract(plan, i, e), e, ops, y) + approximation.get(i, 0.0)
+        own = _own(_contract(plan, i, e), e, ops, y)
+        if i in approximation:
+            # the formula's own error, and the reference's: the source's exact function value
+            # rounded once to the result's dtype, up to half an ulp from the exact value the
+            # formula approximates
+            ref = np.abs(np.spacing(np.asarray(y).astype(e.out.dtype.numpy))).astype(np.float64)
+            own = own + approximation[i] + 0.5 * ref
         prop = _propagated(e, ops, eops, y)
         val[e.out.id] = y
         err[e.out.id] = np.asarray(own + prop, dtype=np.float64)
