@@ -123,7 +123,7 @@ class LiveEntry:
     ) -> tuple[Results, float]:
         """One step (the module docstring): the results by name and the dispatch seconds."""
         arrays = self.check_slots(inputs)
-        rec = self._record() if self.recording is None else None
+        rec = self._record(limit) if self.recording is None else None
         if limit is not None:
             for i, name in self.input_checks:
                 check_range(NarrowingRangeInput, name, arrays[i], limit)
@@ -154,7 +154,7 @@ class LiveEntry:
             self.domains.committed(results)
         return results, device_s
 
-    def _record(self) -> Recording:
+    def _record(self, limit: float | None) -> Recording:
         """The first step's recording, with its range checks resolved to positions (refused,
         ``DispatchRefused``, for buffers that are not the artifact's ABI)."""
         updates = tuple(u.state for u in self.program.updates)
@@ -164,6 +164,11 @@ class LiveEntry:
         self.result_names = reads
         self.input_checks = tuple((names.index(n), n) for n in rec.input_checks)
         self.result_checks = tuple((reads.index(n), n) for n in rec.result_checks)
+        if self.domains is not None:
+            if limit is not None:  # a range-checked input needs no finite check as well
+                self.domains.drop_implied({n: limit for _, n in self.input_checks})
+            if not self.domains.active:
+                self.domains = None
         return rec
 
     def write_state(self, device: Device, name: str, value: np.ndarray) -> None:
