@@ -26,15 +26,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 from poot_ir import DispatchRefused
 
-from poot_engine.device import BoundStep, Device, StepCommands
+from poot_engine.device import BoundStep, Buffer, Device, StepCommands
 
-if TYPE_CHECKING:
-    from poot_engine.host_buffers import HostBuffers
+
+class HostBuffers(Protocol):
+    """What a ``HostStep`` needs of ``poot_engine.host_buffers.HostBuffers`` (a protocol:
+    that module imports this one)."""
+
+    name: str
+    epoch: int
+
+    def get(self, buffer: Buffer) -> np.ndarray: ...
 
 __all__ = ["HostStep", "ProtocolStep", "bind_step", "overrides"]
 
