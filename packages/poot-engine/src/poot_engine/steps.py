@@ -43,6 +43,7 @@ class HostBuffers(Protocol):
 
     def get(self, buffer: Buffer) -> np.ndarray: ...
 
+
 __all__ = ["HostStep", "ProtocolStep", "bind_step", "overrides"]
 
 
