@@ -32,16 +32,12 @@ from poot_ir import (
     DeadlineExceeded,
     DeviceFailed,
     DevicePoisoned,
-    DType,
     EngineError,
-    NarrowingRangeUpload,
     Program,
     StateError,
     StepInputError,
     Storage,
-    TensorType,
     UnknownEntry,
-    WeightMismatch,
 )
 from poot_ir.numerics import NumericsClass, looser
 from poot_planner import Plan, Span, plan
@@ -50,11 +46,12 @@ from poot_planner.targets import get_target
 
 from poot_engine.artifacts import Fetch, artifact_key, load_artifact
 from poot_engine.blob_cache import BlobCache
-from poot_engine.checks import bind_weights, check_range, initial_states
+from poot_engine.checks import bind_weights, initial_states
+from poot_engine.deadline import check_deadline
 from poot_engine.device import Artifact, ArtifactSource, Buffer, Device
 from poot_engine.handles import Entry, Stats, Weights
 from poot_engine.handoff import check_state, state_type
-from poot_engine.live import LiveEntry, StepCounts, free_all, make_entry
+from poot_engine.live import LiveEntry, StepCounts, free_all, make_entry, upload_weights
 from poot_engine.partitioned import PartitionedEntry
 from poot_engine.verify import Verifier, VerifyMode
 
@@ -78,14 +75,8 @@ class Engine:
     ) -> None:
         if not isinstance(device, Device):
             raise EngineError(f"device must be a poot Device, got a {type(device).__name__}")
-        if isinstance(deadline_s, bool) or not isinstance(deadline_s, int | float):
-            raise EngineError(f"deadline_s must be a number of seconds, got {deadline_s!r}")
-        if not deadline_s > 0:
-            raise EngineError(
-                f"deadline_s must be a positive number of seconds (inf: none), got {deadline_s!r}"
-            )
         self.device = device
-        self.deadline_s = deadline_s
+        self.deadline_s = check_deadline(deadline_s)
         self._verify = Verifier(verify)  # before anything is opened: a bad mode raises
         self.cache = BlobCache(cache_dir)
         # a device that keeps files of its own (xdna-host's kernel libraries) keeps them here
@@ -121,25 +112,7 @@ class Engine:
         range-checked first (``NarrowingRangeUpload`` naming the weight and element), and a
         refused upload leaves nothing on the device."""
         self._usable()
-        given: object = weights  # callers outside mypy pass a list
-        if not isinstance(given, Mapping):
-            kind = type(given).__name__
-            raise WeightMismatch(f"weights must map names to arrays, got a {kind}", "(all)")
-        arrays = {}
-        for name, value in weights.items():
-            if not isinstance(value, np.ndarray | np.generic):
-                raise WeightMismatch(f"expected a numpy array, got {type(value).__name__}", name)
-            arr = np.asarray(value)
-            check_range(NarrowingRangeUpload, name, arr, self.limit)
-            arrays[name] = arr
-        bufs: dict[str, Buffer] = {}
-        for name, arr in arrays.items():
-            dtype = DType.from_numpy(arr.dtype)
-            if dtype is None:
-                self._free_all(bufs.values())
-                raise WeightMismatch(f"dtype {arr.dtype} is no poot dtype", name)
-            bufs[name] = buf = self.device.allocate(TensorType(arr.shape, dtype))
-            self.device.write(buf, arr)
+        bufs = upload_weights(self.device, weights, self.limit)
         handle = Weights(self._id, next(self._ids), tuple(bufs))
         self._weights[handle.id] = bufs
         return handle
@@ -208,6 +181,7 @@ class Engine:
     ) -> PartitionedEntry:
         """The partitioned entry of a refused plan: each device span an ordinary sub-entry bound
         to the subset of ``wbufs`` it reads, loaded from the plan its span carries."""
+
         program = planned.source
         bind_weights(program, {n: b.type for n, b in wbufs.items()})  # exactly the program's
         states = initial_states(program, initial_state, self.limit)
@@ -254,10 +228,7 @@ class Engine:
         del self._entries[entry.id]
         self._verify.forget(e)
         self._handed.pop(entry.id, None)
-        weights = {a.name for a in e.program.args if a.storage is Storage.WEIGHT}
-        owned = [b for n, b in e.buffers.items() if n not in weights]
-        self._free_all([*owned, *e.outputs.values()])
-        self.device.unload(e.artifact)
+        e.release(self.device)
 
     # -- steps ---------------------------------------------------------------------------------
 

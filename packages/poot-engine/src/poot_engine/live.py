@@ -22,11 +22,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from poot_ir import (
+    DType,
     NarrowingRangeInput,
     NarrowingRangeResult,
+    NarrowingRangeUpload,
     Program,
     Storage,
     TensorType,
+    WeightMismatch,
 )
 from poot_planner import Plan
 
@@ -45,7 +48,7 @@ from poot_engine.domain import EntryDomains, entry_domains
 from poot_engine.recording import Read, Recording, record
 from poot_engine.steps import bind_step
 
-__all__ = ["LiveEntry", "SlotCheck", "StepCounts", "make_entry"]
+__all__ = ["LiveEntry", "SlotCheck", "StepCounts", "free_all", "make_entry", "upload_weights"]
 
 Results = dict[str, np.ndarray]
 #: A verified step's check of the results, before the commit.
@@ -180,6 +183,13 @@ class LiveEntry:
         if name in self.mirrors:
             self.mirrors[name] = value.copy()
 
+    def release(self, device: Device) -> None:
+        """Free every buffer the entry owns (not the weights it bound) and unload it."""
+        weights = {a.name for a in self.program.args if a.storage is Storage.WEIGHT}
+        owned = [b for n, b in self.buffers.items() if n not in weights]
+        free_all(device, [*owned, *self.outputs.values()])
+        device.unload(self.artifact)
+
     def write_states(self, device: Device) -> None:
         """Every state back to its initial value (and the host mirrors with it)."""
         for name, value in self.initial.items():
@@ -236,6 +246,37 @@ def make_entry(
     e.plan, e.domains = planned, domains
     e.write_states(device)
     return e
+
+
+def upload_weights(
+    device: Device, weights: Mapping[str, np.ndarray], limit: float | None
+) -> dict[str, Buffer]:
+    """``Engine.load_weights``: every weight checked (an array of a poot dtype; in range on a
+    narrowing target, ``NarrowingRangeUpload``) before any is allocated and written."""
+    given: object = weights  # callers outside mypy pass a list
+    if not isinstance(given, Mapping):
+        kind = type(given).__name__
+        raise WeightMismatch(f"weights must map names to arrays, got a {kind}", "(all)")
+    arrays = {}
+    for name, value in weights.items():
+        if not isinstance(value, np.ndarray | np.generic):
+            raise WeightMismatch(f"expected a numpy array, got {type(value).__name__}", name)
+        arr = np.asarray(value)
+        check_range(NarrowingRangeUpload, name, arr, limit)
+        if DType.from_numpy(arr.dtype) is None:
+            raise WeightMismatch(f"dtype {arr.dtype} is no poot dtype", name)
+        arrays[name] = arr
+    bufs: dict[str, Buffer] = {}
+    try:
+        for name, arr in arrays.items():
+            dtype = DType.from_numpy(arr.dtype)
+            assert dtype is not None  # checked above
+            bufs[name] = buf = device.allocate(TensorType(arr.shape, dtype))
+            device.write(buf, arr)
+    except BaseException:
+        free_all(device, bufs.values())
+        raise
+    return bufs
 
 
 def free_all(device: Device, buffers: Iterable[Buffer]) -> None:
