@@ -78,15 +78,19 @@ def test_results_are_fresh_arrays_and_the_state_carries(tmp_path: Path) -> None:
         assert engine.read_state(entry, "total").tolist() == [2.0, 2.0, 2.0]
 
 
-def test_a_bound_step_over_a_freed_buffer_is_refused(tmp_path: Path) -> None:
+def test_a_bound_step_survives_other_frees_and_refuses_its_own(tmp_path: Path) -> None:
     device = CpuDevice()
     with Engine(device, cache_dir=tmp_path) as engine:
         entry = engine.add_entry(running_sum_program())
+        other = engine.add_entry(running_sum_program())
         engine.step(entry, {"x": np.ones(3, np.float32)})
+        engine.step(other, {"x": np.ones(3, np.float32)})
+        engine.remove_entry(other)  # frees its buffers and unloads its artifact
+        assert engine.step(entry, {"x": np.ones(3, np.float32)})["twice"].tolist() == [4.0] * 3
         live = engine._entries[entry.id]
         bound = live.bound
         assert bound is not None
-        device.free(device.allocate(live.buffers["x"].type))  # any free makes bindings stale
+        device.free(live.buffers["x"])  # one of this step's own buffers
         with pytest.raises(DispatchRefused, match="released"):
             bound.run((np.ones(3, np.float32),), 1.0)
 

@@ -209,6 +209,10 @@ class _CpuStep(HostStep):
         super().__init__(device, device._buffers, commands)
         self._cpu, self._artifact, self._bound, self._names = device, artifact, bound, names
 
+    def loaded(self) -> bool:
+        record = self._cpu._artifacts.get(self._artifact.id)
+        return record is not None and record[0] == self._artifact
+
     def run(
         self, inputs: Sequence[np.ndarray], deadline_s: float
     ) -> tuple[tuple[np.ndarray, ...], float]:

@@ -40,6 +40,7 @@ class HostBuffers(Protocol):
 
     name: str
     epoch: int
+    memory: dict[int, np.ndarray]
 
     def get(self, buffer: Buffer) -> np.ndarray: ...
 
@@ -94,7 +95,16 @@ class HostStep:
     ``ndarray.copy``; dispatches go through ``device.dispatch`` (which binds its own command
     once: a replay passes the same buffer tuple every step)."""
 
-    __slots__ = ("_copies", "_device", "_dispatches", "_epoch", "_memory", "_reads", "_writes")
+    __slots__ = (
+        "_copies",
+        "_device",
+        "_dispatches",
+        "_epoch",
+        "_held",
+        "_memory",
+        "_reads",
+        "_writes",
+    )
 
     def __init__(self, device: Any, memory: HostBuffers, commands: StepCommands) -> None:
         # ``get`` refuses a buffer not allocated here, now, before any step runs
@@ -106,13 +116,31 @@ class HostStep:
         for (s, d), (ms, md) in zip(commands.copies, self._copies, strict=True):
             if s.type != d.type or ms.shape != md.shape:
                 raise DispatchRefused(f"{memory.name}: copy from {s.type} into {d.type}")
+        every = [
+            *commands.writes,
+            *commands.reads,
+            *(b for _, bs in commands.dispatches for b in bs),
+        ]
+        every += [b for pair in commands.copies for b in pair]
+        self._held = tuple({b.id: (b.id, memory.get(b)) for b in every}.values())
 
     def check(self) -> None:
-        """``DispatchRefused`` once a buffer may have been freed since binding."""
-        if self._memory.epoch != self._epoch:
+        """After the device freed a buffer or unloaded an artifact (any: ``HostBuffers.epoch``),
+        the step's own buffers and artifacts are looked at again: ``DispatchRefused`` if one of
+        them is gone, else the binding stands."""
+        if self._memory.epoch == self._epoch:
+            return
+        memory = self._memory.memory
+        if any(memory.get(i) is not arr for i, arr in self._held) or not self.loaded():
             raise DispatchRefused(
                 f"{self._memory.name}: a buffer or artifact of this step was released"
             )
+        self._epoch = self._memory.epoch
+
+    def loaded(self) -> bool:
+        """Whether every artifact the step dispatches is still loaded (``HostStep``: each
+        dispatch goes through ``Device.dispatch``, which refuses one that is not)."""
+        return True
 
     def write_inputs(self, inputs: Sequence[np.ndarray]) -> None:
         # Item assignment, not ``np.copyto`` (a third of its cost on a small array): every

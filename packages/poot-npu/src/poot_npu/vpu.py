@@ -406,6 +406,9 @@ class _VpuStep(HostStep):
         super().__init__(device, device._buffers, commands)
         self._vpu, self._bound, self._commands = device, loaded, commands
 
+    def loaded(self) -> bool:
+        return self._vpu._loaded.get(self._bound.artifact.id) is self._bound
+
     def run(
         self, inputs: Sequence[np.ndarray], deadline_s: float
     ) -> tuple[tuple[np.ndarray, ...], float]:
