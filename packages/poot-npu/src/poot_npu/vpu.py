@@ -218,7 +218,9 @@ class VpuDevice(HostMemory):
             raise UnsupportedDevice(self._name, f"it runs {TARGET} plans, not {plan.target.name}")
         guards: tuple[tuple[int, Guard], ...] = ()
         if self._guard and plan.narrowing is not None:
-            guards = intermediate_guards(plan.source, plan.narrowing)
+            # of the program the graph is lowered from (narrowed from the legalized one): the
+            # source's equation indices no longer match once legalization rewrote it
+            guards = intermediate_guards(plan.legalized, plan.narrowing)
         model = openvino_ir.lower(plan.program, emulate_f16=self.stand_in, guards=guards)
         data = frame_ir(*openvino_ir.serialize(model))
         entries, _ = _split_guard(model)
