@@ -86,7 +86,19 @@ def admit(i: int, e: Eqn, target: Target) -> Capability | Refusal:
     return cap
 
 
+# ``_computes_only_in`` per capability table: admit runs once or twice per equation, and the
+# answer depends on the table alone (keyed by the table's identity; the entry holds the table,
+# so its id is not reused while the entry lives).
+_ONLY_IN: dict[tuple[int, DType], tuple[tuple[Capability, ...], bool]] = {}
+
+
 def _computes_only_in(target: Target, dtype: DType) -> bool:
     """A target whose every arithmetic capability is on ``dtype`` alone (an FP16 device)."""
-    arith = [c for c in target.capabilities if c.prim in ARITHMETIC]
-    return bool(arith) and all(c.dtypes == frozenset({dtype}) for c in arith)
+    caps = target.capabilities
+    hit = _ONLY_IN.get((id(caps), dtype))
+    if hit is not None and hit[0] is caps:
+        return hit[1]
+    arith = [c for c in caps if c.prim in ARITHMETIC]
+    only = bool(arith) and all(c.dtypes == frozenset({dtype}) for c in arith)
+    _ONLY_IN[(id(caps), dtype)] = (caps, only)
+    return only
