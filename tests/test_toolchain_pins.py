@@ -48,9 +48,24 @@ def test_the_shell_and_the_wheels_read_the_renderers_manifest() -> None:
 @pytest.mark.parametrize(
     ("path", "old", "new", "problem"),
     [
-        ("nix/pkgs/llvm-aie.nix", "inherit pin;", 'inherit pin;\n  version = "21.0.0";', "pins version"),
-        ("nix/pkgs/mlir-aie.nix", "inherit pin;", 'pin = pin // { url = "https://x/y.whl"; };', "pins url"),
-        ("nix/pkgs/prebuilt-wheel.nix", "inherit (pin) url;", 'url = "https://x/y.whl";', "pins url"),
+        (
+            "nix/pkgs/llvm-aie.nix",
+            "inherit pin;",
+            'inherit pin;\n  version = "21.0.0";',
+            "pins version",
+        ),
+        (
+            "nix/pkgs/mlir-aie.nix",
+            "inherit pin;",
+            'pin = pin // { url = "https://x/y.whl"; };',
+            "pins url",
+        ),
+        (
+            "nix/pkgs/prebuilt-wheel.nix",
+            "inherit (pin) url;",
+            'url = "https://x/y.whl";',
+            "pins url",
+        ),
         ("nix/pkgs/prebuilt-wheel.nix", "inherit (pin) version;", "", "from its pin"),
         ("nix/pkgs/mlir-aie.nix", ")).mlir_aie;", ")).peano;", "'mlir_aie' pin"),
         ("nix/shells.nix", "xdna/toolchain.json", "xdna/other.json", "does not read"),
