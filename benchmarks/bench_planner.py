@@ -16,6 +16,7 @@ those regions is part of what is timed). For intel-npu4 the plan includes the na
 
 from __future__ import annotations
 
+import os
 from functools import partial
 
 from poot_ir import Builder, DType, Program
@@ -87,6 +88,9 @@ def run() -> list[Figure]:
                 aim="about 10 (linear)",
             ),
         ]
+    # the machine's load when the chains were timed: the absolute figures mean little on a
+    # loaded machine (the ratios hold), so the reader can weigh them
+    figures.append(Figure("1-minute load average after the chains", os.getloadavg()[0], ""))
     narrow, huge = wide(65_521), wide(2**31 - 1)
     for p in (narrow, huge):
         if not plan(p, "xdna2").admitted:

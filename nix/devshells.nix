@@ -37,6 +37,7 @@ let
   extrasOverlay = final: _prev: {
     llvm-aie = final.callPackage ./pkgs/llvm-aie.nix { };
     mlir-aie = final.callPackage ./pkgs/mlir-aie.nix { };
+    mlir-python-extras = final.callPackage ./pkgs/mlir-python-extras.nix { };
     poot-npu-site = final.callPackage ./pkgs/npu-site-paths.nix {
       paths = [ "${amd.xrt-amdxdna}/opt/xilinx/xrt/python" ];
     };

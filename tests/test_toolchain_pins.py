@@ -48,8 +48,25 @@ def test_the_shell_and_the_wheels_read_the_renderers_manifest() -> None:
 @pytest.mark.parametrize(
     ("path", "old", "new", "problem"),
     [
-        ("nix/pkgs/llvm-aie.nix", "inherit (pin) version;", 'version = "21.0.0";', "pins version"),
-        ("nix/pkgs/mlir-aie.nix", "inherit (pin) url;", 'url = "https://x/y.whl";', "pins url"),
+        (
+            "nix/pkgs/llvm-aie.nix",
+            "inherit pin;",
+            'inherit pin;\n  version = "21.0.0";',
+            "pins version",
+        ),
+        (
+            "nix/pkgs/mlir-aie.nix",
+            "inherit pin;",
+            'pin = pin // { url = "https://x/y.whl"; };',
+            "pins url",
+        ),
+        (
+            "nix/pkgs/prebuilt-wheel.nix",
+            "inherit (pin) url;",
+            'url = "https://x/y.whl";',
+            "pins url",
+        ),
+        ("nix/pkgs/prebuilt-wheel.nix", "inherit (pin) version;", "", "from its pin"),
         ("nix/pkgs/mlir-aie.nix", ")).mlir_aie;", ")).peano;", "'mlir_aie' pin"),
         ("nix/shells.nix", "xdna/toolchain.json", "xdna/other.json", "does not read"),
     ],
@@ -82,9 +99,48 @@ def test_every_placeholder_is_listed(copy: tuple[ModuleType, Path]) -> None:
     found = cn.placeholders(files)
     assert any("peano.hash is null" in f for f in found)
     assert not any("mlir_aie.hash" in f for f in found)  # pinned: the hash is known
-    assert set(manifest().placeholders) == {"eudsl_python_extras", "peano"}
+    assert any("mlir_python_extras.hash is null" in f for f in found)
+    assert set(manifest().placeholders) == {"mlir_python_extras", "peano"}
     extra = root / "nix" / "pkgs" / "llvm-aie.nix"
     extra.write_text(extra.read_text() + "# a comment on lib.fakeHash is none\n")
     assert cn.placeholders(files) == found
     extra.write_text(extra.read_text() + "{ x = lib.fakeHash; }\n")
     assert len(cn.placeholders(files)) == len(found) + 1
+
+
+# What the pinned driver imports, read from upstream (not from the manifest): the non-stdlib
+# imports of Xilinx/mlir-aie python/compiler/aiecc/main.py (read at 84c05228, 2025-12-03, and
+# 771dc151, 2025-12-19: the same list on both sides of the v1.1.4 tag's window), the
+# aie.extras.dialects.ext modules python/dialects/aie.py imports before PR #2742, and the
+# requirements of erwei-xilinx/mlir-python-extras (requirements.txt: PyYAML, bytecode,
+# cloudpickle, numpy; import names).
+AIECC_IMPORTS = (
+    "aie.extras.runtime.passes",
+    "aie.extras.util",
+    "aiofiles",
+    "rich",
+    "aie.compiler.aiecc.main",
+    "aie.dialects.aie",
+)
+EXTRAS_IMPORTS = ("aie.extras.dialects.ext.arith", "yaml", "bytecode", "cloudpickle", "numpy")
+# the ones PyPI provides, so uv.lock (poot-npu[xdna]) must: importable in this environment
+FROM_PYPI = ("aiofiles", "rich", "yaml", "bytecode", "cloudpickle", "numpy")
+
+
+def test_the_manifest_names_every_module_the_driver_and_its_extras_import() -> None:
+    modules = set(manifest().python_modules)
+    missing = [m for m in (*AIECC_IMPORTS, *EXTRAS_IMPORTS) if m not in modules]
+    assert missing == []
+    for name in FROM_PYPI:
+        assert importlib.util.find_spec(name) is not None, name
+
+
+def test_the_extras_pin_names_a_revision_and_the_archive_of_it() -> None:
+    import json
+
+    raw = json.loads(MANIFEST_PATH.read_text())["mlir_python_extras"]
+    rev = raw["rev"]
+    assert len(rev) == 40 and all(c in "0123456789abcdef" for c in rev)
+    assert raw["url"] == f"https://github.com/{raw['repo']}/archive/{rev}.tar.gz"
+    cn = _check_nix()
+    assert cn.PINNED["nix/pkgs/mlir-python-extras.nix"] == "mlir_python_extras"

@@ -252,10 +252,16 @@ def check_manifest() -> str:
 
 TOOLCHAIN = "packages/poot-codegen/src/poot_codegen/xdna/toolchain.json"
 #: Derivations that read a pin from the manifest: (file, the manifest key they read).
-PINNED = {"nix/pkgs/llvm-aie.nix": "peano", "nix/pkgs/mlir-aie.nix": "mlir_aie"}
+PINNED = {
+    "nix/pkgs/llvm-aie.nix": "peano",
+    "nix/pkgs/mlir-aie.nix": "mlir_aie",
+    "nix/pkgs/mlir-python-extras.nix": "mlir_python_extras",
+}
 READS_MANIFEST = re.compile(
     r"builtins\.fromJSON\s*\(\s*builtins\.readFile\s+(\S+toolchain\.json)\s*\)"
 )
+#: The function both wheels install through (nix/pkgs/prebuilt-wheel.nix), given their pin.
+WHEEL_FUNCTION = "nix/pkgs/prebuilt-wheel.nix"
 NULL_FALLBACK = "if pin.hash == null then lib.fakeHash else pin.hash"
 FAKE = re.compile(r"lib\.fakeHash|lib\.fakeSha256|fakeHash|fakeSha256")
 
@@ -271,6 +277,14 @@ def toolchain_problems() -> list[str]:
     """What makes the shell and the renderer disagree, read from the files alone."""
     want = (ROOT / TOOLCHAIN).resolve()
     errors = []
+    # the one wheel function the PINNED wheels call: everything pinned comes from its `pin`
+    text = (ROOT / WHEEL_FUNCTION).read_text()
+    for field in ("version", "url"):
+        if f"inherit (pin) {field};" not in text:
+            errors.append(f"{WHEEL_FUNCTION} does not take {field} from its pin")
+    for literal in ('version = "', 'url = "', 'hash = "', 'sha256 = "'):
+        if literal in text:
+            errors.append(f"{WHEEL_FUNCTION} pins {literal.split()[0]} itself, not from its pin")
     for path, key in {"nix/shells.nix": None, **PINNED}.items():
         if manifest_readers(path) != [want]:
             errors.append(f"{path} does not read {TOOLCHAIN} (once)")

@@ -1,20 +1,15 @@
 # Peano (llvm-aie): the AIE compiler as a wheel from the Xilinx/llvm-aie GitHub releases (not on
-# PyPI; no public flake packages it). Installed into the shell's virtualenv like a uv2nix wheel;
-# PEANO_INSTALL_DIR points at <site-packages>/llvm-aie.
+# PyPI; no public flake packages it). Installed into the shell's virtualenv like a uv2nix wheel
+# (nix/pkgs/prebuilt-wheel.nix); PEANO_INSTALL_DIR points at <site-packages>/llvm-aie.
 #
 # The version, URL and hash are read from packages/poot-codegen/src/poot_codegen/xdna/toolchain.json
 # (the build that mlir-aie's README pairs with the pinned v1.1 wheels), so the shell and the
 # renderer cannot disagree. Its hash cannot be computed without network: the manifest holds null,
-# a placeholder (`nox -s nix` lists it), built here as lib.fakeHash; the first build with network
-# prints the real hash, which goes into the manifest. Nightly assets can be pruned upstream; if
-# the URL is gone, pick the llvm-aie build the pinned mlir-aie release names and update the
-# manifest.
+# a placeholder (`nox -s nix` lists it). Nightly assets can be pruned upstream; if the URL is
+# gone, pick the llvm-aie build the pinned mlir-aie release names and update the manifest.
 {
   lib,
-  stdenv,
-  fetchurl,
-  autoPatchelfHook,
-  pyprojectWheelHook,
+  callPackage,
   pythonManylinuxPackages,
   zlib,
   zstd,
@@ -24,32 +19,15 @@
 let
   pin = (builtins.fromJSON (builtins.readFile ../../packages/poot-codegen/src/poot_codegen/xdna/toolchain.json)).peano;
 in
-stdenv.mkDerivation {
+callPackage ./prebuilt-wheel.nix { } {
   pname = "llvm-aie";
-  inherit (pin) version;
-
-  src = fetchurl {
-    inherit (pin) url;
-    hash = if pin.hash == null then lib.fakeHash else pin.hash;
-  };
-
-  nativeBuildInputs = [
-    pyprojectWheelHook
-    autoPatchelfHook
-  ];
+  inherit pin;
   buildInputs = pythonManylinuxPackages.manylinux2014 ++ [
     zlib
     zstd
     ncurses
     libxml2
   ];
-
-  # Prebuilt toolchain: do not strip it.
-  dontStrip = true;
-
-  # A wheel with no Python requirements, resolved by pyproject.nix's mkVirtualEnv.
-  passthru.dependencies = { };
-
   meta = {
     description = "Peano: LLVM for AMD AI Engine (llvm-aie), prebuilt wheel";
     homepage = "https://github.com/Xilinx/llvm-aie";

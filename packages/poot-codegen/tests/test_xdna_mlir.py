@@ -54,12 +54,12 @@ def test_golden_files_are_for_the_pinned_version_only() -> None:
 
 def test_the_pinned_version_syntax_is_rendered() -> None:
     """v1.1.4: ``link_with`` on each ``aie.core`` (none on ``func.func``: both at once is
-    rejected) and the ``aiex`` runtime sequence op."""
+    rejected) and the ``aie`` runtime sequence op (PR #2708 precedes the tag)."""
     tc = manifest()
     assert (tc.mlir_aie_version, tc.link_with, tc.runtime_sequence) == (
         "1.1.4",
         LinkWith.CORE,
-        "aiex.runtime_sequence",
+        "aie.runtime_sequence",
     )
     for name in xdna_programs.EXAMPLES:
         for i, text in enumerate(_rendered(name)):
@@ -68,8 +68,8 @@ def test_the_pinned_version_syntax_is_rendered() -> None:
             assert funcs and not any("link_with" in x for x in funcs)
             closes = [x for x in lines if x.startswith("    } {link_with")]
             assert closes == [f'    }} {{link_with = "region{i}.o"}}'] * text.count(" = aie.core(")
-            assert "    aiex.runtime_sequence @sequence(%arg0: " in text
-            assert "aie.runtime_sequence" not in text
+            assert "    aie.runtime_sequence(%arg0: " in text
+            assert "aiex.runtime_sequence" not in text
 
 
 def test_a_func_level_version_puts_link_with_on_each_func_only() -> None:

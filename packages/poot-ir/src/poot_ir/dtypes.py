@@ -27,7 +27,9 @@ class DType(Enum):
 
     @property
     def itemsize(self) -> int:
-        return _ITEMSIZE[self]
+        # keyed by the member's value: a str's hash is cached, an Enum's is a Python call
+        # (planning asks this a few times per equation)
+        return _ITEMSIZE[self._value_]
 
     @property
     def is_float(self) -> bool:
@@ -60,7 +62,7 @@ _NUMPY: dict[DType, np.dtype[np.generic]] = {
     DType.I32: np.dtype(np.int32),
     DType.BOOL: np.dtype(np.bool_),
 }
-_ITEMSIZE: dict[DType, int] = {d: int(nd.itemsize) for d, nd in _NUMPY.items()}
+_ITEMSIZE: dict[str, int] = {d._value_: int(nd.itemsize) for d, nd in _NUMPY.items()}
 _BITS: dict[int, np.dtype[np.generic]] = {
     1: np.dtype(np.uint8),
     2: np.dtype(np.uint16),

@@ -7,13 +7,33 @@ lookup every target shares.
 
 from __future__ import annotations
 
-from poot_ir import DType, Eqn, Prim, ReduceParams
+from poot_ir import DType, Eqn, Prim, Program, ReduceParams
 
 from poot_planner.narrowing import ARITHMETIC, operating_dtype
 from poot_planner.refusal import Refusal, RefusalKind
 from poot_planner.target import AxisRule, Capability, Target
 
-__all__ = ["admit"]
+__all__ = ["admit", "admit_all"]
+
+
+# The last answer of ``admit_all``: planning admits the same program twice (legalization
+# looks for what to rewrite, then the plan admits what it runs). Programs and targets are
+# immutable; the entry holds both, so their ids are not reused while it lives.
+_LAST: list[tuple[Program, Target, tuple[Capability | Refusal, ...]]] = []
+
+
+def forget() -> None:
+    """Drop the remembered answer (``plan`` does, before and after each plan)."""
+    _LAST.clear()
+
+
+def admit_all(program: Program, target: Target) -> tuple[Capability | Refusal, ...]:
+    """``admit`` of each equation of ``program``, in order."""
+    if _LAST and _LAST[0][0] is program and _LAST[0][1] is target:
+        return _LAST[0][2]
+    got = tuple(admit(i, e, target) for i, e in enumerate(program.eqns))
+    _LAST[:] = [(program, target, got)]
+    return got
 
 
 def admit(i: int, e: Eqn, target: Target) -> Capability | Refusal:
@@ -86,7 +106,19 @@ def admit(i: int, e: Eqn, target: Target) -> Capability | Refusal:
     return cap
 
 
+# ``_computes_only_in`` per capability table: admit runs once or twice per equation, and the
+# answer depends on the table alone (keyed by the table's identity; the entry holds the table,
+# so its id is not reused while the entry lives).
+_ONLY_IN: dict[tuple[int, DType], tuple[tuple[Capability, ...], bool]] = {}
+
+
 def _computes_only_in(target: Target, dtype: DType) -> bool:
     """A target whose every arithmetic capability is on ``dtype`` alone (an FP16 device)."""
-    arith = [c for c in target.capabilities if c.prim in ARITHMETIC]
-    return bool(arith) and all(c.dtypes == frozenset({dtype}) for c in arith)
+    caps = target.capabilities
+    hit = _ONLY_IN.get((id(caps), dtype))
+    if hit is not None and hit[0] is caps:
+        return hit[1]
+    arith = [c for c in caps if c.prim in ARITHMETIC]
+    only = bool(arith) and all(c.dtypes == frozenset({dtype}) for c in arith)
+    _ONLY_IN[(id(caps), dtype)] = (caps, only)
+    return only

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 
 from poot_ir import Var
 
@@ -173,5 +172,5 @@ def chunk_region(
     for t in tiles:
         n = calls[t.index]
         nbytes = (c.tile_bytes(t, max(n, 1)) or 0) + reserved
-        out.append(replace(t, chunk=t.units // n if n else 1, tile_bytes=nbytes))
+        out.append(t.placed(chunk=t.units // n if n else 1, tile_bytes=nbytes))
     return out, max((t.tile_bytes for t in out), default=0)

@@ -204,6 +204,12 @@ def _target_section(t: Target) -> list[str]:
                 ["elements per tensor (int32 kernel ABI)", str(lim.tensor_elements)],
             ],
         )
+    if t.tensor_bytes is not None:
+        out += [
+            f"Tensor size: at most {t.tensor_bytes} bytes per tensor as the device stores it "
+            "(one device allocation); a larger one is refused (`tensor_bytes`).",
+            "",
+        ]
     if t.code_size is not None:
         cs = t.code_size
         state = "measured" if cs.measured else "UNMEASURED estimate"

@@ -26,7 +26,7 @@ from poot_ir import (
     validate,
 )
 
-from poot_planner.admission import admit
+from poot_planner.admission import admit, admit_all
 from poot_planner.legal_bounds import Derivation, derive
 from poot_planner.legal_emit import Emit
 from poot_planner.legal_rules import Rule, RuleContext, rules_for
@@ -73,7 +73,7 @@ def _dtype(e: Eqn) -> DType:
 
 
 def _refused(program: Program, t: Target) -> set[int]:
-    out = {i for i, e in enumerate(program.eqns) if isinstance(admit(i, e, t), Refusal)}
+    out = {i for i, got in enumerate(admit_all(program, t)) if isinstance(got, Refusal)}
     if t.narrowing is not None and needs_narrowing(program):
         out |= {r.eqn for r in literal_refusals(program, t.narrowing)}
     return out

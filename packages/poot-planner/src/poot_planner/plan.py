@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from poot_ir import PlanRefused, Prim, Program, TypeCheckError, Var
+from poot_ir import DType, PlanRefused, Prim, Program, TypeCheckError, Var
 from poot_ir.numerics import (
     AbsRel,
     BitExact,
@@ -37,7 +37,9 @@ from poot_ir.numerics import (
     looser,
 )
 
-from poot_planner.admission import admit
+from poot_planner import admission
+from poot_planner import narrowing as narrowing_rules
+from poot_planner.admission import admit_all
 from poot_planner.chunking import chunk_region, unchunked_bytes
 from poot_planner.legalize import Legalized, Rewrite, legalize
 from poot_planner.narrowing import (
@@ -117,6 +119,19 @@ class Plan:
 def plan(program: Program, target: str | Target, *, legalization: bool = True) -> Plan:
     """Plan ``program`` for ``target`` (a name in ``poot_planner.TARGETS`` or a Target);
     ``legalization=False`` plans it as written (what the target refuses before any rewrite)."""
+    # admission and the literal analysis remember their last answer so one plan asks each
+    # once (legalization and the plan ask of the same program); no answer outlives the plan,
+    # so each plan (and each benchmark repeat) does the whole work once
+    admission.forget()
+    narrowing_rules.forget()
+    try:
+        return _plan(program, target, legalization)
+    finally:
+        admission.forget()
+        narrowing_rules.forget()
+
+
+def _plan(program: Program, target: str | Target, legalization: bool) -> Plan:
     if not isinstance(program, Program):
         raise TypeCheckError(f"plan: expected a Program, got a {type(program).__name__}")
     t = get_target(target)
@@ -125,14 +140,15 @@ def plan(program: Program, target: str | Target, *, legalization: bool = True) -
     program = legal.program
     grouped, kernels, refusals = _row_kernels(program, t)
     admissions: dict[int, Admission] = {}
-    for i, e in enumerate(program.eqns):
+    for i, got in enumerate(admit_all(program, t)):
         if i in grouped:
             continue
-        got = admit(i, e, t)
         if isinstance(got, Refusal):
             refusals.append(got)
         else:
             admissions[i] = Admission(i, got.kernel, got.contract)
+    if t.tensor_bytes is not None:
+        refusals.extend(_tensor_byte_refusals(program, t, t.tensor_bytes))
     narrowing = None
     if t.narrowing is not None:  # an FP16 device: its compiler clamps infinite F16 literals
         refusals.extend(splat_refusals(program))
@@ -276,7 +292,7 @@ def _xdna2_layout(
             )
             continue
         index = len(tiles)
-        tiles.append(replace(job, index=index, code_bytes=code))
+        tiles.append(job.placed(index=index, code_bytes=code))
         for i in job.eqns:
             contract = admissions[i].contract if i in admissions else None
             admissions[i] = Admission(i, job.kind, contract, index)
@@ -313,6 +329,22 @@ def _tensor_refusal(at: int, prim: str, job: TileOp, limits: RegionLimits) -> Re
     if job.output.type.size and any(v.type.size == 0 for v in tensors):
         return _limit(at, prim, "stream_bytes", 0, 4)
     return None
+
+
+def _tensor_byte_refusals(program: Program, t: Target, limit: int) -> list[Refusal]:
+    """Each equation with a tensor over ``limit`` bytes as the device stores it (a narrowed
+    F32 in the narrowing contract's device dtype), refused with ``tensor_bytes``; decided from
+    the shapes alone, so a huge tensor is refused at once."""
+    stored = {d: d.itemsize for d in DType}
+    if t.narrowing is not None:
+        stored[DType.F32] = t.narrowing.device_dtype.itemsize
+    out = []
+    for i, e in enumerate(program.eqns):
+        vars_ = [a for a in e.inputs if isinstance(a, Var)] + list(e.outputs)
+        largest = max(v.type.size * stored[v.type.dtype] for v in vars_)
+        if largest > limit:
+            out.append(_limit(i, e.prim.value, "tensor_bytes", largest, limit))
+    return out
 
 
 def _live(program: Program) -> set[int]:

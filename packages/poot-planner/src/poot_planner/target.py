@@ -165,6 +165,9 @@ class Target:
     fused_steps: frozenset[Prim] = frozenset()
     #: Program memory per tile and the code-size estimate (xdna2).
     code_size: CodeSize | None = None
+    #: The most bytes one tensor may take on the device, at the dtype the device stores it in
+    #: (a narrowed F32 as its ``device_dtype``): a larger one is refused (``tensor_bytes``).
+    tensor_bytes: int | None = None
 
     def __post_init__(self) -> None:
         seen: set[tuple[Prim, DType]] = set()
@@ -196,10 +199,27 @@ class Target:
                         raise TargetTableError(self.name, f"{p.value} calls unknown routine {r}")
 
     def capability(self, prim: Prim, dtype: DType) -> Capability | None:
-        for c in self.capabilities:
-            if c.prim is prim and dtype in c.dtypes:
-                return c
-        return None
+        return _lookup(self.capabilities)[0].get((prim._value_, dtype._value_))
 
     def admits_prim(self, prim: Prim) -> bool:
-        return any(c.prim is prim for c in self.capabilities)
+        return prim._value_ in _lookup(self.capabilities)[1]
+
+
+# The capability table indexed by (primitive, dtype) values, per table: admission asks once or
+# twice per equation, and a scan hashes an Enum (a Python call) per entry. Keyed by the table's
+# identity; the entry holds the table, so its id is not reused while the entry lives.
+_Index = tuple[dict[tuple[str, str], Capability], frozenset[str]]
+_INDEX: dict[int, tuple[tuple[Capability, ...], _Index]] = {}
+
+
+def _lookup(caps: tuple[Capability, ...]) -> _Index:
+    hit = _INDEX.get(id(caps))
+    if hit is not None and hit[0] is caps:
+        return hit[1]
+    table: dict[tuple[str, str], Capability] = {}
+    for c in caps:
+        for d in c.dtypes:
+            table.setdefault((c.prim._value_, d._value_), c)  # the first, as a scan finds
+    index = (table, frozenset(c.prim._value_ for c in caps))
+    _INDEX[id(caps)] = (caps, index)
+    return index

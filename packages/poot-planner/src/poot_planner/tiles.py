@@ -78,6 +78,32 @@ class TileOp:
     def streams_in(self) -> int:
         return len(self.inputs)
 
+    def placed(
+        self,
+        *,
+        index: int | None = None,
+        chunk: int | None = None,
+        tile_bytes: int | None = None,
+        code_bytes: int | None = None,
+    ) -> TileOp:
+        """This job with its place and layout set (the fields planning fills in last); the
+        constructor called directly, as ``dataclasses.replace`` costs a field walk per call
+        and planning calls this twice per equation."""
+        return TileOp(
+            self.index if index is None else index,
+            self.kind,
+            self.eqns,
+            self.inputs,
+            self.output,
+            self.out_unit,
+            self.units,
+            self.chunk if chunk is None else chunk,
+            self.tile_bytes if tile_bytes is None else tile_bytes,
+            self.bound,
+            self.index_guard,
+            self.code_bytes if code_bytes is None else code_bytes,
+        )
+
 
 def _distinct(vars_: list[Var]) -> list[Var]:
     seen: dict[int, Var] = {}

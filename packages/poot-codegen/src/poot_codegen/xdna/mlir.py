@@ -13,7 +13,7 @@ One module per region (one artifact), as rendered for the pinned version::
           scf.for (forever) { acquire resident; scf.for (n_chunks) { acquire, func.call, release } }
           aie.end
         } {link_with = "region0.o"}
-        aiex.runtime_sequence @sequence(%arg0: memref<Nxi8>, ...) {
+        aie.runtime_sequence(%arg0: memref<Nxi8>, ...) {
           aiex.npu.dma_memcpy_nd(%arg1[0, 0, 0, off][1, 1, 1, bytes][0, 0, 0, 1]) {id = 0 : i64, metadata = @v0} : memref<Nxi8>
           aiex.npu.dma_wait {symbol = @v9}
         }
@@ -25,8 +25,12 @@ Xilinx/mlir-aie PR #2922 (2026-03) the ld-script emitter (lib/Targets/AIETargetL
 ``coreOp.getLinkWith()``) reads ``link_with`` only on ``aie.core`` (``} {link_with = "x.o"}``, as
 in the 2025 tests); since, on each ``func.func`` (``attributes {link_with = ...}``), and both at
 once is rejected. The runtime sequence op is ``aiex.runtime_sequence @sequence(...)`` before PR
-#2708 (2025-11; the 2025 Python aiecc, python/compiler/aiecc/main.py @0088ed62, looks for
-``aiexdialect.RuntimeSequenceOp``) and ``aie.runtime_sequence(...)`` since. The rest matched
+#2708 (2025-11-18) and ``aie.runtime_sequence(...)`` since (its symbol defaults to ``sequence``);
+1.1.4 is after #2708 (``toolchain.json`` records why). Read, for 1.1.4, in Xilinx/mlir-aie at
+19cce64c (2025-11-21) and 011d9659 (2025-12-19), the two ends of the window the v1.1.4 tag lies
+in (no snapshot carries the tag itself): include/aie/Dialect/AIE/IR/AIEOps.td,
+include/aie/Dialect/AIEX/IR/AIEX.td, lib/Targets/AIETargetLdScript.cpp, test/npu-xrt/*/aie.mlir,
+test/Conversion/DmaToNpu/dma_to_npu.mlir: the syntax below is the same at both. The rest matched
 against Xilinx/mlir-aie (read, not copied): test/npu-xrt/vector_scalar_using_dma/aie.mlir (the
 forever loop, the ``{id = N : i64, issue_token = true, metadata = @of}`` transfer attributes,
 ``aiex.npu.dma_wait {symbol = ...}``); include/aie/Dialect/AIEX/IR/AIEX.td (the
@@ -69,7 +73,7 @@ __all__ = ["RUNTIME_SEQUENCE_OP", "render_program", "render_region"]
 
 RUNTIME_SEQUENCE_OP = manifest().runtime_sequence
 """The pinned mlir-aie's runtime sequence op (``toolchain.json``): ``aiex.runtime_sequence``
-before Xilinx/mlir-aie PR #2708 (2025-11), ``aie.runtime_sequence`` since."""
+before Xilinx/mlir-aie PR #2708 (2025-11-18), ``aie.runtime_sequence`` since (1.1.4 included)."""
 
 _FOREVER = 9223372036854775807  # IRON's ``while_true`` worker loop bound (INT64_MAX)
 _ELEMENT = {DType.F32: "f32", DType.I32: "i32", DType.BOOL: "i8"}

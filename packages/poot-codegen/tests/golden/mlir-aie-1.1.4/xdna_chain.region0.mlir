@@ -145,7 +145,7 @@ module {
       }
       aie.end
     } {link_with = "region0.o"}
-    aiex.runtime_sequence @sequence(%arg0: memref<4096xi8>, %arg1: memref<2048xi8>, %arg2: memref<64xi8>) {
+    aie.runtime_sequence(%arg0: memref<4096xi8>, %arg1: memref<2048xi8>, %arg2: memref<64xi8>) {
       aiex.npu.dma_memcpy_nd(%arg0[0, 0, 0, 0][1, 1, 1, 2048][0, 0, 0, 1]) {id = 0 : i64, metadata = @v0} : memref<4096xi8>
       aiex.npu.dma_memcpy_nd(%arg0[0, 0, 0, 2048][1, 1, 1, 2048][0, 0, 0, 1]) {id = 1 : i64, metadata = @v1} : memref<4096xi8>
       aiex.npu.dma_memcpy_nd(%arg1[0, 0, 0, 0][1, 1, 1, 2048][0, 0, 0, 1]) {id = 2 : i64, issue_token = true, metadata = @v5} : memref<2048xi8>

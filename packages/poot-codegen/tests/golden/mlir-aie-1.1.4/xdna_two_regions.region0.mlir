@@ -582,7 +582,7 @@ module {
       }
       aie.end
     } {link_with = "region0.o"}
-    aiex.runtime_sequence @sequence(%arg0: memref<2176xi8>, %arg1: memref<128xi8>, %arg2: memref<128xi8>, %arg3: memref<64xi8>) {
+    aie.runtime_sequence(%arg0: memref<2176xi8>, %arg1: memref<128xi8>, %arg2: memref<128xi8>, %arg3: memref<64xi8>) {
       aiex.npu.dma_memcpy_nd(%arg0[0, 0, 0, 0][1, 1, 1, 128][0, 0, 0, 1]) {id = 0 : i64, metadata = @v0} : memref<2176xi8>
       aiex.npu.dma_memcpy_nd(%arg0[0, 0, 0, 128][1, 1, 1, 128][0, 0, 0, 1]) {id = 1 : i64, metadata = @v1} : memref<2176xi8>
       aiex.npu.dma_memcpy_nd(%arg0[0, 0, 0, 256][1, 1, 1, 128][0, 0, 0, 1]) {id = 0 : i64, metadata = @v2} : memref<2176xi8>

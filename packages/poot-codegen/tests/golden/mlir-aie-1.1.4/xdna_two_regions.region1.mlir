@@ -42,7 +42,7 @@ module {
       }
       aie.end
     } {link_with = "region1.o"}
-    aiex.runtime_sequence @sequence(%arg0: memref<2176xi8>, %arg1: memref<128xi8>, %arg2: memref<128xi8>, %arg3: memref<64xi8>) {
+    aie.runtime_sequence(%arg0: memref<2176xi8>, %arg1: memref<128xi8>, %arg2: memref<128xi8>, %arg3: memref<64xi8>) {
       aiex.npu.dma_memcpy_nd(%arg2[0, 0, 0, 0][1, 1, 1, 128][0, 0, 0, 1]) {id = 0 : i64, metadata = @v31} : memref<128xi8>
       aiex.npu.dma_memcpy_nd(%arg0[0, 0, 0, 2048][1, 1, 1, 128][0, 0, 0, 1]) {id = 1 : i64, metadata = @v16} : memref<2176xi8>
       aiex.npu.dma_memcpy_nd(%arg1[0, 0, 0, 0][1, 1, 1, 128][0, 0, 0, 1]) {id = 2 : i64, issue_token = true, metadata = @v32} : memref<128xi8>

@@ -79,4 +79,11 @@ TARGET = Target(
         floor=2.0**-24,  # FP16's smallest subnormal: below it, a value is zero
         measured_on="design figure (ideal FP16); not yet measured on a Lunar Lake NPU here",
     ),
+    # One tensor is one Level Zero allocation (the NPU plugin allocates each input, output and
+    # intermediate buffer whole), and the driver caps an allocation at maxMemAllocSize:
+    # intel/linux-npu-driver umd/vpu_driver/source/device/hw_info.hpp sets
+    # `uint64_t maxMemAllocSize = 0x100000000;` (4 GiB), which vpu_40xx/vpu_hw_40xx.cpp's
+    # vpuHwInfo40xx (Lunar Lake) keeps, and level_zero_driver/core/source/device/device.cpp
+    # reports as ze_device_properties_t::maxMemAllocSize.
+    tensor_bytes=2**32,
 )
