@@ -130,6 +130,26 @@ def test_bad_inputs_files(capsys: pytest.CaptureFixture[str], tmp_path: Path, ca
         assert "'z'" in line
 
 
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        (np.zeros(2, np.int32), "dtype int32"),
+        (np.zeros(2, ">f4"), "dtype >f4"),
+        (np.zeros(3, np.float32), "shape (3,)"),
+        (np.float32(1), "shape ()"),
+        (None, "missing"),
+    ],
+)
+def test_inputs_of_the_wrong_dtype_or_shape(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, value: object, why: str
+) -> None:
+    path = tmp_path / "in.npz"
+    np.savez(path, **({} if value is None else {"x": value}))
+    argv = ["--cache-dir", str(tmp_path / "c"), "run", str(_program_file(tmp_path))]
+    line = _cli(capsys, *argv, "--inputs", str(path))
+    assert "argument 'x'" in line and why in line
+
+
 def test_import_output_into_a_directory_or_an_unwritable_path(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -103,3 +103,15 @@ def test_folds_of_unknown_size_are_charged_when_computed_and_add_up() -> None:
         import_model(m)
     assert info.value.size == 36 + 96
     assert "'where'" in str(info.value) and "36 bytes folded before it" in str(info.value)
+
+
+def test_dims_past_any_target_are_refused_by_the_importer() -> None:
+    from poot_ir import PootError
+
+    y = helper.make_tensor_value_info("y", F, None)
+    for dims, shapes in (([2**62], None), (["n"], {"n": 2**62}), ([2**20, 2**21], None)):
+        x = helper.make_tensor_value_info("x", F, dims)
+        graph = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "m", [x], [y])
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+        with pytest.raises(PootError, match="no target holds"):
+            import_model(m, shapes=shapes)
