@@ -130,6 +130,26 @@ def test_bad_inputs_files(capsys: pytest.CaptureFixture[str], tmp_path: Path, ca
         assert "'z'" in line
 
 
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        (np.zeros(2, np.int32), "dtype int32"),
+        (np.zeros(2, ">f4"), "dtype >f4"),
+        (np.zeros(3, np.float32), "shape (3,)"),
+        (np.float32(1), "shape ()"),
+        (None, "missing"),
+    ],
+)
+def test_inputs_of_the_wrong_dtype_or_shape(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, value: object, why: str
+) -> None:
+    path = tmp_path / "in.npz"
+    np.savez(path, **({} if value is None else {"x": value}))
+    argv = ["--cache-dir", str(tmp_path / "c"), "run", str(_program_file(tmp_path))]
+    line = _cli(capsys, *argv, "--inputs", str(path))
+    assert "argument 'x'" in line and why in line
+
+
 def test_import_output_into_a_directory_or_an_unwritable_path(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -147,6 +167,59 @@ def test_import_output_into_a_directory_or_an_unwritable_path(
     a_file.write_text("")
     for out in (tmp_path, a_file / "under_a_file.poot"):
         assert "cannot write" in _cli(capsys, "import", str(model), "-o", str(out))
+
+
+def _fill_model(path: Path, n: int) -> Path:
+    """y = x + ConstantOfShape([n]) (f32): folding it holds 4n bytes."""
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("ConstantOfShape", ["s"], ["c"], name="fill"),
+            helper.make_node("Add", ["x", "c"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.asarray([n], np.int64), "s")],
+    )
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    return path
+
+
+def test_import_refuses_a_fold_over_the_budget(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    huge = _fill_model(tmp_path / "huge.onnx", 10**12)
+    line = _cli(capsys, "import", str(huge), "-o", str(tmp_path / "huge.poot"))
+    assert "BudgetExceeded" in line and "'fill'" in line and str(4 * 10**12) in line
+    modest = _fill_model(tmp_path / "modest.onnx", 1000)
+    out = str(tmp_path / "modest.poot")
+    line = _cli(capsys, "--memory-budget", "3999", "import", str(modest), "-o", out)
+    assert "'fill'" in line and "(4000 bytes)" in line and "(3999 bytes" in line
+    assert main(["import", str(modest), "-o", out]) == 0  # the default budget admits it
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("action", ["ls", "verify", "clear"])
+def test_cache_commands_on_a_file_or_a_symlink(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, action: str
+) -> None:
+    """A file where the cache directory should be, a symlink to a directory, and a dangling
+    one: each refused in one line, nothing followed or changed."""
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "x.blob").write_text("mine too")
+    (tmp_path / "link").symlink_to(real)
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    for root, why in (("afile", "not a directory"), ("link", "symlink"), ("dangling", "symlink")):
+        line = _cli(capsys, "--cache-dir", str(tmp_path / root), "cache", action)
+        assert "CacheError" in line and why in line, line
+    assert afile.read_text() == "mine" and (real / "x.blob").read_text() == "mine too"
+    assert sorted(p.name for p in real.iterdir()) == ["x.blob"]
+    assert not (tmp_path / "nowhere").exists()
 
 
 # -- the API ------------------------------------------------------------------------------------
@@ -180,6 +253,7 @@ def test_api_cases_are_typed(tmp_path: Path) -> None:
         lambda: Builder("q").literal(2**40, DType.I32),
         lambda: Builder("q").slot("x", "f32", (2,)),  # type: ignore[arg-type]
         lambda: Builder("q\udc80"),
+        lambda: Builder("q").slot("x\udc80", DType.F32, (2,)),
     ]
     for i, case in enumerate(cases):
         with pytest.raises(PootError):
@@ -241,6 +315,42 @@ def test_fuzz_parse_and_plan(text: object, target: object) -> None:
     b = Builder("p")
     b.output("y", b.neg(b.slot("x", DType.F32, (2,))))
     _typed(lambda: plan(b.build(), target))  # type: ignore[arg-type]
+
+
+def _onnx_bytes() -> bytes:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    return bytes(model.SerializeToString())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(model=_JUNK, shapes=_JUNK, constants=_JUNK, n=_JUNK)
+def test_fuzz_import_model(model: object, shapes: object, constants: object, n: object) -> None:
+    """``import_model`` and ``check_model`` with ill-typed and out-of-range arguments: a junk
+    model (a str is a path that does not exist), junk ``shapes=``/``constants=``, and a valid
+    model whose dynamic dim is bound to junk."""
+    import onnx
+    from poot_ir.onnx import check_model, import_model
+
+    good = onnx.load_model_from_string(_ONNX)
+    _typed(lambda: import_model(model))  # type: ignore[arg-type]
+    _typed(lambda: check_model(model))  # type: ignore[arg-type]
+    _typed(lambda: import_model(good, shapes=shapes))  # type: ignore[arg-type]
+    _typed(lambda: import_model(good, constants=constants))  # type: ignore[arg-type]
+    _typed(lambda: import_model(good, shapes={"n": n}))  # type: ignore[dict-item]
+    _typed(lambda: import_model(good, shapes={"x": n}))  # type: ignore[dict-item]
+    _typed(lambda: import_model(good, constants={"x": n}))  # type: ignore[dict-item]
+    _typed(lambda: import_model(good, name=n))  # type: ignore[arg-type]
+
+
+_ONNX = _onnx_bytes()
 
 
 @pytest.fixture(scope="module")

@@ -30,12 +30,13 @@ import argparse
 import sys
 import zipfile
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 from poot_ir import PootError, Program, format_program, parse_program, sample_inputs
-from poot_ir.budget import check_alloc
+from poot_ir.budget import budget_set, check_alloc
 from poot_ir.sampling import sample_bytes
 from poot_npu.registry import DEVICES, DeviceKind, device_info, make_device
 from poot_planner import TARGETS, plan
@@ -444,11 +445,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     console = Console()
     try:
-        if args.memory_budget is not None:
-            from poot_ir.budget import set_budget
-
-            set_budget(args.memory_budget)
-        code: int = args.fn(console, args)
+        with budget_set(args.memory_budget) if args.memory_budget is not None else nullcontext():
+            code: int = args.fn(console, args)
     except PootError as err:
         Console(stderr=True).print(
             f"[bold red]error:[/] {type(err).__name__}: {escape(str(err))}",

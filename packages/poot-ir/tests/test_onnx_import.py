@@ -135,14 +135,6 @@ def test_any_op_known_at_import_is_folded_by_the_reference_evaluator() -> None:
     np.testing.assert_array_equal(got["nz"], want["nz"])
 
 
-def test_a_huge_fold_is_refused_before_it_allocates() -> None:
-    nodes = [helper.make_node("ConstantOfShape", ["s"], ["y"], name="big")]
-    m = model(nodes, [], ["y"], [init("s", [10**12], np.int64)])
-    with pytest.raises(UnsupportedOnnx, match="beyond") as info:
-        import_model(m)
-    assert info.value.node == "big" and info.value.kind == "value"
-
-
 def test_if_with_a_static_condition_inlines_its_branch() -> None:
     def branch(op: str) -> Any:
         return helper.make_graph(

@@ -34,9 +34,10 @@ from __future__ import annotations
 from typing import Any, Final, TypeAlias
 
 import numpy as np
-import openvino.opset16 as ops
 from poot_ir.core import Eqn, Prim
 from poot_ir.dtypes import DType
+
+from poot_codegen.openvino_quiet import opset16 as ops
 
 __all__ = ["computes_f16", "fix_subnormal_ties", "round_result", "round_to_f16"]
 

@@ -25,9 +25,11 @@ from collections.abc import Sequence
 from typing import Any, Final, TypeAlias
 
 import numpy as np
-import openvino.opset16 as ops
 from poot_ir import CodegenError, DType, Eqn, Prim, Program, Var
 from poot_planner.fp16_guards import Guard, GuardKind
+
+from poot_codegen.openvino_quiet import Type
+from poot_codegen.openvino_quiet import opset16 as ops
 
 __all__ = ["GUARD_PREFIX", "guard_labels", "guard_result"]
 

@@ -78,10 +78,6 @@ from pathlib import Path
 from typing import Any, Final, Literal, NamedTuple, TypeAlias, cast
 
 import numpy as np
-import openvino as ov
-import openvino.opset1 as opset1
-import openvino.opset4 as opset4
-import openvino.opset16 as ops
 from poot_ir.core import (
     BroadcastParams,
     ConcatParams,
@@ -103,6 +99,8 @@ from poot_ir.errors import NoLowering
 from poot_planner.fp16_guards import Guard
 
 from poot_codegen import openvino_f16, openvino_guard
+from poot_codegen.openvino_quiet import opset1, opset4, ov
+from poot_codegen.openvino_quiet import opset16 as ops
 
 __all__ = [
     "CPU_STANDIN_CONFIG",

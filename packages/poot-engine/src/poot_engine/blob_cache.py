@@ -274,10 +274,17 @@ def _entries(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.name.endswith(SUFFIX))
 
 
-def _describe(path: Path, full: bool) -> CacheEntry:
+def _describe(path: Path, full: bool) -> CacheEntry | None:
+    """One entry, or None when it is gone (another process cleared or replaced it since the
+    directory was listed)."""
     key = path.name[: -len(SUFFIX)]
-    st = os.lstat(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
     status, data = _read(path)
+    if status is EntryStatus.MISSING:
+        return None
     meta: dict[str, str] = {}
     if status is EntryStatus.OK:
         status, _, meta = _decode(key, data, digest=full)
@@ -287,18 +294,22 @@ def _describe(path: Path, full: bool) -> CacheEntry:
 def ls(root: Path | str | None = None) -> list[CacheEntry]:
     """Every entry with its key, size, mtime and status from a header check (no digest).
     Nothing is created or changed."""
-    return [_describe(p, full=False) for p in _entries(cache_root(root, create=False))]
+    found = (_describe(p, full=False) for p in _entries(cache_root(root, create=False)))
+    return [e for e in found if e is not None]
 
 
 def verify(root: Path | str | None = None) -> list[CacheEntry]:
     """Every entry, read whole and its digest checked. Nothing is created or changed."""
-    return [_describe(p, full=True) for p in _entries(cache_root(root, create=False))]
+    found = (_describe(p, full=True) for p in _entries(cache_root(root, create=False)))
+    return [e for e in found if e is not None]
 
 
-def _written_by_poot(path: Path) -> bool:
+def _written_by_poot(path: Path) -> bool | None:
     """An entry poot published: its digest holds (``OK`` or ``FOREIGN``), or its header names
-    the key its file is named for (a damaged or truncated entry of ours)."""
+    the key its file is named for (a damaged or truncated entry of ours). None when it is gone."""
     status, data = _read(path)
+    if status is EntryStatus.MISSING:
+        return None
     if status is not EntryStatus.OK:
         return False
     key = path.name[: -len(SUFFIX)]
@@ -317,7 +328,10 @@ def clear(root: Path | str | None = None, only_bad: bool = False) -> Cleared:
     removed: list[Path] = []
     kept: list[Path] = []
     for entry in verify(base):
-        if (only_bad and entry.status is EntryStatus.OK) or not _written_by_poot(entry.path):
+        ours = _written_by_poot(entry.path)
+        if ours is None:  # removed meanwhile by a concurrent clear: neither removed nor kept
+            continue
+        if (only_bad and entry.status is EntryStatus.OK) or not ours:
             kept.append(entry.path)
             continue
         with contextlib.suppress(FileNotFoundError):
@@ -326,7 +340,10 @@ def clear(root: Path | str | None = None, only_bad: bool = False) -> Cleared:
     if not only_bad and (base / TAG_NAME).is_file():
         uid = os.geteuid()
         for tmp in sorted(base.glob(TEMP_PREFIX + "*")):
-            st = os.lstat(tmp)
+            try:
+                st = os.lstat(tmp)
+            except FileNotFoundError:  # published or removed meanwhile
+                continue
             if stat.S_ISREG(st.st_mode) and st.st_uid == uid:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Final
 
 from poot_ir.errors import IRError, PootError
@@ -35,6 +36,7 @@ __all__ = [
     "DimsTooLarge",
     "InvalidBudget",
     "budget",
+    "budget_set",
     "check_alloc",
     "check_array",
     "check_dims",
@@ -93,6 +95,18 @@ def set_budget(limit: int | None) -> None:
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
         raise _bad_budget(repr(limit))
     _set = limit
+
+
+@contextmanager
+def budget_set(limit: int | None) -> Iterator[None]:
+    """``set_budget(limit)`` for the ``with`` block, then the setting it replaced: so one call
+    (a command line run in-process, a test) does not leave its budget to the next."""
+    saved = _set
+    set_budget(limit)
+    try:
+        yield
+    finally:
+        set_budget(saved)
 
 
 def budget() -> int:

@@ -55,8 +55,8 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
-import openvino as ov
 from poot_codegen import openvino_guard, openvino_ir
+from poot_codegen.openvino_quiet import ov
 from poot_engine.deadline import single_wait_ms, wait_slices_ms
 from poot_engine.device import (
     ArgSpec,

@@ -154,7 +154,7 @@ def _import(
     b = Builder(name or identifier(graph.name or "onnx"))
     lo = Lowering(b, reading.opset(proto), reading.elem_types(), collect=True)
     reading.check_graph(graph)
-    bound = dict(constants or {})
+    bound = dict(_mapping(constants, "constants"))
 
     inits: dict[str, Any] = {t.name: t for t in graph.initializer}
     for t in graph.sparse_initializer:
@@ -163,7 +163,7 @@ def _import(
     for key in bound:
         if key not in {vi.name for vi in declared}:
             raise UnsupportedOnnx(key, "graph input", "model", "constants= binds no graph input")
-    given, symbols = _bind_shapes(declared, shapes or {})
+    given, symbols = _bind_shapes(declared, _mapping(shapes, "shapes"))
     inputs: dict[str, str] = {}
     for vi in declared:
         if vi.name in bound:
@@ -215,6 +215,15 @@ def _import(
     return lo, imported
 
 
+def _mapping(given: object, what: str) -> Mapping[str, Any]:
+    """``constants=`` or ``shapes=``: None, or a mapping keyed by name (anything else refused)."""
+    if given is None:
+        return {}
+    if not isinstance(given, Mapping) or not all(isinstance(k, str) for k in given):
+        raise UnsupportedOnnx(what, "argument", "model", f"{what}= must map names, got {given!r}")
+    return given
+
+
 def _bind_shapes(
     declared: Sequence[Any], shapes: Shapes
 ) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
@@ -235,7 +244,7 @@ def _bind_shapes(
             )
 
     for key, value in shapes.items():
-        dims = (value,) if isinstance(value, int) else tuple(value)
+        dims = (value,) if isinstance(value, int) else tuple(value) if _listlike(value) else (-1,)
         if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims):
             raise UnsupportedOnnx(
                 key, "graph input", "model", f"shapes= gives {value!r}; extents are ints >= 0"
@@ -252,3 +261,7 @@ def _bind_shapes(
                 key, "graph input", "model", "shapes= names no graph input and no dim symbol"
             )
     return given, symbols
+
+
+def _listlike(value: object) -> bool:
+    return isinstance(value, tuple | list)

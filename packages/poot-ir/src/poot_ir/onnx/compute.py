@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from functools import reduce
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +21,6 @@ from poot_ir.dtypes import DType
 from poot_ir.onnx.context import (
     FLOATS,
     NUMERIC,
-    Array,
     Const,
     Lowering,
     Node,
@@ -41,30 +39,8 @@ __all__ = ["RULES"]
 # -- elementwise ----------------------------------------------------------------------------
 
 
-def _np_div(a: Array, b: Array) -> Array:
-    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
-        if np.any(b == 0):
-            raise ZeroDivisionError("integer division by zero in a constant")
-        q = np.abs(a) // np.abs(b)
-        return np.where((a < 0) != (b < 0), -q, q).astype(np.result_type(a, b))
-    return np.asarray(np.divide(a, b))
-
-
-def _np_erf(x: Array) -> Array:
-    flat = [math.erf(float(v)) for v in x.reshape(-1).tolist()]
-    return np.asarray(flat, dtype=x.dtype).reshape(x.shape)
-
-
-def _unary(
-    emit: Callable[[Builder, Var], Var],
-    fold: Callable[[Array], Array],
-    dtypes: Sequence[DType] = FLOATS,
-) -> Rule:
+def _unary(emit: Callable[[Builder, Var], Var], dtypes: Sequence[DType] = FLOATS) -> Rule:
     def handler(lo: Lowering, n: Node) -> None:
-        vals = lo.folded((0,))
-        if vals is not None and vals[0] is not None:
-            lo.set(0, np.asarray(fold(vals[0])))
-            return
         x = lo.var(0)
         check_dtype(lo, x, dtypes, "the input")
         lo.set(0, emit(lo.b, x))
@@ -72,36 +48,23 @@ def _unary(
     return Rule(handler)
 
 
-def _binary(
-    emit: Callable[[Builder, Atom, Atom], Var], fold: Callable[[Array, Array], Array]
-) -> Rule:
+def _binary(emit: Callable[[Builder, Atom, Atom], Var]) -> Rule:
     def handler(lo: Lowering, n: Node) -> None:
         if len(n.inputs) != 2:
             raise lo.fail("model", f"takes 2 inputs, got {len(n.inputs)}")
-        vals = lo.folded((0, 1))
-        if vals is not None and vals[0] is not None and vals[1] is not None:
-            lo.set(0, np.asarray(fold(vals[0], vals[1])))
-            return
         a, c = lo.atoms((0, 1))
         lo.set(0, emit(lo.b, a, c))
 
     return Rule(handler)
 
 
-_FOLD_VARIADIC = {"max": np.maximum, "min": np.minimum, "sum": np.add}
-
-
 def _variadic(kind: str) -> Rule:
-    """Max, Min and Sum over any number of inputs, folded left to right."""
+    """Max, Min and Sum over any number of inputs, left to right."""
 
     def handler(lo: Lowering, n: Node) -> None:
         k = len(n.inputs)
         if k == 0:
             raise lo.fail("model", "takes at least one input")
-        vals = lo.folded(range(k))
-        if vals is not None:
-            lo.set(0, reduce(_FOLD_VARIADIC[kind], [v for v in vals if v is not None]))
-            return
         atoms = lo.atoms(range(k))
         # Values first (each operation is symmetric, and the first operand must be a value).
         values = [a for a in atoms if isinstance(a, Var)]  # atoms() keeps at least one
@@ -121,20 +84,12 @@ def _variadic(kind: str) -> Rule:
 
 
 def _relu(lo: Lowering, n: Node) -> None:
-    vals = lo.folded((0,))
-    if vals is not None and vals[0] is not None:
-        lo.set(0, np.maximum(vals[0], np.zeros((), vals[0].dtype)))
-        return
     x = lo.var(0)
     check_dtype(lo, x, NUMERIC, "the input")
     lo.set(0, lo.b.max(x, lo.b.literal(0, x.dtype)))
 
 
 def _pow(lo: Lowering, n: Node) -> None:
-    vals = lo.folded((0, 1))
-    if vals is not None and vals[0] is not None and vals[1] is not None:
-        lo.set(0, np.power(vals[0], vals[1]))
-        return
     e = lo.const(1, "exponent")
     x = lo.var(0)
     flat = np.unique(e.reshape(-1).astype(np.float64))
@@ -158,11 +113,6 @@ def _pow(lo: Lowering, n: Node) -> None:
 
 
 def _where(lo: Lowering, n: Node) -> None:
-    vals = lo.folded((0, 1, 2), movement=True)
-    if vals is not None and all(v is not None for v in vals):
-        cond, x, y = cast(list[Array], vals)
-        lo.set(0, np.where(cond, x, y))
-        return
     pred = lo.var(0)
     if pred.dtype is not DType.BOOL:
         raise lo.fail("dtype", f"the condition must be bool, got {pred.type}")
@@ -240,16 +190,6 @@ def _reduce(kind: str) -> Rule:
         axes = norm_axes(lo, axes_in, rank)
         kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
         count = math.prod(shape[a] for a in axes)
-        vals = lo.folded((0,))
-        if vals is not None and vals[0] is not None:
-            v = vals[0]
-            if kind == "max":
-                r = np.max(v, axis=axes, keepdims=keep)
-            else:
-                r = np.sum(v, axis=axes, keepdims=keep)
-                r = r / count if kind == "mean" else r
-            lo.set(0, np.asarray(r, v.dtype))
-            return
         b = lo.b
         x = lo.var(0)
         if kind == "max" and x.dtype is DType.BOOL:
@@ -269,10 +209,6 @@ def _reduce(kind: str) -> Rule:
 
 
 def _matmul(lo: Lowering, n: Node) -> None:
-    vals = lo.folded((0, 1))
-    if vals is not None and vals[0] is not None and vals[1] is not None:
-        lo.set(0, np.matmul(vals[0], vals[1]))
-        return
     b = lo.b
     a, c = lo.var(0), lo.var(1)
     ra, rc = a.type.rank, c.type.rank
@@ -398,25 +334,25 @@ def _rmsnorm(lo: Lowering, n: Node) -> None:
 
 
 RULES: Mapping[str, Rule] = {
-    "Abs": _unary(Builder.abs, np.abs, NUMERIC),
-    "Neg": _unary(Builder.neg, np.negative, NUMERIC),
-    "Reciprocal": _unary(Builder.recip, np.reciprocal),
-    "Exp": _unary(Builder.exp, np.exp),
-    "Log": _unary(Builder.log, np.log),
-    "Tanh": _unary(Builder.tanh, np.tanh),
-    "Erf": _unary(Builder.erf, _np_erf),
-    "Sqrt": _unary(Builder.sqrt, np.sqrt),
+    "Abs": _unary(Builder.abs, NUMERIC),
+    "Neg": _unary(Builder.neg, NUMERIC),
+    "Reciprocal": _unary(Builder.recip),
+    "Exp": _unary(Builder.exp),
+    "Log": _unary(Builder.log),
+    "Tanh": _unary(Builder.tanh),
+    "Erf": _unary(Builder.erf),
+    "Sqrt": _unary(Builder.sqrt),
     "Relu": Rule(_relu),
-    "Add": _binary(Builder.add, np.add),
-    "Sub": _binary(Builder.sub, np.subtract),
-    "Mul": _binary(Builder.mul, np.multiply),
-    "Div": _binary(Builder.div, _np_div),
+    "Add": _binary(Builder.add),
+    "Sub": _binary(Builder.sub),
+    "Mul": _binary(Builder.mul),
+    "Div": _binary(Builder.div),
     "Pow": Rule(_pow),
-    "Greater": _binary(Builder.gt, np.greater),
-    "GreaterOrEqual": _binary(Builder.ge, np.greater_equal),
-    "Less": _binary(lambda b, x, y: b.gt(y, x), np.less),
-    "LessOrEqual": _binary(lambda b, x, y: b.ge(y, x), np.less_equal),
-    "Equal": _binary(Builder.eq, np.equal),
+    "Greater": _binary(Builder.gt),
+    "GreaterOrEqual": _binary(Builder.ge),
+    "Less": _binary(lambda b, x, y: b.gt(y, x)),
+    "LessOrEqual": _binary(lambda b, x, y: b.ge(y, x)),
+    "Equal": _binary(Builder.eq),
     "Max": _variadic("max"),
     "Min": _variadic("min"),
     "Sum": _variadic("sum"),

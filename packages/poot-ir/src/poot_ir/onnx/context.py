@@ -10,9 +10,10 @@ An ONNX value is either a ``Var`` of the program being built or a ``Const``: an 
 constant costs nothing until an equation needs it: then it becomes a weight named after its ONNX
 value (a uniform one becomes a one-element weight and a ``broadcast_in_dim``), or, when it is
 not an initializer, is uniform and does not widen the broadcast, an inline literal. Integer
-constants of dtypes poot lacks (int64 shapes, axes and indices) are folded: read where a static
-value is needed, computed in numpy when every input is constant, and narrowed to i32 only where
-they index (``gather``), after a range check.
+constants of dtypes poot lacks (int64 shapes, axes and indices) are read where a static value
+is needed, computed at import by onnx's reference evaluator when every input of a node is
+constant (``poot_ir.onnx.folding``), and narrowed to i32 only where they index (``gather``),
+after a range check.
 """
 
 from __future__ import annotations
@@ -171,6 +172,8 @@ class Lowering:
         #: How many function bodies were inlined (``poot_ir.onnx.functions``): their prefix.
         self.expansions = 0
         self.weights: dict[str, Array] = {}
+        #: Bytes of every value folded so far (``poot_ir.onnx.folding``), held until the end.
+        self.folded_bytes = 0
         self._materialized: dict[str, Var] = {}
         self._arg_names: set[str] = set()
         self.where: tuple[str, str] = ("", "model")
@@ -395,27 +398,6 @@ class Lowering:
                 continue
             lit = self.literal(v) if inline else None
             out.append(lit if lit is not None else self.var(i))
-        return out
-
-    def folded(self, data: Sequence[int], movement: bool = False) -> list[Array | None] | None:
-        """Every input's value when this node is computed at import time, else None.
-
-        A node is folded when all its inputs are constants and either a data input (``data``)
-        has a dtype poot lacks (so numpy computes what ONNX specifies), or ``movement`` says the
-        node only moves elements (exact in numpy) and no data input is an initializer.
-        """
-        node = self.node
-        consts = [self.env.get(name) for name in node.inputs if name]
-        if not all(isinstance(c, Const) for c in consts):
-            return None
-        datas = [v for i in data if self.has(i) and isinstance(v := self.value(i), Const)]
-        odd = any(c.dtype is None for c in datas)
-        if not (odd or (movement and not any(c.initializer for c in datas))):
-            return None
-        out: list[Array | None] = []
-        for name in node.inputs:
-            c = self.env.get(name) if name else None
-            out.append(c.value if isinstance(c, Const) else None)
         return out
 
     # -- outputs ----------------------------------------------------------------------------

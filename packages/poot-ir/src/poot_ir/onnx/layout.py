@@ -42,13 +42,6 @@ def _gather(lo: Lowering, n: Node) -> None:
         raise lo.fail("model", "cannot gather from a scalar")
     axis = norm_axis(lo, lo.attr_int("axis", 0), len(shape))
     size = shape[axis]
-    vals = lo.folded((0,), movement=True)
-    if vals is not None and vals[0] is not None and vals[1] is not None:
-        if vals[1].dtype.kind not in "iu":
-            raise lo.fail("value", f"indices are {vals[1].dtype}, not integers")
-        lo.check_indices(vals[1], size, n.inputs[1])
-        lo.set(0, np.take(vals[0], vals[1], axis=axis))
-        return
     b = lo.b
     idx = lo.value(1)
     if isinstance(idx, Const) and idx.value.ndim == 0 and idx.value.dtype.kind in "iu":
@@ -71,10 +64,6 @@ def _transpose(lo: Lowering, n: Node) -> None:
     perm = tuple(reversed(range(rank))) if perm is None else perm
     if sorted(perm) != list(range(rank)):
         raise lo.fail("attribute", f"perm {perm} is not a permutation of {rank} axes")
-    vals = lo.folded((0,), movement=True)
-    if vals is not None and vals[0] is not None:
-        lo.set(0, np.transpose(vals[0], perm))
-        return
     x = lo.var(0)
     lo.set(0, x if perm == tuple(range(rank)) else lo.b.transpose(x, perm))
 
@@ -110,11 +99,7 @@ def _resolve_shape(
 
 
 def _reshape_to(lo: Lowering, shape: tuple[int, ...]) -> None:
-    """Output 0 is input 0 reshaped to ``shape`` (folded for constants)."""
-    vals = lo.folded((0,), movement=True)
-    if vals is not None and vals[0] is not None:
-        lo.set(0, np.reshape(vals[0], shape))
-        return
+    """Output 0 is input 0 reshaped to ``shape``."""
     lo.set(0, reshape(lo.b, lo.var(0), shape))
 
 
@@ -167,10 +152,6 @@ def _squeeze(lo: Lowering, n: Node) -> None:
 def _expand(lo: Lowering, n: Node) -> None:
     shape = lo.shape(0)
     out = tuple(int(d) for d in np.broadcast_shapes(shape, lo.ints(1, "shape")))
-    vals = lo.folded((0,), movement=True)
-    if vals is not None and vals[0] is not None:
-        lo.set(0, np.array(np.broadcast_to(vals[0], out)))
-        return
     lo.set(0, bcast(lo.b, lo.var(0), out))
 
 
@@ -198,10 +179,6 @@ def _slice(lo: Lowering, n: Node) -> None:
         if st == 0:
             raise lo.fail("value", f"step 0 on axis {a}")
         window[a] = slice(s, e, st)  # Python's clamping is ONNX's
-    vals = lo.folded((0,), movement=True)
-    if vals is not None and vals[0] is not None:
-        lo.set(0, np.array(vals[0][tuple(window)]))
-        return
     b = lo.b
     start, limit, stride = [0] * rank, list(shape), [1] * rank
     backward: list[tuple[int, range]] = []
@@ -227,10 +204,6 @@ def _concat(lo: Lowering, n: Node) -> None:
     rank = len(lo.shape(0))
     axis = norm_axis(lo, lo.attr_int("axis", 0), rank)
     k = len(n.inputs)
-    vals = lo.folded(range(k), movement=True)
-    if vals is not None and all(v is not None for v in vals):
-        lo.set(0, np.concatenate([v for v in vals if v is not None], axis=axis))
-        return
     lo.set(0, lo.b.concat([lo.var(i) for i in range(k)], axis))
 
 
@@ -253,12 +226,6 @@ def _split(lo: Lowering, n: Node) -> None:
     if len(sizes) != k or sum(sizes) != size or any(s < 0 for s in sizes):
         raise lo.fail("value", f"parts {sizes} do not split an axis of {size} into {k}")
     bounds = [0, *np.cumsum(sizes).tolist()]
-    vals = lo.folded((0,), movement=True)
-    if vals is not None and vals[0] is not None:
-        parts = np.split(vals[0], bounds[1:-1], axis=axis)
-        for i, part in enumerate(parts):
-            lo.set(i, part)
-        return
     x = lo.var(0)
     for i in range(k):
         start = tuple(bounds[i] if a == axis else 0 for a in range(len(shape)))
@@ -276,8 +243,9 @@ def _range(lo: Lowering, n: Node) -> None:
     count = max(math.ceil((float(lim) - float(s)) / float(d)), 0)
     dtype = DType.from_numpy(s.dtype)
     if dtype is None or dtype is DType.BOOL:
-        lo.set(0, np.arange(count, dtype=s.dtype) * d + s)
-        return
+        # Constant ranges of other dtypes (int64) are folded (``table._fold``); ONNX has no
+        # bool range.
+        raise lo.fail("dtype", f"a Range of {s.dtype}")
     # start + i * delta, i counted by iota: no weight, however long the range.
     b = lo.b
     y = b.iota((count,), dtype, 0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import warnings
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -229,7 +230,14 @@ def bound(vi: Any, value: Any) -> Array:
     if kind != "tensor_type":
         raise UnsupportedOnnx(vi.name, "graph input", "dtype", f"a value of {kind or 'no'} type")
     name, np_dtype = elem_types().get(vi.type.tensor_type.elem_type, ("?", None))
-    arr = value if isinstance(value, np.ndarray) else np.asarray(value, dtype=np_dtype)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # numpy's overflow in the cast
+            arr = value if isinstance(value, np.ndarray) else np.asarray(value, dtype=np_dtype)
+    except (TypeError, ValueError, OverflowError, RuntimeWarning) as err:  # junk, or too large
+        raise UnsupportedOnnx(
+            vi.name, "graph input", "model", f"constants= binds it to {value!r}, not {name}: {err}"
+        ) from None
     if np_dtype is None or arr.dtype != np_dtype:
         raise UnsupportedOnnx(
             vi.name, "graph input", "model", f"bound to a {arr.dtype} value, but it is {name}"
