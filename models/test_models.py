@@ -26,7 +26,7 @@ _IMPORTED: dict[str, Imported] = {}
 
 def _imported(m: RealModel) -> Imported:
     if m.name not in _IMPORTED:
-        _IMPORTED[m.name] = import_model(m.file(), shapes=m.shapes)
+        _IMPORTED[m.name] = import_model(m.file(), shapes=m.shapes, constants=m.constants)
     return _IMPORTED[m.name]
 
 
@@ -41,7 +41,7 @@ def test_oracle_matches_onnxruntime(m: RealModel, capsys: pytest.CaptureFixture[
     imp = _imported(m)
     got = imp.results(evaluate(imp.program, _feed(m, imp)))
     session = ort.InferenceSession(str(m.file()), providers=["CPUExecutionProvider"])
-    want = session.run(None, m.inputs())
+    want = session.run(None, {**m.inputs(), **m.constants})
     for out, ref in zip(session.get_outputs(), want, strict=True):
         y = got[out.name].astype(np.float64)
         diff = np.abs(y - ref)
