@@ -14,7 +14,7 @@ import pytest
 from onnx import helper
 from poot_ir import UnsupportedOnnx
 from poot_ir.onnx import import_model
-from test_onnx import F, I32, init, model, rand, run, vi
+from test_onnx import I32, F, init, model, rand, run, vi
 
 
 @pytest.mark.parametrize(
@@ -87,10 +87,14 @@ def test_lstm_clip_and_input_forget(coupled: bool) -> None:
     m = model(
         [
             helper.make_node(
-                "LSTM", ["x", "w", "r"], ["y"], hidden_size=hid, clip=1.5,
+                "LSTM",
+                ["x", "w", "r"],
+                ["y"],
+                hidden_size=hid,
+                clip=1.5,
                 input_forget=int(coupled),
             )
-        ],  # fmt: skip
+        ],
         [vi("x", (seq, batch, inp))],
         ["y"],
         [init("w", w), init("r", r)],
@@ -146,10 +150,14 @@ def test_rnn_activations_take_their_alphas_in_order() -> None:
     m = model(
         [
             helper.make_node(
-                "RNN", ["x", "w", "r"], ["y"], hidden_size=hid, activations=["LeakyRelu"],
+                "RNN",
+                ["x", "w", "r"],
+                ["y"],
+                hidden_size=hid,
+                activations=["LeakyRelu"],
                 activation_alpha=[0.25],
             )
-        ],  # fmt: skip
+        ],
         [vi("x", (2, 1, 2))],
         ["y"],
         [init("w", w), init("r", r)],
@@ -237,6 +245,3 @@ def test_reduce_prod_over_odd_lengths(axes: tuple[int, ...], keep: int) -> None:
     got = run(import_model(m), x=x)["y"]
     want = np.prod(x.astype(np.float64), axis=axes or None, keepdims=bool(keep))
     np.testing.assert_allclose(got, want, rtol=1e-5)
-
-
-
