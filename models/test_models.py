@@ -69,7 +69,7 @@ def test_plans_for_both_npu_targets(
     assert all(isinstance(r, Refusal) and isinstance(r.kind, RefusalKind) for r in p.refusals)
     kinds = sorted({r.kind.value for r in p.refusals})
     with capsys.disabled():
-        total = len(p.source.eqns)
+        total = len(p.legalized.eqns)  # the program admission ran on
         state = "admitted" if p.admitted else f"{len(p.refusals)} refusals: {', '.join(kinds)}"
         print(f"\n{m.name} on {target}: {len(p.admissions)} of {total} equations; {state}")
 

@@ -245,3 +245,18 @@ def test_reduce_prod_over_odd_lengths(axes: tuple[int, ...], keep: int) -> None:
     got = run(import_model(m), x=x)["y"]
     want = np.prod(x.astype(np.float64), axis=axes or None, keepdims=bool(keep))
     np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("act", ["Softplus", "Elu", "Sigmoid"])
+def test_rnn_activations_stay_finite_where_exp_would_overflow(act: str) -> None:
+    """Gate inputs of +-1000: e^1000 overflows f32, the activations do not."""
+    w = np.array([[[1000.0], [-1000.0]]], np.float32)
+    m = model(
+        [helper.make_node("RNN", ["x", "w", "r"], ["y"], hidden_size=2, activations=[act])],
+        [vi("x", (1, 1, 1))],
+        ["y"],
+        [init("w", w), init("r", np.zeros((1, 2, 2)))],
+    )
+    got = run(import_model(m), x=np.ones((1, 1, 1), np.float32))["y"].reshape(-1)
+    want = {"Softplus": [1000.0, 0.0], "Elu": [1000.0, -1.0], "Sigmoid": [1.0, 0.0]}[act]
+    np.testing.assert_array_equal(got, np.asarray(want, np.float32))

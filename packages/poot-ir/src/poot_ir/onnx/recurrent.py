@@ -28,6 +28,7 @@ import numpy as np
 from poot_ir.builder import Builder
 from poot_ir.core import Var
 from poot_ir.onnx.context import FLOATS, Lowering, Node, Rule, check_dtype
+from poot_ir.onnx.logic import sigmoid
 
 __all__ = ["RULES"]
 
@@ -50,12 +51,9 @@ _PARAMS: Mapping[str, tuple[float, ...]] = {
 
 
 def _activation(b: Builder, name: str, p: Sequence[float]) -> Act:
-    def sigmoid(x: Var) -> Var:
-        return b.recip(b.add(b.exp(b.neg(x)), 1.0))
-
     match name:
         case "Sigmoid":
-            return sigmoid
+            return lambda x: sigmoid(b, x)
         case "Tanh":
             return b.tanh
         case "Relu":
@@ -63,7 +61,8 @@ def _activation(b: Builder, name: str, p: Sequence[float]) -> Act:
         case "Softsign":
             return lambda x: b.div(x, b.add(b.abs(x), 1.0))
         case "Softplus":
-            return lambda x: b.log(b.add(b.exp(x), 1.0))
+            # max(x, 0) + log(1 + e^-|x|): no exp of a large x
+            return lambda x: b.add(b.max(x, 0.0), b.log(b.add(b.exp(b.neg(b.abs(x))), 1.0)))
         case "Affine":
             return lambda x: b.add(b.mul(x, p[0]), p[1])
         case "LeakyRelu":
@@ -75,7 +74,10 @@ def _activation(b: Builder, name: str, p: Sequence[float]) -> Act:
         case "HardSigmoid":
             return lambda x: b.max(b.min(b.add(b.mul(x, p[0]), p[1]), 1.0), 0.0)
         case "Elu":
-            return lambda x: b.select(b.ge(x, 0.0), x, b.mul(b.sub(b.exp(x), 1.0), p[0]))
+            # exp of min(x, 0) only: the branch not taken cannot overflow
+            return lambda x: b.select(
+                b.ge(x, 0.0), x, b.mul(b.sub(b.exp(b.min(x, 0.0)), 1.0), p[0])
+            )
     raise AssertionError(name)  # _activations checked the name
 
 
