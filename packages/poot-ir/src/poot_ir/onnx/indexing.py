@@ -19,6 +19,7 @@ import numpy as np
 
 from poot_ir.core import Var
 from poot_ir.dtypes import DType
+from poot_ir.onnx import resize
 from poot_ir.onnx.context import NUMERIC, Array, Const, Lowering, Node, Rule, check_dtype, norm_axis
 from poot_ir.onnx.folding import evaluate_node
 
@@ -83,8 +84,11 @@ def _pad(lo: Lowering, n: Node) -> None:
 
 def _resize(lo: Lowering, n: Node) -> None:
     mode = lo.attr("mode")
+    if mode in ("linear", "cubic") and n.op_type == "Resize":
+        resize.interpolate(lo, n)
+        return
     if mode not in (None, "nearest"):
-        raise lo.fail("attribute", f"mode {mode!r}: poot lowers Resize in nearest mode only")
+        raise lo.fail("attribute", f"mode {mode!r}: poot lowers Upsample in nearest mode only")
     x = lo.var(0)
     numbers = _trace(lo, n, np.float64)  # Resize takes float data: element numbers are exact
     _gather_numbers(lo, n, x, numbers)

@@ -170,10 +170,16 @@ def _clip(lo: Lowering, n: Node) -> None:
     lo.set(0, y)
 
 
+def sigmoid(b: Builder, x: Var) -> Var:
+    """``1 / (1 + e^-x)``, from ``e = e^-|x|`` (at most 1, so nothing overflows, in f32 or in
+    an FP16 stand-in): ``1 / (1 + e)`` for ``x >= 0``, ``e / (1 + e)`` below."""
+    e = b.exp(b.neg(b.abs(x)))
+    r = b.recip(b.add(e, 1.0))
+    return b.select(b.ge(x, 0.0), r, b.mul(e, r))
+
+
 def _sigmoid(lo: Lowering, n: Node) -> None:
-    x = _float_in(lo)
-    b = lo.b
-    lo.set(0, b.recip(b.add(b.exp(b.neg(x)), 1.0)))
+    lo.set(0, sigmoid(lo.b, _float_in(lo)))
 
 
 RULES: Mapping[str, Rule] = {

@@ -18,7 +18,7 @@ import numpy as np
 from poot_ir.core import Var
 from poot_ir.dtypes import DType
 from poot_ir.errors import EvaluationError, TypeCheckError, UnsupportedOnnx
-from poot_ir.onnx import compute, functions, indexing, layout, logic, nn
+from poot_ir.onnx import compute, functions, indexing, layout, logic, nn, recurrent, select
 from poot_ir.onnx.context import Array, Blocked, Const, Graph, Lowering, Node, Rule
 from poot_ir.onnx.folding import NEVER_FOLDED, evaluate_node
 
@@ -28,16 +28,24 @@ __all__ = ["OPS", "STATIC_INPUTS", "Rule", "lower"]
 STATIC_INPUTS: Mapping[str, tuple[int, ...]] = {
     "ConstantOfShape": (0,),
     "Expand": (1,),
+    "GRU": (4,),
+    "LSTM": (4,),
+    "OneHot": (1,),
     "Pow": (1,),
     "Range": (0, 1, 2),
+    "RNN": (4,),
     "ReduceMax": (1,),
     "ReduceMean": (1,),
+    "ReduceProd": (1,),
     "ReduceSum": (1,),
     "Reshape": (1,),
+    "Resize": (1, 2, 3),
     "Slice": (1, 2, 3, 4),
     "Split": (1,),
     "Squeeze": (1,),
+    "TopK": (1,),
     "Unsqueeze": (1,),
+    "Upsample": (1,),
 }
 
 
@@ -207,5 +215,7 @@ OPS: Mapping[str, Rule] = {
     **logic.RULES,
     **indexing.RULES,
     **nn.RULES,
+    **recurrent.RULES,
+    **select.RULES,
     "If": Rule(_if, frozenset({"then_branch", "else_branch"})),
 }

@@ -1,0 +1,262 @@
+"""The decomposed ONNX ops past their node cases: ``Einsum`` (whose node cases are float64, a dtype
+poot lacks), the recurrent layers' attributes the reference evaluator ignores (``clip``,
+``input_forget``, ``activations``, ``layout``), and ``TopK``/``OneHot``/``ReduceProd`` at their
+edges (ties, infinities, negative and out-of-range indices, odd lengths). Each is checked against
+numpy written here, independently of the lowering.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import helper
+from poot_ir import UnsupportedOnnx
+from poot_ir.onnx import import_model
+from test_onnx import I32, F, init, model, rand, run, vi
+
+
+@pytest.mark.parametrize(
+    ("equation", "shapes"),
+    [
+        ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+        ("...ij,...jk->...ik", [(2, 2, 3, 4), (2, 2, 4, 3)]),
+        ("ij->ji", [(3, 4)]),
+        ("ij->", [(3, 4)]),
+        ("i,i", [(5,), (5,)]),
+        ("ij,kj", [(3, 4), (2, 4)]),  # implicit output: ik
+        ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 2)]),
+        ("bhqd,bhkd->bhqk", [(1, 2, 3, 4), (1, 2, 5, 4)]),
+        ("abc,cd->dba", [(2, 3, 4), (4, 2)]),
+        ("ij,jk->k", [(3, 4), (4, 2)]),
+    ],
+)
+def test_einsum_matches_numpy(equation: str, shapes: list[tuple[int, ...]]) -> None:
+    names = [f"x{i}" for i in range(len(shapes))]
+    m = model(
+        [helper.make_node("Einsum", names, ["y"], equation=equation)],
+        [vi(n, s) for n, s in zip(names, shapes, strict=True)],
+        ["y"],
+        opset=12,
+    )
+    xs = {n: rand(*s) for n, s in zip(names, shapes, strict=True)}
+    got = run(import_model(m), **xs)["y"]
+    want = np.einsum(equation, *xs.values())
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_einsum_diagonal_is_a_typed_refusal() -> None:
+    m = model(
+        [helper.make_node("Einsum", ["x"], ["y"], equation="ii->i")],
+        [vi("x", (3, 3))],
+        ["y"],
+        opset=12,
+    )
+    with pytest.raises(UnsupportedOnnx, match="diagonal"):
+        import_model(m)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-x))
+
+
+def _lstm_ref(
+    x: np.ndarray, w: np.ndarray, r: np.ndarray, clip: float, coupled: bool
+) -> np.ndarray:
+    """A forward LSTM (gates i o f c, no bias) with the gate inputs clipped."""
+    h = np.zeros((x.shape[1], r.shape[-1]), np.float64)
+    c = np.zeros_like(h)
+    ys = []
+    for t in range(x.shape[0]):
+        g = np.clip(x[t] @ w[0].T + h @ r[0].T, -clip, clip)
+        i, o, f, cc = np.split(g, 4, axis=-1)
+        i = _sigmoid(i)
+        f = 1 - i if coupled else _sigmoid(f)
+        c = f * c + i * np.tanh(cc)
+        h = _sigmoid(o) * np.tanh(c)
+        ys.append(h)
+    return np.stack(ys)[:, None]
+
+
+@pytest.mark.parametrize("coupled", [False, True])
+def test_lstm_clip_and_input_forget(coupled: bool) -> None:
+    seq, batch, inp, hid = 3, 2, 3, 4
+    w, r = rand(1, 4 * hid, inp) * 3, rand(1, 4 * hid, hid) * 3  # large: the clip bites
+    m = model(
+        [
+            helper.make_node(
+                "LSTM",
+                ["x", "w", "r"],
+                ["y"],
+                hidden_size=hid,
+                clip=1.5,
+                input_forget=int(coupled),
+            )
+        ],
+        [vi("x", (seq, batch, inp))],
+        ["y"],
+        [init("w", w), init("r", r)],
+    )
+    x = rand(seq, batch, inp)
+    got = run(import_model(m), x=x)["y"]
+    want = _lstm_ref(x.astype(np.float64), w, r, 1.5, coupled)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _recurrent(op: str, layout: int, **attrs: Any) -> Any:
+    seq, batch, inp, hid = 3, 2, 3, 4
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    xs = (batch, seq, inp) if layout else (seq, batch, inp)
+    hs = (batch, 2, hid) if layout else (2, batch, hid)
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((2, gates * hid, inp)).astype(np.float32)
+    r = rng.standard_normal((2, gates * hid, hid)).astype(np.float32)
+    bias = rng.standard_normal((2, 2 * gates * hid)).astype(np.float32)
+    outs = ["y", "yh"] + (["yc"] if op == "LSTM" else [])
+    ins = ["x", "w", "r", "b", "", "h0"] + (["c0"] if op == "LSTM" else [])
+    node = helper.make_node(
+        op, ins, outs, hidden_size=hid, direction="bidirectional", layout=layout, **attrs
+    )
+    states = [vi("h0", hs)] + ([vi("c0", hs)] if op == "LSTM" else [])
+    return model(
+        [node],
+        [vi("x", xs), *states],
+        outs,
+        [init("w", w), init("r", r), init("b", bias)],
+        opset=14,
+    )
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_recurrent_layout_1_is_layout_0_batch_first(op: str) -> None:
+    attrs: dict[str, Any] = {"linear_before_reset": 1} if op == "GRU" else {}
+    x, h0, c0 = rand(3, 2, 3), rand(2, 2, 4), rand(2, 2, 4)
+    states = {"h0": h0, **({"c0": c0} if op == "LSTM" else {})}
+    seq_first = run(import_model(_recurrent(op, 0, **attrs)), x=x, **states)
+    batch_first = run(
+        import_model(_recurrent(op, 1, **attrs)),
+        x=x.transpose(1, 0, 2),
+        **{k: v.transpose(1, 0, 2) for k, v in states.items()},
+    )
+    np.testing.assert_array_equal(batch_first["y"], seq_first["y"].transpose(2, 0, 1, 3))
+    np.testing.assert_array_equal(batch_first["yh"], seq_first["yh"].transpose(1, 0, 2))
+
+
+def test_rnn_activations_take_their_alphas_in_order() -> None:
+    hid = 3
+    w, r = rand(1, hid, 2), rand(1, hid, hid)
+    m = model(
+        [
+            helper.make_node(
+                "RNN",
+                ["x", "w", "r"],
+                ["y"],
+                hidden_size=hid,
+                activations=["LeakyRelu"],
+                activation_alpha=[0.25],
+            )
+        ],
+        [vi("x", (2, 1, 2))],
+        ["y"],
+        [init("w", w), init("r", r)],
+    )
+    x = rand(2, 1, 2)
+    h = np.zeros((1, hid))
+    ys = []
+    for t in range(2):
+        pre = x[t] @ w[0].T + h @ r[0].T
+        h = np.where(pre >= 0, pre, 0.25 * pre)
+        ys.append(h)
+    np.testing.assert_allclose(run(import_model(m), x=x)["y"][:, 0], np.stack(ys), rtol=1e-5)
+
+
+def test_unequal_sequence_lens_are_a_typed_refusal() -> None:
+    m = model(
+        [helper.make_node("RNN", ["x", "w", "r", "", "lens"], ["y"], hidden_size=2)],
+        [vi("x", (3, 2, 2))],
+        ["y"],
+        [init("w", rand(1, 2, 2)), init("r", rand(1, 2, 2)), init("lens", [3, 2], np.int32)],
+    )
+    with pytest.raises(UnsupportedOnnx, match="sequence_lens"):
+        import_model(m)
+
+
+def _topk_model(k: int, largest: int, elem: int) -> Any:
+    return model(
+        [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=largest)],
+        [vi("x", (2, 6), elem)],
+        ["v", "i"],
+        [init("k", [k], np.int64)],
+    )
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+def test_topk_orders_ties_by_index_and_keeps_infinities(largest: int) -> None:
+    x = np.array(
+        [[1.0, -np.inf, 3.0, 3.0, -np.inf, 0.0], [np.inf, 2.0, 2.0, -1.0, np.inf, 2.0]],
+        np.float32,
+    )
+    got = run(import_model(_topk_model(5, largest, F)), x=x)
+    order = np.argsort(-x if largest else x, axis=1, kind="stable")[:, :5]
+    np.testing.assert_array_equal(got["i"], order)
+    np.testing.assert_array_equal(got["v"], np.take_along_axis(x, order, 1))
+
+
+def test_topk_of_i32_smallest_at_the_type_edges() -> None:
+    lo, hi = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    x = np.array([[hi, lo, 0, lo, hi, -1], [5, 5, 5, 5, 5, 5]], np.int32)
+    got = run(import_model(_topk_model(6, 0, I32)), x=x)
+    order = np.argsort(x, axis=1, kind="stable")
+    np.testing.assert_array_equal(got["i"], order)
+    np.testing.assert_array_equal(got["v"], np.take_along_axis(x, order, 1))
+
+
+def test_onehot_wraps_negative_indices_and_drops_out_of_range() -> None:
+    idx = np.array([[0, -1, 4, -5], [2, 5, -6, 3]], np.int32)
+    m = model(
+        [helper.make_node("OneHot", ["i", "d", "v"], ["y"], axis=0)],
+        [vi("i", (2, 4), I32)],
+        ["y"],
+        [init("d", 5, np.int64), init("v", [-2.0, 7.0])],
+    )
+    got = run(import_model(m), i=idx)["y"]
+    want = np.full((5, 2, 4), -2.0, np.float32)
+    for j, k in np.ndindex(idx.shape):
+        t = idx[j, k] + (5 if idx[j, k] < 0 else 0)
+        if 0 <= t < 5:
+            want[t, j, k] = 7.0
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(("axes", "keep"), [((1,), 1), ((0, 2), 0), ((), 1)])
+def test_reduce_prod_over_odd_lengths(axes: tuple[int, ...], keep: int) -> None:
+    x = (np.random.default_rng(1).uniform(0.5, 1.5, (3, 5, 7)) * [[[1]], [[-1]], [[1]]]).astype(
+        np.float32
+    )
+    inits = [init("axes", list(axes), np.int64)] if axes else []
+    m = model(
+        [helper.make_node("ReduceProd", ["x", "axes"] if axes else ["x"], ["y"], keepdims=keep)],
+        [vi("x", x.shape)],
+        ["y"],
+        inits,
+    )
+    got = run(import_model(m), x=x)["y"]
+    want = np.prod(x.astype(np.float64), axis=axes or None, keepdims=bool(keep))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("act", ["Softplus", "Elu", "Sigmoid"])
+def test_rnn_activations_stay_finite_where_exp_would_overflow(act: str) -> None:
+    """Gate inputs of +-1000: e^1000 overflows f32, the activations do not."""
+    w = np.array([[[1000.0], [-1000.0]]], np.float32)
+    m = model(
+        [helper.make_node("RNN", ["x", "w", "r"], ["y"], hidden_size=2, activations=[act])],
+        [vi("x", (1, 1, 1))],
+        ["y"],
+        [init("w", w), init("r", np.zeros((1, 2, 2)))],
+    )
+    got = run(import_model(m), x=np.ones((1, 1, 1), np.float32))["y"].reshape(-1)
+    want = {"Softplus": [1000.0, 0.0], "Elu": [1000.0, -1.0], "Sigmoid": [1.0, 0.0]}[act]
+    np.testing.assert_array_equal(got, np.asarray(want, np.float32))
