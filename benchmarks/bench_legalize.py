@@ -30,7 +30,7 @@ from poot_engine.engine import Entry
 from poot_engine.partitioned import PartitionedEntry
 from poot_ir import Program, Storage
 from poot_npu.registry import make_device
-from poot_planner import partition, summarize
+from poot_planner import Span, partition, summarize
 
 from benchmarks.harness import Figure
 
@@ -45,8 +45,9 @@ def _entry(
 ) -> PartitionedEntry:
     spans = partition(program, TARGET, legalization=legal)
 
-    def add_sub(sub: Program) -> Entry:
-        names = [a.name for a in sub.args if a.storage is Storage.WEIGHT]
+    def add_sub(span: Span) -> Entry:
+        names = [a.name for a in span.program.args if a.storage is Storage.WEIGHT]
+        sub = span.plan if span.plan is not None else span.program
         return engine.add_entry(sub, engine.load_weights({n: inputs[n] for n in names}))
 
     return PartitionedEntry.build(
