@@ -28,7 +28,6 @@ import numpy as np
 from poot_ir import CodegenError, DType, Eqn, Prim, Program, Var
 from poot_planner.fp16_guards import Guard, GuardKind
 
-from poot_codegen.openvino_quiet import Type
 from poot_codegen.openvino_quiet import opset16 as ops
 
 __all__ = ["GUARD_PREFIX", "guard_labels", "guard_result"]
