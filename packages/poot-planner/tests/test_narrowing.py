@@ -372,6 +372,58 @@ def test_an_intermediate_that_feeds_another_equation_is_guarded() -> None:
     assert intel(b.build()).narrowing is None
 
 
+def _two_slots(body: Callable[[Builder, Var, Var], Var]) -> Program:
+    b = Builder("p")
+    x, z = b.slot("x", F32, (4,)), b.slot("z", F32, (4,))
+    b.output("y", body(b, x, z))
+    return b.build()
+
+
+def test_a_difference_read_only_through_a_clamp_is_not_guarded() -> None:
+    # (x - z) clamped to [0, 2^-12] then amplified: how a legalized comparison reads it. The
+    # difference may overflow to inf in FP16 (60000 - -60000); the clamp gives 2^-12 for inf
+    # exactly as for the exact 120000, so guarding it would refuse a right result
+    def clamped(b: Builder, x: Var, z: Var) -> Var:
+        return b.mul(b.min(b.max(b.sub(x, z), 0.0), 2.0**-12), 4096.0)
+
+    assert _guards(_two_slots(clamped)) == []
+
+    # through min's legalized form -max(-a, -b) too (neg swaps the sides bounded)
+    def negated(b: Builder, x: Var, z: Var) -> Var:
+        m = b.max(b.sub(x, z), 0.0)
+        return b.mul(b.neg(b.max(b.neg(m), -(2.0**-12))), 4096.0)
+
+    assert _guards(_two_slots(negated)) == []
+
+    # x == z legalized: -max(x - z, z - x) >= 0, both differences only ordered, then compared
+    def equal(b: Builder, x: Var, z: Var) -> Var:
+        return b.convert(b.ge(b.neg(b.max(b.sub(x, z), b.sub(z, x))), 0.0), F32)
+
+    assert _guards(_two_slots(equal)) == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        lambda b, x, z: b.mul(b.max(b.sub(x, z), 0.0), 4096.0),  # one side only: inf stays inf
+        lambda b, x, z: b.mul(b.min(b.max(b.sub(x, z), 0.0), 1e30), 2.0),  # past FP16's range
+        lambda b, x, z: (lambda d: b.add(b.min(b.max(d, 0.0), 1.0), d))(b.sub(x, z)),  # raw
+        lambda b, x, z: b.convert(b.ge(b.sub(x, z), x), F32),  # compared with a value
+    ],
+)
+def test_a_difference_read_any_other_way_is_guarded(body: Callable[..., Var]) -> None:
+    assert (0, "sub", "overflow", 0) in _guards(_two_slots(body))
+
+
+def test_a_dead_equation_is_not_guarded() -> None:
+    # the product feeds only a value no result depends on: its overflow changes no result
+    def body(b: Builder, x: Var, z: Var) -> Var:
+        b.exp(b.mul(x, z))
+        return b.add(x, z)
+
+    assert _guards(_two_slots(body)) == []
+
+
 def test_a_dominated_sentinel_may_mask() -> None:
     """exp(-(x + 1e5)) and max(x - 1e9, x): admitted, each sentinel add checked for dominance
     on its side."""

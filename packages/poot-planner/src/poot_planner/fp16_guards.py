@@ -11,9 +11,15 @@ equations are guarded and how:
 
 - ``OVERFLOW``: an equation that computes new values (add, sub, mul, div, sqrt, exp, ...,
   reduce_sum, matmul) on narrowed data, unless its value is only ever a program result (the
-  result range check sees that). The flag is set when an element is infinite or NaN; where an
+  result range check sees that), and only where a result depends on it. The flag is set when an element is infinite or NaN; where an
   operand may itself carry an infinity (from an infinite literal or a sentinel), only where every
   operand element is finite (``fresh``), since an inherited infinity is the F32 program's own.
+  An add, subtract or multiply of finite operands whose value is only ordered (``neg``,
+  ``max``, ``min``) until it is clamped between literals inside FP16's range or compared with
+  one (how the legalized comparisons read a difference) is not guarded: its FP16 overflow is an
+  infinity (or 65504, on a saturating NPU) on the side of the exact value, which is beyond 65504
+  there too, so the clamp or the comparison gives what the exact value gives. Those three
+  cannot make a NaN from finite operands.
 - ``SENTINEL``: the sentinel rule below.
 
 The sentinel rule (``SENTINEL_RULE``, published in docs/features.md). The specification saturates
@@ -36,7 +42,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from poot_ir import DType, Literal, Prim, Program, Var
+from poot_ir import DType, Eqn, Literal, Prim, Program, Var
 
 from poot_planner.refusal import Refusal, RefusalKind
 
@@ -56,7 +62,10 @@ OVERFLOW_RULE = (
     "Every narrowed equation that computes new values and feeds another equation returns, "
     "inside the graph, a flag set when its FP16 value is infinite or NaN (where its operands "
     "are finite); the device checks the flags after every run and refuses the step "
-    "(NarrowingRangeIntermediate, naming the equation) before any state changes."
+    "(NarrowingRangeIntermediate, naming the equation) before any state changes. An add, "
+    "subtract or multiply of finite operands that is only ordered (neg, max, min) until it is "
+    "clamped between literals inside FP16's range or compared with one is not flagged: its "
+    "overflow gives the answer the exact value gives."
 )
 
 
@@ -137,11 +146,58 @@ def analyse(program: Program, limit: float) -> Guards:
     inf: set[int] = set()  # var ids that may hold an inherited infinity
     refusals: list[Refusal] = []
     guards: list[Guard] = []
+    results = {v.id for _, v in program.results()}
+    live = set(results)  # values a result depends on: a dead equation's overflow changes none
+    for e in reversed(program.eqns):
+        if e.out.id in live:
+            live.update(a.id for a in e.inputs if isinstance(a, Var))
     uses: dict[int, int] = {}
+    readers: dict[int, list[Eqn]] = {}
     for e in program.eqns:
+        if e.out.id not in live:
+            continue
         for a in e.inputs:
             if isinstance(a, Var):
                 uses[a.id] = uses.get(a.id, 0) + 1
+                readers.setdefault(a.id, []).append(e)
+
+    def literal_bound(e: Eqn) -> bool:
+        """``e`` takes one finite literal inside FP16's range (the other operand a value)."""
+        lits = [a for a in e.inputs if isinstance(a, Literal)]
+        return len(lits) == 1 and math.isfinite(v := lits[0].as_float()) and abs(v) <= limit
+
+    memo: dict[tuple[int, bool, bool], bool] = {}
+
+    def only_clamped(vid: int, below: bool = False, above: bool = False) -> bool:
+        """Every path from ``vid`` only orders it until it is clamped on both sides by literals
+        inside FP16's range, or compared with such a literal. Ordering steps (``neg``, which
+        swaps the sides; ``max``/``min``, bounding a side when the other operand is such a
+        literal) keep a value beyond 65504 and its FP16 infinity on the same side, so the clamp
+        or the comparison gives the same answer for both (a legalized ``min`` is
+        ``-max(-a, -b)``; a legalized ``a == b`` is ``-max(a - b, b - a) >= 0``)."""
+        if below and above:
+            return True
+        key = (vid, below, above)
+        if key in memo:
+            return memo[key]
+        memo[key] = False  # a value never reaches itself (a program is acyclic)
+        ok = vid not in results and bool(readers.get(vid))
+        for r in readers.get(vid, ()) if ok else ():
+            lit = literal_bound(r)
+            if r.prim is Prim.NEG:
+                ok = only_clamped(r.out.id, above, below)
+            elif r.prim in (Prim.GE, Prim.GT, Prim.EQ):
+                ok = lit  # both beyond 65504 and infinite: the same side of the literal
+            elif r.prim is Prim.MAX:
+                ok = only_clamped(r.out.id, below or lit, above)
+            elif r.prim is Prim.MIN:
+                ok = only_clamped(r.out.id, below, above or lit)
+            else:
+                ok = False
+            if not ok:
+                break
+        memo[key] = ok
+        return ok
 
     def refuse(i: int, prim: str, use: str) -> None:
         facts = (("sentinel", "a saturated additive literal's value"), ("use", use))
@@ -198,6 +254,9 @@ def analyse(program: Program, limit: float) -> Guards:
             and e.out.dtype is DType.F32
             and uses.get(out, 0) > 0
             and not infinite_literal
+            and not (
+                e.prim in (Prim.ADD, Prim.SUB, Prim.MUL) and not inherits and only_clamped(out)
+            )
         ):
             guards.append(Guard(i, prim, GuardKind.OVERFLOW, fresh=inherits))
     for name, v in program.results():

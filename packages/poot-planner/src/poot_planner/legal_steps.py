@@ -23,18 +23,29 @@ __all__ = [
 
 TINY_F16 = 2.0**-24  # FP16's smallest subnormal
 _AMP = 4096.0  # 2^12: two clamped steps amplify by 2^24, exactly (powers of two)
+_LIMIT = 1.0 / _AMP  # the first clamp: every nonzero |d| >= 2^-24 stays >= 2^-24, and d * 2^12 <= 1
 
 
 def step(em: Emit, d: Var) -> Var:
     """1 where ``d > 0``, else 0, exactly for an F16 ``d`` (``poot_planner.legal_rules``)."""
-    g = em.max(d, 0.0)
-    g = em.min(em.mul(g, _AMP), 1.0)
+    # clamped to 2^-12 before the first amplification, so no step exceeds 4096: an amplified
+    # large difference would overflow FP16 to inf, which the device's overflow guard refuses
+    g = em.clamp(d, 0.0, _LIMIT)
+    g = em.mul(g, _AMP)
+    return em.min(em.mul(g, _AMP), 1.0)
+
+
+def nonzero(em: Emit, d: Var) -> Var:
+    """1 where ``d != 0``, else 0, exactly for an F16 ``d``: ``step`` of ``|d|``, the clamp
+    taken before the absolute value so that ``d`` itself is only ever clamped."""
+    g = em.abs(em.clamp(d, -_LIMIT, _LIMIT))
+    g = em.mul(g, _AMP)
     return em.min(em.mul(g, _AMP), 1.0)
 
 
 def sign(em: Emit, x: Var) -> Var:
     """-1, 0 or 1 by the sign of ``x``, exactly for an F16 ``x`` (|x| >= 2^-24 when nonzero)."""
-    s = em.clamp(em.mul(x, _AMP), -1.0, 1.0)
+    s = em.mul(em.clamp(x, -_LIMIT, _LIMIT), _AMP)  # clamped first, as in ``step``
     return em.clamp(em.mul(s, _AMP), -1.0, 1.0)
 
 
@@ -70,7 +81,7 @@ def mask_of(em: Emit, pred: Var, ctx: RuleContext) -> Var | None:
         case Prim.GE:  # a >= b  <=>  not (b - a > 0)
             return em.sub(1.0, step(em, em.sub(b, a)))
         case _:  # a == b  <=>  not (|a - b| > 0)
-            return em.sub(1.0, step(em, em.abs(em.sub(a, b))))
+            return em.sub(1.0, nonzero(em, em.sub(a, b)))
 
 
 def multiplicand(em: Emit, v: Var | Literal, ctx: RuleContext) -> Var | Literal | None:
