@@ -12,6 +12,9 @@ It starts holding one file: OpenVINO's telemetry opt-out (``~/intel/openvino_tel
 containing ``0``, what its ``opt_in_out --opt_out`` writes). ``import openvino`` initialises
 its telemetry, which otherwise writes ``~/intel/openvino_ga_cid`` and ``~/intel/stats``.
 Hypothesis runs derandomized with no example database, so it writes no ``.hypothesis``.
+
+Under pytest-xdist (the nox ``tests`` session runs two workers) every worker has its own fake
+home and sends what was written there to the controller, which fails the run.
 """
 
 from __future__ import annotations
@@ -57,8 +60,22 @@ def written_under_home() -> list[str]:
     return sorted(k for k in now.keys() | _AT_START.keys() if now.get(k) != _AT_START.get(k))
 
 
+_WORKERS_WROTE: list[str] = []  # under xdist: what each worker's own fake home gained
+
+
+def pytest_testnodedown(node: object, error: object) -> None:
+    """The controller collects each xdist worker's list (a worker's exit status is not the
+    run's), so a write under any worker's fake home fails the whole run."""
+    _WORKERS_WROTE.extend(getattr(node, "workeroutput", {}).get("home_written", []))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     written = written_under_home()
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: the controller reports and fails the run
+        workeroutput["home_written"] = written
+        written = []
+    written += _WORKERS_WROTE
     if written:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         lines = [f"the test run wrote under HOME/XDG dirs ({FAKE_HOME}):", *written[:20]]

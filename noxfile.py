@@ -27,7 +27,9 @@ SOURCES = [f"packages/poot-{p}/src" for p in PACKAGES] + ["src"]
 def tests(session: nox.Session) -> None:
     """The whole test run. Hardware tests (markers ``xdna``, ``npu_intel``) are collected too,
     so each shows as a skip with "hardware unavailable" and its reason, never a pass."""
-    session.run("pytest", "-q", *session.posargs)
+    # two workers (the machines have two cores), each test file on one worker: a file's
+    # module-level caches (the ONNX node cases, a device opened once) stay in one process
+    session.run("pytest", "-q", "-n", "2", "--dist", "loadfile", *session.posargs)
 
 
 @nox.session

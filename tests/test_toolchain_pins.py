@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import sys
+import tomllib
 from pathlib import Path
 from types import ModuleType
 
@@ -123,16 +124,33 @@ AIECC_IMPORTS = (
     "aie.dialects.aie",
 )
 EXTRAS_IMPORTS = ("aie.extras.dialects.ext.arith", "yaml", "bytecode", "cloudpickle", "numpy")
-# the ones PyPI provides, so uv.lock (poot-npu[xdna]) must: importable in this environment
-FROM_PYPI = ("aiofiles", "rich", "yaml", "bytecode", "cloudpickle", "numpy")
+# the ones PyPI provides, so uv.lock must, each in the package that needs it: (import name,
+# distribution, locked package and its extra; "" for an ordinary dependency)
+FROM_PYPI = (
+    ("aiofiles", "aiofiles", "poot-npu", "xdna"),
+    ("yaml", "pyyaml", "poot-npu", "xdna"),
+    ("bytecode", "bytecode", "poot-npu", "xdna"),
+    ("cloudpickle", "cloudpickle", "poot-npu", "xdna"),
+    ("rich", "rich", "poot", ""),  # the root command line's
+    ("numpy", "numpy", "poot-ir", ""),
+)
+
+
+def _locked(package: str, extra: str) -> set[str]:
+    """The distributions uv.lock lists for ``package`` (its ``extra``'s, when named)."""
+    lock = tomllib.loads((Path(__file__).resolve().parents[1] / "uv.lock").read_text())
+    (p,) = (p for p in lock["package"] if p["name"] == package)
+    deps = p.get("optional-dependencies", {}).get(extra, []) if extra else p.get("dependencies", [])
+    return {d["name"] for d in deps}
 
 
 def test_the_manifest_names_every_module_the_driver_and_its_extras_import() -> None:
     modules = set(manifest().python_modules)
     missing = [m for m in (*AIECC_IMPORTS, *EXTRAS_IMPORTS) if m not in modules]
     assert missing == []
-    for name in FROM_PYPI:
-        assert importlib.util.find_spec(name) is not None, name
+    assert [m for m, *_ in FROM_PYPI if m not in (*AIECC_IMPORTS, *EXTRAS_IMPORTS)] == []
+    unlocked = [(d, p, x) for _, d, p, x in FROM_PYPI if d not in _locked(p, x)]
+    assert unlocked == []
 
 
 def test_the_extras_pin_names_a_revision_and_the_archive_of_it() -> None:
