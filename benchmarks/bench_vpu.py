@@ -205,6 +205,11 @@ def run() -> list[Figure]:
                 "x",
                 aim="<= 1.1 (issue 15)",
             ),
+            Figure(
+                "raw start_async + wait_for / raw infer() (the async hand-off: step / infer floor)",
+                t["async"] / t["infer"],
+                "x",
+            ),
             Figure("  step: engine host work outside the dispatch (Stats mean)", host * us, "us"),
             Figure("  step: the dispatch (Stats mean: start, wait)", dev * us, "us"),
         ]

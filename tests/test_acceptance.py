@@ -18,6 +18,7 @@ def test_acceptance_on_cpu_passes_and_writes_a_stand_in_receipt(tmp_path: Path) 
     r = json.loads(out.read_text())
     assert r["passed"] is True and r["device"]["kind"] == "stand-in"
     assert r["device"]["name"] == "cpu" and r["poot"]["version"]
+    assert r["device"]["driver"] == "none (a stand-in)" and r["device"]["kernel"]
     names = [c["name"] for c in r["checks"]]
     assert "exp f32 at its domain's edges" in names
     assert "cache: a second process compiles nothing" in names
@@ -58,8 +59,48 @@ def test_a_failed_check_exits_1(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     def failing(*args: object) -> object:
         yield acceptance.Check("a check that failed", False, 2.0, "error/bound")
 
-    for name in ("_capabilities", "_regions", "cache_checks", "poisoning_checks"):
+    for name in ("_capabilities", "region_checks", "cache_checks", "poisoning_checks"):
         monkeypatch.setattr(acceptance, name, failing)
     out = tmp_path / "r.json"
     assert main(["acceptance", "--device", "cpu", "-o", str(out)]) == 1
     assert json.loads(out.read_text())["passed"] is False
+
+
+def test_every_xdna2_region_bound_at_and_one_past_its_limit_on_xdna_host(tmp_path: Path) -> None:
+    """Each limit of the xdna2 region table has an "at" and a "one past" check, and all pass
+    on the stand-in: the at-limit programs run verified, the one-past ones split or are refused
+    with the typed limit; the flag word refuses exp(100) computed inside a region."""
+    from poot_engine import Engine
+    from poot_npu.xdna_host import XdnaHostDevice
+    from poot_planner import get_target
+
+    from poot.acceptance_regions import region_checks
+
+    limits = get_target("xdna2").region_limits
+    assert limits is not None
+    with Engine(XdnaHostDevice(tmp_path / "k"), tmp_path / "c", verify="always") as engine:
+        checks = list(region_checks(engine, "xdna2"))
+    failed = [(c.name, c.detail) for c in checks if not c.passed]
+    assert not failed
+    names = [c.name for c in checks]
+    table = {
+        "compute tiles": limits.compute_tiles,
+        "host streams in": limits.host_streams_in,
+        "host streams out": limits.host_streams_out,
+        "streams into a tile": limits.streams_per_tile,
+        "tile-local bytes": limits.tile_bytes,
+        "contexts": limits.contexts,
+        "host buffers per kernel call": limits.host_buffers,
+        "elements per tensor": limits.tensor_elements,
+    }
+    for what, limit in table.items():
+        assert f"{what}: {limit} (at the limit of {limit})" in names, what
+        assert any(n.startswith(f"{what}: ") and "one past" in n for n in names), what
+    by = {c.name: c for c in checks}
+    at = by[f"tile-local bytes: {limits.tile_bytes} (at the limit of {limits.tile_bytes})"]
+    assert at.figure == limits.tile_bytes and "verified" in at.detail
+    (past,) = [c for c in checks if c.name.startswith("tile-local bytes") and "one past" in c.name]
+    assert past.figure is not None and past.figure > limits.tile_bytes
+    assert "limit=tile_bytes" in past.detail
+    (flag,) = [c for c in checks if c.name.startswith("flag word")]
+    assert flag.passed and "region 0 flagged" in flag.detail

@@ -6,8 +6,10 @@ The checks, each with a figure and a verdict (``ACCEPTANCE_CHECKS`` lists them b
 - every capability of the device's target against the oracle, on inputs reaching its domain's
   edges from inside (a verified engine: the worst error over its bound is the figure), and one
   value past the domain, which must be refused with a typed error;
-- XDNA2: the region bounds at and one past each limit (compute tiles, host streams in, the
-  context count) and several regions in one program, each run verified;
+- XDNA2 (``acceptance_regions``): every region bound of the target table at and one past its
+  limit (compute tiles, host streams in and out, tile-local bytes, streams into a tile,
+  contexts, host buffers, elements per tensor), several regions in one program, each run
+  verified, and the region flag word refusing a value computed outside its domain;
 - Intel: the F32 boundary (65504 runs, the next F32 up is refused) and the narrowing contract's
   normwise error, measured;
 - the blob cache: a second process compiles nothing; a damaged entry is recompiled and repaired;
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -60,10 +63,11 @@ from poot_ir.numerics import (
     PositiveNormal,
 )
 from poot_npu.registry import DeviceInfo, DeviceKind
-from poot_planner import RefusalKind, get_target, plan
+from poot_planner import get_target, plan
 from poot_planner.features import render_bound, render_domain
 
-from poot.acceptance_engine import Check, cache_checks, neg_chain, poisoning_checks
+from poot.acceptance_engine import Check, cache_checks, poisoning_checks
+from poot.acceptance_regions import region_checks
 
 __all__ = ["Check", "Receipt", "run_acceptance"]
 
@@ -118,9 +122,31 @@ def _commit() -> str:
     return done.stdout.strip() if done.returncode == 0 else "unknown"
 
 
+#: The kernel module each target's NPU is driven by (Linux: amdxdna, intel_vpu).
+_MODULES = {"xdna2": "amdxdna", "intel-npu4": "intel_vpu"}
+
+
+def _driver(target: str) -> str:
+    """The NPU's kernel driver as sysfs shows it: its module's version, or whether it is
+    loaded (an in-tree module may carry no version)."""
+    module = _MODULES.get(target)
+    if module is None:
+        return "unknown"
+    root = Path("/sys/module") / module
+    try:
+        return f"{module} {(root / 'version').read_text().strip()}"
+    except OSError:
+        return f"{module} loaded (no version in sysfs)" if root.is_dir() else f"{module} not loaded"
+
+
 def _identity(info: DeviceInfo, device: Device) -> dict[str, Any]:
     i = device.identity
     return {
+        "kernel": platform.release(),
+        "driver": _driver(info.target) if info.kind is DeviceKind.HARDWARE else "none (a stand-in)",
+        # the NPU firmware's version is shown by the vendor tools (xrt-smi examine; the Intel
+        # driver's dmesg line); poot has no read of it
+        "firmware": "not read by poot",
         "name": info.name,
         "target": info.target,
         "kind": "stand-in" if info.kind is not DeviceKind.HARDWARE else "hardware",
@@ -223,57 +249,6 @@ def _capabilities(engine: Engine, target: str, receipt: Receipt) -> Iterator[Che
             yield Check(name, ok, worst, "error/bound", refused)
 
 
-# -- XDNA2 region bounds ------------------------------------------------------------------------
-
-
-def _add_chain(slots: int) -> Program:
-    b = Builder(f"accept_streams{slots}")
-    acc = b.slot("x0", F32, (2, 8))
-    for i in range(1, slots):
-        acc = b.add(acc, b.slot(f"x{i}", F32, (2, 8)))
-    b.output("y", acc)
-    return b.build()
-
-
-def _run_verified(engine: Engine, program: Program) -> str:
-    entry = engine.add_entry(program)
-    rng = np.random.default_rng(0)
-    feed = {a.name: rng.uniform(-1, 1, a.var.shape).astype(np.float32) for a in program.args}
-    engine.step(entry, feed)
-    engine.remove_entry(entry)
-    p = plan(program, engine.device.target)
-    return f"{len(p.regions)} region(s), {p.contexts} context(s), verified"
-
-
-def _regions(engine: Engine, target: str) -> Iterator[Check]:
-    limits = get_target(target).region_limits
-    if limits is None:
-        return
-    cases: list[tuple[str, Callable[[int], Program], int]] = [
-        ("compute tiles", neg_chain, limits.compute_tiles),
-        ("host streams in", _add_chain, limits.host_streams_in),
-        ("contexts", lambda n: neg_chain(n * limits.compute_tiles), limits.contexts),
-    ]
-    for what, make, limit in cases:
-        for n in (limit, limit + 1):
-            program = make(n)
-            p = plan(program, target)
-            name = f"{what}: {n} ({'at' if n == limit else 'one past'} the limit of {limit})"
-            if what == "contexts" and n > limit:
-                kinds = {r.kind for r in p.refusals}
-                ok = RefusalKind.CONTEXT_LIMIT in kinds
-                yield Check(
-                    name, ok, p.contexts, "contexts", "refused: context limit" if ok else str(kinds)
-                )
-                continue
-            try:
-                yield Check(
-                    name, p.admitted, len(p.regions), "regions", _run_verified(engine, program)
-                )
-            except PootError as err:
-                yield Check(name, False, detail=f"{type(err).__name__}: {err}")
-
-
 # -- Intel: the F32 boundary and the narrowing contract ------------------------------------------
 
 
@@ -360,7 +335,7 @@ def run_acceptance(info: DeviceInfo, progress: Callable[[Check], None]) -> Recei
     try:
         with Engine(device, cache_dir=root / "cache", verify="always") as engine:
             add(_capabilities(engine, info.target, receipt))
-            add(_regions(engine, info.target))
+            add(region_checks(engine, info.target))
             add(_narrowing(engine, info.make, info.target, receipt))
         add(cache_checks(info, info.make, root))
         add(poisoning_checks(info.make, root))

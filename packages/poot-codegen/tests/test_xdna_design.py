@@ -71,7 +71,9 @@ def test_layout_offsets_are_fixed_aligned_and_disjoint() -> None:
     assert layout == build_layout(plan(xdna2_two_regions(), "xdna2"))  # fixed: same every time
     assert len(layout.arenas) <= 5
     roles = [a.role for a in layout.arenas]
-    assert roles == [ArenaRole.INPUTS, ArenaRole.RESULTS, ArenaRole.SCRATCH]
+    assert roles == [ArenaRole.INPUTS, ArenaRole.RESULTS, ArenaRole.SCRATCH, ArenaRole.FLAGS]
+    # one flag word per region, in the last arena
+    assert layout.arenas[-1].nbytes >= 4 * len(pl.regions)
     by_arena: dict[int, list[tuple[int, int]]] = {}
     for s in layout.slots:
         assert s.offset % ARENA_ALIGN == 0 and s.span % 4 == 0 and s.span >= s.nbytes
@@ -95,7 +97,7 @@ def test_weights_inputs_and_results_arenas_and_no_slot_for_internal_values() -> 
     pl = plan(xdna_programs.chain(), "xdna2").check()
     design = design_program(pl)
     layout = design.layout
-    assert [a.role for a in layout.arenas] == [ArenaRole.INPUTS, ArenaRole.RESULTS]
+    assert [a.role for a in layout.arenas] == [ArenaRole.INPUTS, ArenaRole.RESULTS, ArenaRole.FLAGS]
     region = pl.regions[0]
     assert region.internal  # add -> mul -> exp move tile to tile
     for v in region.internal:
@@ -108,7 +110,7 @@ def test_weights_inputs_and_results_arenas_and_no_slot_for_internal_values() -> 
         design.regions[0].fifo("v999999")
     norm = plan(xdna_programs.rmsnorm_weight(), "xdna2").check()
     roles = [a.role for a in build_layout(norm).arenas]
-    assert roles == [ArenaRole.WEIGHTS, ArenaRole.INPUTS, ArenaRole.RESULTS]
+    assert roles == [ArenaRole.WEIGHTS, ArenaRole.INPUTS, ArenaRole.RESULTS, ArenaRole.FLAGS]
 
 
 def test_a_result_that_is_an_argument_shares_its_slot() -> None:
@@ -255,9 +257,11 @@ def _big() -> Program:
     [
         (_negs(33), {"compute_tiles": 64}, "compute tiles", 33, 32),
         (xdna_programs.two_regions(17), {"host_streams_in": 32}, "host streams in", 17, 16),
-        (_fanout(17), {"host_streams_out": 32}, "host streams out", 17, 16),
+        # 17 values and the flag word
+        (_fanout(17), {"host_streams_out": 32}, "host streams out", 18, 16),
         (_three_streams(), {"streams_per_tile": 3}, "streams into a tile", 3, 2),
-        (_big(), {"tile_bytes": 1 << 20}, "tile-local bytes", 640000, 64512),
+        # the whole tensor in and out, double buffered, and the one core's flag word
+        (_big(), {"tile_bytes": 1 << 20}, "tile-local bytes", 640004, 64512),
     ],
 )
 def test_validation_refuses_a_design_past_each_bound(

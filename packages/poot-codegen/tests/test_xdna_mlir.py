@@ -104,21 +104,35 @@ def test_rendered_text_is_self_consistent(name: str) -> None:
         assert text.count("{") == text.count("}")
         assert text.count("aie.device(npu2) {") == 1
         declared = set(re.findall(r"aie\.objectfifo @(\w+)\(", text))
-        used = set(re.findall(r"@(v\d+)\((?:Produce|Consume)", text))
+        used = set(re.findall(r"@(\w+)\((?:Produce|Consume)", text))
         used |= set(re.findall(r"metadata = @(\w+)", text))
         used |= set(re.findall(r"symbol = @(\w+)", text))
-        assert used <= declared and declared == {f.name for f in region.fifos}
+        flag_links = {name for name, _, _ in region.flag.links()}
+        assert used == declared == {f.name for f in region.fifos} | flag_links
+        # the flag word goes from the chain's last core to a shim, into the flags arena
+        t = region.flag.transfer
+        flags_arena = len(design.layout.arenas) - 1
+        assert t.arena == flags_arena and t.offset == 4 * region.index and t.nbytes == 4
+        assert (
+            f"aiex.npu.dma_memcpy_nd(%arg{flags_arena}[0, 0, 0, {t.offset}][1, 1, 1, 4]"
+            f"[0, 0, 0, 1]) {{id = {t.bd} : i64, issue_token = true, metadata = @{t.fifo}}}"
+        ) in text
+        assert text.rstrip().splitlines()[-4] == f"      aiex.npu.dma_wait {{symbol = @{t.fifo}}}"
         funcs = set(re.findall(r"func\.func private @(\w+)\(", text))
         calls = set(re.findall(r"func\.call @(\w+)\(", text))
-        assert funcs == calls == {c.symbol for c in region.cores}
+        flag_funcs = {"poot_flag_first"} | ({"poot_flag_next"} if len(region.cores) > 1 else set())
+        assert funcs == calls == {c.symbol for c in region.cores} | flag_funcs
+        # every core takes its predecessor's word (but the first) and hands on its own
+        assert text.count("func.call @poot_flag_first(") == 1
+        assert text.count("func.call @poot_flag_next(") == len(region.cores) - 1
         assert text.count(" = aie.core(") == len(region.cores)
         tiles = set(re.findall(r"(%\w+) = aie\.tile\(", text))
         refs = set(re.findall(r"%(?:shim_noc_tile|tile)_\d+_\d+", text))
         assert refs == tiles
         seq = re.search(rf"{re.escape(RUNTIME_SEQUENCE_OP)}(?: @sequence)?\((.*)\) \{{", text)
         assert seq is not None and seq.group(1).count("memref<") == len(design.layout.arenas)
-        assert text.count("aiex.npu.dma_memcpy_nd(") == len(region.transfers)
-        assert text.count("aiex.npu.dma_wait") == len(region.waits)
+        assert text.count("aiex.npu.dma_memcpy_nd(") == len(region.transfers) + 1
+        assert text.count("aiex.npu.dma_wait") == len(region.waits) + 1
 
 
 def test_an_invalid_design_is_refused_before_rendering() -> None:

@@ -103,11 +103,10 @@ def test_weights_and_carried_states_are_not_rechecked_per_replay(
     engine: Engine, device: CountingDevice, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     entry = engine.add_entry(affine_program(), engine.load_weights({"w": np.ones(4, np.float32)}))
-    import poot_engine.engine as engine_module
-    import poot_engine.recording as recording_module
+    import poot_engine.live as live_module
 
     seen: list[tuple[str, str]] = []
-    real = engine_module.check_range  # type: ignore[attr-defined]
+    real = live_module.check_range
 
     def spy(
         error: type[NarrowingRangeError], name: str, x: np.ndarray, limit: float | None
@@ -115,8 +114,7 @@ def test_weights_and_carried_states_are_not_rechecked_per_replay(
         seen.append((error.__name__, name))
         real(error, name, x, limit)
 
-    monkeypatch.setattr(engine_module, "check_range", spy)  # the inputs, before the replay
-    monkeypatch.setattr(recording_module, "check_range", spy)  # the results, inside it
+    monkeypatch.setattr(live_module, "check_range", spy)  # the step path: inputs and results
     for i in range(3):
         engine.step(entry, {"x": np.full(4, i, np.float32)})
     # per step: the slot before, the two F32 results after; never the weight or the state

@@ -186,7 +186,12 @@ def test_the_exact_xrt_call_sequence(engine: Engine, tmp_path: Path) -> None:
     for i, (key, n) in enumerate(zip(keys, words, strict=True)):
         expect.append(("call", key, 3, i + 1, n, arenas))
         expect.append(("wait", "ms", COMPLETED.name))
+    flags_arena = layout.arena(ArenaRole.FLAGS)
+    assert flags_arena is not None and flags_arena.index == len(layout.arenas) - 1
     expect.append(("sync", arena_bo[results_arena.index], FROM))
+    expect.append(("sync", arena_bo[flags_arena.index], FROM))
+    # one flag word per region, read with the results and before them
+    expect.append(("read", arena_bo[flags_arena.index], 4 * len(design.regions), 0))
     expect.append(("read", arena_bo[results_arena.index], 128, layout.result("s").offset))
     waits = [e[1] for e in log if e[0] == "wait"]
     assert all(9000 < ms <= 10000 for ms in waits)  # what is left of the 10 s deadline
@@ -215,7 +220,8 @@ def test_a_timeout_poisons_and_keeps_the_buffers_until_close(
         with pytest.raises(DevicePoisoned):
             call()
     gc.collect()
-    assert len(device._failed) == 1 and len(fake_pyxrt.STATE.bos) == 3  # insts, inputs, results
+    # insts, inputs, results, flags
+    assert len(device._failed) == 1 and len(fake_pyxrt.STATE.bos) == 4
     engine.close()  # the run is over by then (the fake's next wait completes): freed
     gc.collect()
     assert len(fake_pyxrt.STATE.bos) == 0 and xdna_module._abandoned == []
@@ -243,7 +249,7 @@ def test_a_run_still_going_at_close_is_kept_alive(engine: Engine, tmp_path: Path
         engine.step(entry, {"x": np.ones((4, 8), np.float32)})
     engine.close()
     gc.collect()
-    assert len(xdna_module._abandoned) == 1 and len(fake_pyxrt.STATE.bos) == 3
+    assert len(xdna_module._abandoned) == 1 and len(fake_pyxrt.STATE.bos) == 4
 
 
 def test_a_failed_run_is_device_failed_naming_its_state(engine: Engine, tmp_path: Path) -> None:

@@ -214,7 +214,7 @@ def _oracle_exact(name: str, got: Results, want: Results, _: object) -> Comparis
     [
         (cases.negs, 32, "compute tiles"),
         (cases.sums, 16, "host streams in"),
-        (cases.fanout, 16, "host streams out"),
+        (cases.fanout, 15, "host streams out"),  # and the flag word: 16
     ],
     ids=["tiles", "streams_in", "streams_out"],
 )

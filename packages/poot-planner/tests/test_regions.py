@@ -3,7 +3,9 @@ per tile, 64512 tile-local bytes, 16 contexts) is met exactly by one program and
 next: a region splits, or an equation that fits no region is refused with the limit it broke.
 
 Tile bytes are counted as in ``poot_planner.tiles``: resident tensors once, plus two buffers
-(an object FIFO of depth 2) of one chunk of every streamed input and of the output.
+(an object FIFO of depth 2) of one chunk of every streamed input and of the output, plus the
+flag path's word in and word out (``FLAG``). The flag word also takes one host stream out per
+region, so 15 values go out beside it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from poot_planner import KernelClass, Plan, RefusalKind, plan
 
 F32, I32 = DType.F32, DType.I32
 LIMIT = 64512  # 64 KiB of data memory less the 1 KiB stack
+FLAG = 8  # the region's flag path on every tile: one 32-bit word in, one out (depth 1)
 
 
 def xdna2(source: Program) -> Plan:
@@ -45,7 +48,7 @@ def test_32_tiles_are_one_region() -> None:
     assert r.host_out == (source.outputs[0].var,)
     assert len(r.internal) == 31
     assert str(r) == (
-        "region 0: eqns 0..31, 32 tiles, 1 streams in, 1 out, 31 tile-to-tile, max 4096 B/tile"
+        "region 0: eqns 0..31, 32 tiles, 1 streams in, 1 out, 31 tile-to-tile, max 4104 B/tile"
     )
     assert [t.index for t in r.tiles] == list(range(32))
     assert all(t.kind is KernelClass.POINTWISE and t.streams_in == 1 for t in r.tiles)
@@ -148,16 +151,17 @@ def fan_out(n: int) -> Program:
     return b.build()
 
 
-def test_16_host_streams_out_are_one_region() -> None:
+def test_15_host_streams_out_and_the_flag_word_are_one_region() -> None:
+    p = xdna2(fan_out(15))
+    assert p.admitted and region_sizes(p) == [15]
+    assert len(p.regions[0].host_out) == 15 and len(p.regions[0].host_in) == 1
+
+
+def test_16_host_streams_out_split_the_region() -> None:
+    """16 values and the flag word would need 17 of the 16 shim channels out."""
     p = xdna2(fan_out(16))
-    assert p.admitted and region_sizes(p) == [16]
-    assert len(p.regions[0].host_out) == 16 and len(p.regions[0].host_in) == 1
-
-
-def test_17_host_streams_out_split_the_region() -> None:
-    p = xdna2(fan_out(17))
-    assert p.admitted and region_sizes(p) == [16, 1]
-    assert [len(r.host_out) for r in p.regions] == [16, 1]
+    assert p.admitted and region_sizes(p) == [15, 1]
+    assert [len(r.host_out) for r in p.regions] == [15, 1]
 
 
 # -- internal values -------------------------------------------------------------------------
@@ -195,13 +199,13 @@ def test_a_value_read_inside_and_by_a_later_region_goes_out() -> None:
 # -- tile-local bytes ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("cols", "fits"), [(8063, True), (8064, False), (9000, False)])
+@pytest.mark.parametrize(("cols", "fits"), [(8062, True), (8063, False), (9000, False)])
 def test_a_row_sum_at_the_tile_byte_limit(cols: int, fits: bool) -> None:
     """A one-row chunk of a last-axis sum: two buffers of (cols input + 1 output) f32."""
     b = Builder("rowsum")
     b.output("y", b.reduce_sum(b.slot("x", F32, (1, cols)), -1))
     p = xdna2(b.build())
-    needed = 2 * (4 * cols + 4)
+    needed = 2 * (4 * cols + 4) + FLAG
     if fits:
         assert needed == LIMIT
         assert p.admitted and p.tiles[0].tile_bytes == LIMIT and p.tiles[0].chunk == 1
@@ -219,21 +223,21 @@ def test_the_chunk_is_the_largest_divisor_that_fits() -> None:
         b.output("y", b.reduce_sum(b.slot("x", F32, (rows, cols)), -1))
         return xdna2(b.build())
 
-    two = rowsum(2, 4031)  # two rows at once: 2 * 2 * (4 * 4031 + 4) = 64512 exactly
-    assert (two.tiles[0].chunk, two.tiles[0].tile_bytes, two.tiles[0].n_chunks) == (2, LIMIT, 1)
-    one = rowsum(2, 4032)  # two rows would need 64528: one row at a time
+    two = rowsum(2, 4030)  # two rows at once: 2 * 2 * (4 * 4030 + 4) + FLAG = 64504
+    assert (two.tiles[0].chunk, two.tiles[0].tile_bytes, two.tiles[0].n_chunks) == (2, 64504, 1)
+    one = rowsum(2, 4031)  # two rows would need 64520: one row at a time
     assert (one.tiles[0].chunk, one.tiles[0].tile_bytes, one.tiles[0].n_chunks) == (1, 32264, 2)
-    many = rowsum(6, 8063)
+    many = rowsum(6, 8062)
     assert (many.tiles[0].chunk, many.tiles[0].tile_bytes) == (1, LIMIT)
-    # a pointwise op chunks elements: 2 * chunk * (4 + 4) <= 64512, chunk divides 100000
+    # a pointwise op chunks elements: 2 * chunk * (4 + 4) + FLAG <= 64512, chunk divides 100000
     (tile,) = xdna2(neg_chain(1, (1, 100_000))).tiles
-    assert (tile.chunk, tile.tile_bytes, tile.n_chunks) == (4000, 64000, 25)
+    assert (tile.chunk, tile.tile_bytes, tile.n_chunks) == (4000, 64000 + FLAG, 25)
 
 
 @pytest.mark.parametrize(("cols", "weight", "fits"), [
-    (4032, False, True),  # 2 * (4 * 4032 + 4 * 4032) = 64512
-    (4033, False, False),
-    (3225, True, True),  # 4 * 3225 resident + 2 * (4 * 3225 + 4 * 3225) = 64500
+    (4031, False, True),  # 2 * (4 * 4031 + 4 * 4031) + FLAG = 64504
+    (4032, False, False),
+    (3225, True, True),  # 4 * 3225 resident + 2 * (4 * 3225 + 4 * 3225) + FLAG = 64508
     (3226, True, False),
 ])  # fmt: skip
 def test_a_fused_norm_at_the_tile_byte_limit(cols: int, weight: bool, fits: bool) -> None:
@@ -242,7 +246,7 @@ def test_a_fused_norm_at_the_tile_byte_limit(cols: int, weight: bool, fits: bool
     b.output("y", ops.rmsnorm(b, b.slot("x", F32, (1, cols)), w))
     source = b.build()
     p = xdna2(source)
-    needed = (4 * cols if weight else 0) + 2 * (4 * cols + 4 * cols)
+    needed = (4 * cols if weight else 0) + 2 * (4 * cols + 4 * cols) + FLAG
     if fits:
         assert p.admitted and p.tiles[0].tile_bytes == needed <= LIMIT
     else:
@@ -252,14 +256,14 @@ def test_a_fused_norm_at_the_tile_byte_limit(cols: int, weight: bool, fits: bool
         assert r.facts == (("limit", "tile_bytes"), ("needed", needed), ("available", LIMIT))
 
 
-@pytest.mark.parametrize(("rows", "fits"), [(16125, True), (16126, False)])
+@pytest.mark.parametrize(("rows", "fits"), [(16123, True), (16124, False)])
 def test_a_gather_table_is_resident(rows: int, fits: bool) -> None:
     """Table and indices whole, once; the gathered slices stream out two at a time."""
     b = Builder("gather")
     table = b.weight("t", F32, (rows, 1))
     b.output("y", b.gather(table, b.slot("i", I32, (1,))))
     p = xdna2(b.build())
-    needed = 4 * rows + 4 + 2 * 4
+    needed = 4 * rows + 4 + 2 * 4 + FLAG
     if fits:
         assert needed == LIMIT and p.admitted and p.tiles[0].tile_bytes == LIMIT
         assert all(op.resident for op in p.tiles[0].inputs)

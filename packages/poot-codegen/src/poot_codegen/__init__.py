@@ -16,8 +16,9 @@ artifact argument's direction, ``poot_ir.Operand`` a builder operand and
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from poot_ir.lazy import lazy_exports
 
 from poot_codegen.xdna import (
     ArenaRole,
@@ -52,18 +53,17 @@ __all__ = [
     "serialize",
 ]
 
-_OPENVINO = {
-    "ArgSignature": "ArgSignature",
-    "PortDirection": "Direction",
-    "deserialize": "deserialize",
-    "lower_openvino": "lower",
-    "model_signature": "model_signature",
-    "serialize": "serialize",
-}
-
-
-def __getattr__(name: str) -> Any:
-    attr = _OPENVINO.get(name)
-    if attr is None:
-        raise AttributeError(f"module 'poot_codegen' has no attribute {name!r}")
-    return getattr(importlib.import_module("poot_codegen.openvino_ir"), attr)
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        name: ("poot_codegen.openvino_ir", attr)
+        for name, attr in {
+            "ArgSignature": "ArgSignature",
+            "PortDirection": "Direction",
+            "deserialize": "deserialize",
+            "lower_openvino": "lower",
+            "model_signature": "model_signature",
+            "serialize": "serialize",
+        }.items()
+    },
+)

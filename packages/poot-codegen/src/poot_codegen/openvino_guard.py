@@ -26,8 +26,7 @@ from typing import Any, Final, TypeAlias
 
 import numpy as np
 import openvino.opset16 as ops
-from openvino import Type
-from poot_ir import DType, Eqn, Prim, Program, Var
+from poot_ir import CodegenError, DType, Eqn, Prim, Program, Var
 from poot_planner.fp16_guards import Guard, GuardKind
 
 __all__ = ["GUARD_PREFIX", "guard_labels", "guard_result"]
@@ -83,10 +82,12 @@ def _all(x: Node, name: str) -> Node:
 
 
 def _finite(x: Node, carrier: type, name: str) -> Node:
-    # a node or one of its outputs; a predicate has no infinity to carry
+    # a node or one of its outputs. Only float values are guarded (fp16_guards); a guard on
+    # anything else means its equation index names another equation than the one lowered (as
+    # when guards of the source were applied to its legalized program): refuse, never guess
     kind = x.get_element_type() if hasattr(x, "get_element_type") else x.get_output_element_type(0)
-    if kind == Type.boolean:
-        return ops.constant(np.ones(1, np.bool_), name=f"{name}.bool")
+    if not kind.is_real():
+        raise CodegenError(f"openvino guard {name}: a check of a {kind} value, not a float one")
     top = ops.constant(np.array(_FP16_MAX, carrier), name=f"{name}.max")
     return ops.less_equal(ops.abs(x, name=f"{name}.abs"), top, name=name)
 

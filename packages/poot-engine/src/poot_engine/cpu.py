@@ -4,13 +4,19 @@ Its artifact source is the planned program in the text format (which round-trips
 "compiler" copies that text into the blob and ``load`` parses it back, so everything above the
 runtime (the blob cache, recording and replay, every check, deadlines) runs here as it does on
 an NPU. A dispatch runs the oracle on the caller's thread and checks its deadline when it
-returns (``poot_engine.deadline``: the oracle cannot hang, so no worker thread is needed). With ``target="intel-npu4"`` it evaluates the narrowed program the planner produces for
-that target: an ideal FP16 device, as the oracle rounds F16 after every primitive.
+returns (``poot_engine.deadline``: the oracle cannot hang, so no worker thread is needed).
+With ``target="intel-npu4"`` it evaluates the narrowed program the planner produces for that
+target: an ideal FP16 device, as the oracle rounds F16 after every primitive.
+
+A recorded step is bound once (``bind_step``, ``poot_engine.steps``): the dispatch's command
+is checked and its program and buffers bound when the engine records, so a replay writes the
+inputs, runs the oracle, checks the deadline and returns the oracle's own fresh results (the
+output buffers are written too, as every dispatch writes them) without a protocol call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from time import perf_counter
 from typing import TYPE_CHECKING
@@ -31,12 +37,15 @@ from poot_ir import (
 from poot_engine.device import (
     Artifact,
     ArtifactSource,
+    BoundStep,
     Buffer,
     DeviceIdentity,
+    StepCommands,
     check_dispatch,
     signature_of,
 )
 from poot_engine.host_buffers import HostBuffers, HostMemory, next_id
+from poot_engine.steps import HostStep, overrides
 
 if TYPE_CHECKING:
     from poot_planner import Plan
@@ -100,6 +109,7 @@ class CpuDevice(HostMemory):
     def unload(self, artifact: Artifact) -> None:
         self._usable()
         self._bound.clear()
+        self._buffers.epoch += 1  # a bound step of this artifact is stale
         self._artifacts.pop(artifact.id, None)
 
     def dispatch(self, artifact: Artifact, buffers: tuple[Buffer, ...], deadline_s: float) -> None:
@@ -107,17 +117,42 @@ class CpuDevice(HostMemory):
         bound = self._bound.get(artifact.id)
         if bound is None or bound[0] is not buffers:
             bound = self._bind(artifact, buffers)
+        self._timed_run(artifact, bound, deadline_s)
+
+    def _timed_run(
+        self, artifact: Artifact, bound: _Bound, deadline_s: float
+    ) -> tuple[dict[str, np.ndarray], float]:
+        """Run a bound command and check its deadline: the results and the seconds it took."""
         _, program, inputs, outputs = bound
         t0 = perf_counter()
         results = self._run(program, inputs)
-        if perf_counter() - t0 > deadline_s:  # poot_engine.deadline: checked after the run
+        took = perf_counter() - t0
+        if took > deadline_s:  # poot_engine.deadline: checked after the run
             # Checked after the run (the module docstring): the results are dropped, so no
             # output buffer changes, and the device is poisoned as a timeout would poison it.
             self._missed = True
             raise DeadlineExceeded(deadline_s, f"{self._name} dispatch of artifact {artifact.id}")
-        for name, out in outputs:
-            np.copyto(out, results[name], casting="no")
+        for name, out in outputs:  # the oracle's results are exactly the outputs' types
+            out[...] = results[name]
         self.runs += 1
+        return results, took
+
+    def bind_step(self, commands: StepCommands) -> BoundStep:
+        """``poot_engine.steps``: one dispatch whose results are every read is bound whole
+        (``_CpuStep``); anything else, or a subclass that replaces ``dispatch``, ``write``,
+        ``read`` or ``copy``, gets the general binding."""
+        self._usable()
+        if len(commands.dispatches) == 1 and not overrides(
+            self, CpuDevice, ("dispatch", "write", "read", "copy")
+        ):
+            artifact, buffers = commands.dispatches[0]
+            bound = self._bind(artifact, buffers)
+            outputs = buffers[len(buffers) - len(bound[3]) :]
+            outs = {b.id: name for (name, _), b in zip(bound[3], outputs, strict=True)}
+            if all(b.id in outs for b in commands.reads):
+                names = tuple(outs[b.id] for b in commands.reads)
+                return _CpuStep(self, commands, artifact, bound, names)
+        return super().bind_step(commands)
 
     def _bind(self, artifact: Artifact, buffers: tuple[Buffer, ...]) -> _Bound:
         """Check a dispatch's command (``check_dispatch``) and keep what it binds: the replay
@@ -155,3 +190,36 @@ class CpuDevice(HostMemory):
             raise DeviceFailed(f"{self._name} is closed")
         if self._missed:
             raise DevicePoisoned(f"{self._name}: a dispatch missed its deadline; close the device")
+
+
+class _CpuStep(HostStep):
+    """A recorded step of one dispatch, bound whole: the results a step reads are the oracle's
+    own fresh arrays (the output buffers get the same values), in ``reads`` order."""
+
+    __slots__ = ("_artifact", "_bound", "_cpu", "_names")
+
+    def __init__(
+        self,
+        device: CpuDevice,
+        commands: StepCommands,
+        artifact: Artifact,
+        bound: _Bound,
+        names: tuple[str, ...],
+    ) -> None:
+        super().__init__(device, device._buffers, commands)
+        self._cpu, self._artifact, self._bound, self._names = device, artifact, bound, names
+
+    def loaded(self) -> bool:
+        record = self._cpu._artifacts.get(self._artifact.id)
+        return record is not None and record[0] == self._artifact
+
+    def run(
+        self, inputs: Sequence[np.ndarray], deadline_s: float
+    ) -> tuple[tuple[np.ndarray, ...], float]:
+        cpu = self._cpu
+        if cpu._closed or cpu._missed:
+            cpu._usable()
+        self.check()
+        self.write_inputs(inputs)
+        results, took = cpu._timed_run(self._artifact, self._bound, deadline_s)
+        return tuple([results[n] for n in self._names]), took

@@ -33,11 +33,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Final, Generic, TypeVar
 
-from poot_ir import DeadlineExceeded, DevicePoisoned
+from poot_ir import DeadlineExceeded, DevicePoisoned, EngineError
 
 __all__ = [
     "MAX_WAIT_MS",
     "DeadlineRunner",
+    "check_deadline",
     "single_wait_ms",
     "wait_slices_ms",
     "wait_timeout_s",
@@ -47,6 +48,18 @@ T = TypeVar("T")
 
 #: The longest single runtime wait, in milliseconds: 2^31 - 1 (about 24.9 days).
 MAX_WAIT_MS: Final = 2**31 - 1
+
+
+def check_deadline(deadline_s: object) -> float:
+    """``deadline_s`` if it is a deadline (a positive number of seconds, ``inf`` for none),
+    else ``EngineError`` (zero, a negative number, NaN, a bool or no number at all)."""
+    if isinstance(deadline_s, bool) or not isinstance(deadline_s, int | float):
+        raise EngineError(f"deadline_s must be a number of seconds, got {deadline_s!r}")
+    if not deadline_s > 0:
+        raise EngineError(
+            f"deadline_s must be a positive number of seconds (inf: none), got {deadline_s!r}"
+        )
+    return deadline_s
 
 
 def wait_slices_ms(deadline_s: float) -> Iterator[int]:

@@ -8,11 +8,15 @@ and runs one dispatch under a deadline.
 
 Handles (``Artifact``, ``Buffer``) are small frozen values a device issues and recognizes; the
 memory and runtime objects behind them stay inside the device.
+
+A device may also bind a whole step once (``bind_step``, optional: ``poot_engine.steps``): the
+engine hands it a recording's commands (``StepCommands``) when it records, and every replay is
+then one ``BoundStep.run`` and one ``BoundStep.commit`` instead of a protocol call per command.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
@@ -29,11 +33,13 @@ __all__ = [
     "ArgSpec",
     "Artifact",
     "ArtifactSource",
+    "BoundStep",
     "Buffer",
     "Device",
     "DeviceIdentity",
     "Direction",
     "Signature",
+    "StepCommands",
     "check_dispatch",
     "signature_of",
 ]
@@ -117,6 +123,35 @@ class Buffer:
 
     id: int
     type: TensorType
+
+
+@dataclass(frozen=True, slots=True)
+class StepCommands:
+    """One recorded step's commands, in the order they run: the i-th input array of a step into
+    ``writes[i]``; each ``(artifact, buffers)`` dispatch; each of ``reads`` back to a fresh host
+    array; then, only when the engine commits, each ``(src, dst)`` of ``copies``."""
+
+    writes: tuple[Buffer, ...]
+    dispatches: tuple[tuple[Artifact, tuple[Buffer, ...]], ...]
+    reads: tuple[Buffer, ...]
+    copies: tuple[tuple[Buffer, Buffer], ...]
+
+
+class BoundStep(Protocol):
+    """A recorded step bound once to its device (``poot_engine.steps``)."""
+
+    def run(
+        self, inputs: Sequence[np.ndarray], deadline_s: float
+    ) -> tuple[tuple[np.ndarray, ...], float]:
+        """Write ``inputs`` (already checked: exactly their buffers' types), run every
+        dispatch under ``deadline_s`` and read every result: the results in ``reads`` order, as
+        fresh arrays, and the seconds spent in dispatches. Raises as ``Device.dispatch``
+        does, with no state changed."""
+        ...
+
+    def commit(self) -> None:
+        """The copies: each state update into its state buffer, for the next step."""
+        ...
 
 
 @runtime_checkable

@@ -35,6 +35,8 @@ from poot_ir.numerics import (
 from poot_planner import KernelClass, Plan
 from poot_planner.guards import Site, describe_domain, guards
 
+from poot_engine.checks import within
+
 __all__ = ["EntryDomains", "HostGuard", "entry_domains"]
 
 
@@ -65,6 +67,17 @@ class HostGuard:
             value = x.reshape(-1)[flat]
             raise DomainError(self.argument, at, float(value), self.eqn, self.primitive, what)
 
+    def implied_by_range(self, limit: float) -> bool:
+        """Whether an F32 value that passed the narrowing range check (every element within
+        ``limit`` in magnitude, no NaN) is inside this guard's domain without looking again."""
+        match self.domain:
+            case FiniteInputs() | FiniteNormalResult() | NotNaN() | AnyInput():
+                return limit <= float(np.finfo(np.float32).max)
+            case Interval(lo=lo, hi=hi):
+                return lo <= -limit and limit <= hi
+            case _:  # PositiveNormal, or gather indices (None): not implied
+                return False
+
     def _fast_inside(self, x: np.ndarray) -> bool:
         """Every domain here is a closed interval without NaN: two reductions decide it (a NaN
         makes the minimum NaN, and a comparison with NaN is false). Only a refusal pays for
@@ -84,7 +97,7 @@ class HostGuard:
         if self.domain is not None and x.dtype.kind != "f":
             return False
         lo, hi = self._bounds(x.dtype)
-        return bool(lo <= x.min()) and bool(x.max() <= hi)
+        return within(x, lo, hi)
 
     def _bounds(self, dtype: np.dtype) -> tuple[float, float]:
         if self.domain is None:
@@ -112,6 +125,21 @@ class EntryDomains:
         self._slots = {n: g for n, g in by_arg.items() if n not in states}
         self._states = {n: g for n, g in by_arg.items() if n in states}
         self.mirrors: dict[str, np.ndarray] = {}
+
+    def drop_implied(self, ranged: Mapping[str, float]) -> None:
+        """Drop the guards of the slots in ``ranged`` (each range-checked against its limit
+        before every step, and before this check) that the range check implies."""
+        for name, limit in ranged.items():
+            kept = tuple(g for g in self._slots.get(name, ()) if not g.implied_by_range(limit))
+            if kept:
+                self._slots[name] = kept
+            else:
+                self._slots.pop(name, None)
+
+    @property
+    def active(self) -> bool:
+        """Whether anything is left to check or mirror."""
+        return bool(self._slots or self._states)
 
     def check(self, inputs: Mapping[str, np.ndarray]) -> None:
         """Before a step: the guarded inputs among ``inputs`` and the guarded states."""

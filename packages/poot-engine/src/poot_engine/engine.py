@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
 
@@ -33,16 +32,12 @@ from poot_ir import (
     DeadlineExceeded,
     DeviceFailed,
     DevicePoisoned,
-    DType,
     EngineError,
-    NarrowingRangeInput,
-    NarrowingRangeUpload,
     Program,
+    StateError,
     StepInputError,
     Storage,
-    TensorType,
     UnknownEntry,
-    WeightMismatch,
 )
 from poot_ir.numerics import NumericsClass, looser
 from poot_planner import Plan, Span, plan
@@ -51,22 +46,13 @@ from poot_planner.targets import get_target
 
 from poot_engine.artifacts import Fetch, artifact_key, load_artifact
 from poot_engine.blob_cache import BlobCache
-from poot_engine.checks import (
-    WindowCheck,
-    bind_weights,
-    check_range,
-    check_signature,
-    check_step_inputs,
-    check_windows,
-    initial_states,
-    window_checks,
-)
-from poot_engine.device import Artifact, ArtifactSource, Buffer, Device, signature_of
-from poot_engine.domain import EntryDomains, entry_domains
+from poot_engine.checks import bind_weights, initial_states
+from poot_engine.deadline import check_deadline
+from poot_engine.device import Artifact, ArtifactSource, Buffer, Device
 from poot_engine.handles import Entry, Stats, Weights
-from poot_engine.handoff import read_state, write_state
+from poot_engine.handoff import check_state, state_type
+from poot_engine.live import LiveEntry, StepCounts, free_all, make_entry, upload_weights
 from poot_engine.partitioned import PartitionedEntry
-from poot_engine.recording import Recording, record, replay
 from poot_engine.verify import Verifier, VerifyMode
 
 __all__ = ["DEFAULT_DEADLINE_S", "Engine", "Entry", "Stats", "Weights"]
@@ -75,22 +61,6 @@ Results = dict[str, np.ndarray]
 
 DEFAULT_DEADLINE_S = 10.0
 _engines = itertools.count(1)
-
-
-@dataclass(slots=True)
-class _Entry:
-    program: Program  # as the target runs it
-    artifact: Artifact
-    slots: tuple[tuple[str, TensorType], ...]
-    slot_names: tuple[str, ...]
-    buffers: dict[str, Buffer]  # every input argument (weights bound, slots, states)
-    outputs: dict[str, Buffer]  # every result
-    initial: dict[str, np.ndarray]  # each state's initial value
-    windows: tuple[WindowCheck, ...]
-    mirrors: dict[str, np.ndarray] = field(default_factory=dict)  # states a window reads
-    recording: Recording | None = None
-    plan: Plan | None = None  # what a verified step compares under
-    domains: EntryDomains | None = None  # the host-side domain guards (``domain``)
 
 
 class Engine:
@@ -105,14 +75,8 @@ class Engine:
     ) -> None:
         if not isinstance(device, Device):
             raise EngineError(f"device must be a poot Device, got a {type(device).__name__}")
-        if isinstance(deadline_s, bool) or not isinstance(deadline_s, int | float):
-            raise EngineError(f"deadline_s must be a number of seconds, got {deadline_s!r}")
-        if not deadline_s > 0:
-            raise EngineError(
-                f"deadline_s must be a positive number of seconds (inf: none), got {deadline_s!r}"
-            )
         self.device = device
-        self.deadline_s = deadline_s
+        self.deadline_s = check_deadline(deadline_s)
         self._verify = Verifier(verify)  # before anything is opened: a bad mode raises
         self.cache = BlobCache(cache_dir)
         # a device that keeps files of its own (xdna-host's kernel libraries) keeps them here
@@ -125,13 +89,14 @@ class Engine:
         self._id = next(_engines)
         self._ids = itertools.count(1)
         self._weights: dict[int, dict[str, Buffer]] = {}
-        self._entries: dict[int, _Entry] = {}
+        self._entries: dict[int, LiveEntry] = {}
         self._parts: dict[int, PartitionedEntry] = {}
         self._failed: list[tuple[Buffer, ...]] = []  # kept alive after a missed deadline
         self._poisoned = False
         self._closed = False
         self._counts = dict.fromkeys(("compiles", "hits", "repairs"), 0)
-        self._recordings = self._replays = self._plans = self._lowerings = 0
+        self._count = StepCounts()  # recordings and replays
+        self._plans = self._lowerings = 0
         self._states = dict.fromkeys(("reads", "writes", "read", "written"), 0)
         self._stepping = False  # read_state / write_state refuse while a step runs
         self._planned: dict[int, NumericsClass] = {}  # each entry's plan's numerics class
@@ -147,25 +112,7 @@ class Engine:
         range-checked first (``NarrowingRangeUpload`` naming the weight and element), and a
         refused upload leaves nothing on the device."""
         self._usable()
-        given: object = weights  # callers outside mypy pass a list
-        if not isinstance(given, Mapping):
-            kind = type(given).__name__
-            raise WeightMismatch(f"weights must map names to arrays, got a {kind}", "(all)")
-        arrays = {}
-        for name, value in weights.items():
-            if not isinstance(value, np.ndarray | np.generic):
-                raise WeightMismatch(f"expected a numpy array, got {type(value).__name__}", name)
-            arr = np.asarray(value)
-            check_range(NarrowingRangeUpload, name, arr, self.limit)
-            arrays[name] = arr
-        bufs: dict[str, Buffer] = {}
-        for name, arr in arrays.items():
-            dtype = DType.from_numpy(arr.dtype)
-            if dtype is None:
-                self._free_all(bufs.values())
-                raise WeightMismatch(f"dtype {arr.dtype} is no poot dtype", name)
-            bufs[name] = buf = self.device.allocate(TensorType(arr.shape, dtype))
-            self.device.write(buf, arr)
+        bufs = upload_weights(self.device, weights, self.limit)
         handle = Weights(self._id, next(self._ids), tuple(bufs))
         self._weights[handle.id] = bufs
         return handle
@@ -219,35 +166,9 @@ class Engine:
         self, planned: Plan, wbufs: Mapping[str, Buffer], initial_state: Mapping[str, np.ndarray]
     ) -> Entry:
         """The ordinary entry of a plan, bound to exactly the weight buffers ``wbufs``."""
-        planned.check()
-        prog = planned.program
-        wnames = bind_weights(prog, {n: b.type for n, b in wbufs.items()})
-        initial = initial_states(prog, initial_state, self.limit)
-        domains = entry_domains(planned, lambda n: self.device.read(wbufs[n]), initial)
-        expected = signature_of(prog)
-        source = self.device.lower(planned)
+        e = make_entry(self.device, planned, wbufs, initial_state, self.limit, self._load)
         self._lowerings += 1
-        check_signature(expected, source.signature, "the lowered artifact")
-        artifact = self._load(source)
-        buffers = {n: wbufs[n] for n in wnames}
-        outputs: dict[str, Buffer] = {}
-        try:
-            for arg in prog.args:
-                if arg.storage is not Storage.WEIGHT:
-                    buffers[arg.name] = self.device.allocate(arg.var.type)
-            for name, var in prog.results():
-                outputs[name] = self.device.allocate(var.type)
-        except BaseException:
-            self._free_all(b for n, b in buffers.items() if n not in wnames)
-            self._free_all(outputs.values())
-            self.device.unload(artifact)
-            raise
-        slots = tuple((a.name, a.var.type) for a in prog.args if a.storage is Storage.SLOT)
-        names = tuple(n for n, _ in slots)
-        e = _Entry(prog, artifact, slots, names, buffers, outputs, initial, window_checks(prog))
-        e.plan, e.domains = planned, domains
-        self._write_states(e)
-        handle = Entry(self._id, next(self._ids), prog.name)
+        handle = Entry(self._id, next(self._ids), e.program.name)
         self._entries[handle.id] = e
         return handle
 
@@ -260,6 +181,7 @@ class Engine:
     ) -> PartitionedEntry:
         """The partitioned entry of a refused plan: each device span an ordinary sub-entry bound
         to the subset of ``wbufs`` it reads, loaded from the plan its span carries."""
+
         program = planned.source
         bind_weights(program, {n: b.type for n, b in wbufs.items()})  # exactly the program's
         states = initial_states(program, initial_state, self.limit)
@@ -288,7 +210,7 @@ class Engine:
         self._handed.pop(entry.id, None)
         if (part := self.partitioned(entry)) is not None:
             return part.reset()
-        self._write_states(self._entry(entry))
+        self._entry(entry).write_states(self.device)
 
     def remove_entry(self, entry: Entry) -> None:
         """Unload the entry's artifact and free its buffers (not the weights it bound); a
@@ -306,10 +228,7 @@ class Engine:
         del self._entries[entry.id]
         self._verify.forget(e)
         self._handed.pop(entry.id, None)
-        weights = {a.name for a in e.program.args if a.storage is Storage.WEIGHT}
-        owned = [b for n, b in e.buffers.items() if n not in weights]
-        self._free_all([*owned, *e.outputs.values()])
-        self.device.unload(e.artifact)
+        e.release(self.device)
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -320,15 +239,17 @@ class Engine:
         narrowing target every F32 input against the range (``NarrowingRangeInput``), and each
         window an I32 argument places (``WindowOutOfRange``). After the run, before any state
         changes: every F32 result against the range (``NarrowingRangeResult``). A partitioned
-        step is one step (``poot_engine.partitioned``)."""
+        step is one step (``poot_engine.partitioned``); an ordinary one is
+        ``poot_engine.live``."""
         t0 = perf_counter()
         if self._poisoned or self._closed:
             self._usable()
         given: object = inputs  # callers outside mypy pass a list or None
-        if not isinstance(given, Mapping):
+        if type(given) is not dict and not isinstance(given, Mapping):
             kind = type(given).__name__
             raise StepInputError(f"step inputs must map slot names to arrays, got a {kind}")
-        _handle(entry, Entry, "entry")
+        if type(entry) is not Entry:
+            _handle(entry, Entry, "entry")
         e = self._entries.get(entry.id) if entry.engine == self._id else None
         self._stepping = True
         try:
@@ -345,44 +266,15 @@ class Engine:
         self._host_s += perf_counter() - t0 - device_s
         return results
 
-    def _run(self, e: _Entry, inputs: Mapping[str, np.ndarray]) -> tuple[Results, float]:
-        verify = self._verify.wants(e)
-        checked = check_step_inputs(e.program, e.slots, inputs)
-        arrays = dict(zip(e.slot_names, checked, strict=True))
-        rec = e.recording
-        if rec is None:
-            updates = tuple(u.state for u in e.program.updates)
-            rec = record(e.artifact, e.buffers, e.outputs, tuple(arrays), updates)
-        if self.limit is not None:
-            for name in rec.input_checks:
-                check_range(NarrowingRangeInput, name, arrays[name], self.limit)
-        if e.windows:
-            check_windows(e.windows, {**e.mirrors, **arrays})
-        if e.domains is not None:
-            e.domains.check(arrays)
-        if e.recording is None:
-            e.recording = rec
-            self._recordings += 1
-        else:
-            self._replays += 1
+    def _run(self, e: LiveEntry, inputs: Mapping[str, np.ndarray]) -> tuple[Results, float]:
+        verify = self._verification(e) if self._verify.wants(e) else None
         try:
-            results, device_s = replay(
-                self.device,
-                rec,
-                arrays,
-                self.deadline_s,
-                self.limit,
-                self._verification(e) if verify else None,
-            )
+            return e.step(self.device, inputs, self.deadline_s, self.limit, verify, self._count)
         except (DeadlineExceeded, DevicePoisoned):
             self._poisoned = True
-            self._failed.append(rec.buffers)
+            if e.recording is not None:
+                self._failed.append(e.recording.buffers)
             raise
-        for name in e.mirrors:
-            e.mirrors[name] = results[name].copy()
-        if e.domains is not None:
-            e.domains.committed(results)
-        return results, device_s
 
     def stats(self) -> Stats:
         steps = max(self._steps, 1)
@@ -391,8 +283,8 @@ class Engine:
             compiles=c["compiles"],
             cache_hits=c["hits"],
             cache_repairs=c["repairs"],
-            recordings=self._recordings,
-            replays=self._replays,
+            recordings=self._count.recordings,
+            replays=self._count.replays,
             steps=self._steps,
             host_s_per_step=self._host_s / steps,
             device_s_per_step=self._device_s / steps,
@@ -423,15 +315,40 @@ class Engine:
         return planned if handed is None else looser(planned, handed)
 
     def read_state(self, entry: Entry, name: str) -> np.ndarray:
-        """A fresh host copy of the state ``name`` as the last step (or write) left it."""
-        return read_state(self, entry, name)
+        """A fresh host copy of the state ``name`` as the last step (or write) left it
+        (``poot_engine.handoff`` has the rules)."""
+        state_type(self, entry, name)
+        part = self.partitioned(entry)  # its states live on the host
+        if part is not None:
+            value = part.states[name].copy()
+        else:
+            value = self.device.read(self._entry(entry).buffers[name])
+        self._states["reads"] += 1
+        self._states["read"] += value.nbytes
+        return value
 
     def write_state(
         self, entry: Entry, name: str, value: np.ndarray, *, numerics: NumericsClass | None = None
     ) -> None:
         """Make ``value`` the state ``name`` of ``entry``, checked like an upload first.
         ``numerics``: the class the value carries from where it was computed."""
-        write_state(self, entry, name, value, numerics)
+        arr = check_state(self, entry, name, value)
+        if (part := self.partitioned(entry)) is not None:
+            part.states[name] = arr
+        else:
+            self._entry(entry).write_state(self.device, name, arr)
+        if numerics is not None:
+            had = self._handed.get(entry.id)
+            self._handed[entry.id] = numerics if had is None else looser(had, numerics)
+        self._states["writes"] += 1
+        self._states["written"] += arr.nbytes
+
+    def between_steps(self, name: str) -> None:
+        """Raise unless states may move now: ``DeviceFailed`` (closed), ``DevicePoisoned``,
+        or ``StateError`` naming the state ``name`` while a step of this engine runs."""
+        self._usable()
+        if self._stepping:
+            raise StateError("a step of this engine is running; states move between steps", name)
 
     def close(self) -> None:
         """Close the device, releasing every buffer (a failed recording's too). Idempotent."""
@@ -460,7 +377,7 @@ class Engine:
                 "a dispatch missed its deadline earlier; the device is poisoned until closed"
             )
 
-    def _entry(self, entry: Entry) -> _Entry:
+    def _entry(self, entry: Entry) -> LiveEntry:
         _handle(entry, Entry, "entry")
         e = self._entries.get(entry.id) if entry.engine == self._id else None
         if e is None:
@@ -478,15 +395,7 @@ class Engine:
             raise UnknownEntry(f"weights {weights.id} were not loaded by this engine")
         return w
 
-    def _write_states(self, e: _Entry) -> None:
-        for name, value in e.initial.items():
-            self.device.write(e.buffers[name], value)
-        if e.domains is not None:
-            e.domains.reset(e.initial)
-        window_args = {a for w in e.windows for a in w.arguments}
-        e.mirrors = {n: v.copy() for n, v in e.initial.items() if n in window_args}
-
-    def _verification(self, e: _Entry) -> Callable[[Mapping[str, np.ndarray]], None]:
+    def _verification(self, e: LiveEntry) -> Callable[[Mapping[str, np.ndarray]], None]:
         """The verified step's check, run by ``replay`` after the results are read and before
         the commit, when every input buffer still holds what this step read."""
 
@@ -509,8 +418,7 @@ class Engine:
         return artifact_key(self.device, source)
 
     def _free_all(self, buffers: Iterable[Buffer]) -> None:
-        for b in buffers:
-            self.device.free(b)
+        free_all(self.device, buffers)
 
 
 def _handle(given: object, kind: type, what: str) -> None:

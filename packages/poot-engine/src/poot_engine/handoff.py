@@ -37,33 +37,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 from poot_ir import NarrowingRangeState, Program, StateError, Storage, TensorType
-from poot_ir.numerics import NumericsClass, looser
+from poot_ir.numerics import NumericsClass
 from poot_ir.oracle import exact_array
 
 from poot_engine.checks import check_range
 from poot_engine.device import Device
 from poot_engine.handles import Entry
-from poot_engine.partitioned import PartitionedEntry
 
 
 class Engine(Protocol):
-    """What this module needs of ``poot_engine.Engine`` (a protocol, so this module does not
-    import the engine's, which imports this one)."""
+    """What this module needs of ``poot_engine.Engine``: public operations only (a protocol,
+    so this module does not import the engine's, which imports this one)."""
 
-    device: Device
-    limit: float | None
-    _stepping: bool
-    _states: dict[str, int]
-    _handed: dict[int, NumericsClass]
-
-    def _usable(self) -> None: ...
-    def _entry(self, entry: Entry) -> Any: ...
+    @property
+    def device(self) -> Device: ...
+    @property
+    def limit(self) -> float | None: ...
+    def between_steps(self, name: str) -> None: ...
     def program(self, entry: Entry) -> Program: ...
-    def partitioned(self, entry: Entry) -> PartitionedEntry | None: ...
     def numerics(self, entry: Entry) -> NumericsClass: ...
     def read_state(self, entry: Entry, name: str) -> np.ndarray: ...
     def write_state(
@@ -71,7 +66,7 @@ class Engine(Protocol):
     ) -> None: ...
 
 
-__all__ = ["Handoff", "check_state", "handoff", "read_state", "state_types", "write_state"]
+__all__ = ["Handoff", "check_state", "handoff", "state_type", "state_types"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +92,7 @@ def state_types(engine: Engine, entry: Entry) -> dict[str, TensorType]:
 
 def state_type(engine: Engine, entry: Entry, name: str) -> TensorType:
     """The declared type of the state ``name``, after the checks every state call makes."""
-    engine._usable()
-    if engine._stepping:
-        raise StateError("a step of this engine is running; states move between steps", name)
+    engine.between_steps(name)
     types = state_types(engine, entry)
     if name not in types:
         prog = engine.program(entry)
@@ -116,40 +109,6 @@ def check_state(engine: Engine, entry: Entry, name: str, value: object) -> np.nd
     arr = exact_array(name, value, t, StateError).copy()
     check_range(NarrowingRangeState, name, arr, engine.limit)
     return arr
-
-
-def read_state(engine: Engine, entry: Entry, name: str) -> np.ndarray:
-    """``Engine.read_state``: a fresh host copy of the state, counted in the engine's stats."""
-    state_type(engine, entry, name)
-    part = engine.partitioned(entry)  # its states live on the host
-    if part is not None:
-        value = part.states[name].copy()
-    else:
-        value = engine.device.read(engine._entry(entry).buffers[name])
-    engine._states["reads"] += 1
-    engine._states["read"] += value.nbytes
-    return value
-
-
-def write_state(
-    engine: Engine, entry: Entry, name: str, value: object, numerics: NumericsClass | None
-) -> None:
-    """``Engine.write_state``: checked (``check_state``), then written and counted."""
-    arr = check_state(engine, entry, name, value)
-    if (part := engine.partitioned(entry)) is not None:
-        part.states[name] = arr
-    else:
-        e = engine._entry(entry)
-        if e.domains is not None:  # the state's domain guards, before anything is written
-            e.domains.write(name, arr)
-        engine.device.write(e.buffers[name], arr)
-        if name in e.mirrors:  # a window's start: the host-side window check reads the mirror
-            e.mirrors[name] = arr.copy()
-    if numerics is not None:
-        had = engine._handed.get(entry.id)
-        engine._handed[entry.id] = numerics if had is None else looser(had, numerics)
-    engine._states["writes"] += 1
-    engine._states["written"] += arr.nbytes
 
 
 def handoff(

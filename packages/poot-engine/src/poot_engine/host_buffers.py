@@ -2,7 +2,7 @@
 
 Every device here keeps its buffers in host memory (the oracle does; both NPUs address host
 memory), so a buffer is a numpy array of exactly its type, and this is the one implementation
-of allocate, free, write, read and copy. Every device takes its artifact and buffer ids from
+of allocate, free, write, read and copy, and of a step bound over them (``bind_step``). Every device takes its artifact and buffer ids from
 ``next_id``, so a handle one device issued is never mistaken for another's.
 """
 
@@ -15,7 +15,8 @@ import numpy as np
 from poot_ir import DispatchRefused, TensorType
 from poot_ir.budget import check_array
 
-from poot_engine.device import Buffer
+from poot_engine.device import BoundStep, Buffer, StepCommands
+from poot_engine.steps import HostStep, ProtocolStep, overrides
 
 __all__ = ["HostBuffers", "HostMemory", "next_id"]
 
@@ -33,6 +34,9 @@ class HostBuffers:
     def __init__(self, name: str) -> None:
         self.name = name
         self.memory: dict[int, np.ndarray] = {}
+        #: Bumped whenever a binding over these buffers may have gone stale (a free, a clear, a
+        #: device's unload): a bound step compares it with the value it was bound at.
+        self.epoch = 0
 
     def allocate(self, type: TensorType) -> Buffer:
         # sized by the program: refused over the memory budget before numpy is asked
@@ -42,6 +46,7 @@ class HostBuffers:
         return buf
 
     def free(self, buffer: Buffer) -> None:
+        self.epoch += 1
         self.memory.pop(buffer.id, None)
 
     def write(self, buffer: Buffer, data: np.ndarray) -> None:
@@ -68,6 +73,7 @@ class HostBuffers:
         return mem
 
     def clear(self) -> None:
+        self.epoch += 1
         self.memory.clear()
 
 
@@ -100,3 +106,11 @@ class HostMemory:
     def copy(self, src: Buffer, dst: Buffer) -> None:
         self._usable()
         self._buffers.copy(src, dst)
+
+    def bind_step(self, commands: StepCommands) -> BoundStep:
+        """``poot_engine.steps``: the buffers' arrays bound once (``HostStep``), unless a
+        subclass replaces ``write``, ``read`` or ``copy`` (then every command is its call)."""
+        self._usable()
+        if overrides(self, HostMemory, ("write", "read", "copy")):
+            return ProtocolStep(self, commands)  # type: ignore[arg-type]
+        return HostStep(self, self._buffers, commands)

@@ -10,6 +10,8 @@ A recording of an entry is, in order:
 
 The copies are the commit: they run only after the results are read and checked, so a step that
 fails (a result out of range, a missed deadline, a failed run) leaves every state as it was.
+A replay runs the commands as the device bound them once (``step_commands``, then
+``poot_engine.steps``), not one by one.
 
 What to range-check on a narrowing target is derived from the commands, once, when recording:
 an F32 argument a dispatch reads is checked as a host input before each replay when a ``Write``
@@ -20,17 +22,14 @@ after the replay, and not again. A weight no command fills was checked once, at 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from time import perf_counter as _clock
 
-import numpy as np
-from poot_ir import DispatchRefused, DType, NarrowingRangeResult
+from poot_ir import DispatchRefused, DType
 
-from poot_engine.checks import check_range
-from poot_engine.device import Artifact, Buffer, Device, Direction
+from poot_engine.device import Artifact, Buffer, Direction, StepCommands
 
-__all__ = ["Command", "Copy", "Dispatch", "Read", "Recording", "Write", "record", "replay"]
+__all__ = ["Command", "Copy", "Dispatch", "Read", "Recording", "Write", "record"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +79,15 @@ class Recording:
     @property
     def commands(self) -> tuple[Command, ...]:
         return (*self.run, *self.commit)
+
+    def step_commands(self) -> StepCommands:
+        """The commands as a device binds them (``Device.bind_step``, ``poot_engine.steps``)."""
+        return StepCommands(
+            tuple(c.buffer for c in self.run if isinstance(c, Write)),
+            tuple((c.artifact, c.buffers) for c in self.run if isinstance(c, Dispatch)),
+            tuple(c.buffer for c in self.run if isinstance(c, Read)),
+            tuple((c.src, c.dst) for c in self.commit),
+        )
 
     @property
     def buffers(self) -> tuple[Buffer, ...]:
@@ -141,36 +149,3 @@ def _derive_checks(commands: tuple[Command, ...]) -> tuple[tuple[str, ...], tupl
         c.result for c in commands if isinstance(c, Read) and c.buffer.type.dtype is DType.F32
     ]
     return tuple(inputs), tuple(results)
-
-
-def replay(
-    device: Device,
-    recording: Recording,
-    inputs: Mapping[str, np.ndarray],
-    deadline_s: float,
-    limit: float | None,
-    verify: Callable[[Mapping[str, np.ndarray]], None] | None = None,
-) -> tuple[dict[str, np.ndarray], float]:
-    """Run ``recording`` once: the results by name and the seconds spent in dispatches. With a
-    ``limit`` (a narrowing target), every result of ``result_checks`` is range-checked
-    (``NarrowingRangeResult``) before the commit, and ``verify`` (a verified step's oracle
-    check) sees the results then too; if either raises, no state changes."""
-    results: dict[str, np.ndarray] = {}
-    device_s = 0.0
-    for cmd in recording.run:
-        if isinstance(cmd, Write):
-            device.write(cmd.buffer, inputs[cmd.argument])
-        elif isinstance(cmd, Dispatch):
-            t0 = _clock()
-            device.dispatch(cmd.artifact, cmd.buffers, deadline_s)
-            device_s += _clock() - t0
-        else:
-            results[cmd.result] = device.read(cmd.buffer)
-    if limit is not None:
-        for name in recording.result_checks:
-            check_range(NarrowingRangeResult, name, results[name], limit)
-    if verify is not None:
-        verify(results)
-    for copy in recording.commit:
-        device.copy(copy.src, copy.dst)
-    return results, device_s

@@ -136,6 +136,8 @@ class Verifier:
 
     def wants(self, entry: object) -> bool:
         """Whether this step of ``entry`` is verified; ``EntryPoisoned`` for a poisoned one."""
+        if self.fraction == 0.0 and not self._poisoned:  # the common case, first
+            return False
         hit = self._poisoned.get(id(entry))
         if hit is not None and hit[0] is entry:
             raise EntryPoisoned(f"this entry breached its contract earlier: {hit[1]}")

@@ -47,7 +47,10 @@ Semantics, where IEEE 754 or the type rules leave a choice:
   rounding boundary of the dtype, where the BLAS's order (its kernel, its threads, the
   machine) may pick either neighbour. Float64 accumulation, not F32 BLAS, because a device is
   compared with the oracle under a bound, and an F32-accumulated reference would spend part
-  of that bound on its own error.
+  of that bound on its own error, and its result would differ between machines (kernels and
+  thread splits) by far more than a float64 sum rounded once does. The price is speed: float64
+  GEMM is 2-3x float32 GEMM on AVX2 (issue 15: with ``erf``, the floor against ONNX Runtime
+  on a matmul-bound encoder).
 - ``gather`` takes indices in ``[-size, size)`` (negative counts from the end, as numpy and
   OpenVINO); any other index raises ``IndexOutOfRange``. A ``dynamic_update_slice`` start whose
   window does not fit raises ``WindowOutOfRange``; nothing is clamped.

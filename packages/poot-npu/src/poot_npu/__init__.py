@@ -8,8 +8,9 @@ and ``"vpu"`` on hardware). The device classes are ``XdnaDevice`` (XRT), ``XdnaH
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from poot_ir.lazy import lazy_exports
 
 from poot_npu.registry import (
     DEVICES,
@@ -38,16 +39,12 @@ __all__ = [
     "make_device",
 ]
 
-_LAZY = {
-    "VpuDevice": "poot_npu.vpu",
-    "XdnaDevice": "poot_npu.xdna",
-    "XdnaHostDevice": "poot_npu.xdna_host",
-    "RunStats": "poot_npu.xdna_host",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'poot_npu' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "VpuDevice": ("poot_npu.vpu", "VpuDevice"),
+        "XdnaDevice": ("poot_npu.xdna", "XdnaDevice"),
+        "XdnaHostDevice": ("poot_npu.xdna_host", "XdnaHostDevice"),
+        "RunStats": ("poot_npu.xdna_host", "RunStats"),
+    },
+)

@@ -49,7 +49,9 @@ process rather than freeing memory the runtime may still write.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -60,13 +62,16 @@ from poot_engine.device import (
     ArgSpec,
     Artifact,
     ArtifactSource,
+    BoundStep,
     Buffer,
     DeviceIdentity,
     Direction,
     Signature,
+    StepCommands,
     check_dispatch,
 )
 from poot_engine.host_buffers import HostBuffers, HostMemory, next_id
+from poot_engine.steps import HostStep, overrides
 from poot_ir import (
     BlobRefused,
     CompileFailed,
@@ -143,6 +148,7 @@ class _Loaded:
     buffers: tuple[Buffer, ...] | None = None
     generation: int = -1
     tensors: tuple[Any, ...] = ()
+    flags: np.ndarray | None = None  # the guard result's memory, bound with the buffers
 
 
 class VpuDevice(HostMemory):
@@ -212,7 +218,9 @@ class VpuDevice(HostMemory):
             raise UnsupportedDevice(self._name, f"it runs {TARGET} plans, not {plan.target.name}")
         guards: tuple[tuple[int, Guard], ...] = ()
         if self._guard and plan.narrowing is not None:
-            guards = intermediate_guards(plan.source, plan.narrowing)
+            # of the program the graph is lowered from (narrowed from the legalized one): the
+            # source's equation indices no longer match once legalization rewrote it
+            guards = intermediate_guards(plan.legalized, plan.narrowing)
         model = openvino_ir.lower(plan.program, emulate_f16=self.stand_in, guards=guards)
         data = frame_ir(*openvino_ir.serialize(model))
         entries, _ = _split_guard(model)
@@ -268,6 +276,7 @@ class VpuDevice(HostMemory):
 
     def unload(self, artifact: Artifact) -> None:
         self._usable()
+        self._buffers.epoch += 1  # a bound step of this artifact is stale
         self._loaded.pop(artifact.id, None)
 
     # -- running -------------------------------------------------------------------------------
@@ -277,6 +286,10 @@ class VpuDevice(HostMemory):
         loaded = self._loaded.get(artifact.id)
         if loaded is None or loaded.buffers is not buffers or loaded.generation != self._gen:
             loaded = self._bind(artifact, buffers)
+        self._run(loaded, deadline_s)
+
+    def _run(self, loaded: _Loaded, deadline_s: float) -> None:
+        """One run of a bound request under ``deadline_s``, then its FP16 guard."""
         req = loaded.request
         try:
             req.start_async()
@@ -287,16 +300,29 @@ class VpuDevice(HostMemory):
                 done = any(req.wait_for(ms) for ms in wait_slices_ms(deadline_s))
         except RuntimeError as err:
             raise DeviceFailed(
-                f"{self._name}: the run of artifact {artifact.id} failed: {err}"
+                f"{self._name}: the run of artifact {loaded.artifact.id} failed: {err}"
             ) from None
         if not done:
             self._poisoned = True
             memory = self._buffers.memory
-            self._failed.append((loaded, tuple(memory[b.id] for b in buffers)))
-            raise DeadlineExceeded(deadline_s, f"{self._name} run of artifact {artifact.id}")
+            kept = tuple(memory[b.id] for b in loaded.buffers or ())
+            self._failed.append((loaded, kept))
+            raise DeadlineExceeded(deadline_s, f"{self._name} run of artifact {loaded.artifact.id}")
         self.runs += 1
         if loaded.guard is not None:  # the run wrote its outputs; a set flag commits nothing
-            _check_guard(req, loaded.guard, self._name)
+            _check_guard(loaded, self._name)
+
+    def bind_step(self, commands: StepCommands) -> BoundStep:
+        """``poot_engine.steps``: a step of one dispatch is bound whole (``_VpuStep``: the
+        command checked and the request's tensors set once); anything else, or a subclass that
+        replaces ``dispatch``, ``write``, ``read`` or ``copy``, gets the general binding."""
+        self._usable()
+        if len(commands.dispatches) != 1 or overrides(
+            self, VpuDevice, ("dispatch", "write", "read", "copy")
+        ):
+            return super().bind_step(commands)
+        artifact, buffers = commands.dispatches[0]
+        return _VpuStep(self, commands, self._bind(artifact, buffers))
 
     def _bind(self, artifact: Artifact, buffers: tuple[Buffer, ...]) -> _Loaded:
         """Check a dispatch's command (``check_dispatch``), then set a tensor over each buffer's
@@ -314,6 +340,11 @@ class VpuDevice(HostMemory):
                 req.set_input_tensor(port, tensor)
             for port, tensor in enumerate(tensors[n_in:]):
                 req.set_output_tensor(port, tensor)
+            if loaded.guard is not None and loaded.flags is None:
+                # the guard's flags in host memory too: a step reads them without a tensor
+                flags = np.zeros(len(loaded.guard[1]), np.bool_)
+                req.set_output_tensor(loaded.guard[0], ov.Tensor(flags, shared_memory=True))
+                loaded.flags = flags
         except RuntimeError as err:
             raise DeviceFailed(f"{self._name}: binding artifact {artifact.id}: {err}") from None
         loaded.buffers, loaded.generation, loaded.tensors = buffers, self._gen, tensors
@@ -355,16 +386,46 @@ def _split_guard(model: Any) -> tuple[tuple[openvino_ir.ArgSignature, ...], Any]
     return entries, None
 
 
-def _check_guard(req: Any, guard: tuple[int, tuple[str, ...]], device: str) -> None:
+def _check_guard(loaded: _Loaded, device: str) -> None:
     """``NarrowingRangeIntermediate`` for the first flag the graph set (outputs are not yet
     copied, so nothing of the refused run reaches a buffer)."""
-    port, labels = guard
-    flags = req.get_output_tensor(port).data
-    if flags.any():
-        for label, flag in zip(labels, flags, strict=True):
+    assert loaded.guard is not None and loaded.flags is not None  # bound with the buffers
+    flags = loaded.flags
+    if flags.item(flags.argmax()):  # any flag set (argmax: cheaper than ndarray.any here)
+        for label, flag in zip(loaded.guard[1], flags, strict=True):
             eqn, prim, check = label.split(".")
             if flag and check != "keep":  # a keep flag only gives a divisor a use
                 raise NarrowingRangeIntermediate(int(eqn), prim, check, device)
+
+
+class _VpuStep(HostStep):
+    """A recorded step of one dispatch, bound whole: the inputs written into the bound
+    tensors' memory, one run of the request, the results copied out of the output buffers."""
+
+    __slots__ = ("_bound", "_commands", "_vpu")
+
+    def __init__(self, device: VpuDevice, commands: StepCommands, loaded: _Loaded) -> None:
+        super().__init__(device, device._buffers, commands)
+        self._vpu, self._bound, self._commands = device, loaded, commands
+
+    def loaded(self) -> bool:
+        return self._vpu._loaded.get(self._bound.artifact.id) is self._bound
+
+    def run(
+        self, inputs: Sequence[np.ndarray], deadline_s: float
+    ) -> tuple[tuple[np.ndarray, ...], float]:
+        vpu, loaded = self._vpu, self._bound
+        if vpu._closed or vpu._poisoned:
+            vpu._usable()
+        self.check()
+        artifact, buffers = self._commands.dispatches[0]
+        if loaded.buffers is not buffers or loaded.generation != vpu._gen:
+            vpu._bind(artifact, buffers)  # another command ran on this request since
+        self.write_inputs(inputs)
+        t0 = perf_counter()
+        vpu._run(loaded, deadline_s)
+        took = perf_counter() - t0
+        return tuple([m.copy() for m in self._reads]), took
 
 
 _SNIPPET_REGISTERS = "Can't allocate registers for a snippet"

@@ -31,7 +31,10 @@ device's or an unloaded artifact, a buffer not allocated here or not the artifac
 the weight and input arenas to the device, then for each region starts
 ``kernel(3, insts, n_words, *arenas)`` (opcode 3; the instruction count in 32-bit words) and
 waits with ``run.wait(ms)`` for what is left of the deadline (whole milliseconds, at least 1:
-XRT's 0 waits forever). ``ERT_CMD_STATE_TIMEOUT`` is ``DeadlineExceeded`` and poisons the
+XRT's 0 waits forever). After the runs the results and flags arenas are synced from the device;
+a region's flag word (its cores' count of operands outside their domains, drained by its last
+core: ``poot_codegen.xdna.design.FlagPath``) that is not zero refuses the run with
+``DomainFlagged`` before any result is read out. ``ERT_CMD_STATE_TIMEOUT`` is ``DeadlineExceeded`` and poisons the
 device: every later call but ``close`` raises ``DevicePoisoned`` and the run's buffers, arenas
 and contexts stay allocated until ``close`` (which waits ``_CLOSE_GRACE_MS`` for the run and,
 since XRT's abort is not bound, keeps one still running alive for the rest of the process).
@@ -62,6 +65,7 @@ from poot_codegen.xdna import (
     lower_program,
 )
 from poot_codegen.xdna import link as xlink
+from poot_codegen.xdna.design import FLAG_WORD
 from poot_codegen.xdna.execute import check_indices, read_results, write_arguments
 from poot_codegen.xdna.link import Progress
 from poot_engine.deadline import wait_slices_ms
@@ -74,6 +78,7 @@ from poot_ir import (
     DeviceFailed,
     DevicePoisoned,
     DeviceUnavailable,
+    DomainFlagged,
     UnsupportedDevice,
 )
 
@@ -125,7 +130,7 @@ class _Loaded:
     regions: list[_Region]
     arenas: list[Any]  # one bo per arena (empty when the design has no region)
     to_device: tuple[int, ...]  # arenas the host writes before each run: weights and inputs
-    from_device: tuple[int, ...]  # arenas synced back after each run: results
+    from_device: tuple[int, ...]  # arenas synced back after each run: results, flags
     host: list[np.ndarray] = field(default_factory=list)  # arenas of a design with no region
 
 
@@ -251,7 +256,8 @@ class XdnaDevice(HostMemory):
             raise BlobRefused(self._name, f"XRT refused it: {err}") from None
         layout = design.layout
         written = {layout.slot(b.value).arena for b in layout.arguments}
-        results = layout.arena(ArenaRole.RESULTS)
+        # synced back after each run: the results and the flag words (the flags arena)
+        back = [a for a in (layout.arena(ArenaRole.RESULTS), layout.arena(ArenaRole.FLAGS)) if a]
         artifact = Artifact(next_id(), design_signature(design))
         self._loaded[artifact.id] = _Loaded(
             artifact,
@@ -259,7 +265,7 @@ class XdnaDevice(HostMemory):
             regions,
             arenas,
             tuple(sorted(written)),
-            () if results is None else (results.index,),
+            tuple(a.index for a in back),
             [] if regions else [np.zeros(a.nbytes, np.uint8) for a in layout.arenas],
         )
         return artifact
@@ -324,6 +330,7 @@ class XdnaDevice(HostMemory):
                 self._run(loaded, r, arrays, deadline_s - (time.monotonic() - start), deadline_s)
             for i in loaded.from_device:
                 loaded.arenas[i].sync(xrt.xclBOSyncDirection.XCL_BO_SYNC_BO_FROM_DEVICE)
+            self._check_flags(loaded)
             for spec, out in zip(specs[n_in:], arrays[n_in:], strict=True):
                 s = layout.result(spec.name)
                 if s.nbytes:
@@ -332,6 +339,21 @@ class XdnaDevice(HostMemory):
         except RuntimeError as err:
             raise DeviceFailed(f"{self._name}: XRT failed artifact {artifact.id}: {err}") from None
         self.runs += 1
+
+    def _check_flags(self, loaded: _Loaded) -> None:
+        """Refuse the run (``DomainFlagged``) when a region's flag word, drained by its last
+        core into the flags arena (``design.FlagPath``), is not zero: before any result is
+        read out, so no buffer and no state changes."""
+        flags = loaded.design.layout.arena(ArenaRole.FLAGS)
+        if flags is None:
+            return
+        n = len(loaded.design.regions)
+        raw = np.asarray(loaded.arenas[flags.index].read(FLAG_WORD * n, 0))
+        words = raw.view(np.uint8).view("<u4")
+        for region in loaded.design.regions:
+            t = region.flag.transfer
+            if word := int(words[t.offset // FLAG_WORD]):
+                raise DomainFlagged(region.index, word, region.eqns)
 
     def _run(
         self,

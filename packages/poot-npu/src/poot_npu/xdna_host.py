@@ -26,9 +26,11 @@ Buffers are numpy arrays. A dispatch checks its command first (``check_dispatch`
 device's or an unloaded artifact, a buffer not allocated here or not the artifact's ABI is
 ``DispatchRefused`` before anything runs), then, in a worker thread waited on for at most the
 deadline (``DeadlineRunner``): writes the argument buffers into their arena slots, runs each
-region (transfers in, every core's chunks through ctypes, transfers out; a value crossing
-regions goes through its scratch-arena slot) and reads the results out of their slots; then
-copies them into the output buffers. A missed deadline is ``DeadlineExceeded`` and poisons the
+region (transfers in, every core's chunks through ctypes, the flag path, transfers out; a value
+crossing regions goes through its scratch-arena slot, each region's flag word lands at its place
+in the flags arena) and reads the results out of their slots; then reads the flag words from the
+flags arena, refusing a run with one not zero (``DomainFlagged``: nothing is copied out), and
+copies the results into the output buffers. A missed deadline is ``DeadlineExceeded`` and poisons the
 device: every later call but ``close`` raises ``DevicePoisoned``, and the failed run's arenas and
 buffers stay referenced until ``close``.
 
@@ -53,11 +55,13 @@ from poot_codegen.xdna import Direction, ProgramDesign, lower_program
 from poot_codegen.xdna.execute import (
     Bytes,
     check_indices,
+    flag_word,
     new_arenas,
     read_results,
     run_region,
     write_arguments,
 )
+from poot_codegen.xdna.guards import FLAG_FIRST, FLAG_NEXT
 from poot_codegen.xdna.hostbuild import (
     DEFAULT_COMPILERS,
     HOST_CFLAGS,
@@ -148,7 +152,6 @@ class _Loaded:
     library: ctypes.CDLL
     arenas: list[Bytes]
     stats: RunStats
-    flags: np.ndarray  # one uint32 flag word per region, as the last dispatch left them
 
 
 class XdnaHostDevice(HostMemory):
@@ -252,16 +255,13 @@ class XdnaHostDevice(HostMemory):
             library = load_library(text, self.cache, compiler=self._compiler)
         except CompileFailed as err:
             raise BlobRefused(self._name, f"its kernels do not build: {err}") from None
-        for region in design.regions:
-            for core in region.cores:
-                if not hasattr(library, core.symbol):
-                    raise BlobRefused(self._name, f"no kernel {core.symbol} in its library")
+        needed = [FLAG_FIRST, FLAG_NEXT, *(c.symbol for r in design.regions for c in r.cores)]
+        for symbol in needed:
+            if not hasattr(library, symbol):
+                raise BlobRefused(self._name, f"no kernel {symbol} in its library")
         artifact = Artifact(next_id(), design_signature(design))
         arenas = new_arenas(design.layout)
-        flags = np.zeros(len(design.regions), np.uint32)
-        self._loaded[artifact.id] = _Loaded(
-            artifact, design, library, arenas, traffic(design), flags
-        )
+        self._loaded[artifact.id] = _Loaded(artifact, design, library, arenas, traffic(design))
         return artifact
 
     def unload(self, artifact: Artifact) -> None:
@@ -303,7 +303,7 @@ class XdnaHostDevice(HostMemory):
         def run() -> dict[str, np.ndarray]:
             write_arguments(design.layout, arenas, inputs)
             for region in design.regions:
-                loaded.flags[region.index] = self._run_region(region, library, arenas) or 0
+                self._run_region(region, library, arenas)
             return read_results(design.layout, arenas)
 
         what = f"{self._name} run of artifact {artifact.id}"
@@ -312,20 +312,20 @@ class XdnaHostDevice(HostMemory):
         except DeadlineExceeded:
             self._failed.append((loaded, arrays))
             raise
-        # the flag words are read with the results: a region that counted an operand outside
+        # the flag words are read with the results, from the flags arena where each region's
+        # last core drained its word (design.FlagPath): a region that counted an operand outside
         # its domain has no result to give (nothing is copied out, no state changes)
         for region in design.regions:
-            if loaded.flags[region.index]:
-                raise DomainFlagged(region.index, int(loaded.flags[region.index]), region.eqns)
+            if word := flag_word(region, arenas):
+                raise DomainFlagged(region.index, word, region.eqns)
         for spec, out in zip(specs[n_in:], arrays[n_in:], strict=True):
             np.copyto(out, results[spec.name], casting="no")
         self._last = loaded.stats
         self.runs += 1
 
-    def _run_region(self, region: RegionDesign, library: ctypes.CDLL, arenas: list[Bytes]) -> int:
-        """One region's kernel call (in the worker thread), its flag word. Tests slow it down
-        here."""
-        return run_region(region, library, arenas)
+    def _run_region(self, region: RegionDesign, library: ctypes.CDLL, arenas: list[Bytes]) -> None:
+        """One region's kernel call (in the worker thread). Tests slow it down here."""
+        run_region(region, library, arenas)
 
     def close(self) -> None:
         # A run that missed its deadline may still be writing its arenas: its worker holds its

@@ -158,16 +158,20 @@ def chunk_calls(tiles: Sequence[TileOp], limit: int) -> tuple[Chunking, dict[int
     return c, calls
 
 
-def chunk_region(tiles: Sequence[TileOp], limit: int) -> tuple[list[TileOp], int] | int:
+def chunk_region(
+    tiles: Sequence[TileOp], limit: int, reserved: int = 0
+) -> tuple[list[TileOp], int] | int:
     """The region's tiles with the chunking they run (``TileOp.chunk`` and ``tile_bytes``
-    updated) and the region's largest tile bytes, or what ``chunk_calls`` says is needed."""
+    updated) and the region's largest tile bytes, or what ``chunk_calls`` says is needed.
+    ``limit`` is what the data FIFOs may take; ``reserved`` the bytes every tile holds besides
+    (the flag path, ``RegionLimits.flag_bytes``): counted in ``tile_bytes`` and in the need."""
     got = chunk_calls(tiles, limit)
     if isinstance(got, int):
-        return got
+        return got + reserved
     c, calls = got
     out = []
     for t in tiles:
         n = calls[t.index]
-        nbytes = c.tile_bytes(t, max(n, 1)) or 0
+        nbytes = (c.tile_bytes(t, max(n, 1)) or 0) + reserved
         out.append(replace(t, chunk=t.units // n if n else 1, tile_bytes=nbytes))
     return out, max((t.tile_bytes for t in out), default=0)

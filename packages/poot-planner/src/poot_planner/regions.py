@@ -8,7 +8,9 @@ through a shim DMA channel, at a fixed offset in a host arena.
 Regions are formed greedily in program order: a region closes where adding the next tile job
 would break a bound (``RegionLimits``): compute tiles, host streams in, host streams out, or
 tile-local bytes once the tiles that share a FIFO share its object size
-(``poot_planner.chunking``). The streams of a candidate region are counted exactly: a value
+(``poot_planner.chunking``). The region's flag path (its domain-guard word, chained core to core
+and drained to the host) is counted too: ``RegionLimits.flag_bytes`` on every tile and
+``flag_streams_out`` host stream out per region. The streams of a candidate region are counted exactly: a value
 produced inside it goes out to the host only if a tile outside it (earlier or later) or the
 program's results read it. The tiles of a formed region carry the chunking they run. A program
 needing more regions than the device has contexts is refused with ``CONTEXT_LIMIT``.
@@ -131,21 +133,21 @@ def form_regions(
     def close() -> None:
         group = current.tiles
         h_in, h_out, internal = _streams(group, readers, results)
-        chunked = chunk_region(group, limits.tile_bytes)
+        chunked = chunk_region(group, limits.data_tile_bytes, limits.flag_bytes)
         tiles_ = tuple(chunked[0]) if not isinstance(chunked, int) else tuple(group)
         regions.append(Region(len(regions), tiles_, tuple(h_in), tuple(h_out), tuple(internal)))
 
     for t in tiles:
         delta = current.delta(t)
-        whole = unchunked_bytes(t) <= limits.tile_bytes
+        whole = unchunked_bytes(t) <= limits.data_tile_bytes
         if current.tiles and not (
             len(current.tiles) < limits.compute_tiles
             and delta[0] <= limits.host_streams_in
-            and delta[1] <= limits.host_streams_out
+            and delta[1] <= limits.data_streams_out  # the flag word takes one
             # one call per run fits whatever the region shares: no need to work out groups
             and (
                 (current.whole_fits and whole)
-                or not isinstance(chunk_calls([*current.tiles, t], limits.tile_bytes), int)
+                or not isinstance(chunk_calls([*current.tiles, t], limits.data_tile_bytes), int)
             )
         ):
             close()

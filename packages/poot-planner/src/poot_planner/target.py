@@ -70,8 +70,23 @@ class RegionLimits:
     tile_bytes: int  # 64 KiB data memory less the 1 KiB stack
     contexts: int  # hardware contexts: one per loaded artifact (region)
     host_buffers: int  # buffers one kernel call takes (opcode, insts, n, bo0..bo4)
+    #: Tile bytes the region's flag path takes on every core: one 32-bit word in from the
+    #: previous core of the chain, one out (``poot_codegen.xdna.design.FlagPath``; depth 1).
+    flag_bytes: int = 8
+    #: Host streams out the flag path takes per region: its last core drains the region's word.
+    flag_streams_out: int = 1
     #: Elements of one tensor: the kernel ABI counts units and elements in ``int32_t``.
     tensor_elements: int = 2**31 - 1
+
+    @property
+    def data_tile_bytes(self) -> int:
+        """Tile bytes left for a core's data FIFOs once its flag path has its own."""
+        return self.tile_bytes - self.flag_bytes
+
+    @property
+    def data_streams_out(self) -> int:
+        """Host streams out left for a region's values once its flag word has its own."""
+        return self.host_streams_out - self.flag_streams_out
 
 
 @dataclass(frozen=True, slots=True)

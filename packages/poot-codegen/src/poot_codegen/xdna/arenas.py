@@ -1,9 +1,11 @@
-"""The program-wide host layout: at most four arenas, every host tensor at a fixed offset.
+"""The program-wide host layout: at most five arenas, every host tensor at a fixed offset.
 
 A kernel call takes at most five host buffers, so the host tensors of every region share a
 few arenas, by role: weights (arena of ``ArenaRole.WEIGHTS``), per-step inputs (slots and
 states), results (outputs and state updates) and scratch (values one region writes to the
-host and a later region reads). Only non-empty arenas exist, numbered in that order. Within an
+host and a later region reads). Only non-empty arenas exist, numbered in that order, then, when the program has a region, the
+flags arena: one ``FLAG_WORD`` per region, region ``r``'s at ``FLAG_WORD * r``
+(``design.FlagPath``), so five buffers at most, the bound of a kernel call. Within an
 arena, slots follow the program's order (arguments, results, then regions' hand-offs), each at
 the next multiple of ``ARENA_ALIGN`` bytes. A value that only its own region's tiles read moves
 tile to tile and has no slot.
@@ -16,6 +18,7 @@ from poot_planner import Plan
 
 from poot_codegen.xdna.design import (
     ARENA_ALIGN,
+    FLAG_WORD,
     Arena,
     ArenaRole,
     Binding,
@@ -64,6 +67,8 @@ def build_layout(plan: Plan) -> HostLayout:
     index = {role: i for i, role in enumerate(used)}
     # an arena holding only empty tensors still gets one aligned block: no zero-size buffers
     arenas = [Arena(i, role, max(sizes[role], ARENA_ALIGN)) for i, role in enumerate(used)]
+    if plan.regions:
+        arenas.append(Arena(len(arenas), ArenaRole.FLAGS, _align(FLAG_WORD * len(plan.regions))))
     slots = [
         Slot(v.id, v.dtype, v.shape, index[role], offset, v.type.nbytes, words(v.type.nbytes))
         for role, offset, v in spans

@@ -4,7 +4,7 @@ A ``ProgramDesign`` is everything needed to run a planned program on the NPU, or
 step by step over numpy arenas (``XdnaHostDevice``) with the same kernels, layout, offsets and
 chunking:
 
-- ``HostLayout``: at most five host buffers (*arenas*) shared by every region, each host
+- ``HostLayout``: at most five host buffers (*arenas*, the last one the flag words) shared by every region, each host
   tensor at a fixed, aligned byte offset (a ``Slot``). Argument and result names bind to slots.
 - one ``RegionDesign`` per planned region (one artifact, one hardware context, one kernel call
   per step): its ``Core``s placed on compute tiles, its object FIFOs (``Fifo``), and its runtime
@@ -22,6 +22,12 @@ Executing a region (what the NPU does, and what a stand-in must reproduce):
    has a ``sink``, drained to the arena;
 3. every ``Transfer`` of direction ``FROM_DEVICE`` writes its FIFO's objects, in order, to
    ``[offset, offset + nbytes)`` of its arena; ``waits`` names the FIFOs the sequence waits on.
+4. the region's flag path (``FlagPath``): after its last call of the run, each core in the
+   chain's ``order`` takes the previous core's word (the first: none), adds its own count of
+   operands outside their domains (``poot_guard_word``, one per core on the NPU: each core links
+   its own copy of the region object) and hands the sum on; the last core's word is drained to
+   the flags arena (``ArenaRole.FLAGS``) at ``FLAG_WORD * region index``, waited on with the
+   results. Zero: every guarded operand was inside its domain; otherwise the run is refused.
 
 Cores are listed producers first (program order), so running them one after another in that
 order, each over all its chunks, computes what the pipelined array computes. Byte counts are
@@ -45,6 +51,7 @@ __all__ = [
     "ARENA_ALIGN",
     "COMPUTE_ROWS",
     "DEVICE",
+    "FLAG_WORD",
     "SHIM_COLUMNS",
     "Arena",
     "ArenaRole",
@@ -53,12 +60,14 @@ __all__ = [
     "DesignError",
     "Direction",
     "Fifo",
+    "FlagPath",
     "HostLayout",
     "Port",
     "ProgramDesign",
     "RegionDesign",
     "Slot",
     "Transfer",
+    "flag_fifo",
     "words",
 ]
 
@@ -74,6 +83,9 @@ SHIM_BDS = 16
 """Buffer descriptors of one shim tile."""
 ARENA_ALIGN = 64
 """Every slot starts at a multiple of this many bytes of its arena."""
+FLAG_WORD = 4
+"""Bytes of a region's flag word (a ``uint32_t``): region ``r``'s is at ``FLAG_WORD * r`` of the
+flags arena."""
 
 
 words = chunking_words  # one rounding rule for the planner's chunking and the layout
@@ -109,6 +121,7 @@ class ArenaRole(Enum):
     INPUTS = "inputs"  # slot and state arguments: written before each step
     RESULTS = "results"  # outputs and state updates: read after each step
     SCRATCH = "scratch"  # values one region writes to the host and a later region reads
+    FLAGS = "flags"  # one flag word per region (``FlagPath``): read after each step
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +248,7 @@ class Core:
     """One compute tile and its kernel: ``tile`` is the planner's ``TileOp.index`` (the kernel
     is ``symbol``), placed at ``(column, row)``. Each run makes ``n_chunks`` calls of ``chunk``
     units (``chunk * n_chunks == units``); ``buffer_bytes`` is the tile memory its FIFO buffers
-    take (``depth * nbytes`` of each FIFO it touches). A gather core has an ``index_guard``
+    take (``depth * nbytes`` of each FIFO it touches, and its ``FlagPath`` words). A gather core has an ``index_guard``
     (how its indices, ``inputs[1]``, stay inside its table's axis of ``index_axis``
     entries); every other core has None and 0."""
 
@@ -272,10 +285,49 @@ class Transfer:
 
 
 @dataclass(frozen=True, slots=True)
+class FlagPath:
+    """How a region's flag word reaches the host: a chain through every core, ``order`` (tile
+    indices), each link a depth-1 object FIFO of one ``uint32_t`` (``flag_fifo``), then the
+    last core's word drained by ``transfer`` (``FROM_DEVICE``, ``FLAG_WORD`` bytes, into the
+    flags arena).
+
+    Consecutive cores of the chain share a memory module (same column and adjacent rows, or
+    same row and adjacent columns: mlir-aie's AIE2 memory affinity), so every link is shared
+    memory with locks and takes no DMA channel; only the drain takes one: an MM2S channel of
+    the last core (beside its data output) and an S2MM channel, a buffer descriptor and a
+    host stream out of a shim. Every core holds ``FLAG_WORD`` bytes of the word it makes and,
+    after the first, of the word it takes (``Core.buffer_bytes`` counts them)."""
+
+    order: tuple[int, ...]
+    transfer: Transfer
+
+    @property
+    def drain(self) -> str:
+        """The FIFO the last core drains the region's word into."""
+        return self.transfer.fifo
+
+    def links(self) -> tuple[tuple[str, int, int | None], ...]:
+        """Every link ``(fifo, producer tile, consumer tile or None for the shim)``."""
+        nxt: list[int | None] = [*self.order[1:], None]
+        return tuple((flag_fifo(t), t, n) for t, n in zip(self.order, nxt, strict=True))
+
+    def feeds(self, tile: int) -> tuple[str | None, str]:
+        """The FIFO ``tile`` takes its predecessor's word from (None: it is first), and the
+        one it hands its sum to."""
+        k = self.order.index(tile)
+        return (flag_fifo(self.order[k - 1]) if k else None), flag_fifo(tile)
+
+
+def flag_fifo(tile: int) -> str:
+    """The MLIR symbol of the flag FIFO out of tile job ``tile``'s core."""
+    return f"g{tile}"
+
+
+@dataclass(frozen=True, slots=True)
 class RegionDesign:
     """One region: one artifact (``object_file`` holds its kernels), one kernel call per
     step. ``transfers`` are in sequence order (every input, then every output); the sequence
-    then waits on ``waits``."""
+    then waits on ``waits``, then drains and waits on the flag word (``flag``)."""
 
     index: int
     eqns: tuple[int, ...]
@@ -284,6 +336,7 @@ class RegionDesign:
     fifos: tuple[Fifo, ...]
     transfers: tuple[Transfer, ...]
     waits: tuple[str, ...]
+    flag: FlagPath
 
     def fifo(self, name: str) -> Fifo:
         for f in self.fifos:

@@ -9,6 +9,9 @@
   object. The design records it; ``validate`` checks every bound again.
 - Shims: a host input on the shim of its first consumer's column, an output on its producer's
   column; when that shim's two channels are taken, the nearest shim with one free.
+- The flag path (``design.FlagPath``): a chain through every core, column by column, each
+  column walked up or down so that consecutive cores are memory neighbours (``flag_order``),
+  drained from the last core to the nearest shim with a channel left, after the data outputs.
 """
 
 from __future__ import annotations
@@ -21,22 +24,26 @@ from poot_codegen.xdna.arenas import build_layout
 from poot_codegen.xdna.design import (
     COMPUTE_ROWS,
     DEVICE,
+    FLAG_WORD,
     SHIM_CHANNELS,
     SHIM_COLUMNS,
+    ArenaRole,
     Core,
     DesignError,
     Direction,
     Fifo,
+    FlagPath,
     HostLayout,
     Port,
     ProgramDesign,
     RegionDesign,
     Transfer,
+    flag_fifo,
 )
 from poot_codegen.xdna.kernels import kernel_symbol, region_object
 from poot_codegen.xdna.validate import validate
 
-__all__ = ["build_design", "design_program", "fifo_name", "place"]
+__all__ = ["build_design", "design_program", "fifo_name", "flag_order", "place"]
 
 
 def fifo_name(value: int) -> str:
@@ -48,6 +55,22 @@ def place(k: int) -> tuple[int, int]:
     """(column, row) of the ``k``-th core of a region: column by column."""
     per_column = len(COMPUTE_ROWS)
     return k // per_column, COMPUTE_ROWS[k % per_column]
+
+
+def flag_order(n: int) -> tuple[int, ...]:
+    """The chain order of a region's ``n`` cores (by their place ``k``, as ``place`` places
+    them) for its flag path: every column but the last is full, so walking the last one up
+    from row 2 and alternating the direction of those before it (the one before the last:
+    down) makes each step one row (same column) or one column (same row, at row 2 or 5), the
+    neighbours whose memory mlir-aie shares."""
+    per_column = len(COMPUTE_ROWS)
+    columns = -(-n // per_column)
+    order: list[int] = []
+    for j in range(columns):
+        ks = list(range(j * per_column, min(n, (j + 1) * per_column)))
+        down = j < columns - 1 and (columns - 1 - j) % 2 == 1
+        order += reversed(ks) if down else ks
+    return tuple(order)
 
 
 def design_program(plan: Plan) -> ProgramDesign:
@@ -110,8 +133,10 @@ def _region(
             source=layout.slot(v.id) if is_in else None,
             sink=layout.slot(v.id) if is_out else None,
         )
+    chain = tuple(region.tiles[k].index for k in flag_order(len(region.tiles)))
+    first = chain[0] if chain else -1
     cores = tuple(
-        _core(t, placed[t.index], calls[t.index], fifos, _index_axis(t, program))
+        _core(t, placed[t.index], calls[t.index], fifos, _index_axis(t, program), t.index == first)
         for t in region.tiles
     )
     transfers = _sequence(region, fifos, shims)
@@ -124,7 +149,37 @@ def _region(
         tuple(fifos.values()),
         transfers,
         waits,
+        _flag_path(region.index, chain, placed, shims, transfers, layout),
     )
+
+
+def _flag_path(
+    index: int,
+    chain: tuple[int, ...],
+    placed: dict[int, tuple[int, int]],
+    shims: _Shims,
+    transfers: tuple[Transfer, ...],
+    layout: HostLayout,
+) -> FlagPath:
+    """The flag path along ``chain``, drained after the region's data outputs (so it takes a
+    shim channel only they leave)."""
+    flags = layout.arena(ArenaRole.FLAGS)
+    if flags is None or not chain:  # build_layout makes it for a plan with regions: a bug
+        raise DesignError("a region with no flags arena or no core", where=f"region {index}")
+    last = chain[-1]
+    shim = shims.take(placed[last][0], Direction.FROM_DEVICE)
+    channel = sum(1 for t in transfers if t.shim == shim and t.direction is Direction.FROM_DEVICE)
+    drain = Transfer(
+        flag_fifo(last),
+        Direction.FROM_DEVICE,
+        shim,
+        channel,
+        shims.bd(shim),
+        flags.index,
+        FLAG_WORD * index,
+        FLAG_WORD,
+    )
+    return FlagPath(chain, drain)
 
 
 def _port(f: Fifo) -> Port:
@@ -140,7 +195,9 @@ def _index_axis(t: TileOp, program: Program) -> int:
     return t.inputs[0].var.shape[axis]
 
 
-def _core(t: TileOp, at: tuple[int, int], n: int, fifos: dict[int, Fifo], index_axis: int) -> Core:
+def _core(
+    t: TileOp, at: tuple[int, int], n: int, fifos: dict[int, Fifo], index_axis: int, first: bool
+) -> Core:
     ins = tuple(_port(fifos[op.var.id]) for op in t.inputs)
     out = _port(fifos[t.output.id])
     used = [fifos[op.var.id] for op in t.inputs] + [fifos[t.output.id]]
@@ -156,7 +213,8 @@ def _core(t: TileOp, at: tuple[int, int], n: int, fifos: dict[int, Fifo], index_
         units=t.units,
         chunk=t.chunk,
         n_chunks=n,
-        buffer_bytes=sum(f.depth * f.nbytes for f in used),
+        # the flag word it makes and, but for the chain's first core, the one it takes
+        buffer_bytes=sum(f.depth * f.nbytes for f in used) + FLAG_WORD * (1 if first else 2),
         index_guard=t.index_guard,
         index_axis=index_axis,
     )

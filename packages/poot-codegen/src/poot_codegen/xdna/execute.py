@@ -24,13 +24,22 @@ import numpy as np
 from poot_ir.oracle import check_gather_indices
 from poot_planner import IndexGuard, Plan
 
-from poot_codegen.xdna.design import Core, Direction, HostLayout, ProgramDesign, RegionDesign
+from poot_codegen.xdna.design import (
+    FLAG_WORD,
+    Core,
+    Direction,
+    HostLayout,
+    ProgramDesign,
+    RegionDesign,
+)
+from poot_codegen.xdna.guards import FLAG_FIRST, FLAG_NEXT
 from poot_codegen.xdna.hostbuild import LibraryCache, load_library
 from poot_codegen.xdna.kernels import region_source
 
 __all__ = [
     "Bytes",
     "check_indices",
+    "flag_word",
     "load_region_libraries",
     "new_arenas",
     "read_results",
@@ -102,12 +111,12 @@ def run_design(
 
 
 def run_region(region: RegionDesign, lib: ctypes.CDLL, arenas: Sequence[Bytes]) -> int:
-    """One kernel call of ``region``: transfers in, every core's chunks, transfers out. Returns
-    the region's flag word (the count of guarded operands outside their domains, read and
-    cleared: ``poot_codegen.xdna.guards``); a library without the word counts nothing."""
-    word = _guard_word(lib)
-    if word is not None:
-        word.value = 0
+    """One kernel call of ``region``: transfers in, every core's chunks, the flag path,
+    transfers out (the flag word too, into the flags arena). Returns the region's flag word as
+    it landed there (``flag_word``: the count of guarded operands outside their domains,
+    ``poot_codegen.xdna.guards``)."""
+    word = ctypes.c_uint32.in_dll(lib, "poot_guard_word")
+    word.value = 0
     objects: dict[str, Bytes] = {}
     for t in region.transfers:
         if t.direction is Direction.TO_DEVICE:
@@ -115,22 +124,45 @@ def run_region(region: RegionDesign, lib: ctypes.CDLL, arenas: Sequence[Bytes]) 
     for f in region.fifos:
         if f.producer is not None:
             objects[f.name] = np.zeros(f.n_objects * f.nbytes, np.uint8)
+    # one library holds every core's kernels here, so one word: each core's count is taken as
+    # it finishes, which is the word its own copy of the object holds on the NPU
+    counts: dict[int, int] = {}
     for core in region.cores:
         _run_core(core, lib, objects)
-    for t in region.transfers:
+        counts[core.tile], word.value = int(word.value), 0
+    _run_flag_path(region, lib, word, counts, objects)
+    for t in (*region.transfers, region.flag.transfer):
         if t.direction is Direction.FROM_DEVICE:
             arenas[t.arena][t.offset : t.offset + t.nbytes] = objects[t.fifo]
-    if word is None:
-        return 0
-    count, word.value = int(word.value), 0
-    return count
+    return flag_word(region, arenas)
 
 
-def _guard_word(lib: ctypes.CDLL) -> ctypes.c_uint32 | None:
-    try:
-        return ctypes.c_uint32.in_dll(lib, "poot_guard_word")
-    except ValueError:
-        return None
+def flag_word(region: RegionDesign, arenas: Sequence[Bytes]) -> int:
+    """Region ``region``'s flag word, read from its place in the flags arena."""
+    t = region.flag.transfer
+    return int(arenas[t.arena][t.offset : t.offset + t.nbytes].view("<u4")[0])
+
+
+def _run_flag_path(
+    region: RegionDesign,
+    lib: ctypes.CDLL,
+    word: ctypes.c_uint32,
+    counts: Mapping[int, int],
+    objects: dict[str, Bytes],
+) -> None:
+    """Each core of the chain, in order, hands its word on (``FlagPath``): the same C functions
+    the cores call after their run on the NPU, over one-word objects."""
+    first, nxt = getattr(lib, FLAG_FIRST), getattr(lib, FLAG_NEXT)
+    first.argtypes, first.restype = [ctypes.c_void_p], None
+    nxt.argtypes, nxt.restype = [ctypes.c_void_p, ctypes.c_void_p], None
+    for tile in region.flag.order:
+        taken, made = region.flag.feeds(tile)
+        objects[made] = np.zeros(FLAG_WORD, np.uint8)
+        word.value = counts[tile]
+        if taken is None:
+            first(objects[made].ctypes.data)
+        else:
+            nxt(objects[taken].ctypes.data, objects[made].ctypes.data)
 
 
 def _run_core(core: Core, lib: ctypes.CDLL, objects: Mapping[str, Bytes]) -> None:

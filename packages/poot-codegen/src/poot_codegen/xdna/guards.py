@@ -7,10 +7,17 @@ is a ``uint32_t`` defined once per translation unit, so once per region object; 
 to it and never read it, and the results are computed exactly as without guards (a guard only
 counts; a gather index outside its axis is also replaced by 0, so the copy stays inside the
 table). The count is at least the number of elements outside the domain (a fused norm
-recomputes an element value in each loop that needs it, and guards it each time): zero exactly
-when every guarded operand was inside. The host executor (``execute.run_region``) reads and
-clears the word after each region's kernel call; ``XdnaHostDevice`` keeps one word per region
-and refuses a run whose words are not all zero.
+recomputes an element value in each loop that needs it, and guards it each time; the sums
+saturate at 2^32 - 1, so a count never wraps to zero): zero exactly when every guarded operand
+was inside.
+
+On the NPU each core links its own copy of the region object, so each core has its own word.
+After a run's last call each core hands its word on along the region's flag path
+(``design.FlagPath``) with ``poot_flag_first`` / ``poot_flag_next`` (which clear it), and the
+last core's sum is drained to the flags arena: one word per region, read with the results.
+The host executor (``execute.run_region``) runs the same functions over the same chain, and
+both ``XdnaHostDevice`` and ``XdnaDevice`` refuse a run whose words are not all zero
+(``DomainFlagged``).
 
 The class tests are on the bits (an exponent field of all ones is an infinity or a NaN, of zero
 a zero or a subnormal), so no float comparison a compiler could fold decides them. Float
@@ -39,6 +46,8 @@ from poot_planner import Plan
 from poot_planner.guards import Site, guards
 
 __all__ = [
+    "FLAG_FIRST",
+    "FLAG_NEXT",
     "GUARD_PRELUDE",
     "LOCAL",
     "RESULT",
@@ -57,6 +66,10 @@ LOCAL = "poot_g"
 #: The ``(eqn, operand)`` pairs to guard (``RESULT`` as the operand: the result).
 Guarded = frozenset[tuple[int, int]]
 RESULT = -1
+
+#: The flag path's functions (``design.FlagPath``): the chain's first core, and every other.
+FLAG_FIRST = "poot_flag_first"
+FLAG_NEXT = "poot_flag_next"
 
 GUARD_PRELUDE = """
 /* Domain guards (poot_codegen.xdna.guards): the region's count of operands outside a domain. */
@@ -79,6 +92,21 @@ static inline uint32_t poot_g_result(float y) {
     return (uint32_t)(e == 0x7f800000u) | (uint32_t)(e == 0u && b != 0u) | (uint32_t)(b == 0x7f7fffffu);
 }
 static inline uint32_t poot_g_zero(float y) { return (poot_f32_bits(y) & 0x7fffffffu) == 0u; }
+/* A count that saturates: 2^32 operands outside must not read as none. */
+static inline uint32_t poot_g_sat(uint32_t a, uint32_t b) {
+    const uint32_t s = a + b;
+    return s < a ? 0xffffffffu : s;
+}
+/* The flag path (design.FlagPath): after its run, a core hands on its count (the first core of
+ * the chain), or the previous core's word plus its count, and clears its own. */
+void poot_flag_first(uint32_t* out) {
+    out[0] = poot_guard_word;
+    poot_guard_word = 0u;
+}
+void poot_flag_next(const uint32_t* in, uint32_t* out) {
+    out[0] = poot_g_sat(in[0], poot_guard_word);
+    poot_guard_word = 0u;
+}
 """
 
 

@@ -115,7 +115,7 @@ def tile_kernel(program: Program, tile: TileOp, guards: KernelGuards = _NO_GUARD
         case _ as unreachable:
             assert_never(unreachable)
     if f"{LOCAL} +=" in body:  # the kernel's count, added to the region's flag word once
-        body = f"    uint32_t {LOCAL} = 0u;\n{body}    poot_guard_word += {LOCAL};\n"
+        body = f"    uint32_t {LOCAL} = 0u;\n{body}    poot_guard_word = poot_g_sat(poot_guard_word, {LOCAL});\n"
     return f"{head}\n{kernel_signature(tile)} {{\n{body}}}\n"
 
 

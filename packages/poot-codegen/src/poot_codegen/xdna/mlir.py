@@ -33,6 +33,17 @@ forever loop, the ``{id = N : i64, issue_token = true, metadata = @of}`` transfe
 ``npu.dma_memcpy_nd`` assembly format, offsets in memref elements). Each arena is an ``i8``
 memref, so offsets and sizes are bytes; every one is a whole number of 32-bit words, as the shim
 DMA requires.
+
+The flag path (``design.FlagPath``) is rendered as ordinary depth-1 object FIFOs of
+``memref<1xi32>``: one per core, to the next core of the chain (memory neighbours, so
+mlir-aie's objectFifo transform makes it shared memory: ``requiresDMAs`` in
+lib/Dialect/AIE/Transforms/AIEObjectFifoStatefulTransform.cpp), the last one to a shim; each
+core, after its run's calls, acquires the word it takes (Consume) and the one it makes
+(Produce), calls ``poot_flag_first`` or ``poot_flag_next`` and releases both; the runtime
+sequence drains the last word into the flags arena (``issue_token``) and waits on it after the
+results. A one-word core-to-shim FIFO of depth 1 is as in Xilinx/mlir-aie's npu2 tests
+(``aie.objectfifo @objfifo_out (%t02, {%t00}, 1 : i32) : !aie.objectfifo<memref<1xi32>>``), and
+one-word flag FIFOs between neighbour cores as in its ``of_up_down_flag_FIFO_*`` designs.
 """
 
 from __future__ import annotations
@@ -44,11 +55,13 @@ from poot_codegen.xdna.design import (
     DesignError,
     Direction,
     Fifo,
+    FlagPath,
     HostLayout,
     Port,
     ProgramDesign,
     RegionDesign,
 )
+from poot_codegen.xdna.guards import FLAG_FIRST, FLAG_NEXT
 from poot_codegen.xdna.toolchain import LinkWith, Toolchain, manifest
 from poot_codegen.xdna.validate import validate, validate_region
 
@@ -60,6 +73,8 @@ before Xilinx/mlir-aie PR #2708 (2025-11), ``aie.runtime_sequence`` since."""
 
 _FOREVER = 9223372036854775807  # IRON's ``while_true`` worker loop bound (INT64_MAX)
 _ELEMENT = {DType.F32: "f32", DType.I32: "i32", DType.BOOL: "i8"}
+_WORD = "memref<1xi32>"  # a flag word
+_WORD_VIEW = f"!aie.objectfifosubview<{_WORD}>"
 
 
 def _memref(p: Port | Fifo) -> str:
@@ -104,14 +119,19 @@ def _render(design: ProgramDesign, region: RegionDesign, tc: Toolchain) -> str:
     for c in region.cores:
         types = ", ".join([_memref(p) for p in (*c.inputs, c.output)] + ["i32", "i32"])
         out.append(f"    func.func private @{c.symbol}({types}){on_func}")
-    for col in sorted({f.shim for f in region.fifos if f.shim is not None}):
+    out.append(f"    func.func private @{FLAG_FIRST}({_WORD}){on_func}")
+    if len(region.cores) > 1:
+        out.append(f"    func.func private @{FLAG_NEXT}({_WORD}, {_WORD}){on_func}")
+    shims = {f.shim for f in region.fifos if f.shim is not None} | {region.flag.transfer.shim}
+    for col in sorted(shims):
         out.append(f"    {_tile(col, 0)} = aie.tile({col}, 0)")
     for c in region.cores:
         out.append(f"    {_tile(c.column, c.row)} = aie.tile({c.column}, {c.row})")
     for f in region.fifos:
         out += _fifo(f, cores, layout)
+    out += _flag_fifos(region, cores)
     for c in region.cores:
-        out += _core(c, on_core)
+        out += _core(c, on_core, region.flag)
     out += _sequence(region, layout, tc.runtime_sequence)
     out += ["  }", "}", ""]
     return "\n".join(out)
@@ -141,8 +161,50 @@ def _fifo(f: Fifo, cores: dict[int, Core], layout: HostLayout) -> list[str]:
     ]
 
 
-def _core(c: Core, attributes: str) -> list[str]:
-    """The core body: forever, take the resident objects, make ``n_chunks`` calls, release."""
+def _flag_fifos(region: RegionDesign, cores: dict[int, Core]) -> list[str]:
+    t = region.flag.transfer
+    out = [
+        f"    // flag path: tiles {', '.join(map(str, region.flag.order))}, one word each; "
+        f"to arena {t.arena} at {t.offset}"
+    ]
+    for name, producer, consumer in region.flag.links():
+        p = cores[producer]
+        dst = (
+            _tile(t.shim, 0)
+            if consumer is None
+            else _tile(cores[consumer].column, cores[consumer].row)
+        )
+        out.append(
+            f"    aie.objectfifo @{name}({_tile(p.column, p.row)}, {{{dst}}}, 1 : i32) "
+            f": !aie.objectfifo<{_WORD}>"
+        )
+    return out
+
+
+def _flag_step(c: Core, flag: FlagPath) -> list[str]:
+    """After the run's calls: take the previous core's word, hand on the sum, release both."""
+    taken, made = flag.feeds(c.tile)
+    indent = "        "
+    lines = [
+        f"{indent}%fo = aie.objectfifo.acquire @{made}(Produce, 1) : {_WORD_VIEW}",
+        f"{indent}%fwo = aie.objectfifo.subview.access %fo[0] : {_WORD_VIEW} -> {_WORD}",
+    ]
+    if taken is None:
+        lines.append(f"{indent}func.call @{FLAG_FIRST}(%fwo) : ({_WORD}) -> ()")
+    else:
+        lines += [
+            f"{indent}%fi = aie.objectfifo.acquire @{taken}(Consume, 1) : {_WORD_VIEW}",
+            f"{indent}%fwi = aie.objectfifo.subview.access %fi[0] : {_WORD_VIEW} -> {_WORD}",
+            f"{indent}func.call @{FLAG_NEXT}(%fwi, %fwo) : ({_WORD}, {_WORD}) -> ()",
+            f"{indent}aie.objectfifo.release @{taken}(Consume, 1)",
+        ]
+    lines.append(f"{indent}aie.objectfifo.release @{made}(Produce, 1)")
+    return lines
+
+
+def _core(c: Core, attributes: str, flag: FlagPath) -> list[str]:
+    """The core body: forever, take the resident objects, make ``n_chunks`` calls, release,
+    then the flag step."""
     t = _tile(c.column, c.row)
     sub = {p.fifo: f"!aie.objectfifosubview<{_memref(p)}>" for p in (*c.inputs, c.output)}
     lines = [
@@ -186,6 +248,7 @@ def _core(c: Core, attributes: str) -> list[str]:
     for p, port in reversed(ports):
         if p.resident:
             lines.append(f"        aie.objectfifo.release @{p.fifo}({port}, 1)")
+    lines += _flag_step(c, flag)
     lines += ["      }", "      aie.end", f"    }}{attributes}"]
     return lines
 
@@ -196,12 +259,13 @@ def _sequence(region: RegionDesign, layout: HostLayout, op: str) -> list[str]:
     # the aiex op's tests name it (``aiex.runtime_sequence @sequence(...)``); the aie one's not
     name = " @sequence" if op.startswith("aiex.") else ""
     lines = [f"    {op}{name}({params}) {{"]
-    for t in region.transfers:
+    for t in (*region.transfers, region.flag.transfer):
         token = ", issue_token = true" if t.direction is Direction.FROM_DEVICE else ""
         lines.append(
             f"      aiex.npu.dma_memcpy_nd(%arg{t.arena}[0, 0, 0, {t.offset}][1, 1, 1, {t.nbytes}]"
             f"[0, 0, 0, 1]) {{id = {t.bd} : i64{token}, metadata = @{t.fifo}}} : {arenas[t.arena]}"
         )
-    lines += [f"      aiex.npu.dma_wait {{symbol = @{w}}}" for w in region.waits]
+    waits = (*region.waits, region.flag.drain)  # the flag word is written after the results
+    lines += [f"      aiex.npu.dma_wait {{symbol = @{w}}}" for w in waits]
     lines.append("    }")
     return lines

@@ -7,6 +7,12 @@ most 64512 bytes of FIFO buffers per tile (64 KiB less the 1 KiB stack); at most
 buffers per kernel call. The consistency rules are the execution contract of ``design``:
 every FIFO object has one size all its endpoints agree on, every streaming endpoint makes as
 many calls as the FIFO has objects, every transfer covers its slot's whole tensor.
+
+The flag path (``design.FlagPath``) is counted with them: its words in each core's bytes, its
+drain among the host streams out, the shim's channels and buffer descriptors, and beside the
+last core's data output (two streams out of a tile at most); its chain visits every core once,
+each step between memory neighbours (which is what lets mlir-aie make the link shared memory:
+no DMA channel), and its word lands at the region's place in the flags arena.
 """
 
 from __future__ import annotations
@@ -20,9 +26,11 @@ from poot_planner import IndexGuard, KernelClass, RegionLimits
 
 from poot_codegen.xdna.design import (
     COMPUTE_ROWS,
+    FLAG_WORD,
     SHIM_BDS,
     SHIM_CHANNELS,
     SHIM_COLUMNS,
+    ArenaRole,
     Core,
     DesignError,
     Direction,
@@ -30,6 +38,7 @@ from poot_codegen.xdna.design import (
     HostLayout,
     ProgramDesign,
     RegionDesign,
+    flag_fifo,
     words,
 )
 
@@ -41,6 +50,11 @@ _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 def validate(design: ProgramDesign) -> ProgramDesign:
     """``design``, or ``DesignError`` for the first bound or rule it breaks."""
     validate_layout(design.layout, design.limits)
+    flags = design.layout.arena(ArenaRole.FLAGS)
+    if design.regions:
+        need = FLAG_WORD * len(design.regions)
+        have = 0 if flags is None else flags.nbytes
+        _check(have >= need, "flags arena bytes", "host layout", need, have)
     for r in design.regions:
         validate_region(r, design.layout, design.limits)
     return design
@@ -94,7 +108,7 @@ def validate_region(region: RegionDesign, layout: HostLayout, limits: RegionLimi
     n = len(region.cores)
     _check(n <= limits.compute_tiles, "compute tiles", where, n, limits.compute_tiles)
     streams_in = sum(1 for f in region.fifos if f.source is not None)
-    streams_out = sum(1 for f in region.fifos if f.sink is not None)
+    streams_out = sum(1 for f in region.fifos if f.sink is not None) + 1  # and the flag word
     _check(
         streams_in <= limits.host_streams_in,
         "host streams in",
@@ -109,7 +123,7 @@ def validate_region(region: RegionDesign, layout: HostLayout, limits: RegionLimi
         streams_out,
         limits.host_streams_out,
     )
-    per_shim = Counter((t.shim, t.direction) for t in region.transfers)
+    per_shim = Counter((t.shim, t.direction) for t in (*region.transfers, region.flag.transfer))
     for (shim, d), used in sorted(per_shim.items(), key=lambda kv: (kv[0][0], kv[0][1].value)):
         _check(used <= SHIM_CHANNELS, f"shim {shim} channels {d.value}", where, used, SHIM_CHANNELS)
     _check(len({c.tile for c in region.cores}) == n, "a tile job placed twice", where)
@@ -118,8 +132,18 @@ def validate_region(region: RegionDesign, layout: HostLayout, limits: RegionLimi
     fifos = {f.name: f for f in region.fifos}
     _check(len(fifos) == len(region.fifos), "two FIFOs with one name", where)
     cores = {c.tile: c for c in region.cores}
+    _validate_chain(region, where)
+    first = region.flag.order[0]
+    drains = region.flag.order[-1]
     for c in region.cores:
-        _validate_core(c, fifos, limits, f"{where}, core {c.symbol}")
+        w = f"{where}, core {c.symbol}"
+        flag_bytes = FLAG_WORD * (1 if c.tile == first else 2)
+        _validate_core(c, fifos, limits, flag_bytes, w)
+        # its data output and, on the chain's last core, the flag drain: DMA channels out
+        out = 1 + (c.tile == drains)
+        _check(
+            out <= limits.streams_per_tile, "streams out of a tile", w, out, limits.streams_per_tile
+        )
         _validate_guard(c, layout, f"{where}, core {c.symbol}")
     for f in region.fifos:
         _validate_fifo(f, cores, layout, f"{where}, FIFO {f.name}")
@@ -141,7 +165,32 @@ def _validate_guard(c: Core, layout: HostLayout, where: str) -> None:
         )
 
 
-def _validate_core(c: Core, fifos: dict[str, Fifo], limits: RegionLimits, where: str) -> None:
+def _validate_chain(region: RegionDesign, where: str) -> None:
+    """The flag chain visits every core once, each step to a memory neighbour: same column and
+    the next row, or same row and the next column (mlir-aie's AIE2 memory affinity,
+    lib/Dialect/AIE/IR/AIETargetModel.cpp ``isLegalMemAffinity``: own, west, north and south
+    memory; a link between such tiles with one consumer is shared memory, no DMA:
+    lib/Dialect/AIE/Transforms/AIEObjectFifoStatefulTransform.cpp ``requiresDMAs``)."""
+    order = region.flag.order
+    tiles = [c.tile for c in region.cores]
+    _check(
+        sorted(order) == sorted(tiles) and bool(order),
+        "a flag chain that is not every core once",
+        where,
+    )
+    at = {c.tile: (c.column, c.row) for c in region.cores}
+    for a, b in itertools.pairwise(order):
+        (ca, ra), (cb, rb) = at[a], at[b]
+        _check(
+            abs(ca - cb) + abs(ra - rb) == 1,
+            f"flag link from tile {a} to tile {b} between tiles that share no memory",
+            where,
+        )
+
+
+def _validate_core(
+    c: Core, fifos: dict[str, Fifo], limits: RegionLimits, flag_bytes: int, where: str
+) -> None:
     _check(0 <= c.column < SHIM_COLUMNS, "compute tile column", where, c.column, SHIM_COLUMNS - 1)
     _check(c.row in COMPUTE_ROWS, "compute tile row", where, c.row, COMPUTE_ROWS[-1])
     n_in = len(c.inputs)
@@ -154,7 +203,7 @@ def _validate_core(c: Core, fifos: dict[str, Fifo], limits: RegionLimits, where:
     ports = (*c.inputs, c.output)
     for port in ports:
         _check(port.fifo in fifos, f"port on a FIFO {port.fifo!r} the region lacks", where)
-    total = sum(fifos[p.fifo].depth * fifos[p.fifo].nbytes for p in ports)
+    total = sum(fifos[p.fifo].depth * fifos[p.fifo].nbytes for p in ports) + flag_bytes
     _check(total <= limits.tile_bytes, "tile-local bytes", where, total, limits.tile_bytes)
     _check(total == c.buffer_bytes, "buffer bytes are not its FIFOs'", where, total, c.buffer_bytes)
     for port in ports:
@@ -273,3 +322,20 @@ def _validate_sequence(
             _check(f.name in region.waits, f"host output {f.name} not waited on", where)
     for w in region.waits:
         _check(w in fifos and fifos[w].sink is not None, f"a wait on {w}, which is no drain", where)
+    t = region.flag.transfer
+    w = f"{where}, flag drain"
+    flags = layout.arena(ArenaRole.FLAGS)
+    _check(t.fifo == flag_fifo(region.flag.order[-1]), "a flag drain not from the chain's end", w)
+    _check(t.fifo not in fifos, "a flag FIFO named as a data FIFO", w)
+    _check(t.direction is Direction.FROM_DEVICE, "a flag drain to the device", w)
+    _check(
+        flags is not None
+        and (t.arena, t.offset, t.nbytes) == (flags.index, FLAG_WORD * region.index, FLAG_WORD)
+        and t.offset + t.nbytes <= flags.nbytes,
+        "a flag word not at its region's place in the flags arena",
+        w,
+    )
+    _check(0 <= t.shim < SHIM_COLUMNS, "shim column", w, t.shim, SHIM_COLUMNS - 1)
+    _check(0 <= t.channel < SHIM_CHANNELS, "shim channel", w, t.channel, SHIM_CHANNELS - 1)
+    _check((t.shim, t.direction, t.channel) not in seen_channels, "a shim channel used twice", w)
+    _check(0 <= t.bd < SHIM_BDS and (t.shim, t.bd) not in bds, "shim buffer descriptor", w, t.bd)

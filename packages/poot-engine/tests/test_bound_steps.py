@@ -1,0 +1,160 @@
+"""Bound steps (``poot_engine.steps``): a recording bound to its device once, and the
+allocation-free extremes check (``checks.within``) every range and domain check uses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from engine_support import CountingDevice, SlowDevice, affine_program, running_sum_program
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from poot_engine import CpuDevice, Engine
+from poot_engine.checks import _SMALL, within
+from poot_engine.domain import HostGuard
+from poot_engine.steps import HostStep, ProtocolStep, bind_step
+from poot_ir import DeadlineExceeded, DevicePoisoned, DispatchRefused, evaluate
+from poot_ir.numerics import FiniteInputs, Interval, NotNaN, PositiveNormal
+
+W = np.array([1.5, -2.0, 0.25, 3.0], np.float32)
+
+
+def _steps(engine: Engine, n: int = 4) -> list[dict[str, np.ndarray]]:
+    entry = engine.add_entry(affine_program(), engine.load_weights({"w": W}))
+    return [engine.step(entry, {"x": np.full(4, k - 1.5, np.float32)}) for k in range(n)]
+
+
+def _oracle_steps(n: int = 4) -> list[dict[str, np.ndarray]]:
+    acc, out = np.zeros(4, np.float32), []
+    for k in range(n):
+        r = evaluate(affine_program(), {"w": W, "x": np.full(4, k - 1.5, np.float32), "acc": acc})
+        acc = r["acc"]
+        out.append(r)
+    return out
+
+
+class _Forwarding:
+    """A wrapper that forwards every attribute (as acceptance's wrong device does)."""
+
+    def __init__(self, device: CpuDevice) -> None:
+        self._d = device
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._d, name)
+
+
+def test_each_binding_replays_what_the_oracle_computes(tmp_path: Path) -> None:
+    want = _oracle_steps()
+    for device in (CpuDevice(), CountingDevice()):  # whole-step binding, protocol calls
+        with Engine(device, cache_dir=tmp_path) as engine:
+            got = _steps(engine)
+            bound = next(iter(engine._entries.values())).bound
+        expected = "ProtocolStep" if isinstance(device, CountingDevice) else "_CpuStep"
+        assert type(bound).__name__ == expected
+        for g, w in zip(got, want, strict=True):
+            assert g.keys() == w.keys()
+            for name in w:
+                assert np.array_equal(g[name], w[name]), name
+
+
+def test_a_forwarding_wrapper_gets_protocol_calls_not_the_wrapped_binding() -> None:
+    from poot_engine.device import StepCommands
+
+    wrapped = _Forwarding(CpuDevice())
+    bound = bind_step(wrapped, StepCommands((), (), (), ()))  # type: ignore[arg-type]
+    assert isinstance(bound, ProtocolStep)
+
+
+def test_results_are_fresh_arrays_and_the_state_carries(tmp_path: Path) -> None:
+    with Engine(CpuDevice(), cache_dir=tmp_path) as engine:
+        entry = engine.add_entry(running_sum_program())
+        first = engine.step(entry, {"x": np.ones(3, np.float32)})
+        first["twice"][:] = -1  # a caller's edit reaches no buffer
+        second = engine.step(entry, {"x": np.ones(3, np.float32)})
+        assert second["twice"].tolist() == [4.0, 4.0, 4.0]
+        assert engine.read_state(entry, "total").tolist() == [2.0, 2.0, 2.0]
+
+
+def test_a_bound_step_survives_other_frees_and_refuses_its_own(tmp_path: Path) -> None:
+    device = CpuDevice()
+    with Engine(device, cache_dir=tmp_path) as engine:
+        entry = engine.add_entry(running_sum_program())
+        other = engine.add_entry(running_sum_program())
+        engine.step(entry, {"x": np.ones(3, np.float32)})
+        engine.step(other, {"x": np.ones(3, np.float32)})
+        engine.remove_entry(other)  # frees its buffers and unloads its artifact
+        assert engine.step(entry, {"x": np.ones(3, np.float32)})["twice"].tolist() == [4.0] * 3
+        live = engine._entries[entry.id]
+        bound = live.bound
+        assert bound is not None
+        device.free(live.buffers["x"])  # one of this step's own buffers
+        with pytest.raises(DispatchRefused, match="released"):
+            bound.run((np.ones(3, np.float32),), 1.0)
+
+
+def test_the_whole_step_binding_keeps_the_deadline(tmp_path: Path) -> None:
+    device = SlowDevice(delay_s=0.05)  # slows the oracle's run only: still bound whole
+    with Engine(device, cache_dir=tmp_path, deadline_s=0.5) as engine:
+        entry = engine.add_entry(running_sum_program())
+        engine.step(entry, {"x": np.ones(3, np.float32)})
+        assert type(engine._entries[entry.id].bound).__name__ == "_CpuStep"
+        assert isinstance(engine._entries[entry.id].bound, HostStep)
+        engine.deadline_s = 0.01
+        with pytest.raises(DeadlineExceeded):
+            engine.step(entry, {"x": np.ones(3, np.float32)})
+        with pytest.raises(DevicePoisoned):
+            engine.step(entry, {"x": np.ones(3, np.float32)})
+    assert device.runs == 1
+
+
+# -- within: the extremes of an array against [lo, hi] -----------------------------------------
+
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+@pytest.mark.parametrize("n", [1, 7, _SMALL, _SMALL + 1])
+def test_within_at_the_edges_of_the_interval_and_of_the_sizes(n: int) -> None:
+    lim = 65504.0
+    base = np.zeros(n, np.float32)
+    for at in (0, n - 1):
+        for value, inside in (
+            (lim, True),
+            (-lim, True),
+            (np.nextafter(np.float32(lim), np.float32(np.inf)), False),
+            (-np.nextafter(np.float32(lim), np.float32(np.inf)), False),
+            (np.nan, False),
+            (np.inf, False),
+            (-np.inf, False),
+        ):
+            x = base.copy()
+            x[at] = value
+            assert within(x, -lim, lim) is inside, (n, at, value)
+
+
+@settings(max_examples=60)
+@given(
+    hnp.arrays(
+        np.float32,
+        hnp.array_shapes(max_dims=3, max_side=6),
+        elements=st.floats(width=32, allow_nan=True, allow_infinity=True),
+    )
+)
+def test_within_agrees_with_an_elementwise_comparison(x: np.ndarray) -> None:
+    for lim in (1.0, 65504.0, F32_MAX):
+        want = bool(np.all((x >= -lim) & (x <= lim)))
+        assert within(x, -lim, lim) is want
+
+
+def test_which_domain_guards_the_range_check_implies() -> None:
+    def guard(domain: object) -> HostGuard:
+        return HostGuard("x", 0, "p", domain)  # type: ignore[arg-type]
+
+    assert guard(FiniteInputs()).implied_by_range(65504.0)
+    assert guard(NotNaN()).implied_by_range(65504.0)
+    assert guard(Interval(-1e5, 1e5)).implied_by_range(65504.0)
+    assert not guard(Interval(-87.0, 88.0)).implied_by_range(65504.0)  # exp's: still checked
+    assert not guard(PositiveNormal()).implied_by_range(65504.0)
+    assert not guard(None).implied_by_range(65504.0)  # gather indices
