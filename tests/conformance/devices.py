@@ -1,10 +1,14 @@
 """The devices the conformance suite runs on: every device in poot's registry. Hardware devices
 carry their marker and skip with "hardware unavailable" where they are absent; a stand-in that
 is missing its own prerequisites (openvino, a C compiler) fails, since the default test
-environment provides them. ``Lent`` lends one open device to a run whose engine closes it."""
+environment provides them. ``Opened`` opens each device of a module once and counts what the
+module's runs did on it; ``Lent`` lends one open device to a run whose engine closes it."""
 
 from __future__ import annotations
 
+import collections
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +30,41 @@ def open_device(info: DeviceInfo) -> Device:
             pytest.skip(f"hardware unavailable: {info.name}: {why}")
         pytest.fail(f"the hardware-free device {info.name} is missing: {why}")
     return info.make()
+
+
+class Opened:
+    """A module's devices, each opened once on first use, and what each module's runs did on
+    each device (``counts[name]``). A device opens under ``XDG_CACHE_HOME=cache_dir``:
+    xdna-host places its kernel cache at creation, so the module's kernels live in its own
+    directory and every run measures the cold build."""
+
+    def __init__(self, cache_dir: Path) -> None:
+        self.cache_dir = cache_dir
+        self.open: dict[str, Device] = {}
+        self.counts: dict[str, collections.Counter[str]] = collections.defaultdict(
+            collections.Counter
+        )
+
+    def get(self, info: DeviceInfo) -> Device:
+        if info.name not in self.open:
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("XDG_CACHE_HOME", str(self.cache_dir))
+                self.open[info.name] = open_device(info)  # skips absent hardware
+        return self.open[info.name]
+
+    def close(self) -> None:
+        for device in self.open.values():
+            device.close()
+        self.open.clear()
+
+
+def opened(factory: pytest.TempPathFactory, name: str) -> Iterator[Opened]:
+    """The body of a module-scoped fixture: an ``Opened`` in a fresh directory, closed after."""
+    devices = Opened(factory.mktemp(name))
+    try:
+        yield devices
+    finally:
+        devices.close()
 
 
 class Lent:

@@ -16,8 +16,10 @@ Each case runs two steps on ``Engine(device, verify="always")``. A step passes w
   outside a domain is promised nothing, so it must never come back); or
 - it raises a typed refusal: ``DomainError`` (a host guard), ``DomainFlagged`` (a device guard),
   ``NarrowingRangeError`` (Intel's FP16 range), the oracle's own ``EvaluationError`` on the
-  cpu (a gather index outside its axis). A ``ContractViolation`` fails the test: no stand-in
-  may breach a contract inside its domain.
+  cpu (a gather index outside its axis). A domain refusal must be real: the equation it names
+  reads a value the oracle puts outside its domain (``conformance.outside``, which the
+  random-program suite shares). A ``ContractViolation`` fails the test: no stand-in may breach
+  a contract inside its domain.
 
 The same case through ``poot run``'s code (``run_program``) must agree: the same refusal at
 the same step, or the same results bit for bit with every check ok. One line per device reports
@@ -26,7 +28,6 @@ the steps run and the refusals by guard.
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,20 +43,18 @@ from poot_ir import (
     EvaluationError,
     GatherParams,
     NarrowingRangeError,
-    Output,
     PootError,
     Prim,
     Program,
     Storage,
     Var,
-    evaluate,
 )
-from poot_ir.numerics import AnyInput, FiniteInputs, FiniteNormalResult
 from poot_npu.registry import DEVICES, DeviceInfo, DeviceKind
-from poot_planner import Plan, plan
-from poot_planner.guards import Site, equation_contract, guards
+from poot_planner import plan
+from poot_planner.guards import Site
 
-from conformance.devices import Lent, open_device
+from conformance.devices import Lent, Opened, opened
+from conformance.outside import DEVICE_FLAGS, outside, unjustified
 from conformance.test_random_programs import _npu_programs
 from poot.runner import run_program
 
@@ -132,50 +131,6 @@ def _cases(draw: st.DrawFn, target: str) -> tuple[Program, list[dict[str, np.nda
     return program, steps
 
 
-def _everything(program: Program) -> Program:
-    outs = tuple(Output(f"v{e.out.id}", e.out) for e in program.eqns)
-    return Program(program.name, program.args, program.eqns, outs, ())
-
-
-def _live(program: Program) -> set[int]:
-    need = {v.id for _, v in program.results()}
-    for e in reversed(program.eqns):
-        if e.out.id in need:
-            need.update(a.id for a in e.inputs if isinstance(a, Var))
-    return need
-
-
-#: Targets whose devices read a flag of their own for values computed on them (``DEVICE``
-#: guards). Intel's in-graph flag (FP16 overflow) is not in this branch: a value computed
-#: outside its domain there is counted and reported, not failed, until it is.
-DEVICE_FLAGS = {"xdna2", "cpu"}
-
-
-def _outside(p: Plan, feed: dict[str, np.ndarray]) -> list[tuple[str, Site]]:
-    """The device-computed equations that read an operand (or, for ``FiniteNormalResult``,
-    made a result) outside their domain, on the oracle's values, with the guard's site."""
-    prog = p.program
-    values = {**feed, **evaluate(_everything(prog), feed)}
-    names = {a.var.id: a.name for a in prog.args} | {e.out.id: f"v{e.out.id}" for e in prog.eqns}
-    sites = {(g.eqn, g.operand): g.site for g in guards(p)}
-    live = _live(prog)
-    found = []
-    for i, e in enumerate(prog.eqns):
-        c = equation_contract(p, i, e)
-        if c is None or isinstance(c.domain, AnyInput) or e.out.id not in live:
-            continue
-        y = values[names[e.out.id]]
-        for k, a in enumerate(e.inputs):
-            op = values[names[a.id]] if isinstance(a, Var) else np.asarray(a.value)
-            d = FiniteInputs() if isinstance(c.domain, FiniteNormalResult) else c.domain
-            if not d.inside([op], y).all():
-                site = sites.get((i, k), Site.DEVICE)
-                found.append((f"eqn {i} {e.prim.value}: operand {k} outside {c.domain}", site))
-        if isinstance(c.domain, FiniteNormalResult) and not c.domain.inside([], y).all():
-            found.append((f"eqn {i} {e.prim.value}: a result outside {c.domain}", Site.DEVICE))
-    return found
-
-
 def _run_engine(
     device: Device, program: Program, steps: list[dict[str, np.ndarray]], cache: Path
 ) -> tuple[list[dict[str, np.ndarray]], PootError | None, int]:
@@ -201,30 +156,9 @@ def _run_engine(
         engine.close()
 
 
-class _Tally:
-    def __init__(self, cache: Path) -> None:
-        self.cache = cache
-        self.devices: dict[str, Device] = {}
-        self.counts: dict[str, collections.Counter[str]] = collections.defaultdict(
-            collections.Counter
-        )
-
-    def device(self, info: DeviceInfo) -> Device:
-        if info.name not in self.devices:
-            with pytest.MonkeyPatch.context() as mp:
-                mp.setenv("XDG_CACHE_HOME", str(self.cache))
-                self.devices[info.name] = open_device(info)
-        return self.devices[info.name]
-
-
 @pytest.fixture(scope="module")
-def tally(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Tally]:
-    t = _Tally(tmp_path_factory.mktemp("domain-edges"))
-    try:
-        yield t
-    finally:
-        for d in t.devices.values():
-            d.close()
+def tally(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Opened]:
+    yield from opened(tmp_path_factory, "domain-edges")
 
 
 def _refusal_kind(err: PootError) -> str:
@@ -240,15 +174,15 @@ def _refusal_kind(err: PootError) -> str:
 
 
 def _check(
-    info: DeviceInfo, t: _Tally, program: Program, steps: list[dict[str, np.ndarray]]
+    info: DeviceInfo, t: Opened, program: Program, steps: list[dict[str, np.ndarray]]
 ) -> None:
     counts = t.counts[info.name]
     p = plan(program, info.target)
     if not p.admitted:
         counts["plans refused"] += 1
         return
-    device = t.device(info)
-    outs, refusal, verified = _run_engine(device, program, steps, t.cache)
+    device = t.get(info)
+    outs, refusal, verified = _run_engine(device, program, steps, t.cache_dir)
     counts["steps returned"] += len(outs)
     counts["steps verified"] += verified
     feeds = []
@@ -259,19 +193,25 @@ def _check(
         slots = {n: v for n, v in steps[k].items() if kinds[n] is Storage.SLOT}
         feed = {**weights, **state, **slots}
         feeds.append(feed)
-        outside = _outside(p, feed)
-        unflagged = [m for m, site in outside if site is Site.DEVICE]
-        if unflagged and info.target not in DEVICE_FLAGS:
+        found = outside(p, feed)
+        if info.target not in DEVICE_FLAGS and any(o.site is Site.DEVICE for o in found):
             counts["returned outside a device-guarded domain (no device flag here)"] += 1
-            outside = [(m, site) for m, site in outside if site is not Site.DEVICE]
-        assert not outside, f"step {k} returned from outside a domain: {outside}\n{program}"
+            found = [o for o in found if o.site is not Site.DEVICE]
+        bad = [o.what for o in found]
+        assert not bad, f"step {k} returned from outside a domain: {bad}\n{program}"
         state = {n: got[n] for n in state}
     if refusal is not None:
+        if isinstance(refusal, DomainError | DomainFlagged):
+            # the refusing step's feed: its slots, the state the returned steps carried
+            refused = steps[len(outs)]
+            slots = {n: v for n, v in refused.items() if kinds[n] is Storage.SLOT}
+            why = unjustified(refusal, p, [{**weights, **state, **slots}])
+            assert why is None, f"step {len(outs)}: {why}\n{program}"
         counts["refused: " + _refusal_kind(refusal)] += 1
     # poot run's code on the same case: the same refusal at the same step, or the same results
     try:
         report = run_program(
-            program, Lent(device), info.name, steps=len(steps), inputs=steps, cache_dir=t.cache
+            program, Lent(device), info.name, steps=len(steps), inputs=steps, cache_dir=t.cache_dir
         )
     except REFUSALS as err:
         assert refusal is not None and type(err) is type(refusal), (
@@ -287,7 +227,7 @@ def _check(
 
 @pytest.mark.parametrize("info", STAND_INS, ids=lambda d: d.name)
 def test_edges_are_within_contract_or_refused(
-    info: DeviceInfo, tally: _Tally, capsys: pytest.CaptureFixture[str]
+    info: DeviceInfo, tally: Opened, capsys: pytest.CaptureFixture[str]
 ) -> None:
     @settings(
         max_examples=EXAMPLES[info.name],

@@ -52,7 +52,7 @@ from poot_ir.onnx import SUPPORTED_OPS, Imported, import_model
 from poot_npu.registry import DeviceInfo
 from poot_planner import TARGETS, Refusal, RefusalKind, plan
 
-from conformance.devices import DEVICE_PARAMS, Lent, open_device
+from conformance.devices import DEVICE_PARAMS, Lent, Opened
 from poot.runner import run_program
 
 GROUPS = (*SUPPORTED_OPS, "graph", "other")
@@ -126,17 +126,11 @@ class _Suite:
 
     def __init__(self, cache_dir: Path) -> None:
         self.cache_dir = cache_dir
-        self._devices: dict[str, Device] = {}
+        self._devices = Opened(cache_dir)
         self._outcomes: dict[tuple[str, str], Outcome] = {}
 
     def device(self, info: DeviceInfo) -> Device:
-        if info.name not in self._devices:
-            with pytest.MonkeyPatch.context() as mp:
-                # xdna-host builds each program's kernels into a cache it places at creation:
-                # keep it in this module's directory, so every run measures the cold build.
-                mp.setenv("XDG_CACHE_HOME", str(self.cache_dir))
-                self._devices[info.name] = open_device(info)  # skips absent hardware
-        return self._devices[info.name]
+        return self._devices.get(info)  # skips absent hardware
 
     def outcome(self, info: DeviceInfo, name: str) -> Outcome:
         key = (info.name, name)
@@ -145,8 +139,7 @@ class _Suite:
         return self._outcomes[key]
 
     def close(self) -> None:
-        for device in self._devices.values():
-            device.close()
+        self._devices.close()
 
     def _run(self, info: DeviceInfo, name: str) -> Outcome:
         case = _cases()[name]

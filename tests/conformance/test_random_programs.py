@@ -3,7 +3,9 @@
 For each device, hypothesis draws programs built only from what the device's target admits (read
 from ``TARGETS[target].capabilities``), plans them for that target, and runs every admitted plan
 through ``run_program`` (two steps, a module-wide cache directory) with every step checked under
-the plan's numerics; a refused plan must carry typed refusals. The cpu target admits everything,
+the plan's numerics; a refused plan must carry typed refusals, and a domain refusal at run time
+(``DomainError``, ``DomainFlagged``) must name a value the oracle puts outside its domain
+(``conformance.outside``). The cpu target admits everything,
 so the oracle's device gets ``strategies.programs()`` whole (every primitive, every dtype, NaN
 payloads and size-0 axes). An NPU target gets ``_npu_programs``: chains in one float dtype (F32
 on xdna2; F16, or F32 that the planner narrows, on intel-npu4) of the admitted pointwise steps,
@@ -19,11 +21,9 @@ Deterministic (``derandomize=True``); each device's budget keeps the module to a
 
 from __future__ import annotations
 
-import collections
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,7 +39,8 @@ from poot_planner import TARGETS, Refusal, RefusalKind, plan
 from poot_planner.legal_rules import RULES
 from poot_planner.narrowing import ARITHMETIC
 
-from conformance.devices import DEVICE_PARAMS, Lent, open_device
+from conformance.devices import DEVICE_PARAMS, Lent, Opened, opened
+from conformance.outside import feeds, unjustified
 from poot.runner import run_program
 
 #: Examples per device: small enough for a ~40 s budget on two cores (xdna-host compiles C).
@@ -353,38 +354,15 @@ def _cpu_programs(draw: st.DrawFn) -> tuple[Program, list[dict[str, np.ndarray]]
     return program, [draw(strategies.inputs_for(program)) for _ in range(2)]
 
 
-class _Devices:
-    """The module's devices, opened once each, and what each run did."""
-
-    def __init__(self, cache_dir: Path) -> None:
-        self.cache_dir = cache_dir
-        self.open: dict[str, Device] = {}
-        self.counts: dict[str, collections.Counter[str]] = collections.defaultdict(
-            collections.Counter
-        )
-
-    def get(self, info: DeviceInfo) -> Device:
-        if info.name not in self.open:
-            with pytest.MonkeyPatch.context() as mp:
-                mp.setenv("XDG_CACHE_HOME", str(self.cache_dir))  # xdna-host's kernel cache
-                self.open[info.name] = open_device(info)  # skips absent hardware
-        return self.open[info.name]
-
-
 @pytest.fixture(scope="module")
-def devices(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Devices]:
-    d = _Devices(tmp_path_factory.mktemp("random-programs"))
-    try:
-        yield d
-    finally:
-        for device in d.open.values():
-            device.close()
+def devices(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Opened]:
+    yield from opened(tmp_path_factory, "random-programs")
 
 
 def _check(
     info: DeviceInfo,
     device: Device,
-    d: _Devices,
+    d: Opened,
     program: Program,
     inputs: list[dict[str, np.ndarray]],
 ) -> None:
@@ -407,7 +385,9 @@ def _check(
     except (DomainError, DomainFlagged) as err:
         # a drawn input inside each argument's bounds can still make a computed value leave
         # its equation's domain (a product of two tiny values is subnormal): a typed refusal,
-        # which tests/conformance/test_domain_edges.py holds to the oracle
+        # but only where the oracle's values really leave the domain it names
+        why = unjustified(err, p, feeds(program, inputs))
+        assert why is None, f"{why}\n{program}"
         counts[f"refused: {type(err).__name__}"] += 1
         return
     for s in report.steps:
@@ -419,7 +399,7 @@ def _check(
 
 @pytest.mark.parametrize("info", DEVICE_PARAMS)
 def test_random_programs(
-    info: DeviceInfo, devices: _Devices, capsys: pytest.CaptureFixture[str]
+    info: DeviceInfo, devices: Opened, capsys: pytest.CaptureFixture[str]
 ) -> None:
     device = devices.get(info)
     drawn = _cpu_programs() if info.target == "cpu" else _npu_programs(info.target)
