@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import poot_codegen.xdna.kernels as kernels
-import poot_engine.engine as engine_module
+import poot_engine.live as engine_module
 from poot_codegen.xdna.guards import KernelGuards
 from poot_engine import CpuDevice, Engine
 from poot_engine.device import Device
