@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper
 from poot_ir import UnsupportedOnnx
 from poot_ir.onnx import import_model
 from test_onnx import I32, F, init, model, rand, run, vi
@@ -260,3 +260,44 @@ def test_rnn_activations_stay_finite_where_exp_would_overflow(act: str) -> None:
     got = run(import_model(m), x=np.ones((1, 1, 1), np.float32))["y"].reshape(-1)
     want = {"Softplus": [1000.0, 0.0], "Elu": [1000.0, -1.0], "Sigmoid": [1.0, 0.0]}[act]
     np.testing.assert_array_equal(got, np.asarray(want, np.float32))
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_a_recurrence_past_the_unroll_limit_is_refused_before_unrolling(op: str) -> None:
+    from poot_ir.onnx.context import MAX_UNROLLED
+
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    rng = np.random.default_rng(4)
+    for seq, refused in ((MAX_UNROLLED + 1, True), (2, False)):
+        m = model(
+            [helper.make_node(op, ["x", "w", "r"], ["y"], hidden_size=2)],
+            [vi("x", (seq, 1, 2))],
+            ["y"],
+            [
+                init("w", rng.standard_normal((1, gates * 2, 2)).astype(np.float32)),
+                init("r", rng.standard_normal((1, gates * 2, 2)).astype(np.float32)),
+            ],
+            opset=14,
+        )
+        if refused:  # a 10^7-step sequence would exhaust memory unrolling it
+            with pytest.raises(UnsupportedOnnx, match=f"sequence length {seq}"):
+                import_model(m)
+        else:
+            assert len(import_model(m).program.eqns) > 0
+
+
+def test_topk_past_the_unroll_limit_is_refused() -> None:
+    from poot_ir.onnx.context import MAX_UNROLLED
+
+    k = MAX_UNROLLED + 1
+    m = model(
+        [
+            helper.make_node("Constant", [], ["k"], value=helper.make_tensor("k", TensorProto.INT64, [1], [k])),
+            helper.make_node("TopK", ["x", "k"], ["v", "i"]),
+        ],
+        [vi("x", (1, k))],
+        ["v", "i"],
+        opset=11,
+    )
+    with pytest.raises(UnsupportedOnnx, match=f"k {k}"):
+        import_model(m)

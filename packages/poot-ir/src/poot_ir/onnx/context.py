@@ -463,4 +463,16 @@ def check_dtype(lo: Lowering, v: Var, allowed: Sequence[DType], what: str) -> No
 
 
 FLOATS = (DType.F32, DType.F16, DType.BF16)
+#: The most steps a rule unrolls (a recurrence's sequence, TopK's k rounds). Each step is a few
+#: equations; past a few thousand the program takes minutes to plan and, at a sequence length
+#: from a model's static shape (10^7), memory runs out before any typed error could come.
+MAX_UNROLLED = 4096
+
+
+def check_unrolled(lo: Lowering, what: str, steps: int) -> None:
+    """Refuse unrolling ``steps`` (naming ``what``) past ``MAX_UNROLLED``, before any is made."""
+    if steps > MAX_UNROLLED:
+        raise lo.fail("value", f"{what} {steps} would unroll past {MAX_UNROLLED} steps")
+
+
 NUMERIC = (*FLOATS, DType.I32)

@@ -27,7 +27,7 @@ import numpy as np
 
 from poot_ir.builder import Builder
 from poot_ir.core import Var
-from poot_ir.onnx.context import FLOATS, Lowering, Node, Rule, check_dtype
+from poot_ir.onnx.context import FLOATS, Lowering, Node, Rule, check_dtype, check_unrolled
 from poot_ir.onnx.logic import sigmoid
 
 __all__ = ["RULES"]
@@ -143,6 +143,7 @@ class _Cell:
             raise lo.fail("model", f"X must have rank 3, got {x.type}")
         self.x = b.transpose(x, (1, 0, 2)) if self.layout else x
         self.seq, self.batch, self.input = self.x.shape
+        check_unrolled(lo, "sequence length", self.seq)
         self.hidden = lo.attr_int("hidden_size", 0)
         w, r = lo.var(1), lo.var(2)
         if self.hidden <= 0:

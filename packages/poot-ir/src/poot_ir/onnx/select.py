@@ -32,6 +32,7 @@ from poot_ir.onnx.context import (
     Node,
     Rule,
     check_dtype,
+    check_unrolled,
     norm_axes,
     norm_axis,
     reshape,
@@ -59,6 +60,7 @@ def _topk(lo: Lowering, n: Node) -> None:
     size = x.shape[axis]
     if not 0 <= k <= size:
         raise lo.fail("value", f"k {k} is outside [0, {size}] (the axis's length)")
+    check_unrolled(lo, "k", k)
     largest = lo.attr_int("largest", 1) != 0
     # smallest-first is largest-first of the negation (-1 - x for i32: exact, no overflow)
     keys = x if largest else (b.sub(-1, x) if x.dtype is DType.I32 else b.neg(x))
