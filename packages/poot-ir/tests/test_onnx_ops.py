@@ -292,7 +292,9 @@ def test_topk_past_the_unroll_limit_is_refused() -> None:
     k = MAX_UNROLLED + 1
     m = model(
         [
-            helper.make_node("Constant", [], ["k"], value=helper.make_tensor("k", TensorProto.INT64, [1], [k])),
+            helper.make_node(
+                "Constant", [], ["k"], value=helper.make_tensor("k", TensorProto.INT64, [1], [k])
+            ),
             helper.make_node("TopK", ["x", "k"], ["v", "i"]),
         ],
         [vi("x", (1, k))],
