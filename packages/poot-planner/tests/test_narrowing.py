@@ -461,3 +461,14 @@ def test_a_sentinel_value_as_a_result_is_refused() -> None:
     x = np.array([-40000.0], np.float32)
     assert float(x[0] + np.float32(1e5)) == 60000.0  # what F32 says
     assert float(np.float16(x[0]) + np.float16(65504.0)) == 25504.0  # what FP16 would return
+
+
+def test_a_long_ordering_chain_is_analysed_without_recursion() -> None:
+    # 3,000 negations between a difference and its clamp: longer than Python's recursion limit
+    def body(b: Builder, x: Var, z: Var) -> Var:
+        v = b.sub(x, z)
+        for _ in range(3000):
+            v = b.neg(v)
+        return b.mul(b.min(b.max(v, 0.0), 2.0**-12), 4096.0)
+
+    assert _guards(_two_slots(body)) == []

@@ -166,38 +166,38 @@ def analyse(program: Program, limit: float) -> Guards:
         lits = [a for a in e.inputs if isinstance(a, Literal)]
         return len(lits) == 1 and math.isfinite(v := lits[0].as_float()) and abs(v) <= limit
 
-    memo: dict[tuple[int, bool, bool], bool] = {}
-
-    def only_clamped(vid: int, below: bool = False, above: bool = False) -> bool:
+    def only_clamped(vid: int) -> bool:
         """Every path from ``vid`` only orders it until it is clamped on both sides by literals
         inside FP16's range, or compared with such a literal. Ordering steps (``neg``, which
         swaps the sides; ``max``/``min``, bounding a side when the other operand is such a
         literal) keep a value beyond 65504 and its FP16 infinity on the same side, so the clamp
         or the comparison gives the same answer for both (a legalized ``min`` is
-        ``-max(-a, -b)``; a legalized ``a == b`` is ``-max(a - b, b - a) >= 0``)."""
-        if below and above:
-            return True
-        key = (vid, below, above)
-        if key in memo:
-            return memo[key]
-        memo[key] = False  # a value never reaches itself (a program is acyclic)
-        ok = vid not in results and bool(readers.get(vid))
-        for r in readers.get(vid, ()) if ok else ():
-            lit = literal_bound(r)
-            if r.prim is Prim.NEG:
-                ok = only_clamped(r.out.id, above, below)
-            elif r.prim in (Prim.GE, Prim.GT, Prim.EQ):
-                ok = lit  # both beyond 65504 and infinite: the same side of the literal
-            elif r.prim is Prim.MAX:
-                ok = only_clamped(r.out.id, below or lit, above)
-            elif r.prim is Prim.MIN:
-                ok = only_clamped(r.out.id, below, above or lit)
-            else:
-                ok = False
-            if not ok:
-                break
-        memo[key] = ok
-        return ok
+        ``-max(-a, -b)``; a legalized ``a == b`` is ``-max(a - b, b - a) >= 0``). A worklist,
+        not recursion: an ordering chain may be longer than Python's recursion limit."""
+        todo = [(vid, False, False)]  # a value, and whether each side of it is bounded yet
+        seen: set[tuple[int, bool, bool]] = set()
+        while todo:
+            state = todo.pop()
+            v, below, above = state
+            if (below and above) or state in seen:
+                continue
+            seen.add(state)
+            if v in results or not readers.get(v):
+                return False
+            for r in readers[v]:
+                lit = literal_bound(r)
+                if r.prim is Prim.NEG:
+                    todo.append((r.out.id, above, below))
+                elif r.prim in (Prim.GE, Prim.GT, Prim.EQ):
+                    if not lit:  # beyond 65504 and infinite: the same side of a literal
+                        return False
+                elif r.prim is Prim.MAX:
+                    todo.append((r.out.id, below or lit, above))
+                elif r.prim is Prim.MIN:
+                    todo.append((r.out.id, below, above or lit))
+                else:
+                    return False
+        return True
 
     def refuse(i: int, prim: str, use: str) -> None:
         facts = (("sentinel", "a saturated additive literal's value"), ("use", use))
