@@ -303,3 +303,68 @@ def test_topk_past_the_unroll_limit_is_refused() -> None:
     )
     with pytest.raises(UnsupportedOnnx, match=f"k {k}"):
         import_model(m)
+
+
+def _rnn_ref(x: np.ndarray, w: np.ndarray, r: np.ndarray, reverse: bool) -> np.ndarray:
+    """A tanh RNN over ``x`` (no bias, zero initial state), backwards when ``reverse``; ``Y``
+    in sequence order, as ONNX lays it out."""
+    h = np.zeros((x.shape[1], r.shape[-1]), np.float64)
+    ys: dict[int, np.ndarray] = {}
+    for t in range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0]):
+        h = np.tanh(x[t] @ w.T + h @ r.T)
+        ys[t] = h
+    return np.stack([ys[t] for t in range(x.shape[0])])
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU"])
+def test_recurrent_reverse_and_bidirectional_lay_y_out_in_sequence_order(op: str) -> None:
+    """The reverse direction runs from the last step but ``Y`` is in sequence order and
+    ``Y_h`` is its last step run (step 0); bidirectional stacks forward then reverse. For GRU
+    the check is against its own forward run of the reversed sequence."""
+    seq, batch, inp, hid = 4, 2, 3, 5
+    gates = {"RNN": 1, "GRU": 3}[op]
+    w, r = rand(2, gates * hid, inp), rand(2, gates * hid, hid)
+    x = rand(seq, batch, inp)
+
+    def imported(direction: str, ws: np.ndarray, rs: np.ndarray) -> Any:
+        node = helper.make_node(
+            op, ["x", "w", "r"], ["y", "yh"], hidden_size=hid, direction=direction
+        )
+        return import_model(
+            model([node], [vi("x", (seq, batch, inp))], ["y", "yh"], [init("w", ws), init("r", rs)])
+        )
+
+    both = run(imported("bidirectional", w, r), x=x)
+    assert both["y"].shape == (seq, 2, batch, hid) and both["yh"].shape == (2, batch, hid)
+    back = run(imported("reverse", w[1:], r[1:]), x=x)
+    if op == "RNN":
+        x64 = x.astype(np.float64)
+        fwd_want = _rnn_ref(x64, w[0].astype(np.float64), r[0].astype(np.float64), False)
+        want = _rnn_ref(x64, w[1].astype(np.float64), r[1].astype(np.float64), True)
+        np.testing.assert_allclose(both["y"][:, 0], fwd_want, rtol=1e-5, atol=1e-6)
+    else:  # reverse over x is forward over x reversed, with Y flipped back
+        fwd = run(imported("forward", w[1:], r[1:]), x=x[::-1].copy())
+        want = fwd["y"][::-1, 0]
+    np.testing.assert_allclose(back["y"][:, 0], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(back["yh"][0], want[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(both["y"][:, 1], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(both["yh"][1], want[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(both["yh"][0], both["y"][-1, 0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("with_state", [False, True])
+def test_a_recurrence_over_an_empty_sequence_is_a_typed_refusal(op: str, with_state: bool) -> None:
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    hid, batch = 2, 1
+    ins = ["x", "w", "r"] + (["", "", "h0"] if with_state else [])
+    node = helper.make_node(op, ins, ["y", "yh"], hidden_size=hid)
+    states = [vi("h0", (1, batch, hid))] if with_state else []
+    m = model(
+        [node],
+        [vi("x", (0, batch, 3)), *states],
+        ["y", "yh"],
+        [init("w", rand(1, gates * hid, 3)), init("r", rand(1, gates * hid, hid))],
+    )
+    with pytest.raises(UnsupportedOnnx, match="length 0"):
+        import_model(m)
