@@ -47,14 +47,76 @@ def test_einsum_matches_numpy(equation: str, shapes: list[tuple[int, ...]]) -> N
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_einsum_diagonal_is_a_typed_refusal() -> None:
+def _edgy(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """Random values with NaN, infinities and both zeros spread over the array (diagonal and
+    off it) for floats; the i32 extremes for integers."""
+    rng = np.random.default_rng(sum(shape))
+    if dtype == np.int32:
+        x = rng.integers(-100, 100, shape).astype(np.int32)
+        specials = [np.iinfo(np.int32).min, np.iinfo(np.int32).max, 0]
+    else:
+        x = rng.standard_normal(shape).astype(np.float32)
+        specials = [np.nan, np.inf, -np.inf, -0.0, 0.0]
+    flat = x.reshape(-1)
+    for i, v in enumerate(specials):
+        flat[(i * 7) % flat.size] = v
+    return x
+
+
+@pytest.mark.parametrize(
+    ("equation", "shapes"),
+    [
+        ("ii->i", [(4, 4)]),
+        ("ii", [(4, 4)]),  # implicit output: the trace
+        ("bii->bi", [(2, 3, 3)]),
+        ("...ii->...i", [(2, 2, 3, 3)]),
+        ("ibi->bi", [(3, 2, 3)]),  # the repeated axes apart
+        ("iii->i", [(3, 3, 3)]),
+        ("iijj->ij", [(2, 2, 3, 3)]),
+        ("ijij->ji", [(2, 3, 2, 3)]),
+        ("ii,i->i", [(4, 4), (4,)]),
+        ("ij,jj->i", [(2, 3), (3, 3)]),
+        ("ii->", [(1, 1)]),
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_einsum_diagonals_match_numpy(
+    equation: str, shapes: list[tuple[int, ...]], dtype: Any
+) -> None:
+    """A diagonal is data movement: where no product or sum mixes values, each element comes
+    through bit for bit (NaN, infinities, signed zeros); with them, as numpy computes."""
+    names = [f"x{i}" for i in range(len(shapes))]
+    elem = F if dtype == np.float32 else I32
     m = model(
-        [helper.make_node("Einsum", ["x"], ["y"], equation="ii->i")],
-        [vi("x", (3, 3))],
+        [helper.make_node("Einsum", names, ["y"], equation=equation)],
+        [vi(n, s, elem) for n, s in zip(names, shapes, strict=True)],
         ["y"],
         opset=12,
     )
-    with pytest.raises(UnsupportedOnnx, match="diagonal"):
+    xs = {n: _edgy(s, dtype) for n, s in zip(names, shapes, strict=True)}
+    got = run(import_model(m), **xs)["y"]
+    with np.errstate(all="ignore"):
+        want = np.einsum(equation, *xs.values())
+    assert got.shape == want.shape and got.dtype == want.dtype
+    moved_only = (
+        len(shapes) == 1
+        and "->" in equation
+        and len(equation.split("->")[1]) == len(set(equation.split("->")[0]))
+    )
+    if moved_only:  # nothing summed: the same bits
+        assert got.tobytes() == want.tobytes()
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_einsum_diagonal_of_axes_of_two_sizes_is_a_typed_refusal() -> None:
+    m = model(
+        [helper.make_node("Einsum", ["x"], ["y"], equation="ii->i")],
+        [vi("x", (3, 4))],
+        ["y"],
+        opset=12,
+    )
+    with pytest.raises(UnsupportedOnnx, match="sizes 3 and 4"):
         import_model(m)
 
 
