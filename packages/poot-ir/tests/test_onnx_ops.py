@@ -245,13 +245,59 @@ def test_unequal_sequence_lens_are_a_typed_refusal() -> None:
         import_model(m)
 
 
-def _topk_model(k: int, largest: int, elem: int) -> Any:
+def _topk_model(k: int, largest: int, elem: int, shape: tuple[int, int] = (2, 6)) -> Any:
     return model(
         [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=largest)],
-        [vi("x", (2, 6), elem)],
+        [vi("x", shape, elem)],
         ["v", "i"],
         [init("k", [k], np.int64)],
     )
+
+
+def _topk_order(row: np.ndarray, largest: bool) -> list[int]:
+    """TopK's order of one row, written out: NaN (either sign) above every number, +inf
+    included, so first when largest and last when smallest; equal values (-0 and +0 too) by
+    index."""
+
+    def key(j: int) -> tuple[int, float, int]:
+        v = float(row[j])
+        if np.isnan(v):
+            return (0 if largest else 1, 0.0, j)
+        return (1 if largest else 0, -v if largest else v, j)
+
+    return sorted(range(row.size), key=key)
+
+
+_NAN_ROWS = np.array(
+    [
+        [1.0, np.nan, -np.inf, 3.0, np.nan, np.inf, -0.0, 0.0],
+        [np.nan, 2.0, 2.0, -np.inf, np.inf, np.nan, -1.0, 2.0],
+        [-np.nan, np.inf, np.inf, 0.0, -0.0, -np.inf, -np.inf, np.nan],  # a NaN with its sign set
+        [np.nan] * 8,
+        [-np.inf] * 7 + [np.nan],
+        [5.0, 4.0, 3.0, 2.0, 1.0, 0.0, -1.0, -2.0],  # no NaN: the plain order
+    ],
+    np.float32,
+)
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+@pytest.mark.parametrize("k", [1, 3, 8])  # 8: the whole axis
+def test_topk_puts_nan_above_every_number(largest: int, k: int) -> None:
+    """Against the order written out here, and bit for bit against ONNX Runtime on the same
+    model when it is installed (the ``models`` group)."""
+    x = _NAN_ROWS
+    m = _topk_model(k, largest, F, x.shape)
+    got = run(import_model(m), x=x)
+    order = np.array([_topk_order(r, bool(largest))[:k] for r in x])
+    np.testing.assert_array_equal(got["i"], order)
+    assert got["v"].tobytes() == np.take_along_axis(x, order, 1).tobytes()  # NaN signs too
+    ort = pytest.importorskip("onnxruntime")
+    m.graph.output[1].type.tensor_type.elem_type = TensorProto.INT64  # ORT checks it
+    session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    v, i = session.run(None, {"x": x})
+    np.testing.assert_array_equal(got["i"], i)
+    assert got["v"].tobytes() == v.tobytes()
 
 
 @pytest.mark.parametrize("largest", [1, 0])
