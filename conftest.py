@@ -21,11 +21,21 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
+
+# Shared test helpers live in ``tests/`` (``filetree``, ``conformance.devices``). The run uses
+# ``--import-mode=importlib``, which puts no test directory on ``sys.path``; this conftest is
+# loaded for every test under the checkout, the packages' own tests included.
+_TESTS = str(Path(__file__).resolve().parent / "tests")
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)
+
+from filetree import tree  # noqa: E402  (needs the path above)
 
 _XDG = ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME")
 FAKE_HOME = Path(tempfile.mkdtemp(prefix="poot-test-home-"))
@@ -42,22 +52,15 @@ settings.register_profile("poot", derandomize=True, database=None, deadline=None
 settings.load_profile("poot")
 
 
-def snapshot(root: Path) -> dict[str, tuple[int, int, int]]:
-    """Every path under ``root`` with its mode, size and mtime (ns)."""
-    out = {}
-    for p in root.rglob("*"):
-        st = p.lstat()
-        out[str(p.relative_to(root))] = (st.st_mode, st.st_size, st.st_mtime_ns)
-    return out
-
-
-_AT_START = snapshot(FAKE_HOME)
+_AT_START = tree(FAKE_HOME)
 
 
 def written_under_home() -> list[str]:
-    """Every path under the fake home created, changed or removed since the session began."""
-    now = snapshot(FAKE_HOME)
-    return sorted(k for k in now.keys() | _AT_START.keys() if now.get(k) != _AT_START.get(k))
+    """Every path under the fake home created, changed or removed since the session began (not
+    the home itself, whose mtime moves with any child created or removed, which is listed)."""
+    now = tree(FAKE_HOME)
+    changed = (k for k in now.keys() | _AT_START.keys() if now.get(k) != _AT_START.get(k))
+    return sorted(k for k in changed if k != ".")
 
 
 _WORKERS_WROTE: list[str] = []  # under xdist: what each worker's own fake home gained

@@ -10,19 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from filetree import tree
 
 from poot.cli import EXAMPLES, main
 
 KEYLIKE = "ab" * 32 + ".blob"
-
-
-def tree(root: Path) -> dict[str, tuple[int, bytes | None, int]]:
-    out = {}
-    for p in [root, *root.rglob("*")]:
-        st = p.lstat()
-        data = p.read_bytes() if stat.S_ISREG(st.st_mode) else None
-        out[str(p.relative_to(root))] = (st.st_mode, data, st.st_mtime_ns)
-    return out
 
 
 @pytest.fixture

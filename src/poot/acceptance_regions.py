@@ -52,9 +52,12 @@ def _fan_out(n: int) -> Program:
     return b.build()
 
 
-def _row_sum(cols: int) -> Program:
-    b = Builder(f"accept_rowsum{cols}")
-    b.output("y", b.reduce_sum(b.slot("x", F32, (1, cols)), -1))
+def _gather(rows: int) -> Program:
+    """A gather of one row of a ``rows x 1`` table: the table and the index resident, the
+    gathered row double buffered. Its bytes step by 4, so it meets any word-sized limit exactly
+    (a row and its sum step by 8, which the flag path's 12 bytes leave 4 short of)."""
+    b = Builder(f"accept_gather{rows}")
+    b.output("y", b.gather(b.weight("t", F32, (rows, 1)), b.slot("i", DType.I32, (1,))))
     return b.build()
 
 
@@ -86,7 +89,12 @@ def _elements(n: int) -> Program:
 
 def _run_verified(engine: Engine, program: Program, low: float = -1.0, high: float = 1.0) -> str:
     rng = np.random.default_rng(0)
-    values = {a.name: rng.uniform(low, high, a.var.shape).astype(np.float32) for a in program.args}
+    values = {
+        a.name: rng.integers(-1, 1, a.var.shape, dtype=np.int32)  # indices inside any axis
+        if a.var.dtype is DType.I32
+        else rng.uniform(low, high, a.var.shape).astype(np.float32)
+        for a in program.args
+    }
     weights = {a.name: values[a.name] for a in program.args if a.storage is Storage.WEIGHT}
     feed = {k: v for k, v in values.items() if k not in weights}
     entry = engine.add_entry(program, engine.load_weights(weights) if weights else None)
@@ -134,15 +142,16 @@ def region_checks(engine: Engine, target: str) -> Iterator[Check]:
                 name, p.admitted and len(p.regions) == regions, len(p.regions), "regions", detail
             )
 
-    # tile bytes: a row and its sum, double buffered, and the flag path's words
-    cols = (limits.data_tile_bytes - 8) // 8
+    # tile bytes: the table and the index, the gathered row double buffered (and the flag
+    # path's words and the guard count, ``flag_bytes``)
+    rows = (limits.data_tile_bytes - 4 - 2 * 4) // 4
     yield from _at_and_past(
         engine,
         target,
         "tile-local bytes",
         limits.tile_bytes,
-        _row_sum(cols),
-        _row_sum(cols + 1),
+        _gather(rows),
+        _gather(rows + 1),
         "tile_bytes",
         lambda p: max((t.tile_bytes for t in p.tiles), default=0),
     )

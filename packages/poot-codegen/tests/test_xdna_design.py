@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,8 @@ import xdna_programs
 from poot_codegen.xdna.arenas import build_layout
 from poot_codegen.xdna.design import (
     ARENA_ALIGN,
+    FLAG_WORD,
+    GUARD_WORD,
     Arena,
     ArenaRole,
     DesignError,
@@ -22,6 +26,8 @@ from poot_codegen.xdna.design import (
 )
 from poot_codegen.xdna.designer import build_design, design_program
 from poot_codegen.xdna.execute import load_region_libraries, run_design
+from poot_codegen.xdna.hostbuild import CSRC_DIR
+from poot_codegen.xdna.kernels import region_source
 from poot_codegen.xdna.validate import validate
 from poot_engine.blob_cache import BlobCache
 from poot_ir import Builder, DType, PlanRefused, Program, compare, evaluate, ops
@@ -260,8 +266,8 @@ def _big() -> Program:
         # 17 values and the flag word
         (_fanout(17), {"host_streams_out": 32}, "host streams out", 18, 16),
         (_three_streams(), {"streams_per_tile": 3}, "streams into a tile", 3, 2),
-        # the whole tensor in and out, double buffered, and the one core's flag word
-        (_big(), {"tile_bytes": 1 << 20}, "tile-local bytes", 640004, 64512),
+        # the whole tensor in and out, double buffered, the one core's flag word and its count
+        (_big(), {"tile_bytes": 1 << 20}, "tile-local bytes", 640008, 64512),
     ],
 )
 def test_validation_refuses_a_design_past_each_bound(
@@ -317,3 +323,72 @@ def test_refused_plans_and_other_targets_have_no_design() -> None:
         design_program(plan(b.build(), "xdna2"))
     with pytest.raises(DesignError, match="no region limits"):
         design_program(plan(xdna_programs.chain(), "cpu"))
+
+
+# -- the flag path's and the guard count's bytes -----------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(xdna_programs.EXAMPLES))
+def test_the_guard_count_is_the_only_data_a_region_object_defines(
+    name: str, tmp_path: Path
+) -> None:
+    """Every region object defines one ``uint32_t poot_guard_word`` (4 bytes of data memory
+    beside the FIFO buffers, ``GUARD_WORD``) and no other global: compiled with the host C
+    compiler, its sized data symbols are that one word."""
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("no nm (binutils) to list the object's symbols")
+    pl = plan(xdna_programs.EXAMPLES[name](), "xdna2").check()
+    for r in pl.regions:
+        src, obj = tmp_path / f"r{r.index}.c", tmp_path / f"r{r.index}.o"
+        src.write_text(region_source(pl, r), encoding="utf-8")
+        subprocess.run(
+            ["cc", "-c", "-O2", "-std=c11", "-I", str(CSRC_DIR), str(src), "-o", str(obj)],
+            check=True,
+        )
+        listed = subprocess.run(
+            [nm, "-S", "--defined-only", str(obj)], capture_output=True, text=True, check=True
+        ).stdout
+        data = [
+            (f[3], f[2], int(f[1], 16))
+            for f in (line.split() for line in listed.splitlines())
+            if len(f) == 4 and f[2] in "BbDdRrGgSsVv" and not f[3].startswith(".")
+        ]
+        assert data == [("poot_guard_word", "B", GUARD_WORD)]
+    assert GUARD_WORD == 4
+
+
+def test_each_core_counts_the_flag_words_and_its_guard_count() -> None:
+    """The chain's first core holds the word it makes and its count; every other core the word
+    it takes too. The planner counts the most any core holds on every tile."""
+    pl = plan(_negs(3), "xdna2").check()
+    (region,) = build_design(pl).regions
+    first = region.flag.order[0]
+    fifos = {f.name: f for f in region.fifos}
+    for core in region.cores:
+        fifo_bytes = sum(
+            fifos[p.fifo].depth * fifos[p.fifo].nbytes for p in (*core.inputs, core.output)
+        )
+        words = 4 + 4 if core.tile == first else 4 + 4 + 4
+        assert core.buffer_bytes == fifo_bytes + words
+    assert XDNA2.region_limits is not None
+    assert XDNA2.region_limits.flag_bytes == 2 * FLAG_WORD + GUARD_WORD == 12
+    assert all(t.tile_bytes == 2 * (16 + 16) + 12 for t in pl.tiles)  # (4,) f32 in and out
+
+
+@pytest.mark.parametrize(("rows", "fits"), [(16122, True), (16123, False)])
+def test_a_gather_at_the_tile_byte_limit_designs_and_validates(rows: int, fits: bool) -> None:
+    """The table (rows x 1 f32) and one index resident, the gathered row double buffered, and
+    12 bytes of flag path and count: 16122 rows meet 64512 exactly, one more is refused."""
+    b = Builder("gather")
+    table = b.weight("t", DType.F32, (rows, 1))
+    b.output("y", b.gather(table, b.slot("i", DType.I32, (1,))))
+    pl = plan(b.build(), "xdna2")
+    needed = 4 * rows + 4 + 2 * 4 + 12
+    if not fits:
+        assert not pl.admitted and pl.refusals[0].fact("needed") == needed > 64512
+        return
+    assert needed == 64512 and pl.admitted and pl.tiles[0].tile_bytes == needed
+    (region,) = validate(build_design(pl)).regions
+    (core,) = region.cores  # the chain's only core: its word out and its count, no word in
+    assert core.buffer_bytes == needed - FLAG_WORD <= 64512

@@ -7,21 +7,12 @@ import stat
 from pathlib import Path
 
 import pytest
+from filetree import tree
 from poot_engine.blob_cache import BlobCache, blob_key, clear, ls, verify
 from poot_engine.cache_root import TAG, cache_root
 from poot_ir import CacheError
 
 KEY = blob_key("part", "cc", "1", (), b"src")
-
-
-def tree(root: Path) -> dict[str, tuple[int, bytes | None, int]]:
-    """Every path under ``root`` (and ``root``) with its mode, contents and mtime."""
-    out = {}
-    for p in [root, *root.rglob("*")]:
-        st = p.lstat()
-        data = p.read_bytes() if stat.S_ISREG(st.st_mode) else None
-        out[str(p.relative_to(root))] = (st.st_mode, data, st.st_mtime_ns)
-    return out
 
 
 def foreign_dir(path: Path) -> Path:

@@ -47,14 +47,76 @@ def test_einsum_matches_numpy(equation: str, shapes: list[tuple[int, ...]]) -> N
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_einsum_diagonal_is_a_typed_refusal() -> None:
+def _edgy(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """Random values with NaN, infinities and both zeros spread over the array (diagonal and
+    off it) for floats; the i32 extremes for integers."""
+    rng = np.random.default_rng(sum(shape))
+    if dtype == np.int32:
+        x = rng.integers(-100, 100, shape).astype(np.int32)
+        specials = [np.iinfo(np.int32).min, np.iinfo(np.int32).max, 0]
+    else:
+        x = rng.standard_normal(shape).astype(np.float32)
+        specials = [np.nan, np.inf, -np.inf, -0.0, 0.0]
+    flat = x.reshape(-1)
+    for i, v in enumerate(specials):
+        flat[(i * 7) % flat.size] = v
+    return x
+
+
+@pytest.mark.parametrize(
+    ("equation", "shapes"),
+    [
+        ("ii->i", [(4, 4)]),
+        ("ii", [(4, 4)]),  # implicit output: the trace
+        ("bii->bi", [(2, 3, 3)]),
+        ("...ii->...i", [(2, 2, 3, 3)]),
+        ("ibi->bi", [(3, 2, 3)]),  # the repeated axes apart
+        ("iii->i", [(3, 3, 3)]),
+        ("iijj->ij", [(2, 2, 3, 3)]),
+        ("ijij->ji", [(2, 3, 2, 3)]),
+        ("ii,i->i", [(4, 4), (4,)]),
+        ("ij,jj->i", [(2, 3), (3, 3)]),
+        ("ii->", [(1, 1)]),
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_einsum_diagonals_match_numpy(
+    equation: str, shapes: list[tuple[int, ...]], dtype: Any
+) -> None:
+    """A diagonal is data movement: where no product or sum mixes values, each element comes
+    through bit for bit (NaN, infinities, signed zeros); with them, as numpy computes."""
+    names = [f"x{i}" for i in range(len(shapes))]
+    elem = F if dtype == np.float32 else I32
     m = model(
-        [helper.make_node("Einsum", ["x"], ["y"], equation="ii->i")],
-        [vi("x", (3, 3))],
+        [helper.make_node("Einsum", names, ["y"], equation=equation)],
+        [vi(n, s, elem) for n, s in zip(names, shapes, strict=True)],
         ["y"],
         opset=12,
     )
-    with pytest.raises(UnsupportedOnnx, match="diagonal"):
+    xs = {n: _edgy(s, dtype) for n, s in zip(names, shapes, strict=True)}
+    got = run(import_model(m), **xs)["y"]
+    with np.errstate(all="ignore"):
+        want = np.einsum(equation, *xs.values())
+    assert got.shape == want.shape and got.dtype == want.dtype
+    moved_only = (
+        len(shapes) == 1
+        and "->" in equation
+        and len(equation.split("->")[1]) == len(set(equation.split("->")[0]))
+    )
+    if moved_only:  # nothing summed: the same bits
+        assert got.tobytes() == want.tobytes()
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_einsum_diagonal_of_axes_of_two_sizes_is_a_typed_refusal() -> None:
+    m = model(
+        [helper.make_node("Einsum", ["x"], ["y"], equation="ii->i")],
+        [vi("x", (3, 4))],
+        ["y"],
+        opset=12,
+    )
+    with pytest.raises(UnsupportedOnnx, match="sizes 3 and 4"):
         import_model(m)
 
 
@@ -183,13 +245,59 @@ def test_unequal_sequence_lens_are_a_typed_refusal() -> None:
         import_model(m)
 
 
-def _topk_model(k: int, largest: int, elem: int) -> Any:
+def _topk_model(k: int, largest: int, elem: int, shape: tuple[int, int] = (2, 6)) -> Any:
     return model(
         [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=largest)],
-        [vi("x", (2, 6), elem)],
+        [vi("x", shape, elem)],
         ["v", "i"],
         [init("k", [k], np.int64)],
     )
+
+
+def _topk_order(row: np.ndarray, largest: bool) -> list[int]:
+    """TopK's order of one row, written out: NaN (either sign) above every number, +inf
+    included, so first when largest and last when smallest; equal values (-0 and +0 too) by
+    index."""
+
+    def key(j: int) -> tuple[int, float, int]:
+        v = float(row[j])
+        if np.isnan(v):
+            return (0 if largest else 1, 0.0, j)
+        return (1 if largest else 0, -v if largest else v, j)
+
+    return sorted(range(row.size), key=key)
+
+
+_NAN_ROWS = np.array(
+    [
+        [1.0, np.nan, -np.inf, 3.0, np.nan, np.inf, -0.0, 0.0],
+        [np.nan, 2.0, 2.0, -np.inf, np.inf, np.nan, -1.0, 2.0],
+        [-np.nan, np.inf, np.inf, 0.0, -0.0, -np.inf, -np.inf, np.nan],  # a NaN with its sign set
+        [np.nan] * 8,
+        [-np.inf] * 7 + [np.nan],
+        [5.0, 4.0, 3.0, 2.0, 1.0, 0.0, -1.0, -2.0],  # no NaN: the plain order
+    ],
+    np.float32,
+)
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+@pytest.mark.parametrize("k", [1, 3, 8])  # 8: the whole axis
+def test_topk_puts_nan_above_every_number(largest: int, k: int) -> None:
+    """Against the order written out here, and bit for bit against ONNX Runtime on the same
+    model when it is installed (the ``models`` group)."""
+    x = _NAN_ROWS
+    m = _topk_model(k, largest, F, x.shape)
+    got = run(import_model(m), x=x)
+    order = np.array([_topk_order(r, bool(largest))[:k] for r in x])
+    np.testing.assert_array_equal(got["i"], order)
+    assert got["v"].tobytes() == np.take_along_axis(x, order, 1).tobytes()  # NaN signs too
+    ort = pytest.importorskip("onnxruntime")
+    m.graph.output[1].type.tensor_type.elem_type = TensorProto.INT64  # ORT checks it
+    session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    v, i = session.run(None, {"x": x})
+    np.testing.assert_array_equal(got["i"], i)
+    assert got["v"].tobytes() == v.tobytes()
 
 
 @pytest.mark.parametrize("largest", [1, 0])
@@ -302,4 +410,69 @@ def test_topk_past_the_unroll_limit_is_refused() -> None:
         opset=11,
     )
     with pytest.raises(UnsupportedOnnx, match=f"k {k}"):
+        import_model(m)
+
+
+def _rnn_ref(x: np.ndarray, w: np.ndarray, r: np.ndarray, reverse: bool) -> np.ndarray:
+    """A tanh RNN over ``x`` (no bias, zero initial state), backwards when ``reverse``; ``Y``
+    in sequence order, as ONNX lays it out."""
+    h = np.zeros((x.shape[1], r.shape[-1]), np.float64)
+    ys: dict[int, np.ndarray] = {}
+    for t in range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0]):
+        h = np.tanh(x[t] @ w.T + h @ r.T)
+        ys[t] = h
+    return np.stack([ys[t] for t in range(x.shape[0])])
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU"])
+def test_recurrent_reverse_and_bidirectional_lay_y_out_in_sequence_order(op: str) -> None:
+    """The reverse direction runs from the last step but ``Y`` is in sequence order and
+    ``Y_h`` is its last step run (step 0); bidirectional stacks forward then reverse. For GRU
+    the check is against its own forward run of the reversed sequence."""
+    seq, batch, inp, hid = 4, 2, 3, 5
+    gates = {"RNN": 1, "GRU": 3}[op]
+    w, r = rand(2, gates * hid, inp), rand(2, gates * hid, hid)
+    x = rand(seq, batch, inp)
+
+    def imported(direction: str, ws: np.ndarray, rs: np.ndarray) -> Any:
+        node = helper.make_node(
+            op, ["x", "w", "r"], ["y", "yh"], hidden_size=hid, direction=direction
+        )
+        return import_model(
+            model([node], [vi("x", (seq, batch, inp))], ["y", "yh"], [init("w", ws), init("r", rs)])
+        )
+
+    both = run(imported("bidirectional", w, r), x=x)
+    assert both["y"].shape == (seq, 2, batch, hid) and both["yh"].shape == (2, batch, hid)
+    back = run(imported("reverse", w[1:], r[1:]), x=x)
+    if op == "RNN":
+        x64 = x.astype(np.float64)
+        fwd_want = _rnn_ref(x64, w[0].astype(np.float64), r[0].astype(np.float64), False)
+        want = _rnn_ref(x64, w[1].astype(np.float64), r[1].astype(np.float64), True)
+        np.testing.assert_allclose(both["y"][:, 0], fwd_want, rtol=1e-5, atol=1e-6)
+    else:  # reverse over x is forward over x reversed, with Y flipped back
+        fwd = run(imported("forward", w[1:], r[1:]), x=x[::-1].copy())
+        want = fwd["y"][::-1, 0]
+    np.testing.assert_allclose(back["y"][:, 0], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(back["yh"][0], want[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(both["y"][:, 1], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(both["yh"][1], want[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(both["yh"][0], both["y"][-1, 0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("with_state", [False, True])
+def test_a_recurrence_over_an_empty_sequence_is_a_typed_refusal(op: str, with_state: bool) -> None:
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    hid, batch = 2, 1
+    ins = ["x", "w", "r"] + (["", "", "h0"] if with_state else [])
+    node = helper.make_node(op, ins, ["y", "yh"], hidden_size=hid)
+    states = [vi("h0", (1, batch, hid))] if with_state else []
+    m = model(
+        [node],
+        [vi("x", (0, batch, 3)), *states],
+        ["y", "yh"],
+        [init("w", rand(1, gates * hid, 3)), init("r", rand(1, gates * hid, hid))],
+    )
+    with pytest.raises(UnsupportedOnnx, match="length 0"):
         import_model(m)

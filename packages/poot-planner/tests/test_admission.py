@@ -364,13 +364,14 @@ def test_every_refusal_kind_carries_its_facts() -> None:
         RefusalKind.INTEGER_TO_FLOAT: "equation 0 (convert): integer to float: from=i32, "
         "to=f16, exact_up_to=2048",
         RefusalKind.REGION_LIMIT: "equation 0 (reduce_sum): region limit: limit=tile_bytes, "
-        "needed=64528, available=64512",
+        "needed=64532, available=64512",
         RefusalKind.CONTEXT_LIMIT: "program: context limit: limit=contexts, needed=17, "
         "available=16",
     }
     for kind, line in expected.items():
         assert str(seen[kind]) == line
         assert seen[kind].fact("nonexistent") is None
-    # the row and its sum, double buffered, and the flag path's word in and word out
-    assert seen[RefusalKind.REGION_LIMIT].fact("needed") == 2 * 8064 * 4 + 2 * 4 + 8
+    # the row and its sum, double buffered, the flag path's word in and word out, and the
+    # core's own guard count (``poot_guard_word``)
+    assert seen[RefusalKind.REGION_LIMIT].fact("needed") == 2 * 8064 * 4 + 2 * 4 + 8 + 4
     assert seen[RefusalKind.CONTEXT_LIMIT].eqn == -1

@@ -71,8 +71,11 @@ class RegionLimits:
     contexts: int  # hardware contexts: one per loaded artifact (region)
     host_buffers: int  # buffers one kernel call takes (opcode, insts, n, bo0..bo4)
     #: Tile bytes the region's flag path takes on every core: one 32-bit word in from the
-    #: previous core of the chain, one out (``poot_codegen.xdna.design.FlagPath``; depth 1).
-    flag_bytes: int = 8
+    #: previous core of the chain, one out (``poot_codegen.xdna.design.FlagPath``; depth 1),
+    #: and the core's own count, the 32-bit global ``poot_guard_word`` every kernel object
+    #: defines (``poot_codegen.xdna.guards.GUARD_PRELUDE``), which lives in the same data
+    #: memory as the FIFO buffers.
+    flag_bytes: int = 12
     #: Host streams out the flag path takes per region: its last core drains the region's word.
     flag_streams_out: int = 1
     #: Elements of one tensor: the kernel ABI counts units and elements in ``int32_t``.

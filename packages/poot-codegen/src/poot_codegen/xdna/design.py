@@ -52,6 +52,7 @@ __all__ = [
     "COMPUTE_ROWS",
     "DEVICE",
     "FLAG_WORD",
+    "GUARD_WORD",
     "SHIM_COLUMNS",
     "Arena",
     "ArenaRole",
@@ -67,6 +68,7 @@ __all__ = [
     "RegionDesign",
     "Slot",
     "Transfer",
+    "flag_bytes",
     "flag_fifo",
     "words",
 ]
@@ -86,6 +88,10 @@ ARENA_ALIGN = 64
 FLAG_WORD = 4
 """Bytes of a region's flag word (a ``uint32_t``): region ``r``'s is at ``FLAG_WORD * r`` of the
 flags arena."""
+GUARD_WORD = 4
+"""Bytes of a core's own guard count, the ``uint32_t poot_guard_word`` global every region object
+defines (``guards.GUARD_PRELUDE``): data memory beside the core's FIFO buffers, so counted in
+``Core.buffer_bytes`` (the planner's ``RegionLimits.flag_bytes`` is two words and this one)."""
 
 
 words = chunking_words  # one rounding rule for the planner's chunking and the layout
@@ -295,8 +301,9 @@ class FlagPath:
     same row and adjacent columns: mlir-aie's AIE2 memory affinity), so every link is shared
     memory with locks and takes no DMA channel; only the drain takes one: an MM2S channel of
     the last core (beside its data output) and an S2MM channel, a buffer descriptor and a
-    host stream out of a shim. Every core holds ``FLAG_WORD`` bytes of the word it makes and,
-    after the first, of the word it takes (``Core.buffer_bytes`` counts them)."""
+    host stream out of a shim. Every core holds ``FLAG_WORD`` bytes of the word it makes,
+    after the first, of the word it takes, and ``GUARD_WORD`` of its own count
+    (``Core.buffer_bytes`` counts them)."""
 
     order: tuple[int, ...]
     transfer: Transfer
@@ -316,6 +323,12 @@ class FlagPath:
         one it hands its sum to."""
         k = self.order.index(tile)
         return (flag_fifo(self.order[k - 1]) if k else None), flag_fifo(tile)
+
+
+def flag_bytes(first: bool) -> int:
+    """Data memory a core's flag path takes besides its FIFOs (``FlagPath``): the word it makes,
+    the one it takes unless it is the chain's ``first`` core, and its own count."""
+    return FLAG_WORD * (1 if first else 2) + GUARD_WORD
 
 
 def flag_fifo(tile: int) -> str:

@@ -38,6 +38,7 @@ from poot_codegen.xdna.design import (
     ProgramDesign,
     RegionDesign,
     Transfer,
+    flag_bytes,
     flag_fifo,
 )
 from poot_codegen.xdna.kernels import kernel_symbol, region_object
@@ -213,8 +214,8 @@ def _core(
         units=t.units,
         chunk=t.chunk,
         n_chunks=n,
-        # the flag word it makes and, but for the chain's first core, the one it takes
-        buffer_bytes=sum(f.depth * f.nbytes for f in used) + FLAG_WORD * (1 if first else 2),
+        # the flag word it makes, but for the chain's first core the one it takes, and its count
+        buffer_bytes=sum(f.depth * f.nbytes for f in used) + flag_bytes(first),
         index_guard=t.index_guard,
         index_axis=index_axis,
     )

@@ -38,6 +38,7 @@ from poot_codegen.xdna.design import (
     HostLayout,
     ProgramDesign,
     RegionDesign,
+    flag_bytes,
     flag_fifo,
     words,
 )
@@ -137,8 +138,7 @@ def validate_region(region: RegionDesign, layout: HostLayout, limits: RegionLimi
     drains = region.flag.order[-1]
     for c in region.cores:
         w = f"{where}, core {c.symbol}"
-        flag_bytes = FLAG_WORD * (1 if c.tile == first else 2)
-        _validate_core(c, fifos, limits, flag_bytes, w)
+        _validate_core(c, fifos, limits, flag_bytes(c.tile == first), w)
         # its data output and, on the chain's last core, the flag drain: DMA channels out
         out = 1 + (c.tile == drains)
         _check(

@@ -129,6 +129,8 @@ class _Cell:
     def __init__(self, lo: Lowering, gates: int) -> None:
         self.lo = lo
         b = self.b = lo.b
+        self.ys: list[list[Var]] = []  # each direction's per-step H, in sequence order
+        self.finals: list[tuple[Var, ...]] = []  # each direction's last H (and C)
         direction = lo.attr("direction") or "forward"
         if direction not in ("forward", "reverse", "bidirectional"):
             raise lo.fail("attribute", f"direction {direction!r}")
@@ -233,11 +235,20 @@ class _Cell:
         forward = self.direction == "forward" or (self.direction == "bidirectional" and d == 0)
         return list(range(self.seq)) if forward else list(range(self.seq - 1, -1, -1))
 
-    def emit(self, ys: list[list[Var]], finals: Sequence[list[Var]]) -> None:
+    def finish(self, d: int, steps: list[Var], *finals: Var | None) -> None:
+        """Record direction ``d``'s run: its per-step ``H`` in the order it ran (``order``) and
+        its last states (``H``, then ``C``), which are None only when no step ran."""
+        if any(v is None for v in finals):
+            raise self.lo.fail("model", "a sequence of length 0")
+        self.ys.append(steps if self.order(d)[:1] == [0] else steps[::-1])
+        self.finals.append(tuple(v for v in finals if v is not None))
+
+    def emit(self) -> None:
         """Set the outputs: ``Y`` from each direction's per-step ``H`` (in sequence order), and
-        each list of ``finals`` (one value per direction) as ``Y_h``, ``Y_c``."""
+        the last states of every direction as ``Y_h``, ``Y_c`` (``finish``)."""
         b, lo = self.b, self.lo
         h, n = self.hidden, self.batch
+        ys, finals = self.ys, list(zip(*self.finals, strict=True))
         if lo.wants(0):
             per_dir = [
                 b.concat([b.reshape(y, (1, 1, n, h)) for y in steps], 0) if self.seq else None
@@ -263,9 +274,6 @@ def _lstm(lo: Lowering, n: Node) -> None:
     b, hsz = c.b, c.hidden
     acts = _activations(lo, ("Sigmoid", "Tanh", "Tanh"), c.dirs)
     coupled = lo.attr_int("input_forget", 0) != 0
-    ys: list[list[Var]] = []
-    last_h: list[Var] = []
-    last_c: list[Var] = []
     for d in range(c.dirs):
         f, g, hact = acts[d]
         bias = c.bias(3, 8 * hsz, d)
@@ -298,12 +306,8 @@ def _lstm(lo: Lowering, n: Node) -> None:
             o = f(c.clipped(go))
             h_t, c_t = b.mul(o, hact(c_new)), c_new
             steps.append(h_t)
-        if h_t is None or c_t is None:
-            raise lo.fail("model", "a sequence of length 0")
-        ys.append(steps if c.order(d)[:1] == [0] else steps[::-1])
-        last_h.append(h_t)
-        last_c.append(c_t)
-    c.emit(ys, (last_h, last_c))
+        c.finish(d, steps, h_t, c_t)
+    c.emit()
 
 
 def _gru(lo: Lowering, n: Node) -> None:
@@ -311,8 +315,6 @@ def _gru(lo: Lowering, n: Node) -> None:
     b, hsz = c.b, c.hidden
     acts = _activations(lo, ("Sigmoid", "Tanh"), c.dirs)
     before = lo.attr_int("linear_before_reset", 0) != 0
-    ys: list[list[Var]] = []
-    last: list[Var] = []
     for d in range(c.dirs):
         f, g = acts[d]
         bias = c.bias(3, 6 * hsz, d)
@@ -351,19 +353,14 @@ def _gru(lo: Lowering, n: Node) -> None:
                 cand = g(c.clipped(pre))
                 h_t = b.add(b.sub(cand, b.mul(z, cand)), b.mul(z, h_t))
             steps.append(h_t)
-        if h_t is None:
-            raise lo.fail("model", "a sequence of length 0")
-        ys.append(steps if c.order(d)[:1] == [0] else steps[::-1])
-        last.append(h_t)
-    c.emit(ys, (last,))
+        c.finish(d, steps, h_t)
+    c.emit()
 
 
 def _rnn(lo: Lowering, n: Node) -> None:
     c = _Cell(lo, 1)
     b, hsz = c.b, c.hidden
     acts = _activations(lo, ("Tanh",), c.dirs)
-    ys: list[list[Var]] = []
-    last: list[Var] = []
     for d in range(c.dirs):
         (f,) = acts[d]
         bias = c.bias(3, 2 * hsz, d)
@@ -380,11 +377,8 @@ def _rnn(lo: Lowering, n: Node) -> None:
                 pre = b.add(pre, b.matmul(h_t, rt))
             h_t = f(c.clipped(pre))
             steps.append(h_t)
-        if h_t is None:
-            raise lo.fail("model", "a sequence of length 0")
-        ys.append(steps if c.order(d)[:1] == [0] else steps[::-1])
-        last.append(h_t)
-    c.emit(ys, (last,))
+        c.finish(d, steps, h_t)
+    c.emit()
 
 
 _COMMON = frozenset(

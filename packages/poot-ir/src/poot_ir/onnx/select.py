@@ -4,14 +4,19 @@ poot primitives.
 - ``TopK`` with ``k`` known at import takes ``k`` rounds of "the greatest element not yet
   taken, first by position": a ``reduce_max``, then the smallest position holding it, marked
   taken. That is ONNX's order (ties by the lower index) and ``O(k n)`` work: fine for the small
-  ``k`` models use, where a sorting network would cost ``O(n log^2 n)`` whatever ``k`` is.
+  ``k`` models use, where a sorting network would cost ``O(n log^2 n)`` whatever ``k`` is. A
+  NaN orders above every number (first when largest, last when smallest), as ONNX Runtime and
+  numpy order it.
 - ``OneHot`` compares an ``iota`` with the (wrapped) indices and selects on/off values.
 - ``ReduceProd`` moves the reduced axes last and multiplies halves together, ``log2`` of the
   count times (a pairwise product: ONNX fixes no order of multiplication).
 - ``Einsum`` (explicit or implicit output, ``...``) sums out each operand's private indices, then
   contracts operands pairwise as one batched ``matmul`` (batch, free and contracted indices
-  grouped by ``transpose`` and ``reshape``), and transposes into the output order. A repeated
-  index within one operand (a diagonal) is refused.
+  grouped by ``transpose`` and ``reshape``), and transposes into the output order. An index
+  repeated within one operand (a diagonal: ``ii->i``, ``bii->bi``, ``ii`` the trace) first takes
+  that operand's diagonal: the two axes made adjacent, merged, and sliced with stride ``n + 1``
+  (elements ``0, n + 1, ..``: ``x[i, i]``), pure data movement, so exact for every value (NaN,
+  infinities and signed zeros off the diagonal never reach it).
 """
 
 from __future__ import annotations
@@ -66,17 +71,37 @@ def _topk(lo: Lowering, n: Node) -> None:
     keys = x if largest else (b.sub(-1, x) if x.dtype is DType.I32 else b.neg(x))
     others = tuple(d for d in range(rank) if d != axis)
     pos = b.iota(x.shape, DType.I32, axis)
+    # NaN (of either sign) orders above every number, +inf included, both ways: first when
+    # largest, last when smallest, ties by index. That is ONNX Runtime's order (onnx issue
+    # #4716: "onnxruntime seems to consider them as the top values"; checked against
+    # onnxruntime 1.32 in test_onnx_ops), numpy's sort order, and what onnx's reference
+    # evaluator does (onnx/reference/ops/op_topk.py sorts with numpy). NaNs are picked by
+    # position, apart from the numbers, whose max no NaN may poison.
+    nan = b.eq(b.eq(x, x), False) if x.dtype.is_float else None
     taken: Var | None = None
     values: list[Var] = []
     indices: list[Var] = []
     kept = tuple(1 if d == axis else s for d, s in enumerate(x.shape))
+
+    def first(hit: Var) -> Var:
+        """The first position along the axis where ``hit`` holds (``size``: none)."""
+        return b.sub(-1, b.reduce_max(b.sub(-1, b.select(hit, pos, size)), axis))
+
     for _ in range(k):
-        live = keys if taken is None else b.select(taken, _lowest(x.dtype), keys)
+        out = nan if taken is None else (taken if nan is None else b.select(taken, True, nan))
+        live = keys if out is None else b.select(out, _lowest(x.dtype), keys)
         best = b.reduce_max(live, axis)
         hit = b.eq(live, b.broadcast_in_dim(best, x.shape, others))
-        if taken is not None:
-            hit = b.select(taken, False, hit)
-        where = b.sub(-1, b.reduce_max(b.sub(-1, b.select(hit, pos, size)), axis))  # first hit
+        if out is not None:
+            hit = b.select(out, False, hit)
+        where = first(hit)
+        if nan is not None:
+            nan_left = nan if taken is None else b.select(taken, False, nan)
+            at_nan = first(nan_left)
+            if largest:  # a NaN left goes first
+                where = b.select(b.gt(size, at_nan), at_nan, where)
+            else:  # only once no number is left
+                where = b.select(b.gt(size, where), where, at_nan)
         chosen = b.eq(pos, b.broadcast_in_dim(where, x.shape, others))
         taken = chosen if taken is None else b.select(chosen, True, taken)
         # the value at that position (not ``best``: the element itself, with its sign of zero)
@@ -210,6 +235,29 @@ def _parse(lo: Lowering, equation: str, ranks: Sequence[int]) -> tuple[list[str]
     return out_terms, out
 
 
+def _diagonals(lo: Lowering, x: Var, term: str) -> tuple[Var, str]:
+    """``x`` (indices ``term``) with every repeated index taken once, along its diagonal."""
+    b = lo.b
+    while len(set(term)) != len(term):
+        ch = next(c for c in term if term.count(c) > 1)
+        p = term.index(ch)
+        q = term.index(ch, p + 1)
+        n = x.shape[p]
+        if x.shape[q] != n:
+            raise lo.fail("value", f"term {term!r}: index {ch!r} has sizes {n} and {x.shape[q]}")
+        order = [*range(p + 1), q, *(i for i in range(p + 1, len(term)) if i != q)]
+        if order != list(range(len(term))):
+            x = b.transpose(x, order)
+        moved = [term[i] for i in order]
+        shape = x.shape
+        flat = reshape(b, x, (*shape[:p], n * n, *shape[p + 2 :]))
+        start = (0,) * flat.type.rank
+        stride = tuple(n + 1 if i == p else 1 for i in range(flat.type.rank))
+        x = b.slice(flat, start, flat.shape, stride)  # n elements: x[.., i, i, ..]
+        term = "".join(moved[: p + 1] + moved[p + 2 :])
+    return x, term
+
+
 def _sum_out(b: Builder, x: Var, term: str, keep: set[str]) -> tuple[Var, str]:
     gone = [i for i, c in enumerate(term) if c not in keep]
     if not gone:
@@ -255,10 +303,9 @@ def _einsum(lo: Lowering, n: Node) -> None:
         if x.dtype is not xs[0].dtype:
             raise lo.fail("dtype", f"operands of {x.dtype.value} and {xs[0].dtype.value}")
     terms, out = _parse(lo, equation, [x.type.rank for x in xs])
-    for t in terms:
-        if len(set(t)) != len(t):
-            raise lo.fail("attribute", f"term {t!r} repeats an index (a diagonal)")
     vals = list(xs)
+    for k in range(len(vals)):
+        vals[k], terms[k] = _diagonals(lo, vals[k], terms[k])
     for k in range(len(vals)):
         later = set(out) | {ch for j, t in enumerate(terms) if j != k for ch in t}
         vals[k], terms[k] = _sum_out(b, vals[k], terms[k], later)

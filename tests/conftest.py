@@ -1,6 +1,0 @@
-"""Puts ``tests/`` on the import path so suites can share helpers (``conformance.devices``)."""
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent))
