@@ -37,7 +37,12 @@ _BIAS = np.array([0.5, -1.0, 3.0, 2.0, -0.125], np.float32)
 _MEAN = np.array([100.0, -3000.0, 0.5, 1e4, 2.0], np.float32)
 
 
-def _bn_model(stats_as_inputs: bool, eps: float = 1e-5, shape: tuple[int, ...] = (2, 5, 3, 4)):
+def _bn_model(
+    stats_as_inputs: bool,
+    eps: float = 1e-5,
+    shape: tuple[int, ...] = (2, 5, 3, 4),
+    opset: int = 18,
+) -> Any:
     names = ["scale", "bias", "mean", "var"]
     node = helper.make_node("BatchNormalization", ["x", *names], ["y"], epsilon=eps, name="bn")
     c = shape[1]
@@ -45,7 +50,7 @@ def _bn_model(stats_as_inputs: bool, eps: float = 1e-5, shape: tuple[int, ...] =
         return model([node], [vi("x", list(shape)), *(vi(n, [c]) for n in names)], ["y"])
     vals = (_SCALE, _BIAS, _MEAN, _VAR)
     inits = [init(n, v[:c]) for n, v in zip(names, vals, strict=True)]
-    return model([node], [vi("x", list(shape))], ["y"], inits)
+    return model([node], [vi("x", list(shape))], ["y"], inits, opset=opset)
 
 
 def _bn_input(shape: tuple[int, ...]) -> np.ndarray:
@@ -57,11 +62,16 @@ def _bn_input(shape: tuple[int, ...]) -> np.ndarray:
     return x
 
 
-@pytest.mark.parametrize("shape", [(2, 5, 3, 4), (3, 5), (1, 4, 7)])
+# A model of opset 14 too (the fold graph has its own opset). Not opset 9: onnx's reference
+# BatchNormalization_9 applies its default momentum to the batch's own statistics, which is
+# not the inference the one-output node asks for, so it is no reference there.
+@pytest.mark.parametrize(
+    ("shape", "opset"), [((2, 5, 3, 4), 18), ((3, 5), 18), ((1, 4, 7), 18), ((2, 5, 3, 4), 14)]
+)
 def test_batchnorm_with_known_statistics_is_a_scale_and_shift_within_range(
-    shape: tuple[int, ...],
+    shape: tuple[int, ...], opset: int
 ) -> None:
-    m = _bn_model(stats_as_inputs=False, shape=shape)
+    m = _bn_model(stats_as_inputs=False, shape=shape, opset=opset)
     imp = import_model(m)
     # the statistics are not in the program: one multiply and one add per element, and every
     # weight is a folded scale or shift (named after the node's output), none a variance
@@ -80,6 +90,24 @@ def test_batchnorm_with_known_statistics_is_a_scale_and_shift_within_range(
     a = (_SCALE[:c] / np.sqrt(_VAR[:c].astype(np.float64) + 1e-5)).reshape(bshape)
     mag = np.abs(x * a) + np.abs(_MEAN[:c].reshape(bshape) * a) + np.abs(_BIAS[:c].reshape(bshape))
     assert np.all(np.abs(got.astype(np.float64) - want) <= 8 * EPS32 * mag + 1e-30)
+
+
+def test_batchnorm_of_f16_folds_in_f16() -> None:
+    # a variance FP16 can hold at its edge, and one whose epsilon is most of it
+    var = np.array([65504.0, 0.0, 2.0], np.float16)
+    vals = {"s": [1.0, -2.0, 0.5], "b": [0.25, 3.0, -1.0], "m": [10.0, -0.5, 100.0], "v": var}
+    node = helper.make_node("BatchNormalization", ["x", *vals], ["y"], epsilon=1e-3)
+    inits = [init(k, v, np.float16) for k, v in vals.items()]
+    m = model([node], [vi("x", [2, 3, 4], F16)], ["y"], inits)
+    imp = import_model(m)
+    assert sorted(imp.weights) == ["y.scale", "y.shift"]
+    assert all(w.dtype == np.float16 for w in imp.weights.values())
+    x = (np.random.default_rng(3).standard_normal((2, 3, 4)) * 50).astype(np.float16)
+    got, want = run(imp, x=x)["y"], _reference(m, x=x)["y"]
+    # FP16 roundings of the same terms as above (eps 2^-10)
+    a = np.array(vals["s"]) / np.sqrt(var.astype(np.float64) + 1e-3)
+    mag = np.abs(x * a[None, :, None]) + np.abs(np.array(vals["m"]) * a)[None, :, None] + 4
+    assert np.all(np.abs(got.astype(np.float64) - want) <= 8 * 2.0**-10 * mag)
 
 
 def test_batchnorm_with_statistics_at_run_time_keeps_them_as_values() -> None:

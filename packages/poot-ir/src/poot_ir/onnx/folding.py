@@ -126,27 +126,29 @@ def evaluate_node(lo: Lowering, node: Node, inputs: Mapping[str, Array]) -> list
     if size is not None:  # checked before, charged below at the size the result really has
         item = _itemsize(node, values)
         _charge(lo, node, f"{size} elements of {item} bytes", size * item, commit=False)
-    return _run(lo, node, [node.proto], inputs, [o for o in node.outputs if o])
+    return _run(lo, node, [node.proto], lo.opset, inputs, [o for o in node.outputs if o])
 
 
 def evaluate_graph(
     lo: Lowering,
     node: Node,
     nodes: Sequence[Any],
+    opset: int,
     inputs: Mapping[str, Array],
     outputs: Sequence[str],
 ) -> list[Array]:
-    """The values ``outputs`` of a small graph of ``nodes`` (NodeProtos a rule builds to compute
-    its parameters at import, as ``BatchNormalization`` folds its statistics), run by the
-    reference evaluator on ``inputs``, for the rule lowering ``node``. Errors and the budget
-    as in ``evaluate_node``."""
-    return _run(lo, node, nodes, inputs, outputs)
+    """The values ``outputs`` of a small graph of ``nodes`` in ``opset`` (NodeProtos a rule
+    builds to compute its parameters at import, as ``BatchNormalization`` folds its
+    statistics), run by the reference evaluator on ``inputs``, for the rule lowering ``node``.
+    Errors and the budget as in ``evaluate_node``."""
+    return _run(lo, node, nodes, opset, inputs, outputs)
 
 
 def _run(
     lo: Lowering,
     node: Node,
     nodes: Sequence[Any],
+    opset: int,
     inputs: Mapping[str, Array],
     names: Sequence[str],
 ) -> list[Array]:
@@ -160,7 +162,7 @@ def _run(
     graph = helper.make_graph(list(nodes), "fold", graph_inputs, outputs)
     model = helper.make_model(
         graph,
-        opset_imports=[helper.make_opsetid("", lo.opset)],
+        opset_imports=[helper.make_opsetid("", opset)],
         ir_version=onnx.IR_VERSION,
     )
     try:

@@ -19,6 +19,7 @@ import numpy as np
 from onnx import helper
 
 from poot_ir.core import Var
+from poot_ir.dtypes import DType
 from poot_ir.onnx.context import (
     FLOATS,
     Array,
@@ -318,6 +319,11 @@ _BN_FOLD = (
     helper.make_node("Mul", ["mean", "a"], ["mean_a"]),
     helper.make_node("Sub", ["bias", "mean_a"], ["b"]),
 )
+#: The opset ``_BN_FOLD`` is written in (its own, not the model's: a model of opset 6 would give
+#: ``Add`` its old broadcasting rules).
+_BN_FOLD_OPSET = 18
+#: The types folded: those numpy computes in natively (a BF16 model keeps the unfused path).
+_FOLDED = (DType.F32, DType.F16)
 
 
 def _folded_batchnorm(lo: Lowering, x: Var, eps: float) -> tuple[Array, Array] | None:
@@ -330,7 +336,7 @@ def _folded_batchnorm(lo: Lowering, x: Var, eps: float) -> tuple[Array, Array] |
     can be 1e7 (PaddleOCR's detector has one), beyond FP16's 65504, so an FP16 device could not
     even hold the weight, while the scale it stands for, 1/sqrt(var + eps), is ordinary."""
     vals = [lo.value(i) for i in (1, 2, 3, 4)]
-    if not all(isinstance(v, Const) and v.dtype is x.dtype for v in vals):
+    if x.dtype not in _FOLDED or not all(isinstance(v, Const) and v.dtype is x.dtype for v in vals):
         return None
     scale, bias, mean, var = (v.value for v in vals if isinstance(v, Const))
     inputs = {
@@ -340,7 +346,7 @@ def _folded_batchnorm(lo: Lowering, x: Var, eps: float) -> tuple[Array, Array] |
         "var": var,
         "eps": np.asarray(eps, dtype=var.dtype),
     }
-    a, shift = evaluate_graph(lo, lo.node, _BN_FOLD, inputs, ("a", "b"))
+    a, shift = evaluate_graph(lo, lo.node, _BN_FOLD, _BN_FOLD_OPSET, inputs, ("a", "b"))
     return a, shift
 
 
