@@ -68,7 +68,9 @@ def _variadic(kind: str) -> Rule:
         atoms = lo.atoms(range(k))
         # Values first (each operation is symmetric, and the first operand must be a value).
         values = [a for a in atoms if isinstance(a, Var)]  # atoms() keeps at least one
-        rest = values[1:] + [a for a in atoms if isinstance(a, Literal)]
+        rest = values[1:] + [
+            a for a in atoms if isinstance(a, Literal) and not _identity(kind, a, values[0])
+        ]
         b, acc = lo.b, values[0]
         for a in rest:
             acc = (
@@ -81,6 +83,23 @@ def _variadic(kind: str) -> Rule:
         lo.set(0, acc)
 
     return Rule(handler)
+
+
+def _identity(kind: str, lit: Literal, x: Var) -> bool:
+    """``lit`` is the identity of ``kind`` on values like ``x``: -inf of max, +inf of min.
+
+    ``max(x, -inf) = x`` and ``min(x, +inf) = x`` exactly for every float ``x``, NaN and -0
+    included, under the oracle's IEEE 754-2019 maximum and minimum (``poot_ir.oracle``), so the
+    operand is dropped rather than kept as an equation. It is how a jax-exported softmax (magika)
+    starts its row maximum, ``max(-inf, reduce_max(x))``; kept, its infinite literal is one the
+    FP16 narrowing must refuse (``poot_planner.narrowing``: an infinite literal outside an add
+    or subtract). Only a literal of ``x``'s dtype that does not widen the broadcast reaches here
+    (``Lowering.atoms``), so the result's type is ``x``'s either way. The identity of a sum, 0,
+    is not exact (``-0 + 0 = +0``) and stays."""
+    if lit.dtype is not x.dtype or not x.dtype.is_float:
+        return False
+    v = lit.as_float()
+    return (kind == "max" and v == -math.inf) or (kind == "min" and v == math.inf)
 
 
 def _relu(lo: Lowering, n: Node) -> None:

@@ -9,7 +9,8 @@ An ONNX value is either a ``Var`` of the program being built or a ``Const``: an 
 ``Constant`` node, a graph input bound by the caller, or a result computed at import time. A
 constant costs nothing until an equation needs it: then it becomes a weight named after its ONNX
 value (a uniform one becomes a one-element weight and a ``broadcast_in_dim``), or, when it is
-not an initializer, is uniform and does not widen the broadcast, an inline literal. Integer
+uniform, does not widen the broadcast and is not an initializer (or an initializer of one
+element: a scalar constant), an inline literal. Integer
 constants of dtypes poot lacks (int64 shapes, axes and indices) are read where a static value
 is needed, computed at import by onnx's reference evaluator when every input of a node is
 constant (``poot_ir.onnx.folding``), and narrowed to i32 only where they index (``gather``),
@@ -119,8 +120,9 @@ class Node:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Const:
-    """A value known at import time. ``initializer`` constants always become named weights,
-    never literals, and are not folded through data movement (so their names survive)."""
+    """A value known at import time. ``initializer`` constants become named weights (a
+    one-element one may be a literal, ``Lowering.literal``) and are not folded through data
+    movement (so their names survive)."""
 
     name: str
     value: Array
@@ -343,8 +345,19 @@ class Lowering:
         return c.value.astype(np.int32), DType.I32
 
     def literal(self, c: Const) -> Literal | None:
-        """``c`` as an inline scalar, when it is uniform and not an initializer."""
-        if c.initializer or (c.dtype is None and c.value.dtype != np.int64):
+        """``c`` as an inline scalar, when it is uniform and not an initializer, or when it is
+        an initializer of one element.
+
+        A one-element initializer is a scalar constant of the graph (an epsilon, GELU's 0.5, a
+        reduction's ``-inf`` start), not a tensor of trained parameters, and real converters
+        treat it as one (OpenVINO's ONNX frontend makes it a scalar ``Constant`` the graph
+        compiler folds into the op). As a literal, the specification's literal rules apply to it
+        (the FP16 range and mask-sentinel rules of ``poot_planner.narrowing``), which a weight
+        escapes only to be refused at upload (``NarrowingRangeUpload``). A larger initializer,
+        uniform or not, stays a weight under its own name."""
+        if c.initializer and c.value.size != 1:
+            return None
+        if c.dtype is None and c.value.dtype != np.int64:
             return None
         value, dtype = self.narrowed(c)
         if not _uniform(value, dtype):

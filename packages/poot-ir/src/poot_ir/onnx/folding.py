@@ -27,7 +27,7 @@ from onnx.reference import ReferenceEvaluator
 from poot_ir.budget import check_alloc
 from poot_ir.onnx.context import Array, Lowering, Node
 
-__all__ = ["NEVER_FOLDED", "estimate", "evaluate_node"]
+__all__ = ["NEVER_FOLDED", "estimate", "evaluate_graph", "evaluate_node"]
 
 #: Ops never folded: control flow (its branches read the enclosing scope; ``If`` is inlined),
 #: and ops whose result is random.
@@ -126,17 +126,43 @@ def evaluate_node(lo: Lowering, node: Node, inputs: Mapping[str, Array]) -> list
     if size is not None:  # checked before, charged below at the size the result really has
         item = _itemsize(node, values)
         _charge(lo, node, f"{size} elements of {item} bytes", size * item, commit=False)
+    return _run(lo, node, [node.proto], lo.opset, inputs, [o for o in node.outputs if o])
+
+
+def evaluate_graph(
+    lo: Lowering,
+    node: Node,
+    nodes: Sequence[Any],
+    opset: int,
+    inputs: Mapping[str, Array],
+    outputs: Sequence[str],
+) -> list[Array]:
+    """The values ``outputs`` of a small graph of ``nodes`` in ``opset`` (NodeProtos a rule
+    builds to compute its parameters at import, as ``BatchNormalization`` folds its
+    statistics), run by the reference evaluator on ``inputs``, for the rule lowering ``node``.
+    Errors and the budget as in ``evaluate_node``."""
+    return _run(lo, node, nodes, opset, inputs, outputs)
+
+
+def _run(
+    lo: Lowering,
+    node: Node,
+    nodes: Sequence[Any],
+    opset: int,
+    inputs: Mapping[str, Array],
+    names: Sequence[str],
+) -> list[Array]:
     graph_inputs = [
         helper.make_tensor_value_info(
             name, helper.np_dtype_to_tensor_dtype(arr.dtype), list(arr.shape)
         )
         for name, arr in inputs.items()
     ]
-    outputs = [helper.make_empty_tensor_value_info(o) for o in node.outputs if o]
-    graph = helper.make_graph([node.proto], "fold", graph_inputs, outputs)
+    outputs = [helper.make_empty_tensor_value_info(o) for o in names]
+    graph = helper.make_graph(list(nodes), "fold", graph_inputs, outputs)
     model = helper.make_model(
         graph,
-        opset_imports=[helper.make_opsetid("", lo.opset)],
+        opset_imports=[helper.make_opsetid("", opset)],
         ir_version=onnx.IR_VERSION,
     )
     try:
@@ -146,7 +172,7 @@ def evaluate_node(lo: Lowering, node: Node, inputs: Mapping[str, Array]) -> list
     except Exception as err:  # the evaluator's own errors, whatever their type
         raise lo.fail("value", f"computing it from its constant inputs: {err}") from err
     out: list[Array] = []
-    for name, value in zip([o for o in node.outputs if o], got, strict=True):
+    for name, value in zip(names, got, strict=True):
         if not isinstance(value, np.ndarray | np.generic):
             raise lo.fail("value", f"{name!r} folds to a {type(value).__name__}, not a tensor")
         arr = np.asarray(value)

@@ -5,6 +5,9 @@
 A convolution is an im2col: one ``gather`` of the flattened spatial axes by the window taps
 (computed at import; a tap in the padding reads an appended column of zeros, or of -inf for a
 max pool), then one ``matmul`` per group against the reshaped kernel. A pool reduces the taps.
+A BatchNormalization whose statistics are known at import is ``x * a + b``, its per-channel
+scale and shift folded there by onnx's reference evaluator (as ONNX Runtime and OpenVINO fold
+them); one fed its statistics at run time computes from them.
 """
 
 from __future__ import annotations
@@ -13,9 +16,21 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from onnx import helper
 
 from poot_ir.core import Var
-from poot_ir.onnx.context import FLOATS, Array, Lowering, Node, Rule, check_dtype, reshape
+from poot_ir.dtypes import DType
+from poot_ir.onnx.context import (
+    FLOATS,
+    Array,
+    Const,
+    Lowering,
+    Node,
+    Rule,
+    check_dtype,
+    reshape,
+)
+from poot_ir.onnx.folding import evaluate_graph
 
 __all__ = ["RULES"]
 
@@ -291,6 +306,50 @@ def _channel(lo: Lowering, i: int, x: Var) -> Var:
     return lo.b.broadcast_in_dim(lo.var(i), x.shape, (1,))
 
 
+#: The graph that folds a BatchNormalization's statistics into one scale and shift per channel,
+#: as ONNX Runtime's CPU kernel computes them (onnxruntime ``core/providers/cpu/nn/
+#: batch_norm.h``: ``inv_std = (var + epsilon).sqrt().inverse(); new_scale = inv_std * scale;
+#: new_bias = bias - mean * new_scale``, then ``Y = X * new_scale + new_bias``); OpenVINO's
+#: ``BatchNormDecomposition`` makes the same two constants.
+_BN_FOLD = (
+    helper.make_node("Add", ["var", "eps"], ["shifted"]),
+    helper.make_node("Sqrt", ["shifted"], ["std"]),
+    helper.make_node("Reciprocal", ["std"], ["inv_std"]),
+    helper.make_node("Mul", ["inv_std", "scale"], ["a"]),
+    helper.make_node("Mul", ["mean", "a"], ["mean_a"]),
+    helper.make_node("Sub", ["bias", "mean_a"], ["b"]),
+)
+#: The opset ``_BN_FOLD`` is written in (its own, not the model's: a model of opset 6 would give
+#: ``Add`` its old broadcasting rules).
+_BN_FOLD_OPSET = 18
+#: The types folded: those numpy computes in natively (a BF16 model keeps the unfused path).
+_FOLDED = (DType.F32, DType.F16)
+
+
+def _folded_batchnorm(lo: Lowering, x: Var, eps: float) -> tuple[Array, Array] | None:
+    """The per-channel scale ``a`` and shift ``b`` of a BatchNormalization whose four
+    statistics are known at import (initializers or folded constants) and share ``x``'s dtype,
+    computed by the reference evaluator (``_BN_FOLD``); None when they are not (then the rule
+    keeps the statistics as values, as a graph that feeds them at run time needs).
+
+    Why fold: the statistics are not the values the model computes with. A trained variance
+    can be 1e7 (PaddleOCR's detector has one), beyond FP16's 65504, so an FP16 device could not
+    even hold the weight, while the scale it stands for, 1/sqrt(var + eps), is ordinary."""
+    vals = [lo.value(i) for i in (1, 2, 3, 4)]
+    if x.dtype not in _FOLDED or not all(isinstance(v, Const) and v.dtype is x.dtype for v in vals):
+        return None
+    scale, bias, mean, var = (v.value for v in vals if isinstance(v, Const))
+    inputs = {
+        "scale": scale,
+        "bias": bias,
+        "mean": mean,
+        "var": var,
+        "eps": np.asarray(eps, dtype=var.dtype),
+    }
+    a, shift = evaluate_graph(lo, lo.node, _BN_FOLD, _BN_FOLD_OPSET, inputs, ("a", "b"))
+    return a, shift
+
+
 def _batchnorm(lo: Lowering, n: Node) -> None:
     if lo.attr_int("training_mode", 0) or any(lo.wants(k) for k in (1, 2)):
         raise lo.fail("attribute", "BatchNormalization in training mode")
@@ -298,6 +357,15 @@ def _batchnorm(lo: Lowering, n: Node) -> None:
     x = lo.var(0)
     check_dtype(lo, x, FLOATS, "the input")
     eps = lo.attr_float("epsilon", 1e-5)
+    folded = _folded_batchnorm(lo, x, eps)
+    if folded is not None:
+        base = n.outputs[0] if n.outputs and n.outputs[0] else n.label
+        a, shift = (
+            b.broadcast_in_dim(lo.weight(f"{base}.{what}", arr), x.shape, (1,))
+            for what, arr in zip(("scale", "shift"), folded, strict=True)
+        )
+        lo.set(0, b.add(b.mul(x, a), shift))
+        return
     scale, bias, mean, var = (_channel(lo, i, x) for i in (1, 2, 3, 4))
     inv = b.recip(b.sqrt(b.add(var, eps)))
     lo.set(0, b.add(b.mul(b.mul(b.sub(x, mean), inv), scale), bias))
