@@ -17,7 +17,7 @@ from poot_ir.onnx import Imported, import_model
 from poot_npu.registry import make_device
 from poot_planner import Refusal, RefusalKind, plan
 
-from models.catalog import MODELS, RealModel, available, params
+from models.catalog import RealModel, available, params
 from poot.runner import run_program
 
 pytestmark = pytest.mark.skipif(available() is not None, reason=str(available()))
