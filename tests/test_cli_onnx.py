@@ -151,14 +151,15 @@ def test_file_problems_are_one_line_errors(
     assert code == 2 and len(err.strip().splitlines()) == 1, err
 
 
-def test_a_refusal_on_a_narrowed_plan_names_its_own_node(
+def test_a_refusal_after_a_legalized_equation_names_its_own_node(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    # on intel-npu4 the narrowed program starts with the weight's cast to FP16, so its
-    # equation indices are one past the source's: the node is looked up in the source
+    # on intel-npu4 tanh is legalized into many equations ahead of the refused log, so the
+    # legalized program's indices are not the source's: the node is looked up in the source
     nodes = [
         helper.make_node("MatMul", ["x", "W"], ["h"], name="proj"),
-        helper.make_node("Log", ["h"], ["y"], name="logged"),
+        helper.make_node("Tanh", ["h"], ["t"], name="act"),
+        helper.make_node("Log", ["t"], ["y"], name="logged"),
     ]
     graph = helper.make_graph(
         nodes,
@@ -171,4 +172,4 @@ def test_a_refusal_on_a_narrowed_plan_names_its_own_node(
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
     code, out, _ = _run(capsys, "plan", str(model), "--target", "intel-npu4")
     assert code == 1
-    assert "comes from ONNX node 'logged' (Log)" in out and "'proj'" not in out
+    assert "comes from ONNX node 'logged' (Log)" in out and "'act'" not in out

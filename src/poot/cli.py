@@ -121,8 +121,8 @@ def _origins(console: Console, p: Any, imported: Imported | None) -> None:
         return
     by_var = {e.out.id: i for i, e in enumerate(imported.program.eqns)}
     for r in p.refusals:
-        # a refusal names an equation of the plan's source (the narrowed program has casts
-        # ahead of it, so its indices are not the source's)
+        # a refusal names an equation of the plan's source (a legalized program's rewrites
+        # take several equations each, so its indices are not the source's)
         if r.eqn < 0 or r.eqn >= len(p.source.eqns):
             continue
         src = by_var.get(p.source.eqns[r.eqn].out.id)
