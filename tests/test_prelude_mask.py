@@ -129,3 +129,24 @@ def test_on_the_intel_stand_in_within_narrow_storage(tmp_path: Path) -> None:
         mask[1] = 0
         with pytest.raises(NarrowingRangeInput):
             engine.step(entry, {**slots, "attention_mask": mask.astype(np.int32)})
+
+
+def test_on_the_xdna_host_stand_in_the_infinite_mask_runs_too(tmp_path: Path) -> None:
+    # xdna2 has no narrowing, but its kernels take finite operands: the prelude's -inf mask
+    # gets the same finite value there (a fully masked row keeps -inf and is refused)
+    program = _encoder(1)
+    inputs = _inputs(PADDED)
+    want = evaluate(program, inputs)["y"].astype(np.float64)
+    slots = {k: v for k, v in inputs.items() if k != "w"}
+    spans = partition(program, "xdna2")
+    assert not spans[0].device and MASK in _literals(spans[0].program)
+    with Engine(make_device("xdna-host"), cache_dir=tmp_path) as engine:
+        entry = engine.add_entry(
+            plan(program, "xdna2"), engine.load_weights({"w": inputs["w"]}), partition=True
+        )
+        got = engine.step(entry, slots)["y"].astype(np.float64)
+    assert np.linalg.norm(got - want) <= 1e-5 * np.linalg.norm(want)
+
+
+def _literals(program: Program) -> set[float]:
+    return {a.as_float() for e in program.eqns for a in e.inputs if not isinstance(a, Var)}

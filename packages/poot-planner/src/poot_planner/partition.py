@@ -10,7 +10,8 @@ The rules:
   integer and boolean equations they depend on, run first as one oracle span, and the rest
   is cut as above in program order without them (so a device span may skip the prelude's
   indices). They read only arguments and each other, so no value changes; on a narrowing
-  target their additive ``-inf`` mask becomes a value FP16 scores can be added to there.
+  target their additive ``-inf`` mask becomes a value FP16 scores can be added to there (on
+  any other device, whose arithmetic takes finite operands, the same finite mask value).
 - A fully admitted program is one device span.
 - Otherwise the equations the whole program's plan refuses are oracle equations, and each run
   of the others is a candidate device span. A candidate's sub-program is re-planned for the
@@ -54,6 +55,8 @@ from poot_planner.target import Target
 from poot_planner.targets import get_target
 
 __all__ = ["PartitionSummary", "Span", "partition", "summarize", "value_names"]
+
+F32_MAX = 3.4028234663852886e38  # float32's largest finite value
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,8 +157,10 @@ def partition(
         return (Span(True, every, plan_run(every).source, plan_run(every)),)
     refused = {r.eqn for r in whole.refusals if r.eqn >= 0}
     prelude = host_prelude(program, refused)
-    limit = t.narrowing.max_magnitude if t.narrowing is not None else None
-    replaced = mask_sentinels(program, prelude, limit) if prelude and limit is not None else {}
+    # a narrowing target's mask literals past FP16 are replaced; elsewhere only an infinite one
+    # (a device's arithmetic takes finite operands: xdna2's domain guards refuse -inf)
+    limit = t.narrowing.max_magnitude if t.narrowing is not None else F32_MAX
+    replaced = mask_sentinels(program, prelude, limit) if prelude else {}
     hoisted = set(prelude)
     pieces: list[tuple[bool, tuple[int, ...]]] = [(False, prelude)] if prelude else []
     for device, run in _runs(tuple(i for i in range(n) if i not in hoisted), refused):

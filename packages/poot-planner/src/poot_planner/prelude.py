@@ -26,7 +26,9 @@ whole row is masked:
 A masked entry of a row with an unmasked one is then MASK (the row's maximum is 0); a fully
 masked row stays ``-inf``, which the device's input check refuses with a typed error (the
 oracle's softmax of that row is NaN, the exported NaN guard's case: no finite mask gives it).
-Why the same probabilities: a score s plus MASK stays finite in FP16 for |s| <= 32736 (beyond,
+Other targets (xdna2: its kernels' domain is finite operands) get the same value for an
+infinite mask literal; a finite one (``-10000``) stays as it is there. Why the same
+probabilities: a score s plus MASK stays finite in FP16 for |s| <= 32736 (beyond,
 the overflow guard refuses), and a masked entry's exponent ``s_m + MASK - max`` is below -104
 (where exp is 0 in F32, and -17.4 in FP16) whenever the row's maximum is an unmasked score
 within 32,600 of ``s_m``: the masked probability is exactly the 0 the infinite mask gives.
