@@ -1,14 +1,15 @@
 """The legalization issue's done-when on the real sentence encoder (``minilm``, all-MiniLM-L6-v2
 as exported by ``tools/export_minilm.py``; skipped, naming the command, until it is exported):
-imported as shipped, partitioned for intel-npu4 after legalization, every equation that reads
-or makes a float runs on the device in at most two device spans, and the partitioned run on the
-Intel stand-in (vpu-cpu) is within NarrowStorage of the oracle on real sentences padded so the
-attention mask has zeros, every padded row and every real token's row checked.
+imported as shipped, partitioned for intel-npu4 after legalization, every equation that reads a
+float runs on the device, in at most two device spans (one, here), and the partitioned run on
+the Intel stand-in (vpu-cpu) is within NarrowStorage of the oracle on real sentences padded so
+the attention mask has zeros: the whole result, and each sequence's real tokens on their own
+(its padding rows are figured).
 
-The equations left on the host are the integer side alone: the exported mask is
-``attention_mask != 0`` gathered and and-ed as booleans (an FP16 device makes no float of a
-boolean or an integer), and its ``select(mask, 0, -inf)`` per layer, which reads only that
-boolean mask (``poot_planner.prelude``).
+The equations left on the host are the integer side alone (``poot_planner.prelude``): the
+exported mask is ``attention_mask != 0`` gathered and and-ed as booleans (an FP16 device makes
+no float of a boolean or an integer), and its ``select(mask, 0, -inf)`` per layer, which reads
+only that boolean mask and makes the additive mask: the only host equations with a float result.
 """
 
 from __future__ import annotations
