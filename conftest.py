@@ -38,6 +38,12 @@ if _TESTS not in sys.path:
 from filetree import tree  # noqa: E402  (needs the path above)
 
 _XDG = ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME")
+# The real-model suite reads the models ``tools/export_minilm.py`` exported into the user's
+# cache (``models.catalog.models_dir``), and never writes there: where, fixed before HOME is
+# faked.
+if not os.environ.get("POOT_MODELS_DIR"):
+    _cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    os.environ["POOT_MODELS_DIR"] = str(Path(_cache) / "poot" / "models")
 FAKE_HOME = Path(tempfile.mkdtemp(prefix="poot-test-home-"))
 _SAVED = {name: os.environ.get(name) for name in ("HOME", *_XDG)}
 os.environ["HOME"] = str(FAKE_HOME)

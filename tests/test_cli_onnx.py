@@ -149,3 +149,27 @@ def test_file_problems_are_one_line_errors(
             argv = ["import", str(tmp_path / "f.onnx")]
     code, _, err = _run(capsys, "--cache-dir", str(tmp_path), *argv)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_refusal_after_a_legalized_equation_names_its_own_node(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # on intel-npu4 tanh is legalized into many equations ahead of the refused log, so the
+    # legalized program's indices are not the source's: the node is looked up in the source
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["h"], name="proj"),
+        helper.make_node("Tanh", ["h"], ["t"], name="act"),
+        helper.make_node("Log", ["t"], ["y"], name="logged"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "narrowed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        initializer=[numpy_helper.from_array(W, "W")],
+    )
+    model = tmp_path / "n.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    code, out, _ = _run(capsys, "plan", str(model), "--target", "intel-npu4")
+    assert code == 1
+    assert "comes from ONNX node 'logged' (Log)" in out and "'act'" not in out

@@ -121,9 +121,11 @@ def _origins(console: Console, p: Any, imported: Imported | None) -> None:
         return
     by_var = {e.out.id: i for i, e in enumerate(imported.program.eqns)}
     for r in p.refusals:
-        if r.eqn < 0 or r.eqn >= len(p.program.eqns):
+        # a refusal names an equation of the plan's source (a legalized program's rewrites
+        # take several equations each, so its indices are not the source's)
+        if r.eqn < 0 or r.eqn >= len(p.source.eqns):
             continue
-        src = by_var.get(p.program.eqns[r.eqn].out.id)
+        src = by_var.get(p.source.eqns[r.eqn].out.id)
         where = imported.origin(src) if src is not None else ""
         if where:
             console.print(f"equation {r.eqn} ({r.primitive}) comes from {where}", highlight=False)

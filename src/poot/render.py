@@ -189,7 +189,10 @@ def run_report(report: RunReport) -> Group:
         parts.append(Text(f"partitioned into {len(report.spans)} spans:"))
         for k, span in enumerate(report.spans):
             where = "device" if span.device else "oracle"
-            parts.append(Text(f"  span {k}: {where} equations {span.first}..{span.last}"))
+            which = f"equations {span.first}..{span.last}"
+            if len(span.eqns) != span.last - span.first + 1:  # the host prelude: not contiguous
+                which = f"{len(span.eqns)} equations in {span.first}..{span.last}"
+            parts.append(Text(f"  span {k}: {where} {which}"))
     parts.append(t)
     if report.plan.admitted or report.spans:
         parts.append(Text(f"{report.compiles} compiled, {report.cache_hits} loaded from the cache"))

@@ -36,6 +36,7 @@ from poot_planner.legal_steps import (
     float_operands,
     mask_of,
     multiplicand,
+    predicate_and_literal,
     readers_through_movement,
     sign,
 )
@@ -160,6 +161,23 @@ def _select(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
     return True
 
 
+def _predicate_eq(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
+    # p == c for a predicate p made by a comparison of floats and a boolean literal c: the
+    # comparison's exact 0/1 value m, then m >= 1 (p == True) or -m >= 0 (p == False)
+    got = predicate_and_literal(e)
+    if got is None:
+        return False
+    em.dtype = DType.F32  # the comparison's operands' dtype (F16 once narrowed)
+    m = mask_of(em, got[0], ctx)
+    if m is None:
+        return False
+    if got[1]:
+        em.ge(m, 1.0, out=e.out)
+    else:
+        em.ge(em.neg(m), 0.0, out=e.out)
+    return True
+
+
 def _convert(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
     # a comparison's predicate as 0.0 / 1.0: its mask value, computed in the target dtype
     p = e.inputs[0]
@@ -257,6 +275,14 @@ RULES: tuple[Rule, ...] = (
         "x m + y (1 - m), m the comparison as 0/1 by exact clamped steps",
         _I,
         _select,
+    ),
+    Rule(
+        Prim.EQ,
+        INTEL,
+        "a comparison's predicate against a literal",
+        "m >= 1 (p == True) or -m >= 0 (p == False), m the comparison as 0/1 (an isnan guard)",
+        _I,
+        _predicate_eq,
     ),
     Rule(
         Prim.CONVERT,

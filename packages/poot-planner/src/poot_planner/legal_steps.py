@@ -17,6 +17,7 @@ __all__ = [
     "float_operands",
     "mask_of",
     "multiplicand",
+    "predicate_and_literal",
     "readers_through_movement",
     "sign",
 ]
@@ -65,6 +66,8 @@ def mask_of(em: Emit, pred: Var, ctx: RuleContext) -> Var | None:
         return None if m is None else em.op(Prim.BROADCAST_IN_DIM, m, params=e.params)
     if e.prim not in (Prim.GE, Prim.GT, Prim.EQ):
         return None
+    if e.prim is Prim.EQ and all(x.dtype is DType.BOOL for x in e.inputs):
+        return _predicate_eq_literal(em, e, ctx)
     a, b = e.inputs
     if isinstance(a, Literal) and isinstance(b, Literal):
         return None
@@ -82,6 +85,26 @@ def mask_of(em: Emit, pred: Var, ctx: RuleContext) -> Var | None:
             return em.sub(1.0, step(em, em.sub(b, a)))
         case _:  # a == b  <=>  not (|a - b| > 0)
             return em.sub(1.0, nonzero(em, em.sub(a, b)))
+
+
+def predicate_and_literal(e: Eqn) -> tuple[Var, bool] | None:
+    """``(p, c)`` of ``p == c``, a boolean predicate compared with a boolean literal (an
+    exported ``isnan`` guard is ``(x == x) == False``), else None."""
+    a, b = e.inputs
+    if isinstance(a, Literal):
+        a, b = b, a
+    if not (isinstance(a, Var) and isinstance(b, Literal) and a.dtype is DType.BOOL):
+        return None
+    return a, b.as_float() != 0.0
+
+
+def _predicate_eq_literal(em: Emit, e: Eqn, ctx: RuleContext) -> Var | None:
+    # p == True is p, p == False is not p: 1 - m, exact on a 0/1 m
+    got = predicate_and_literal(e)
+    m = mask_of(em, got[0], ctx) if got is not None else None
+    if got is None or m is None:
+        return None
+    return m if got[1] else em.sub(1.0, m)
 
 
 def multiplicand(em: Emit, v: Var | Literal, ctx: RuleContext) -> Var | Literal | None:

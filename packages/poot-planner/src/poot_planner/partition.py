@@ -5,6 +5,13 @@ The rules:
 
 - A span is a maximal contiguous run of equations in program order; the spans cover every
   equation once, in order. A program with no equations has no spans.
+- Except the host prelude (``poot_planner.prelude``): the refused equations that read no
+  float (an exported attention mask made from the integer ``attention_mask``), with the
+  integer and boolean equations they depend on, run first as one oracle span, and the rest
+  is cut as above in program order without them (so a device span may skip the prelude's
+  indices). They read only arguments and each other, so no value changes; on a narrowing
+  target their additive ``-inf`` mask becomes a value FP16 scores can be added to there (on
+  any other device, whose arithmetic takes finite operands, the same finite mask value).
 - A fully admitted program is one device span.
 - Otherwise the equations the whole program's plan refuses are oracle equations, and each run
   of the others is a candidate device span. A candidate's sub-program is re-planned for the
@@ -40,19 +47,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from poot_ir import Arg, Output, Program, Storage, Var, validate
+from poot_ir import Arg, Eqn, Output, Program, Storage, Var, validate
 
 from poot_planner.plan import Plan, plan
+from poot_planner.prelude import host_prelude, mask_sentinels
 from poot_planner.target import Target
 from poot_planner.targets import get_target
 
 __all__ = ["PartitionSummary", "Span", "partition", "summarize", "value_names"]
 
+F32_MAX = 3.4028234663852886e38  # float32's largest finite value
+
 
 @dataclass(frozen=True, slots=True)
 class Span:
-    """A maximal contiguous run of ``eqns`` (source equation indices, ascending) run by the
-    target (``device``) or by the CPU oracle, as the sub-program ``program``."""
+    """A run of ``eqns`` (source equation indices, ascending; contiguous but for the host
+    prelude's, which run first) run by the target (``device``) or by the CPU oracle, as the
+    sub-program ``program``."""
 
     device: bool
     eqns: tuple[int, ...]
@@ -145,8 +156,14 @@ def partition(
         every = tuple(range(n))
         return (Span(True, every, plan_run(every).source, plan_run(every)),)
     refused = {r.eqn for r in whole.refusals if r.eqn >= 0}
-    pieces: list[tuple[bool, tuple[int, ...]]] = []
-    for device, run in _runs(tuple(range(n)), refused):
+    prelude = host_prelude(program, refused)
+    # a narrowing target's mask literals past FP16 are replaced; elsewhere only an infinite one
+    # (a device's arithmetic takes finite operands: xdna2's domain guards refuse -inf)
+    limit = t.narrowing.max_magnitude if t.narrowing is not None else F32_MAX
+    replaced = mask_sentinels(program, prelude, limit) if prelude else {}
+    hoisted = set(prelude)
+    pieces: list[tuple[bool, tuple[int, ...]]] = [(False, prelude)] if prelude else []
+    for device, run in _runs(tuple(i for i in range(n) if i not in hoisted), refused):
         if device:
             pieces.extend(_device_pieces(run, plan_run))
         else:
@@ -163,13 +180,14 @@ def partition(
             else:
                 used += contexts
         if not device and merged and not merged[-1][0]:
-            merged[-1] = (False, merged[-1][1] + run)
+            # ascending is program order: a prelude equation reads nothing made after it
+            merged[-1] = (False, tuple(sorted(merged[-1][1] + run)))
         else:
             merged.append((device, run))
     return tuple(
         Span(True, run, plan_run(run).source, plan_run(run))
         if d
-        else Span(False, run, _sub_program(program, run, names))
+        else Span(False, run, _sub_program(program, run, names, replaced))
         for d, run in merged
     )
 
@@ -217,8 +235,16 @@ def _device_pieces(
     return out
 
 
-def _sub_program(program: Program, run: tuple[int, ...], names: dict[int, str]) -> Program:
-    eqns = tuple(program.eqns[i] for i in run)
+def _sub_program(
+    program: Program,
+    run: tuple[int, ...],
+    names: dict[int, str],
+    replaced: dict[int, tuple[Eqn, ...]] | None = None,
+) -> Program:
+    """``run``'s equations (``replaced``: the prelude's mask selects, as what they become) as a
+    program."""
+    swap = replaced or {}
+    eqns = tuple(x for i in run for x in swap.get(i, (program.eqns[i],)))
     defined = {v.id for e in eqns for v in e.outputs}
     read: dict[int, Var] = {}
     for e in eqns:
@@ -239,7 +265,10 @@ def _sub_program(program: Program, run: tuple[int, ...], names: dict[int, str]) 
         for i in ids
     )
     later: dict[int, Var] = {v.id: v for _, v in program.results() if v.id in defined}
-    for j in range(run[-1] + 1, len(program.eqns)):  # a span is contiguous: later is after
+    inside = set(run)
+    for j in range(run[0] + 1, len(program.eqns)):  # a reader comes after the value's maker
+        if j in inside:
+            continue
         for a in program.eqns[j].inputs:
             if isinstance(a, Var) and a.id in defined:
                 later[a.id] = a

