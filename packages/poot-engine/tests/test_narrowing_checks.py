@@ -12,7 +12,7 @@ from engine_support import CountingDevice, add_program, affine_program, running_
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from poot_engine import Engine
-from poot_engine.checks import check_range
+from poot_engine.checks import RangeCheck, check_range
 from poot_ir import (
     Builder,
     DType,
@@ -106,15 +106,17 @@ def test_weights_and_carried_states_are_not_rechecked_per_replay(
     import poot_engine.live as live_module
 
     seen: list[tuple[str, str]] = []
-    real = live_module.check_range
+    real = live_module.check_ranges
 
     def spy(
-        error: type[NarrowingRangeError], name: str, x: np.ndarray, limit: float | None
+        error: type[NarrowingRangeError],
+        checks: tuple[RangeCheck, ...],
+        arrays: tuple[np.ndarray, ...],
     ) -> None:
-        seen.append((error.__name__, name))
-        real(error, name, x, limit)
+        seen.extend((error.__name__, name) for _, name, _, _ in checks)
+        real(error, checks, arrays)
 
-    monkeypatch.setattr(live_module, "check_range", spy)  # the step path: inputs and results
+    monkeypatch.setattr(live_module, "check_ranges", spy)  # the step path: inputs and results
     for i in range(3):
         engine.step(entry, {"x": np.full(4, i, np.float32)})
     # per step: the slot before, the two F32 results after; never the weight or the state

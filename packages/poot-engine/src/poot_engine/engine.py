@@ -267,7 +267,8 @@ class Engine:
         return results
 
     def _run(self, e: LiveEntry, inputs: Mapping[str, np.ndarray]) -> tuple[Results, float]:
-        verify = self._verification(e) if self._verify.wants(e) else None
+        v = self._verify
+        verify = None if v.idle or not v.wants(e) else self._verification(e)
         try:
             return e.step(self.device, inputs, self.deadline_s, self.limit, verify, self._count)
         except (DeadlineExceeded, DevicePoisoned):
