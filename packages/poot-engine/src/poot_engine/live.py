@@ -46,25 +46,17 @@ from poot_engine.checks import (
     range_checks,
     window_checks,
 )
+from poot_engine.counters import Counters
 from poot_engine.device import Artifact, ArtifactSource, BoundStep, Buffer, Device, signature_of
 from poot_engine.domain import EntryDomains, entry_domains
 from poot_engine.recording import Read, Recording, record
 from poot_engine.steps import bind_step
 
-__all__ = ["LiveEntry", "SlotCheck", "StepCounts", "free_all", "make_entry", "upload_weights"]
+__all__ = ["LiveEntry", "SlotCheck", "free_all", "make_entry", "upload_weights"]
 
 Results = dict[str, np.ndarray]
 #: A verified step's check of the results, before the commit.
 Verification = Callable[[Mapping[str, np.ndarray]], None]
-
-
-class StepCounts:
-    """How many steps recorded and how many replayed (counted once their checks passed)."""
-
-    __slots__ = ("recordings", "replays")
-
-    def __init__(self) -> None:
-        self.recordings = self.replays = 0
 
 
 class SlotCheck:
@@ -125,7 +117,7 @@ class LiveEntry:
         deadline_s: float,
         limit: float | None,
         verify: Verification | None,
-        counts: StepCounts,
+        counts: Counters,
     ) -> tuple[Results, float]:
         """One step (the module docstring): the results by name and the dispatch seconds. A
         replay pays only what its recording left: every check's positions, and whether a step
@@ -168,7 +160,7 @@ class LiveEntry:
         deadline_s: float,
         limit: float | None,
         verify: Verification | None,
-        counts: StepCounts,
+        counts: Counters,
     ) -> tuple[Results, float]:
         """The first step: its checks, then the recording kept and bound (only once they
         passed), then the step as every replay runs it."""
@@ -225,6 +217,10 @@ class LiveEntry:
         device.write(self.buffers[name], value)
         if name in self.mirrors:
             self.mirrors[name] = value.copy()
+
+    def read_inputs(self, device: Device) -> dict[str, np.ndarray]:
+        """Every input buffer (weights, slots, states) read back: a verified step's feed."""
+        return {n: device.read(b) for n, b in self.buffers.items()}
 
     def release(self, device: Device) -> None:
         """Free every buffer the entry owns (not the weights it bound) and unload it."""

@@ -24,7 +24,7 @@ reports.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -168,6 +168,19 @@ class Verifier:
             self._poisoned[id(entry)] = (entry, err)
             self.idle = False
             raise err
+
+    def step_check(
+        self, entry: object, p: Plan | None, feed: Callable[[], Mapping[str, np.ndarray]]
+    ) -> Callable[[Mapping[str, np.ndarray]], None]:
+        """The verified step's check of ``entry``'s results under ``p`` (none without a plan),
+        which the step runs after the results are read and before the commit, when every input
+        buffer (``feed``) still holds what this step read."""
+
+        def check(results: Mapping[str, np.ndarray]) -> None:
+            if p is not None:
+                self.check(entry, p, feed(), results)
+
+        return check
 
     def forget(self, entry: object) -> None:
         """``entry`` was removed: drop its poison."""
