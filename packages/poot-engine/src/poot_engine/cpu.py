@@ -9,9 +9,11 @@ With ``target="intel-npu4"`` it evaluates the narrowed program the planner produ
 target: an ideal FP16 device, as the oracle rounds F16 after every primitive.
 
 A recorded step is bound once (``bind_step``, ``poot_engine.steps``): the dispatch's command
-is checked and its program and buffers bound when the engine records, so a replay writes the
-inputs, runs the oracle, checks the deadline and returns the oracle's own fresh results (the
-output buffers are written too, as every dispatch writes them) without a protocol call.
+is checked and its program bound to its buffers' memory when the engine records
+(``poot_ir.oracle.bind_evaluation``), so a replay writes the inputs, runs the oracle, checks the
+deadline and returns the oracle's own fresh results without a protocol call; the commit copies
+each state update from those results (the output buffers, which only the commit would read,
+are written by ``dispatch`` but not by a bound step).
 """
 
 from __future__ import annotations
