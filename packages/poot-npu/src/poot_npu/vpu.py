@@ -310,9 +310,11 @@ class VpuDevice(HostMemory):
             self._failed.append((loaded, kept))
             raise DeadlineExceeded(deadline_s, f"{self._name} run of artifact {loaded.artifact.id}")
         self.runs += 1
-        flags = loaded.flags  # bound with the buffers when the graph has a guard
-        if flags is not None and flags.item(flags.argmax()):  # any flag set (argmax: cheaper
-            _check_guard(loaded, self._name)  # than ndarray.any here); a set flag commits nothing
+        # The run wrote its outputs; a set flag commits nothing. ``flags`` is bound with the
+        # buffers when the graph has a guard; any flag set is argmax (cheaper than ``any`` here).
+        flags = loaded.flags
+        if flags is not None and flags.item(flags.argmax()):
+            _check_guard(loaded, self._name)
 
     def bind_step(self, commands: StepCommands) -> BoundStep:
         """``poot_engine.steps``: a step of one dispatch is bound whole (``_VpuStep``: the
@@ -409,7 +411,7 @@ class _VpuStep(HostStep):
         super().__init__(device, device._buffers, commands)
         self._vpu, self._bound = device, loaded
         self._artifact, self._buffers_bound = commands.dispatches[0]
-        self._deadline = math.nan  # no deadline seen yet (NaN equals none)
+        self._deadline = math.nan  # unequal to every deadline: the first run works its wait out
         self._ms: int | None = None
 
     def loaded(self) -> bool:
