@@ -13,10 +13,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from poot_engine import CpuDevice, Engine
-from poot_engine.checks import _SMALL, within
+from poot_engine.checks import _SMALL, check_ranges, range_checks, within
 from poot_engine.domain import HostGuard
 from poot_engine.steps import HostStep, ProtocolStep, bind_step
-from poot_ir import DeadlineExceeded, DevicePoisoned, DispatchRefused, evaluate
+from poot_ir import (
+    DeadlineExceeded,
+    DevicePoisoned,
+    DispatchRefused,
+    DType,
+    NarrowingRangeInput,
+    TensorType,
+    evaluate,
+)
 from poot_ir.numerics import FiniteInputs, Interval, NotNaN, PositiveNormal
 
 W = np.array([1.5, -2.0, 0.25, 3.0], np.float32)
@@ -158,3 +166,48 @@ def test_which_domain_guards_the_range_check_implies() -> None:
     assert not guard(Interval(-87.0, 88.0)).implied_by_range(65504.0)  # exp's: still checked
     assert not guard(PositiveNormal()).implied_by_range(65504.0)
     assert not guard(None).implied_by_range(65504.0)  # gather indices
+
+
+# -- check_ranges: a step's range checks, resolved when it records -----------------------------
+
+
+def _first_bad(x: np.ndarray, lim: float) -> tuple[int, ...] | None:
+    """The reference: the first element (C order) that is NaN or beyond ``lim`` in magnitude."""
+    bad = np.argwhere(~((x >= -lim) & (x <= lim)))
+    return None if len(bad) == 0 else tuple(int(i) for i in bad[0])
+
+
+@pytest.mark.parametrize("n", [1, 7, _SMALL, _SMALL + 1])
+def test_check_ranges_at_the_edges_names_the_array_and_its_first_bad_element(n: int) -> None:
+    lim = 65504.0
+    above = float(np.nextafter(np.float32(lim), np.float32(np.inf)))
+    types = {"a": TensorType((n,), DType.F32), "b": TensorType((n,), DType.F32)}
+    checks = range_checks(lim, ("a", "b"), ("a", "b"), types)
+    assert [c[:3] for c in checks] == [(0, "a", lim), (1, "b", lim)]
+    good = np.full(n, -lim, np.float32)
+    good[-1] = lim
+    for at in (0, n - 1):
+        for value in (above, -above, np.nan, np.inf, -np.inf, lim, -lim):
+            bad = np.zeros(n, np.float32)
+            bad[at] = value
+            want = _first_bad(bad, lim)
+            if want is None:
+                check_ranges(NarrowingRangeInput, checks, (good, bad))
+                continue
+            with pytest.raises(NarrowingRangeInput) as err:
+                check_ranges(NarrowingRangeInput, checks, (good, bad))
+            assert (err.value.argument, err.value.element) == ("b", want), (n, at, value)
+            got = err.value.value
+            assert got == float(bad[want]) or (np.isnan(got) and np.isnan(bad[want]))
+
+
+def test_range_checks_leave_out_what_cannot_fail_and_everything_without_a_limit() -> None:
+    types = {
+        "f": TensorType((3,), DType.F32),
+        "empty": TensorType((0, 4), DType.F32),
+        "i": TensorType((3,), DType.I32),
+        "h": TensorType((3,), DType.F16),
+    }
+    names = ("i", "f", "empty", "h")
+    assert range_checks(65504.0, names, names, types) == ((1, "f", 65504.0, True),)
+    assert range_checks(None, names, names, types) == ()

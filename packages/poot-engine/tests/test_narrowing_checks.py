@@ -12,7 +12,7 @@ from engine_support import CountingDevice, add_program, affine_program, running_
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from poot_engine import Engine
-from poot_engine.checks import check_range
+from poot_engine.checks import RangeCheck, check_range
 from poot_ir import (
     Builder,
     DType,
@@ -106,15 +106,17 @@ def test_weights_and_carried_states_are_not_rechecked_per_replay(
     import poot_engine.live as live_module
 
     seen: list[tuple[str, str]] = []
-    real = live_module.check_range
+    real = live_module.check_ranges
 
     def spy(
-        error: type[NarrowingRangeError], name: str, x: np.ndarray, limit: float | None
+        error: type[NarrowingRangeError],
+        checks: tuple[RangeCheck, ...],
+        arrays: tuple[np.ndarray, ...],
     ) -> None:
-        seen.append((error.__name__, name))
-        real(error, name, x, limit)
+        seen.extend((error.__name__, name) for _, name, _, _ in checks)
+        real(error, checks, arrays)
 
-    monkeypatch.setattr(live_module, "check_range", spy)  # the step path: inputs and results
+    monkeypatch.setattr(live_module, "check_ranges", spy)  # the step path: inputs and results
     for i in range(3):
         engine.step(entry, {"x": np.full(4, i, np.float32)})
     # per step: the slot before, the two F32 results after; never the weight or the state
@@ -190,3 +192,31 @@ def test_check_range_agrees_with_an_elementwise_reference(
     with pytest.raises(NarrowingRangeInput) as err2:
         check_range(NarrowingRangeInput, "x", np.stack([np.zeros_like(x), x]), limit)
     assert err2.value.element == (1, bad[0])
+
+
+def test_a_refused_first_step_keeps_no_recording_and_the_next_step_records(
+    engine: Engine, device: CountingDevice
+) -> None:
+    """The first step's checks run before its recording is kept (and bound): a refused one
+    counts nothing and runs nothing, and the step after it records, runs and carries the state
+    from zero as the oracle does."""
+    program = affine_program()
+    w = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
+    entry = engine.add_entry(program, engine.load_weights({"w": w}))
+    bad = np.array([0, 0, np.nan, 0], np.float32)
+    with pytest.raises(NarrowingRangeInput) as err:
+        engine.step(entry, {"x": bad})
+    assert (err.value.argument, err.value.element) == ("x", (2,))
+    s = engine.stats()
+    assert (s.recordings, s.replays, s.steps, device.runs) == (0, 0, 0, 0)
+    narrowed = plan(program, "intel-npu4").program
+    acc = np.zeros(4, np.float32)
+    for k in range(3):
+        x = np.full(4, MAX if k == 1 else k - 0.5, np.float32) / np.float32(8)
+        got = engine.step(entry, {"x": x})
+        want = evaluate(narrowed, {"w": w, "x": x, "acc": acc})
+        acc = want["acc"]
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name])
+    s = engine.stats()
+    assert (s.recordings, s.replays, s.steps, device.runs) == (1, 2, 3, 3)

@@ -40,14 +40,17 @@ from poot_engine.device import Signature
 _F32 = np.dtype(np.float32)
 
 __all__ = [
+    "RangeCheck",
     "WindowCheck",
     "bind_weights",
     "check_range",
+    "check_ranges",
     "check_signature",
     "check_step_inputs",
     "check_windows",
     "first_out_of_range",
     "initial_states",
+    "range_checks",
     "window_checks",
     "within",
 ]
@@ -176,6 +179,49 @@ def check_range(
     found = first_out_of_range(x, limit)
     if found is not None:
         raise error(name, found[0], found[1], limit)
+
+
+#: One F32 array a step range-checks, resolved when it records: its position among the step's
+#: inputs (or results), its name, the limit, and whether it is small enough for ``argmin``.
+RangeCheck = tuple[int, str, float, bool]
+
+
+def range_checks(
+    limit: float | None,
+    order: tuple[str, ...],
+    names: tuple[str, ...],
+    types: Mapping[str, TensorType],
+) -> tuple[RangeCheck, ...]:
+    """The range checks of the F32 arrays ``names`` (in ``order``, by position): none without
+    a limit, none for an array with no element (``check_range`` passes those)."""
+    if limit is None:
+        return ()
+    found = []
+    for name in names:
+        t = types[name]
+        if t.dtype is DType.F32 and t.size > 0:
+            found.append((order.index(name), name, limit, t.size <= _SMALL))
+    return tuple(found)
+
+
+def check_ranges(
+    error: type[NarrowingRangeError],
+    checks: tuple[RangeCheck, ...],
+    arrays: tuple[np.ndarray, ...],
+) -> None:
+    """``check_range`` of each array ``checks`` names, in one loop: ``within`` inlined (these
+    run on every step, where two calls per array are a measurable part of its host cost); an
+    array that fails is searched again to name its first bad element."""
+    for i, name, limit, small in checks:
+        x = arrays[i]
+        if small:
+            if -limit <= x.item(x.argmin()) and x.item(x.argmax()) <= limit:
+                continue
+        elif -limit <= x.min() and x.max() <= limit:
+            continue
+        found = first_out_of_range(x, limit)
+        if found is not None:
+            raise error(name, found[0], found[1], limit)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,14 +9,16 @@ With ``target="intel-npu4"`` it evaluates the narrowed program the planner produ
 target: an ideal FP16 device, as the oracle rounds F16 after every primitive.
 
 A recorded step is bound once (``bind_step``, ``poot_engine.steps``): the dispatch's command
-is checked and its program and buffers bound when the engine records, so a replay writes the
-inputs, runs the oracle, checks the deadline and returns the oracle's own fresh results (the
-output buffers are written too, as every dispatch writes them) without a protocol call.
+is checked and its program bound to its buffers' memory when the engine records
+(``poot_ir.oracle.bind_evaluation``), so a replay writes the inputs, runs the oracle, checks the
+deadline and returns the oracle's own fresh results without a protocol call; the commit copies
+each state update from those results (the output buffers, which only the commit would read,
+are written by ``dispatch`` but not by a bound step).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from time import perf_counter
 from typing import TYPE_CHECKING
@@ -33,6 +35,7 @@ from poot_ir import (
     format_program,
     parse_program,
 )
+from poot_ir.oracle import bind_evaluation
 
 from poot_engine.device import (
     Artifact,
@@ -130,17 +133,17 @@ class CpuDevice(HostMemory):
         if took > deadline_s:  # poot_engine.deadline: checked after the run
             # Checked after the run (the module docstring): the results are dropped, so no
             # output buffer changes, and the device is poisoned as a timeout would poison it.
-            self._missed = True
-            raise DeadlineExceeded(deadline_s, f"{self._name} dispatch of artifact {artifact.id}")
+            raise self._missed_deadline(artifact, deadline_s)
         for name, out in outputs:  # the oracle's results are exactly the outputs' types
             out[...] = results[name]
         self.runs += 1
         return results, took
 
     def bind_step(self, commands: StepCommands) -> BoundStep:
-        """``poot_engine.steps``: one dispatch whose results are every read is bound whole
-        (``_CpuStep``); anything else, or a subclass that replaces ``dispatch``, ``write``,
-        ``read`` or ``copy``, gets the general binding."""
+        """``poot_engine.steps``: one dispatch whose results are every read and every copy's
+        source is bound whole (``_CpuStep``); anything else, or a subclass that replaces
+        ``dispatch``, ``write``, ``read`` or ``copy`` gets the general binding, which goes
+        through those methods."""
         self._usable()
         if len(commands.dispatches) == 1 and not overrides(
             self, CpuDevice, ("dispatch", "write", "read", "copy")
@@ -149,10 +152,15 @@ class CpuDevice(HostMemory):
             bound = self._bind(artifact, buffers)
             outputs = buffers[len(buffers) - len(bound[3]) :]
             outs = {b.id: name for (name, _), b in zip(bound[3], outputs, strict=True)}
-            if all(b.id in outs for b in commands.reads):
-                names = tuple(outs[b.id] for b in commands.reads)
-                return _CpuStep(self, commands, artifact, bound, names)
+            sources = [b for b in commands.reads] + [s for s, _ in commands.copies]
+            if all(b.id in outs for b in sources):
+                return _CpuStep(self, commands, artifact, bound, outs)
         return super().bind_step(commands)
+
+    def _missed_deadline(self, artifact: Artifact, deadline_s: float) -> DeadlineExceeded:
+        """A run took longer than its deadline: the device is poisoned (``_usable``)."""
+        self._missed = True
+        return DeadlineExceeded(deadline_s, f"{self._name} dispatch of artifact {artifact.id}")
 
     def _bind(self, artifact: Artifact, buffers: tuple[Buffer, ...]) -> _Bound:
         """Check a dispatch's command (``check_dispatch``) and keep what it binds: the replay
@@ -193,10 +201,15 @@ class CpuDevice(HostMemory):
 
 
 class _CpuStep(HostStep):
-    """A recorded step of one dispatch, bound whole: the results a step reads are the oracle's
-    own fresh arrays (the output buffers get the same values), in ``reads`` order."""
+    """A recorded step of one dispatch, bound whole. The program is bound to its buffers'
+    memory once (``poot_ir.oracle.bind_evaluation``: the arguments' types were checked then;
+    a subclass that replaces ``_run`` has its own run called instead), so a replay writes the inputs, runs the oracle and checks the deadline. The results a step
+    reads are the oracle's own fresh arrays, in ``reads`` order; the commit copies each state
+    update from them into its state buffer. The output buffers are not written: only the
+    commit would read them, and it reads the results themselves (a dispatch outside the
+    step, ``CpuDevice.dispatch``, writes them as ever)."""
 
-    __slots__ = ("_artifact", "_bound", "_cpu", "_names")
+    __slots__ = ("_artifact", "_commits", "_cpu", "_evaluate", "_last", "_picks")
 
     def __init__(
         self,
@@ -204,10 +217,29 @@ class _CpuStep(HostStep):
         commands: StepCommands,
         artifact: Artifact,
         bound: _Bound,
-        names: tuple[str, ...],
+        outputs: dict[int, str],
     ) -> None:
         super().__init__(device, device._buffers, commands)
-        self._cpu, self._artifact, self._bound, self._names = device, artifact, bound, names
+        self._cpu, self._artifact = device, artifact
+        program, arrays = bound[1], bound[2]
+        names = program.result_names
+        self._evaluate: Callable[[], tuple[np.ndarray, ...]] = bind_evaluation(program, arrays)
+        if overrides(device, CpuDevice, ("_run",)):  # a subclass's own run (tests slow it)
+
+            def run() -> tuple[np.ndarray, ...]:
+                results = device._run(program, arrays)
+                return tuple([results[n] for n in names])
+
+            self._evaluate = run
+        index = {name: i for i, name in enumerate(names)}
+        picks = tuple(index[outputs[b.id]] for b in commands.reads)
+        # None: the reads are every result in order, returned as the run returns them
+        self._picks = None if picks == tuple(range(len(index))) else picks
+        self._commits = tuple(
+            (index[outputs[s.id]], dst)
+            for (s, _), (_, dst) in zip(commands.copies, self._copies, strict=True)
+        )
+        self._last: tuple[np.ndarray, ...] = ()
 
     def loaded(self) -> bool:
         record = self._cpu._artifacts.get(self._artifact.id)
@@ -219,7 +251,23 @@ class _CpuStep(HostStep):
         cpu = self._cpu
         if cpu._closed or cpu._missed:
             cpu._usable()
-        self.check()
-        self.write_inputs(inputs)
-        results, took = cpu._timed_run(self._artifact, self._bound, deadline_s)
-        return tuple([results[n] for n in self._names]), took
+        if self._memory.epoch != self._epoch:
+            self.check()
+        for mem, x in zip(self._writes, inputs, strict=True):  # checked: exactly the buffers' types
+            mem[...] = x
+        t0 = perf_counter()
+        results = self._evaluate()
+        took = perf_counter() - t0
+        if took > deadline_s:  # as ``_timed_run``: nothing is kept of a late run
+            raise cpu._missed_deadline(self._artifact, deadline_s)
+        cpu.runs += 1
+        self._last = results
+        if self._picks is None:
+            return results, took
+        return tuple([results[i] for i in self._picks]), took
+
+    def commit(self) -> None:
+        last = self._last
+        for i, dst in self._commits:  # checked at binding: the same dtype and shape
+            dst[...] = last[i]
+        self._last = ()

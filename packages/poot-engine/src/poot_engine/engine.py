@@ -23,7 +23,8 @@ recording's buffers stay allocated until ``close`` closes the device.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from time import perf_counter
 
@@ -44,14 +45,15 @@ from poot_planner import Plan, Span, plan
 from poot_planner import partition as partition_program
 from poot_planner.targets import get_target
 
-from poot_engine.artifacts import Fetch, artifact_key, load_artifact
+from poot_engine.artifacts import artifact_key, load_artifact
 from poot_engine.blob_cache import BlobCache
 from poot_engine.checks import bind_weights, initial_states
+from poot_engine.counters import Counters
 from poot_engine.deadline import check_deadline
 from poot_engine.device import Artifact, ArtifactSource, Buffer, Device
-from poot_engine.handles import Entry, Stats, Weights
+from poot_engine.handles import Entry, Stats, Weights, check_handle, unknown_entry
 from poot_engine.handoff import check_state, state_type
-from poot_engine.live import LiveEntry, StepCounts, free_all, make_entry, upload_weights
+from poot_engine.live import LiveEntry, make_entry, upload_weights
 from poot_engine.partitioned import PartitionedEntry
 from poot_engine.verify import Verifier, VerifyMode
 
@@ -94,16 +96,10 @@ class Engine:
         self._failed: list[tuple[Buffer, ...]] = []  # kept alive after a missed deadline
         self._poisoned = False
         self._closed = False
-        self._counts = dict.fromkeys(("compiles", "hits", "repairs"), 0)
-        self._count = StepCounts()  # recordings and replays
-        self._plans = self._lowerings = 0
-        self._states = dict.fromkeys(("reads", "writes", "read", "written"), 0)
+        self._count = Counters()
         self._stepping = False  # read_state / write_state refuse while a step runs
         self._planned: dict[int, NumericsClass] = {}  # each entry's plan's numerics class
         self._handed: dict[int, NumericsClass] = {}  # the class of states written into it
-        self._steps = 0
-        self._host_s = 0.0
-        self._device_s = 0.0
 
     # -- weights and entries ------------------------------------------------------------------
 
@@ -159,7 +155,7 @@ class Engine:
                     f"{self.device.target!r}"
                 )
             return program
-        self._plans += 1
+        self._count.plans += 1
         return plan(program, self.device.target)
 
     def _add(
@@ -167,7 +163,7 @@ class Engine:
     ) -> Entry:
         """The ordinary entry of a plan, bound to exactly the weight buffers ``wbufs``."""
         e = make_entry(self.device, planned, wbufs, initial_state, self.limit, self._load)
-        self._lowerings += 1
+        self._count.lowerings += 1
         handle = Entry(self._id, next(self._ids), e.program.name)
         self._entries[handle.id] = e
         return handle
@@ -200,13 +196,13 @@ class Engine:
 
     def partitioned(self, entry: Entry) -> PartitionedEntry | None:
         """The spans, sub-entries and last step's boundary values of a partitioned entry."""
-        _handle(entry, Entry, "entry")
+        check_handle(entry, Entry, "entry")
         return self._parts.get(entry.id) if entry.engine == self._id else None
 
     def reset_state(self, entry: Entry) -> None:
         """Restore every state of ``entry`` to its initial value."""
         self._usable()
-        _handle(entry, Entry, "entry")
+        check_handle(entry, Entry, "entry")
         self._handed.pop(entry.id, None)
         if (part := self.partitioned(entry)) is not None:
             return part.reset()
@@ -216,7 +212,7 @@ class Engine:
         """Unload the entry's artifact and free its buffers (not the weights it bound); a
         partitioned entry removes its sub-entries."""
         self._usable()
-        _handle(entry, Entry, "entry")
+        check_handle(entry, Entry, "entry")
         part = self._parts.pop(entry.id, None) if entry.engine == self._id else None
         if part is not None:
             self._handed.pop(entry.id, None)
@@ -249,54 +245,50 @@ class Engine:
             kind = type(given).__name__
             raise StepInputError(f"step inputs must map slot names to arrays, got a {kind}")
         if type(entry) is not Entry:
-            _handle(entry, Entry, "entry")
+            check_handle(entry, Entry, "entry")
         e = self._entries.get(entry.id) if entry.engine == self._id else None
         self._stepping = True
         try:
-            if e is not None:
-                results, device_s = self._run(e, inputs)
+            if e is not None:  # ``_run``, inlined: the common case pays one call less
+                v = self._verify
+                verify = None if v.idle or not v.wants(e) else self._verification(e)
+                results, device_s = e.step(
+                    self.device, inputs, self.deadline_s, self.limit, verify, self._count
+                )
             elif (part := self.partitioned(entry)) is not None:
                 results, device_s = part.step(inputs, lambda h, x: self._run(self._entry(h), x))
             else:
-                raise self._unknown(entry)
+                raise unknown_entry(entry)
+        except (DeadlineExceeded, DevicePoisoned):
+            if e is not None:
+                self._poison(e)
+            raise
         finally:
             self._stepping = False
-        self._steps += 1
-        self._device_s += device_s
-        self._host_s += perf_counter() - t0 - device_s
+        c = self._count
+        c.steps += 1
+        c.device_s += device_s
+        c.host_s += perf_counter() - t0 - device_s
         return results
 
     def _run(self, e: LiveEntry, inputs: Mapping[str, np.ndarray]) -> tuple[Results, float]:
-        verify = self._verification(e) if self._verify.wants(e) else None
+        v = self._verify
+        verify = None if v.idle or not v.wants(e) else self._verification(e)
         try:
             return e.step(self.device, inputs, self.deadline_s, self.limit, verify, self._count)
         except (DeadlineExceeded, DevicePoisoned):
-            self._poisoned = True
-            if e.recording is not None:
-                self._failed.append(e.recording.buffers)
+            self._poison(e)
             raise
 
+    def _poison(self, e: LiveEntry) -> None:
+        """A dispatch of ``e`` missed its deadline: the engine is poisoned, and the buffers of
+        the failed step stay alive until ``close``."""
+        self._poisoned = True
+        if e.recording is not None:
+            self._failed.append(e.recording.buffers)
+
     def stats(self) -> Stats:
-        steps = max(self._steps, 1)
-        c = self._counts
-        return Stats(
-            compiles=c["compiles"],
-            cache_hits=c["hits"],
-            cache_repairs=c["repairs"],
-            recordings=self._count.recordings,
-            replays=self._count.replays,
-            steps=self._steps,
-            host_s_per_step=self._host_s / steps,
-            device_s_per_step=self._device_s / steps,
-            plans=self._plans,
-            lowerings=self._lowerings,
-            verified_steps=self._verify.steps,
-            worst_error_ratio=self._verify.worst_ratio,
-            state_reads=self._states["reads"],
-            state_writes=self._states["writes"],
-            state_bytes_read=self._states["read"],
-            state_bytes_written=self._states["written"],
-        )
+        return self._count.stats(self._verify.steps, self._verify.worst_ratio)
 
     # -- states: read, written, handed over (poot_engine.handoff has the rules) ----------------
 
@@ -323,8 +315,8 @@ class Engine:
             value = part.states[name].copy()
         else:
             value = self.device.read(self._entry(entry).buffers[name])
-        self._states["reads"] += 1
-        self._states["read"] += value.nbytes
+        self._count.reads += 1
+        self._count.bytes_read += value.nbytes
         return value
 
     def write_state(
@@ -340,8 +332,8 @@ class Engine:
         if numerics is not None:
             had = self._handed.get(entry.id)
             self._handed[entry.id] = numerics if had is None else looser(had, numerics)
-        self._states["writes"] += 1
-        self._states["written"] += arr.nbytes
+        self._count.writes += 1
+        self._count.bytes_written += arr.nbytes
 
     def between_steps(self, name: str) -> None:
         """Raise unless states may move now: ``DeviceFailed`` (closed), ``DevicePoisoned``,
@@ -378,50 +370,27 @@ class Engine:
             )
 
     def _entry(self, entry: Entry) -> LiveEntry:
-        _handle(entry, Entry, "entry")
+        check_handle(entry, Entry, "entry")
         e = self._entries.get(entry.id) if entry.engine == self._id else None
         if e is None:
-            raise self._unknown(entry)
+            raise unknown_entry(entry)
         return e
 
-    @staticmethod
-    def _unknown(entry: Entry) -> UnknownEntry:
-        return UnknownEntry(f"entry {entry.id} ({entry.program!r}) is not live in this engine")
-
     def _weights_of(self, weights: Weights) -> dict[str, Buffer]:
-        _handle(weights, Weights, "weights")
+        check_handle(weights, Weights, "weights")
         w = self._weights.get(weights.id) if weights.engine == self._id else None
         if w is None:
             raise UnknownEntry(f"weights {weights.id} were not loaded by this engine")
         return w
 
     def _verification(self, e: LiveEntry) -> Callable[[Mapping[str, np.ndarray]], None]:
-        """The verified step's check, run by ``replay`` after the results are read and before
-        the commit, when every input buffer still holds what this step read."""
-
-        def check(results: Mapping[str, np.ndarray]) -> None:
-            if e.plan is not None:
-                feed = {n: self.device.read(b) for n, b in e.buffers.items()}
-                self._verify.check(e, e.plan, feed, results)
-
-        return check
+        return self._verify.step_check(e, e.plan, partial(e.read_inputs, self.device))
 
     def _load(self, source: ArtifactSource) -> Artifact:
         artifact, fetch = load_artifact(self.cache, self.device, source)
-        self._counts["hits" if fetch is Fetch.HIT else "compiles"] += 1
-        if fetch is Fetch.REPAIRED:
-            self._counts["repairs"] += 1
+        self._count.loaded(fetch)
         return artifact
 
     def cache_key(self, source: ArtifactSource) -> str:
         """The blob-cache key of ``source`` on this engine's device."""
         return artifact_key(self.device, source)
-
-    def _free_all(self, buffers: Iterable[Buffer]) -> None:
-        free_all(self.device, buffers)
-
-
-def _handle(given: object, kind: type, what: str) -> None:
-    """A handle argument is one this API returned (callers outside mypy pass anything)."""
-    if not isinstance(given, kind):
-        raise UnknownEntry(f"{what} must be a {kind.__name__} handle, got a {type(given).__name__}")

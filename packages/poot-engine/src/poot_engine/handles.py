@@ -1,4 +1,6 @@
-"""The handles an ``Engine`` issues (``Weights``, ``Entry``) and its counters (``Stats``).
+"""The handles an ``Engine`` issues (``Weights``, ``Entry``), the check that an argument is
+one (``check_handle``) and the error for one that is not live (``unknown_entry``), and the
+engine's counters (``Stats``).
 
 Their own module so that the engine and its partitioned entries both use them without either
 importing the other.
@@ -8,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Entry", "Stats", "Weights"]
+from poot_ir import UnknownEntry
+
+__all__ = ["Entry", "Stats", "Weights", "check_handle", "unknown_entry"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,3 +59,14 @@ class Stats:
     state_writes: int = 0
     state_bytes_read: int = 0
     state_bytes_written: int = 0
+
+
+def check_handle(given: object, kind: type, what: str) -> None:
+    """A handle argument is one this API returned (callers outside mypy pass anything)."""
+    if not isinstance(given, kind):
+        raise UnknownEntry(f"{what} must be a {kind.__name__} handle, got a {type(given).__name__}")
+
+
+def unknown_entry(entry: Entry) -> UnknownEntry:
+    """The error for a handle of an entry this engine does not hold (removed, or another's)."""
+    return UnknownEntry(f"entry {entry.id} ({entry.program!r}) is not live in this engine")

@@ -34,34 +34,29 @@ from poot_ir import (
 from poot_planner import Plan
 
 from poot_engine.checks import (
+    RangeCheck,
     WindowCheck,
     bind_weights,
     check_range,
+    check_ranges,
     check_signature,
     check_step_inputs,
     check_windows,
     initial_states,
+    range_checks,
     window_checks,
 )
+from poot_engine.counters import Counters
 from poot_engine.device import Artifact, ArtifactSource, BoundStep, Buffer, Device, signature_of
 from poot_engine.domain import EntryDomains, entry_domains
 from poot_engine.recording import Read, Recording, record
 from poot_engine.steps import bind_step
 
-__all__ = ["LiveEntry", "SlotCheck", "StepCounts", "free_all", "make_entry", "upload_weights"]
+__all__ = ["LiveEntry", "SlotCheck", "free_all", "make_entry", "upload_weights"]
 
 Results = dict[str, np.ndarray]
 #: A verified step's check of the results, before the commit.
 Verification = Callable[[Mapping[str, np.ndarray]], None]
-
-
-class StepCounts:
-    """How many steps recorded and how many replayed (counted once their checks passed)."""
-
-    __slots__ = ("recordings", "replays")
-
-    def __init__(self) -> None:
-        self.recordings = self.replays = 0
 
 
 class SlotCheck:
@@ -108,8 +103,8 @@ class LiveEntry:
     # bound when the recording is made
     bound: BoundStep | None = None
     result_names: tuple[str, ...] = ()
-    input_checks: tuple[tuple[int, str], ...] = ()  # (slot position, name) of F32 slots
-    result_checks: tuple[tuple[int, str], ...] = ()  # (result position, name) of F32 results
+    input_checks: tuple[RangeCheck, ...] = ()  # the F32 slots, by position
+    result_checks: tuple[RangeCheck, ...] = ()  # the F32 results, by position
 
     @property
     def slot_names(self) -> tuple[str, ...]:
@@ -122,54 +117,94 @@ class LiveEntry:
         deadline_s: float,
         limit: float | None,
         verify: Verification | None,
-        counts: StepCounts,
+        counts: Counters,
     ) -> tuple[Results, float]:
-        """One step (the module docstring): the results by name and the dispatch seconds."""
-        arrays = self.check_slots(inputs)
-        rec = self._record(limit) if self.recording is None else None
-        if limit is not None:
-            for i, name in self.input_checks:
-                check_range(NarrowingRangeInput, name, arrays[i], limit)
-        if self.windows or self.domains is not None:
-            named = dict(zip(self.slot_names, arrays, strict=True))
-            if self.windows:
-                check_windows(self.windows, {**self.mirrors, **named})
-            if self.domains is not None:
-                self.domains.check(named)
-        if rec is not None:  # the checks passed: the first step keeps its recording
-            self.recording, self.bound = rec, bind_step(device, rec.step_commands())
-            counts.recordings += 1
-        else:
-            counts.replays += 1
+        """One step (the module docstring): the results by name and the dispatch seconds. A
+        replay pays only what its recording left: every check's positions, and whether a step
+        has windows, domains or mirrors at all, were resolved when it recorded."""
         bound = self.bound
-        assert bound is not None  # bound with the recording
+        if bound is None:
+            return self._first_step(device, inputs, deadline_s, limit, verify, counts)
+        arrays = self.check_slots(inputs)
+        if self.input_checks:
+            check_ranges(NarrowingRangeInput, self.input_checks, arrays)
+        if self.windows or self.domains is not None:
+            self._check_host(arrays)
+        counts.replays += 1
+        return self._run(bound, arrays, deadline_s, verify)
+
+    def _run(
+        self,
+        bound: BoundStep,
+        arrays: tuple[np.ndarray, ...],
+        deadline_s: float,
+        verify: Verification | None,
+    ) -> tuple[Results, float]:
+        """The checked step's run: the results against the range and the verified step's
+        check, and only then the commit."""
         outs, device_s = bound.run(arrays, deadline_s)
         results = dict(zip(self.result_names, outs, strict=True))
-        if limit is not None:
-            for i, name in self.result_checks:
-                check_range(NarrowingRangeResult, name, outs[i], limit)
+        if self.result_checks:
+            check_ranges(NarrowingRangeResult, self.result_checks, outs)
         if verify is not None:
             verify(results)
         bound.commit()
+        if self.mirrors or self.domains is not None:
+            self._committed(results)
+        return results, device_s
+
+    def _first_step(
+        self,
+        device: Device,
+        inputs: Mapping[str, np.ndarray],
+        deadline_s: float,
+        limit: float | None,
+        verify: Verification | None,
+        counts: Counters,
+    ) -> tuple[Results, float]:
+        """The first step: its checks, then the recording kept and bound (only once they
+        passed), then the step as every replay runs it."""
+        arrays = self.check_slots(inputs)
+        rec = self._record(limit)
+        if self.input_checks:
+            check_ranges(NarrowingRangeInput, self.input_checks, arrays)
+        if self.windows or self.domains is not None:
+            self._check_host(arrays)
+        self.recording, self.bound = rec, bind_step(device, rec.step_commands())
+        counts.recordings += 1
+        return self._run(self.bound, arrays, deadline_s, verify)
+
+    def _check_host(self, arrays: tuple[np.ndarray, ...]) -> None:
+        """The windows an argument places and the domain guards, on the host, before the run."""
+        named = dict(zip(self.slot_names, arrays, strict=True))
+        if self.windows:
+            check_windows(self.windows, {**self.mirrors, **named})
+        if self.domains is not None:
+            self.domains.check(named)
+
+    def _committed(self, results: Results) -> None:
+        """After the commit: the host mirrors a window check reads, and the domain guards'."""
         for name in self.mirrors:
             self.mirrors[name] = results[name].copy()
         if self.domains is not None:
             self.domains.committed(results)
-        return results, device_s
 
     def _record(self, limit: float | None) -> Recording:
-        """The first step's recording, with its range checks resolved to positions (refused,
-        ``DispatchRefused``, for buffers that are not the artifact's ABI)."""
+        """The first step's recording, with its range checks resolved to positions (none
+        without a narrowing limit, none for an empty array) and refused, ``DispatchRefused``,
+        for buffers that are not the artifact's ABI."""
         updates = tuple(u.state for u in self.program.updates)
         names = self.slot_names
         rec = record(self.artifact, self.buffers, self.outputs, names, updates)
         reads = tuple(c.result for c in rec.run if isinstance(c, Read))
         self.result_names = reads
-        self.input_checks = tuple((names.index(n), n) for n in rec.input_checks)
-        self.result_checks = tuple((reads.index(n), n) for n in rec.result_checks)
+        slot_types = dict(self.slots)
+        result_types = {n: v.type for n, v in self.program.results()}
+        self.input_checks = range_checks(limit, names, rec.input_checks, slot_types)
+        self.result_checks = range_checks(limit, reads, rec.result_checks, result_types)
         if self.domains is not None:
             if limit is not None:  # a range-checked input needs no finite check as well
-                self.domains.drop_implied({n: limit for _, n in self.input_checks})
+                self.domains.drop_implied({n: limit for n in rec.input_checks})
             if not self.domains.active:
                 self.domains = None
         return rec
@@ -182,6 +217,10 @@ class LiveEntry:
         device.write(self.buffers[name], value)
         if name in self.mirrors:
             self.mirrors[name] = value.copy()
+
+    def read_inputs(self, device: Device) -> dict[str, np.ndarray]:
+        """Every input buffer (weights, slots, states) read back: a verified step's feed."""
+        return {n: device.read(b) for n, b in self.buffers.items()}
 
     def release(self, device: Device) -> None:
         """Free every buffer the entry owns (not the weights it bound) and unload it."""

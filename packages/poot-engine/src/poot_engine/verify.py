@@ -24,7 +24,7 @@ reports.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -125,7 +125,7 @@ class Verifier:
     """The engine's verified steps: see the module docstring. Entries are keyed by identity
     (the engine's own entry record), held here while poisoned."""
 
-    __slots__ = ("_poisoned", "_rng", "fraction", "steps", "worst_ratio")
+    __slots__ = ("_poisoned", "_rng", "fraction", "idle", "steps", "worst_ratio")
 
     def __init__(self, mode: VerifyMode, seed: int | None = None) -> None:
         self.fraction = _fraction(mode)
@@ -133,6 +133,9 @@ class Verifier:
         self._poisoned: dict[int, tuple[object, ContractViolation]] = {}
         self.steps = 0
         self.worst_ratio = 0.0
+        #: No step is verified and no entry poisoned: ``wants`` is False for every entry (the
+        #: engine's step reads this one attribute instead of calling ``wants``).
+        self.idle = self.fraction == 0.0
 
     def wants(self, entry: object) -> bool:
         """Whether this step of ``entry`` is verified; ``EntryPoisoned`` for a poisoned one."""
@@ -163,8 +166,23 @@ class Verifier:
         if not c.ok:
             err = ContractViolation(name, c.index, c.error, c.allowed, str(c))
             self._poisoned[id(entry)] = (entry, err)
+            self.idle = False
             raise err
+
+    def step_check(
+        self, entry: object, p: Plan | None, feed: Callable[[], Mapping[str, np.ndarray]]
+    ) -> Callable[[Mapping[str, np.ndarray]], None]:
+        """The verified step's check of ``entry``'s results under ``p`` (none without a plan),
+        which the step runs after the results are read and before the commit, when every input
+        buffer (``feed``) still holds what this step read."""
+
+        def check(results: Mapping[str, np.ndarray]) -> None:
+            if p is not None:
+                self.check(entry, p, feed(), results)
+
+        return check
 
     def forget(self, entry: object) -> None:
         """``entry`` was removed: drop its poison."""
         self._poisoned.pop(id(entry), None)
+        self.idle = self.fraction == 0.0 and not self._poisoned

@@ -96,7 +96,13 @@ from poot_ir.errors import (
     WindowOutOfRange,
 )
 
-__all__ = ["check_gather_indices", "evaluate", "exact_array"]
+__all__ = [
+    "BoundEvaluation",
+    "bind_evaluation",
+    "check_gather_indices",
+    "evaluate",
+    "exact_array",
+]
 
 Array = np.ndarray[Any, np.dtype[Any]]
 #: A kernel computes one equation from its operand values (arrays, or numpy scalars).
@@ -627,3 +633,54 @@ def evaluate(program: Program, inputs: Mapping[str, object]) -> dict[str, np.nda
         name: np.array(env[s], dtype=dt, order="C", copy=True)
         for (name, s, _), dt in zip(compiled.results, compiled.dtypes[n_args:], strict=True)
     }
+
+
+class BoundEvaluation:
+    """``evaluate`` of one program over the same argument arrays on every call
+    (``bind_evaluation``): what a device whose buffers are host arrays runs per step.
+
+    The arguments were checked once, when bound; a call reads whatever the bound arrays hold
+    then (their memory, written in place between calls) and returns the results in
+    ``program.result_names`` order, fresh arrays exactly as ``evaluate`` returns them, with the
+    same errors during evaluation. What it skips per call is only what binding established:
+    the program's compiled form looked up, and each argument's type checked."""
+
+    __slots__ = ("_env", "_results", "_steps", "names")
+
+    def __init__(self, program: Program, arrays: Mapping[str, np.ndarray]) -> None:
+        compiled = _compiled(program)
+        if len(arrays) != len(compiled.args):
+            extra = sorted(set(arrays) - {name for name, _, _ in compiled.args})
+            missing = sorted({name for name, _, _ in compiled.args} - set(arrays))
+            what = (missing or extra)[0]
+            why = "missing" if missing else f"is not an argument of {program.name!r}"
+            raise ArgumentError(why, what)
+        env: list[Any] = [None] * compiled.nslots
+        for name, s, t in compiled.args:
+            value = arrays.get(name, _MISSING)
+            if value is _MISSING:
+                raise ArgumentError(f"missing; expected an array of {t}", name)
+            checked = exact_array(name, value, t)
+            if checked is not value:  # a bound array is read in place: never a converted copy
+                raise ArgumentError(f"expected an array of exactly {t}", name)
+            env[s] = checked
+        self._env, self._steps = env, compiled.steps
+        n_args = len(compiled.args)
+        self._results = tuple(
+            (s, dt)
+            for (_, s, _), dt in zip(compiled.results, compiled.dtypes[n_args:], strict=True)
+        )
+        self.names = tuple(name for name, _, _ in compiled.results)
+
+    def __call__(self) -> tuple[np.ndarray, ...]:
+        env = self._env.copy()  # the arguments' slots; an intermediate never outlives a call
+        with np.errstate(all="ignore"):
+            for step in self._steps:
+                step(env)
+        return tuple([np.array(env[s], dtype=dt, order="C", copy=True) for s, dt in self._results])
+
+
+def bind_evaluation(program: Program, arrays: Mapping[str, np.ndarray]) -> BoundEvaluation:
+    """``program`` bound to ``arrays`` (one ndarray per argument, by name, of exactly its type:
+    ``ArgumentError`` otherwise): a callable that evaluates it over their current contents."""
+    return BoundEvaluation(program, arrays)

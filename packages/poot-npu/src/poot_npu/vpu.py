@@ -48,6 +48,7 @@ process rather than freeing memory the runtime may still write.
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -286,14 +287,14 @@ class VpuDevice(HostMemory):
         loaded = self._loaded.get(artifact.id)
         if loaded is None or loaded.buffers is not buffers or loaded.generation != self._gen:
             loaded = self._bind(artifact, buffers)
-        self._run(loaded, deadline_s)
+        self._run(loaded, deadline_s, single_wait_ms(deadline_s))
 
-    def _run(self, loaded: _Loaded, deadline_s: float) -> None:
-        """One run of a bound request under ``deadline_s``, then its FP16 guard."""
+    def _run(self, loaded: _Loaded, deadline_s: float, ms: int | None) -> None:
+        """One run of a bound request under ``deadline_s``, then its FP16 guard. ``ms`` is
+        ``single_wait_ms(deadline_s)``, which a bound step works out once per deadline."""
         req = loaded.request
         try:
             req.start_async()
-            ms = single_wait_ms(deadline_s)
             if ms is not None:
                 done = req.wait_for(ms)
             else:
@@ -309,7 +310,10 @@ class VpuDevice(HostMemory):
             self._failed.append((loaded, kept))
             raise DeadlineExceeded(deadline_s, f"{self._name} run of artifact {loaded.artifact.id}")
         self.runs += 1
-        if loaded.guard is not None:  # the run wrote its outputs; a set flag commits nothing
+        # The run wrote its outputs; a set flag commits nothing. ``flags`` is bound with the
+        # buffers when the graph has a guard; any flag set is argmax (cheaper than ``any`` here).
+        flags = loaded.flags
+        if flags is not None and flags.item(flags.argmax()):
             _check_guard(loaded, self._name)
 
     def bind_step(self, commands: StepCommands) -> BoundStep:
@@ -390,23 +394,25 @@ def _check_guard(loaded: _Loaded, device: str) -> None:
     """``NarrowingRangeIntermediate`` for the first flag the graph set (outputs are not yet
     copied, so nothing of the refused run reaches a buffer)."""
     assert loaded.guard is not None and loaded.flags is not None  # bound with the buffers
-    flags = loaded.flags
-    if flags.item(flags.argmax()):  # any flag set (argmax: cheaper than ndarray.any here)
-        for label, flag in zip(loaded.guard[1], flags, strict=True):
-            eqn, prim, check = label.split(".")
-            if flag and check != "keep":  # a keep flag only gives a divisor a use
-                raise NarrowingRangeIntermediate(int(eqn), prim, check, device)
+    for label, flag in zip(loaded.guard[1], loaded.flags, strict=True):
+        eqn, prim, check = label.split(".")
+        if flag and check != "keep":  # a keep flag only gives a divisor a use
+            raise NarrowingRangeIntermediate(int(eqn), prim, check, device)
 
 
 class _VpuStep(HostStep):
     """A recorded step of one dispatch, bound whole: the inputs written into the bound
-    tensors' memory, one run of the request, the results copied out of the output buffers."""
+    tensors' memory, one run of the request, the results copied out of the output buffers.
+    The deadline's wait is worked out once per deadline, not per step."""
 
-    __slots__ = ("_bound", "_commands", "_vpu")
+    __slots__ = ("_artifact", "_bound", "_buffers_bound", "_deadline", "_ms", "_vpu")
 
     def __init__(self, device: VpuDevice, commands: StepCommands, loaded: _Loaded) -> None:
         super().__init__(device, device._buffers, commands)
-        self._vpu, self._bound, self._commands = device, loaded, commands
+        self._vpu, self._bound = device, loaded
+        self._artifact, self._buffers_bound = commands.dispatches[0]
+        self._deadline = math.nan  # unequal to every deadline: the first run works its wait out
+        self._ms: int | None = None
 
     def loaded(self) -> bool:
         return self._vpu._loaded.get(self._bound.artifact.id) is self._bound
@@ -417,13 +423,16 @@ class _VpuStep(HostStep):
         vpu, loaded = self._vpu, self._bound
         if vpu._closed or vpu._poisoned:
             vpu._usable()
-        self.check()
-        artifact, buffers = self._commands.dispatches[0]
-        if loaded.buffers is not buffers or loaded.generation != vpu._gen:
-            vpu._bind(artifact, buffers)  # another command ran on this request since
-        self.write_inputs(inputs)
+        if self._memory.epoch != self._epoch:
+            self.check()
+        if loaded.buffers is not self._buffers_bound or loaded.generation != vpu._gen:
+            vpu._bind(self._artifact, self._buffers_bound)  # another command ran since
+        for mem, x in zip(self._writes, inputs, strict=True):  # checked: the buffers' types
+            mem[...] = x
+        if deadline_s != self._deadline:
+            self._deadline, self._ms = deadline_s, single_wait_ms(deadline_s)
         t0 = perf_counter()
-        vpu._run(loaded, deadline_s)
+        vpu._run(loaded, deadline_s, self._ms)
         took = perf_counter() - t0
         return tuple([m.copy() for m in self._reads]), took
 
