@@ -27,6 +27,7 @@ import numpy as np
 from poot_ir import (
     BroadcastParams,
     ConcatParams,
+    DType,
     Eqn,
     GatherParams,
     Output,
@@ -50,6 +51,8 @@ from poot_ir.numerics import (
     ScaledSum,
 )
 
+from poot_planner.legal_rules import Numerics
+from poot_planner.legalize import Rewrite
 from poot_planner.narrowing import operating_dtype
 from poot_planner.plan import Plan
 
@@ -214,6 +217,34 @@ def _moved(e: Eqn, errs: list[Array], vals: list[Array]) -> Array:
             return np.full(e.out.shape, np.inf)  # no rule: promise nothing
 
 
+def _whole(
+    rw: Rewrite,
+    source: Eqn,
+    val: dict[int, Array],
+    err: dict[int, Array],
+    y: Array,
+    device: DType | None,
+) -> tuple[Array, Array]:
+    """A range-reduced rewrite's own error (its derived bound at the oracle's value, plus the
+    reference's rounding: the source's function value rounded once into the device dtype) and
+    its source operand's error carried through the source primitive."""
+    bound = rw.derivation.bound
+    x = source.inputs[0]
+    if not isinstance(bound, AbsRel) or source.prim is not Prim.LOG or not isinstance(x, Var):
+        return np.full(y.shape, np.inf), np.zeros(y.shape)
+    dtype = (device or source.out.dtype).numpy
+    xs, es = val[x.id], err[x.id]
+    # on the operand the device holds (an F32 value below FP16's subnormals is 0 there), and
+    # outside log's domain (the rewrite is NaN there, flagged): nothing promised
+    held = np.asarray(xs).astype(dtype).astype(np.float64)
+    inside = held > 0
+    with np.errstate(all="ignore"):
+        exact = np.log(np.where(inside, held, 1.0))
+    ref = np.abs(np.spacing(exact.astype(dtype))).astype(np.float64)
+    own = np.where(inside, bound.abs + bound.rel * np.abs(exact) + 0.5 * ref, np.inf)
+    return own, _propagated(source, [xs], [es], y)
+
+
 def result_bounds(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[str, Array]:
     """For each result of ``plan.source`` (by name): the largest error a device running
     ``plan`` may have at each element, for these ``inputs`` (inf: nothing promised). The
@@ -222,6 +253,10 @@ def result_bounds(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[str, Arr
     program = plan.legalized
     # a rewrite by a published approximation adds the formula's own error at its last step
     approximation = {rw.last: rw.rule.approximation for rw in plan.rewrites}
+    # a range-reduced rewrite is carried as one step: its derived bound, and its operand's error
+    # through the source primitive (its steps' own errors are inside that bound)
+    whole = {rw.last: rw for rw in plan.rewrites if rw.rule.numerics is Numerics.REDUCED}
+    device = plan.narrowing.device_dtype if plan.narrowing is not None else None
     values = evaluate(_everything(program), inputs)
     val: dict[int, Array] = {a.var.id: np.asarray(inputs[a.name]) for a in program.args}
     err: dict[int, Array] = {a.var.id: np.zeros(a.var.shape) for a in program.args}
@@ -236,7 +271,11 @@ def result_bounds(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[str, Arr
             # formula approximates
             ref = np.abs(np.spacing(np.asarray(y).astype(e.out.dtype.numpy))).astype(np.float64)
             own = own + approximation[i] + 0.5 * ref
-        prop = _propagated(e, ops, eops, y)
+        if i in whole:
+            source = plan.source.eqns[whole[i].eqn]
+            own, prop = _whole(whole[i], source, val, err, y, device)
+        else:
+            prop = _propagated(e, ops, eops, y)
         val[e.out.id] = y
         err[e.out.id] = np.asarray(own + prop, dtype=np.float64)
     return {name: err[v.id] for name, v in program.results()}

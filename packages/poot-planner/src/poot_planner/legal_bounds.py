@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from poot_ir import DType, Eqn, Literal, Prim, Var
+from poot_ir import DType, Eqn, Literal, Prim, TensorType, Var
 from poot_ir.numerics import (
     AbsRel,
     AnyInput,
@@ -44,6 +44,8 @@ from poot_ir.numerics import (
     Relative,
 )
 
+from poot_planner import legal_log
+from poot_planner.legal_emit import Emit
 from poot_planner.legal_rules import Numerics, Rule
 from poot_planner.target import Target
 
@@ -96,6 +98,11 @@ def derive(rule: Rule, eqns: list[Eqn], target: Target, dtype: DType) -> Derivat
             return _identity(eqns, target)
         case Numerics.SENTINEL:
             return Derivation(BitExact(signed_zero=False))  # exact where FP16 holds the value
+        case Numerics.REDUCED:
+            key = (rule, target, device)
+            if key not in _MEMO:
+                _MEMO[key] = _reduced(rule, target, device)
+            return _MEMO[key]
         case Numerics.APPROXIMATION:
             # the chain of an approximation does not depend on the shape it runs at, so its
             # analysis (some thousands of interval steps) is made once per rule and target
@@ -161,6 +168,20 @@ def _analyse(
     eqns: list[Eqn], target: Target, device: DType, unit: float, limit: float, operand: _Val
 ) -> float | str:
     """The error of the last step with every operand of the chain in ``operand``."""
+    got = _analyse_val(eqns, target, device, unit, limit, operand)
+    return got if isinstance(got, str) else got.err
+
+
+def _analyse_val(
+    eqns: list[Eqn],
+    target: Target,
+    device: DType,
+    unit: float,
+    limit: float,
+    operand: _Val | dict[int, _Val],
+) -> _Val | str:
+    """The last step's value (interval and error) with every operand of the chain in
+    ``operand`` (or each in its own interval, by id)."""
     env: dict[int, _Val] = {}
     made = {e.out.id for e in eqns}
 
@@ -170,7 +191,9 @@ def _analyse(
             d = _device_value(x, device)
             return _Val(d, d, abs(d - x))
         assert isinstance(a, Var)
-        return env[a.id] if a.id in made else operand
+        if a.id in made:
+            return env[a.id]
+        return operand[a.id] if isinstance(operand, dict) else operand
 
     negated: dict[int, int] = {}  # neg's output id -> its operand's id, so max(x, -x) is |x|
     for e in eqns:
@@ -192,13 +215,14 @@ def _analyse(
         own = _own(cap.contract.bound, got, ins)
         if own is None:
             return f"{e.prim.value}: its contract gives no absolute bound"
-        if e.prim in _ROUNDS and not _exact_scaling(e):
+        exact = _exact_scaling(e) or _exact_point(got, ins, device) or _adds_zero(e.prim, ins)
+        if e.prim in _ROUNDS and not exact:
             own += unit * (got.mag + got.err)
         y = _Val(got.lo, got.hi, got.err + own)
         if not y.mag + y.err <= limit:
             return f"{e.prim.value}: a value past {limit:g}"
         env[e.out.id] = y
-    return env[eqns[-1].out.id].err
+    return env[eqns[-1].out.id]
 
 
 def _is_abs(e: Eqn, negated: dict[int, int]) -> bool:
@@ -218,6 +242,21 @@ def _exact_scaling(e: Eqn) -> bool:
             m, _ = math.frexp(abs(a.as_float()))
             return m == 0.5 and abs(a.as_float()) >= 1.0
     return False
+
+
+def _exact_point(y: _Val, ins: list[_Val], device: DType) -> bool:
+    """Exact operands of one value each whose exact result the device dtype holds: the oracle's
+    rounding (what the contracts compare with) leaves it as it is (``k 11/16`` of an integer
+    ``k``, ``0 + v``'s zero)."""
+    if any(v.err != 0.0 or v.lo != v.hi for v in ins):
+        return False
+    return y.lo == y.hi and _device_value(y.lo, device) == y.lo
+
+
+def _adds_zero(prim: Prim, ins: list[_Val]) -> bool:
+    """An add (or subtract) of an exact zero: the other operand, unrounded."""
+    zero = [v.lo == v.hi == 0.0 and v.err == 0.0 for v in ins]
+    return (prim is Prim.ADD and any(zero)) or (prim is Prim.SUB and zero[1])
 
 
 def _step(prim: Prim, v: list[_Val]) -> _Val | str:
@@ -279,3 +318,75 @@ def _own(bound: Bound, y: _Val, ins: list[_Val]) -> float | None:
             return u * unit * max(v.mag + v.err for v in ins)
         case _:
             return None
+
+
+# -- a range-reduced approximation: log -----------------------------------------------------
+
+
+def _reduced(rule: Rule, target: Target, device: DType) -> Derivation:
+    """``log``'s bound on ``target`` (``poot_planner.legal_log``): the reduction to ``(m, k)``
+    is exact, so the tail is analysed alone, ``k`` each integer of ``K_RANGE`` and ``m`` in
+    pieces of ``[M_LO, M_HI)`` on FP16's grid, narrowing geometrically towards 1 so that each
+    piece but ``m = 1`` keeps ``log x`` away from zero. Each piece's error against the exact
+    ``log x`` is the device's (the interval analysis) plus the series' remainder; the bound is
+    relative (``rel``: the largest error over ``|log x|`` of a piece away from zero) plus the
+    absolute error where ``log x`` is zero (``x = 1``)."""
+    if rule.prim is not Prim.LOG:
+        return Derivation(None, f"no range-reduced analysis of {rule.prim.value}")
+    unit = _UNIT.get(device)
+    if unit is None or device is not DType.F16:
+        return Derivation(None, f"the reduction is exact on FP16 only, not {device.value}")
+    limit = target.narrowing.max_magnitude if target.narrowing is not None else 65504.0
+    em = Emit(2, device)
+    m_var, k_var = Var(0, TensorType((), device)), Var(1, TensorType((), device))
+    legal_log.tail(em, m_var, k_var)
+    for e in em.eqns:  # every step of the tail has a row on the target
+        if target.capability(e.prim, device) is None:
+            return Derivation(None, f"{e.prim.value} has no contract on {device.value}")
+    rel, at_zero = 0.0, 0.0
+    for k in range(legal_log.K_RANGE[0], legal_log.K_RANGE[1] + 1):
+        for lo, hi in _m_pieces(fine=k == 0):
+            got = _analyse_val(
+                em.eqns,
+                target,
+                device,
+                unit,
+                limit,
+                {0: _Val(lo, hi, 0.0), 1: _Val(float(k), float(k), 0.0)},
+            )
+            if isinstance(got, str):
+                return Derivation(None, got)
+            err = got.err + _series_remainder(lo, hi)
+            exact = (math.log(lo) + k * math.log(2.0), math.log(hi) + k * math.log(2.0))
+            smallest = 0.0 if exact[0] <= 0.0 <= exact[1] else min(map(abs, exact))
+            if smallest > 0.0:
+                rel = max(rel, err / smallest)
+            else:
+                at_zero = max(at_zero, err)
+    return Derivation(AbsRel(at_zero, rel))
+
+
+def _series_remainder(lo: float, hi: float) -> float:
+    """``|2 atanh(u) - 2u (1 + u^2/3 + u^4/5)| <= 2|u|^7 / (7 (1 - u^2))`` over ``m`` in the
+    piece (the dropped terms ``2u^(2j+1)/(2j+1)``, j >= 3, below a geometric series)."""
+    u = max(abs((lo - 1.0) / (lo + 1.0)), abs((hi - 1.0) / (hi + 1.0)))
+    return 2.0 * u**7 / (7.0 * (1.0 - u * u))
+
+
+def _m_pieces(fine: bool) -> list[tuple[float, float]]:
+    """Pieces covering every FP16 ``m`` in ``[M_LO, M_HI)``. ``fine`` (for k = 0, where
+    ``log x`` crosses zero): below 1 ending at 1 - 2^-j, above it starting at 1 + 2^-j (FP16's
+    neighbours of 1 are 1 - 2^-11 and 1 + 2^-10), each split in four, and ``m = 1`` alone;
+    otherwise ``log x`` is at least ln2/2 away from zero and sixteen even pieces do."""
+    top = float(np.nextafter(np.float16(legal_log.M_HI), np.float16(0.0)))
+    if not fine:
+        cuts = [legal_log.M_LO + (top - legal_log.M_LO) * q / 16 for q in range(17)]
+        return list(itertools.pairwise(cuts))
+    below = [legal_log.M_LO] + [1.0 - 2.0**-j for j in range(2, 12)]
+    above = [1.0 + 2.0**-j for j in range(10, 1, -1)] + [top]
+    out: list[tuple[float, float]] = [(1.0, 1.0)]
+    for edges in (below, above):
+        for a, b in itertools.pairwise(edges):
+            cuts = [a + (b - a) * q / 4 for q in range(5)]
+            out.extend(itertools.pairwise(cuts))
+    return out

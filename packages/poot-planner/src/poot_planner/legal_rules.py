@@ -9,6 +9,9 @@ expander that emits the equations) and its numerics:
 - ``APPROXIMATION``: a published formula whose error in exact arithmetic is ``approximation``;
   the planner adds the floating-point error of its steps, derived from the steps' contracts and
   the device dtype's rounding over the formula's domain (``poot_planner.legal_bounds``).
+- ``REDUCED``: an exact range reduction, then a short series (``poot_planner.legal_log``): the
+  bound is derived on the series alone, over the reduced argument's pieces, and is relative;
+  the running error analysis carries the rewrite as one step under that bound.
 - ``SENTINEL``: the specification's mask-sentinel rule carried to a product: a mask value too
   large for FP16 saturates to the sentinel (+-65504), which is all an additive mask needs.
 
@@ -30,6 +33,7 @@ from enum import Enum
 from poot_ir import ConvertParams, DType, Eqn, Literal, Prim, Var
 
 from poot_planner.legal_emit import Emit, RuleContext
+from poot_planner.legal_log import expand_log
 from poot_planner.legal_steps import (
     TINY_F16,
     exact_float,
@@ -47,6 +51,7 @@ class Numerics(Enum):
     IDENTITY = "exact identity"
     APPROXIMATION = "approximation"
     SENTINEL = "saturated sentinel"
+    REDUCED = "range-reduced approximation"
 
 
 #: Emits the decomposition of the equation (its last step writing the equation's output) and
@@ -222,6 +227,7 @@ def _mask_scale(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
 
 
 _I, _A, _S = Numerics.IDENTITY, Numerics.APPROXIMATION, Numerics.SENTINEL
+_R = Numerics.REDUCED
 INTEL, XDNA = "intel-npu4", "xdna2"
 
 RULES: tuple[Rule, ...] = (
@@ -244,6 +250,17 @@ RULES: tuple[Rule, ...] = (
         _erf,
         approximation=4e-7,  # 1.5e-7 (A&S) + 1.5e-8 (clamp) + 2.2e-7 (sign below 2^-24)
         source="Abramowitz and Stegun 7.1.26, |eps| <= 1.5e-7",
+    ),
+    Rule(
+        Prim.LOG,
+        INTEL,
+        "log by exact range reduction",
+        "x = m 2^k by nine exact 0/1-mask stages (m in [0.707, 1.414)), then "
+        "k 11/16 + (k (ln2 - 11/16) + 2u (1 + u^2/3 + u^4/5)), u = (m - 1)/(m + 1); "
+        "x <= 0 made NaN by + (sqrt(x) / x) 0, flagged in the graph",
+        _R,
+        expand_log,
+        source="atanh series, remainder <= 2|u|^7 / (7 (1 - u^2)) (3.7e-6 relative)",
     ),
     Rule(Prim.RECIP, INTEL, "recip as a division", "1 / x", _I, _recip),
     Rule(Prim.MIN, INTEL, "min via max", "-max(-a, -b)", _I, _min),

@@ -1,0 +1,119 @@
+"""``log`` for a target that computes in FP16 without it (intel-npu4): range reduction by exact
+steps, then a short odd series, so the error is relative, as log's own is.
+
+For an F16 ``x > 0`` (subnormals included):
+
+1. **Reduction, exact.** Nine stages find an integer ``k`` and ``m = x 2^-k`` in
+   ``[0.70703125, 1.4140625)``: four that halve the binade while ``x >= 2^s`` (s = 8, 4, 2, 1:
+   ``x < 2^16`` leaves ``x`` in ``[2^-24, 2)``), five that double it while ``x < 2^(1-s)``
+   (s = 16, 8, 4, 2, 1: ``[1, 2)`` from ``x >= 2^-24``), and a last one halving ``m >= 1.4140625``.
+   Each stage's test is the exact 0/1 mask of ``c - x > 0`` (``legal_steps.step``: an FP16
+   difference has the sign of the exact one and is at least 2^-24 when nonzero); its factor
+   ``mask 2^s' + (1 - mask)`` is exactly ``2^s'`` or 1 (one term is zero), ``x`` times it is
+   exact (a power of two whose product stays inside FP16's range: the stage only scales a binade
+   towards 1), and ``k`` is a sum of small integers, exact. ``2^16`` is not an FP16 value, so
+   that stage applies ``2^8`` twice.
+2. **Series.** ``log m = 2 atanh(u) = 2u (1 + u^2/3 + u^4/5 + ...)``, ``u = (m - 1)/(m + 1)``,
+   ``|u| <= 0.1716``: the three terms kept leave a remainder below ``2|u|^7 / (7 (1 - u^2))``
+   (3.7e-6 relative to |log m|), derived per piece in ``poot_planner.legal_bounds``.
+3. ``log x = k ln2_hi + (k ln2_lo + log m)``, ``ln2_hi = 11/16`` so that ``k ln2_hi`` is exact
+   (``|k| <= 24``: 5 + 4 bits), ``ln2_lo = ln 2 - 11/16`` rounded into FP16.
+
+**Domain.** ``log`` of ``x <= 0`` is ``-inf`` or NaN on the oracle; this rewrite must not make it
+a finite value. It adds ``(sqrt(x) / x) 0`` to ``x`` first: 0 for a positive ``x`` (a finite
+quotient, times zero), NaN for ``x < 0`` (``sqrt``) and for ``x = +-0`` (``0 / 0``), so the NaN
+reaches the result, and the narrowed graph's overflow guard (``poot_planner.fp16_guards``) flags
+the ``sqrt`` or the division, whose operands are finite, and the step is refused
+(``NarrowingRangeIntermediate``); a NaN result is also refused by the result range check. A NaN
+or infinite ``x`` never reaches the device (the input range check refuses it).
+
+The bound is derived in ``poot_planner.legal_bounds`` (``Numerics.REDUCED``): the reduction is
+exact (proved above, and checked on every positive FP16 value in the tests), so the analysis
+runs on the tail (steps 2 and 3) alone, with ``m`` in pieces and ``k`` each integer.
+"""
+
+from __future__ import annotations
+
+import math
+
+from poot_ir import DType, Eqn, Prim, Var
+
+from poot_planner.legal_emit import Emit, RuleContext
+from poot_planner.legal_steps import step
+
+__all__ = [
+    "K_RANGE",
+    "LN2_HI",
+    "LN2_LO",
+    "M_HI",
+    "M_LO",
+    "domain_guarded",
+    "expand_log",
+    "reduce",
+    "tail",
+]
+
+LN2_HI = 0.6875  # 11/16: k * LN2_HI is exact in FP16 for |k| < 2^7
+LN2_LO = math.log(2.0) - LN2_HI  # 0.0056472, rounded into FP16 (11 bits of it) when narrowed
+M_CUT = 1.4140625  # the FP16 value just below sqrt(2): m >= M_CUT is halved
+M_LO, M_HI = M_CUT / 2.0, 1.4140625  # m in [M_LO, M_HI) (M_HI itself excluded)
+#: x = m 2^k over FP16's positive range: 2^-24 = 1 * 2^-24, 65504 = 0.9995 * 2^16
+K_RANGE = (-24, 16)
+_UP = (8, 4, 2, 1)  # x >= 2^s: x 2^-s, k + s
+_DOWN = (16, 8, 4, 2, 1)  # x < 2^(1 - s): x 2^s, k - s
+#: the kept series 1 + u^2/3 + u^4/5, by Horner in u^2
+_SERIES = (1.0 / 5.0, 1.0 / 3.0, 1.0)
+
+
+def _stage(em: Emit, x: Var, k: Var | None, c: float, below: bool, s: int) -> tuple[Var, Var]:
+    """One reduction stage: where ``x >= c`` (``below`` False) or ``x < c`` (``below`` True),
+    ``x`` times ``2^-s`` (``2^s`` when below) and ``k`` plus ``s`` (minus ``s`` when below)."""
+    lt = step(em, em.sub(c, x))  # exactly 1 where x < c, else 0
+    mask = lt if below else em.sub(1.0, lt)
+    keep = em.sub(1.0, mask)
+    scale, times = (2.0**s, 1) if s <= 8 else (2.0**8, s // 8)  # 2^16 is two steps of 2^8
+    if not below:
+        scale = 1.0 / scale
+    f = em.add(em.mul(mask, scale), keep)  # exactly 2^(+-s) or 1
+    for _ in range(times):
+        x = em.mul(x, f)
+    dk = em.mul(mask, -float(s) if below else float(s))
+    return x, dk if k is None else em.add(k, dk)
+
+
+def reduce(em: Emit, x: Var) -> tuple[Var, Var]:
+    """``(m, k)`` with ``x = m 2^k`` exactly, ``m`` in ``[M_LO, M_HI)``, for an F16 ``x > 0``."""
+    k: Var | None = None
+    for s in _UP:
+        x, k = _stage(em, x, k, 2.0**s, False, s)
+    for s in _DOWN:
+        x, k = _stage(em, x, k, 2.0 ** (1 - s), True, s)
+    x, k = _stage(em, x, k, M_CUT, False, 1)
+    assert k is not None
+    return x, k
+
+
+def tail(em: Emit, m: Var, k: Var, out: Var | None = None) -> Var:
+    """``k ln2_hi + (k ln2_lo + log m)``, ``log m`` by the odd series in ``u``."""
+    u = em.div(em.sub(m, 1.0), em.add(m, 1.0))
+    u2 = em.mul(u, u)
+    poly: Var = em.add(em.mul(u2, _SERIES[0]), _SERIES[1])
+    poly = em.add(em.mul(poly, u2), _SERIES[2])
+    log_m = em.mul(em.mul(u, 2.0), poly)
+    low = em.add(em.mul(k, LN2_LO), log_m)
+    return em.add(em.mul(k, LN2_HI), low, out=out)
+
+
+def domain_guarded(em: Emit, x: Var) -> Var:
+    """``x + (sqrt(x) / x) 0``: ``x`` itself where ``x > 0``, NaN where ``x <= 0`` (module)."""
+    z = em.mul(em.div(em.op(Prim.SQRT, x), x), 0.0)
+    return em.add(x, z)
+
+
+def expand_log(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
+    (x,) = e.inputs
+    if not isinstance(x, Var) or em.dtype not in (DType.F32, DType.F16):
+        return False
+    m, k = reduce(em, domain_guarded(em, x))
+    tail(em, m, k, out=e.out)
+    return True
