@@ -153,6 +153,8 @@ def _approximation(rule: Rule, eqns: list[Eqn], target: Target, device: DType) -
     unit = _UNIT.get(device)
     if unit is None:
         return Derivation(None, f"no unit roundoff known for {device.value}")
+    if rule.relative:
+        return _relative(rule, eqns, target, device, unit, limit)
     edges = [-_EDGE + 2 * _EDGE * k / _SLICES for k in range(_SLICES + 1)]
     pieces = [(-limit, -_EDGE), *itertools.pairwise(edges), (_EDGE, limit)]
     worst = 0.0
@@ -162,6 +164,47 @@ def _approximation(rule: Rule, eqns: list[Eqn], target: Target, device: DType) -
             return Derivation(None, got)
         worst = max(worst, got)
     return Derivation(AbsRel(rule.approximation + worst, 0.0))
+
+
+#: A relative bound's pieces: slices of 1/8 from -16 to 16 (FP16's exp(-16) is below its
+#: smallest subnormal), binades beyond (a rounding there is relative to the binade), and the
+#: rest of each tail. A piece whose value may be below FP16's smallest normal 2^-14 (where only
+#: an absolute bound can hold) goes to the absolute part.
+_REL_EDGE, _NORMAL_F16 = 16.0, 2.0**-14
+
+
+def _relative_pieces(limit: float) -> list[tuple[float, float]]:
+    slices = [-_REL_EDGE + k / 8 for k in range(int(2 * _REL_EDGE * 8) + 1)]
+    binades = [2.0**j for j in range(4, 16)] + [limit]
+    above = list(itertools.pairwise(binades))
+    below = [(-b, -a) for a, b in reversed(above)]
+    return [(-limit, -limit), *below, *itertools.pairwise(slices), *above]
+
+
+def _relative(
+    rule: Rule, eqns: list[Eqn], target: Target, device: DType, unit: float, limit: float
+) -> Derivation:
+    """``AbsRel(abs, rel)``: ``rel`` the largest error over the smallest magnitude of the exact
+    function on a piece (the formula's interval shrunk by its relative remainder), ``abs`` the
+    largest error of a piece whose value may be below FP16's smallest normal. Each piece's
+    error is the device's (the interval analysis) plus the remainder at its largest value."""
+    rel, at_tiny = 0.0, 0.0
+    first, last = rule.domain if rule.domain is not None else (-limit, limit)
+    for lo, hi in _relative_pieces(limit):
+        lo, hi = max(lo, first), min(hi, last)
+        if lo > hi:
+            continue
+        got = _analyse_val(eqns, target, device, unit, limit, _Val(lo, hi, 0.0))
+        if isinstance(got, str):
+            return Derivation(None, got)
+        err = got.err + rule.approximation * got.mag
+        smallest = 0.0 if got.lo <= 0.0 <= got.hi else min(abs(got.lo), abs(got.hi))
+        smallest /= 1.0 + rule.approximation
+        if smallest >= _NORMAL_F16:
+            rel = max(rel, err / smallest)
+        else:
+            at_tiny = max(at_tiny, err)
+    return Derivation(AbsRel(at_tiny, rel))
 
 
 def _analyse(
@@ -215,6 +258,10 @@ def _analyse_val(
         own = _own(cap.contract.bound, got, ins)
         if own is None:
             return f"{e.prim.value}: its contract gives no absolute bound"
+        kept = _absorbed(e.prim, ins, device) if own == 0.0 else None
+        if kept is not None:  # the device's sum is the larger operand itself, in range
+            env[e.out.id] = _Val(got.lo, got.hi, kept)
+            continue
         exact = _exact_scaling(e) or _exact_point(got, ins, device) or _adds_zero(e.prim, ins)
         if e.prim in _ROUNDS and not exact:
             own += unit * (got.mag + got.err)
@@ -251,6 +298,24 @@ def _exact_point(y: _Val, ins: list[_Val], device: DType) -> bool:
     if any(v.err != 0.0 or v.lo != v.hi for v in ins):
         return False
     return y.lo == y.hi and _device_value(y.lo, device) == y.lo
+
+
+def _absorbed(prim: Prim, ins: list[_Val], device: DType) -> float | None:
+    """An add of an exact operand ``a`` (its value held by the device dtype, one sign) and a
+    ``b`` whose device value is below a quarter of ``a``'s ulp (half the spacing below a power
+    of two): round to nearest gives ``a`` itself, so the error is ``b``'s exact magnitude, and
+    the device's value is ``a``'s (in range whenever ``a`` is). None when that is not so."""
+    if prim is not Prim.ADD:
+        return None
+    for a, b in (ins, ins[::-1]):
+        if a.err != 0.0 or a.lo <= 0.0 <= a.hi:
+            continue
+        low = min(abs(a.lo), abs(a.hi))
+        ulp = float(np.spacing(np.array(low, dtype=device.numpy)))
+        held = _device_value(a.lo, device) == a.lo and _device_value(a.hi, device) == a.hi
+        if b.mag + b.err < ulp / 4 and math.isfinite(a.mag) and held:
+            return b.mag
+    return None
 
 
 def _adds_zero(prim: Prim, ins: list[_Val]) -> bool:

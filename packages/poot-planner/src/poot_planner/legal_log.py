@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 
-from poot_ir import DType, Eqn, Prim, Var
+from poot_ir import DType, Eqn, Literal, Prim, Var
 
 from poot_planner.legal_emit import Emit, RuleContext
 from poot_planner.legal_steps import step
@@ -47,8 +47,11 @@ __all__ = [
     "LN2_LO",
     "M_HI",
     "M_LO",
+    "SOFTPLUS_TOP",
     "domain_guarded",
     "expand_log",
+    "expand_softplus",
+    "operand_of_softplus",
     "reduce",
     "tail",
 ]
@@ -116,4 +119,52 @@ def expand_log(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
         return False
     m, k = reduce(em, domain_guarded(em, x))
     tail(em, m, k, out=e.out)
+    return True
+
+
+#: the largest FP16 value whose exp F32 holds (ln(F32 max) = 88.7228): the softplus rule's
+#: domain ends there
+SOFTPLUS_TOP = 88.6875
+#: the kept series of softplus' 2 atanh(u), u <= 1/3: 1 + u^2/3 + ... + u^8/9, by Horner
+_SOFTPLUS_SERIES = (1.0 / 9.0, 1.0 / 7.0, 1.0 / 5.0, 1.0 / 3.0, 1.0)
+#: the series' remainder relative to log(1 + e) >= 2u: u^10 / (11 (1 - u^2)) at u = 1/3
+SOFTPLUS_REMAINDER = (1.0 / 3.0) ** 10 / (11.0 * (1.0 - 1.0 / 9.0))
+
+
+def operand_of_softplus(e: Eqn, ctx: RuleContext) -> Var | None:
+    """``v`` of ``log(exp(v) + 1)`` (how ONNX's own function body writes Softplus), else None."""
+    (s,) = e.inputs
+    add = ctx.producer.get(s.id) if isinstance(s, Var) else None
+    if add is None or add.prim is not Prim.ADD:
+        return None
+    for g, one in (add.inputs, add.inputs[::-1]):
+        if not (isinstance(one, Literal) and one.as_float() == 1.0 and isinstance(g, Var)):
+            continue
+        ex = ctx.producer.get(g.id)
+        if ex is not None and ex.prim is Prim.EXP and isinstance(ex.inputs[0], Var):
+            return ex.inputs[0]
+    return None
+
+
+def expand_softplus(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
+    """``log(exp(v) + 1)`` as ``max(v, 0) + log(1 + exp(-|v|))``, the log by its odd series in
+    ``u = g / (g + 2)``, ``g = exp(-|v|)`` in ``(0, 1]`` (so ``u <= 1/3``): ``1 + g`` is never
+    formed, so the result keeps its relative accuracy where ``g`` is small, and no exp of a
+    large ``v`` overflows. The source's ``exp(v) + 1`` is left unread (dead: nothing computes
+    with it, so its FP16 overflow is not flagged)."""
+    v = operand_of_softplus(e, ctx)
+    if v is None or em.dtype not in (DType.F32, DType.F16) or v.dtype is not em.dtype:
+        return False
+    g = em.exp(em.neg(em.abs(v)))
+    # where the source's exp(v) overflows F32 (v > 88.72: the FP16 values from 88.75 on) the
+    # oracle's softplus is +inf; the rewrite must not answer a finite value there: a product
+    # that overflows FP16 (flagged in the graph: the step is refused), times 0, added in
+    over = em.sub(em.max(v, SOFTPLUS_TOP), SOFTPLUS_TOP)  # >= 0.0625 past the top, else 0
+    nan_past = em.mul(em.mul(em.mul(over, 65504.0), 65504.0), 0.0)
+    u = em.div(g, em.add(g, 2.0))
+    u2 = em.mul(u, u)
+    poly: Var = em.add(em.mul(u2, _SOFTPLUS_SERIES[0]), _SOFTPLUS_SERIES[1])
+    for c in _SOFTPLUS_SERIES[2:]:
+        poly = em.add(em.mul(poly, u2), c)
+    em.add(em.add(em.max(v, 0.0), nan_past), em.mul(em.mul(u, 2.0), poly), out=e.out)
     return True

@@ -33,7 +33,12 @@ from enum import Enum
 from poot_ir import ConvertParams, DType, Eqn, Literal, Prim, Var
 
 from poot_planner.legal_emit import Emit, RuleContext
-from poot_planner.legal_log import expand_log
+from poot_planner.legal_log import (
+    SOFTPLUS_REMAINDER,
+    SOFTPLUS_TOP,
+    expand_log,
+    expand_softplus,
+)
 from poot_planner.legal_steps import (
     TINY_F16,
     exact_float,
@@ -67,9 +72,19 @@ class Rule:
     decomposition: str
     numerics: Numerics
     expand: Expander
-    #: error of the formula in exact arithmetic over its whole domain (APPROXIMATION only)
+    #: error of the formula in exact arithmetic over its whole domain (APPROXIMATION only);
+    #: relative to the function's value when ``relative``, whose derived bound is then fitted
+    #: as absolute plus relative (``poot_planner.legal_bounds``)
     approximation: float = 0.0
     source: str = ""
+    relative: bool = False
+    #: the function the running error analysis carries the rewrite as, one step under its
+    #: derived bound (``poot_planner.error_bounds``): "log" or "softplus"; "" carries it step
+    #: by step
+    carried: str = ""
+    #: the operand's range the bound is derived on, when narrower than the device dtype's
+    #: (beyond it the rewrite is refused in the graph)
+    domain: tuple[float, float] | None = None
 
 
 # -- the expanders ---------------------------------------------------------------------------
@@ -254,6 +269,22 @@ RULES: tuple[Rule, ...] = (
     Rule(
         Prim.LOG,
         INTEL,
+        "softplus as ONNX writes it, stably",
+        "log(exp(v) + 1) as max(v, 0) + 2u (1 + u^2/3 + ... + u^8/9), u = g / (g + 2), "
+        "g = exp(-|v|); v > 88.6875 (F32's exp overflows: the oracle's +inf) made NaN by an "
+        "FP16 overflow, flagged in the graph",
+        _A,
+        expand_softplus,
+        approximation=SOFTPLUS_REMAINDER,
+        source="identity log(1 + g) = 2 atanh(g / (2 + g)); remainder <= u^10 / (11 (1 - u^2)) "
+        "relative, u <= 1/3",
+        relative=True,
+        carried="softplus",
+        domain=(-math.inf, SOFTPLUS_TOP),
+    ),
+    Rule(
+        Prim.LOG,
+        INTEL,
         "log by exact range reduction",
         "x = m 2^k by nine exact 0/1-mask stages (m in [0.707, 1.414)), then "
         "k 11/16 + (k (ln2 - 11/16) + 2u (1 + u^2/3 + u^4/5)), u = (m - 1)/(m + 1); "
@@ -261,6 +292,7 @@ RULES: tuple[Rule, ...] = (
         _R,
         expand_log,
         source="atanh series, remainder <= 2|u|^7 / (7 (1 - u^2)) (3.7e-6 relative)",
+        carried="log",
     ),
     Rule(Prim.RECIP, INTEL, "recip as a division", "1 / x", _I, _recip),
     Rule(Prim.MIN, INTEL, "min via max", "-max(-a, -b)", _I, _min),
