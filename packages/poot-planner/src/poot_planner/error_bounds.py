@@ -244,8 +244,9 @@ def _whole(
     xs, es = val[x.id], err[x.id]
     # on the operand the device holds (an F32 value below FP16's subnormals is 0 there); off
     # log's domain the rewrite is NaN there, flagged in the graph: nothing promised
-    held = np.asarray(xs).astype(dtype).astype(np.float64)
-    inside = held > 0 if kind == "log" else np.isfinite(held)
+    with np.errstate(over="ignore"):  # a value FP16 cannot hold is inf there: outside
+        held = np.asarray(xs).astype(dtype).astype(np.float64)
+    inside = (held > 0) & np.isfinite(held) if kind == "log" else np.isfinite(held)
     if rw.rule.domain is not None:  # past it the rewrite is refused in the graph
         inside &= (held >= rw.rule.domain[0]) & (held <= rw.rule.domain[1])
     with np.errstate(all="ignore"):
