@@ -3,16 +3,16 @@ steps, then a short odd series, so the error is relative, as log's own is.
 
 For an F16 ``x > 0`` (subnormals included):
 
-1. **Reduction, exact.** Nine stages find an integer ``k`` and ``m = x 2^-k`` in
-   ``[0.70703125, 1.4140625)``: four that halve the binade while ``x >= 2^s`` (s = 8, 4, 2, 1:
-   ``x < 2^16`` leaves ``x`` in ``[2^-24, 2)``), five that double it while ``x < 2^(1-s)``
-   (s = 16, 8, 4, 2, 1: ``[1, 2)`` from ``x >= 2^-24``), and a last one halving ``m >= 1.4140625``.
-   Each stage's test is the exact 0/1 mask of ``c - x > 0`` (``legal_steps.step``: an FP16
-   difference has the sign of the exact one and is at least 2^-24 when nonzero); its factor
-   ``mask 2^s' + (1 - mask)`` is exactly ``2^s'`` or 1 (one term is zero), ``x`` times it is
-   exact (a power of two whose product stays inside FP16's range: the stage only scales a binade
-   towards 1), and ``k`` is a sum of small integers, exact. ``2^16`` is not an FP16 value, so
-   that stage applies ``2^8`` twice.
+1. **Reduction, exact.** Ten stages find an integer ``k`` and ``m = x 2^-k`` in
+   ``[0.70703125, 1.4140625)`` (``M_LO`` is the FP16 value just below sqrt(2)/2, so ``log m``
+   is small on both sides): five that halve while ``x >= M_LO 2^s`` (s = 16, 8, 4, 2, 1: from
+   ``x < 65504 < M_LO 2^17``, each keeps ``x < M_LO 2^s``), five that double while
+   ``x < M_LO 2^(1-s)`` (from ``x >= 2^-24``). Each stage's test is the exact 0/1 value of
+   ``x < c`` (``below``: an FP16 difference has the sign of the exact one and is at least 2^-24
+   when nonzero); its factor is exactly ``2^+-s`` or 1 (``lt (1 - 2^-s) + 2^-s``, ``lt (2^s -
+   1) + 1``: FP16 holds each term and sum), ``x`` times it is exact (a power of two, the
+   product inside FP16's range and normal or exactly scaled), and ``k`` is a sum of small
+   integers, exact. ``2^16`` is not an FP16 value: that stage applies ``2^8`` twice.
 2. **Series.** ``log m = 2 atanh(u) = 2u (1 + u^2/3 + u^4/5 + ...)``, ``u = (m - 1)/(m + 1)``,
    ``|u| <= 0.1716``: the three terms kept leave a remainder below ``2|u|^7 / (7 (1 - u^2))``
    (3.7e-6 relative to |log m|), derived per piece in ``poot_planner.legal_bounds``.
@@ -39,7 +39,6 @@ import math
 from poot_ir import DType, Eqn, Literal, Prim, Var
 
 from poot_planner.legal_emit import Emit, RuleContext
-from poot_planner.legal_steps import step
 
 __all__ = [
     "K_RANGE",
@@ -48,6 +47,7 @@ __all__ = [
     "M_HI",
     "M_LO",
     "SOFTPLUS_TOP",
+    "below",
     "domain_guarded",
     "expand_log",
     "expand_softplus",
@@ -58,42 +58,51 @@ __all__ = [
 
 LN2_HI = 0.6875  # 11/16: k * LN2_HI is exact in FP16 for |k| < 2^7
 LN2_LO = math.log(2.0) - LN2_HI  # 0.0056472, rounded into FP16 (11 bits of it) when narrowed
-M_CUT = 1.4140625  # the FP16 value just below sqrt(2): m >= M_CUT is halved
-M_LO, M_HI = M_CUT / 2.0, 1.4140625  # m in [M_LO, M_HI) (M_HI itself excluded)
+M_LO, M_HI = 0.70703125, 1.4140625  # m in [M_LO, M_HI): 181/256 and twice it
 #: x = m 2^k over FP16's positive range: 2^-24 = 1 * 2^-24, 65504 = 0.9995 * 2^16
 K_RANGE = (-24, 16)
-_UP = (8, 4, 2, 1)  # x >= 2^s: x 2^-s, k + s
-_DOWN = (16, 8, 4, 2, 1)  # x < 2^(1 - s): x 2^s, k - s
+_STAGES = (16, 8, 4, 2, 1)  # halving while x >= M_LO 2^s, then doubling while x < M_LO 2^(1-s)
 #: the kept series 1 + u^2/3 + u^4/5, by Horner in u^2
 _SERIES = (1.0 / 5.0, 1.0 / 3.0, 1.0)
+_TINY = 2.0**-24  # FP16's smallest subnormal
+_AMP = 4096.0  # 2^12: twice, 2^-24 to exactly 1
 
 
-def _stage(em: Emit, x: Var, k: Var | None, c: float, below: bool, s: int) -> tuple[Var, Var]:
-    """One reduction stage: where ``x >= c`` (``below`` False) or ``x < c`` (``below`` True),
-    ``x`` times ``2^-s`` (``2^s`` when below) and ``k`` plus ``s`` (minus ``s`` when below)."""
-    lt = step(em, em.sub(c, x))  # exactly 1 where x < c, else 0
-    mask = lt if below else em.sub(1.0, lt)
-    keep = em.sub(1.0, mask)
-    scale, times = (2.0**s, 1) if s <= 8 else (2.0**8, s // 8)  # 2^16 is two steps of 2^8
-    if not below:
-        scale = 1.0 / scale
-    f = em.add(em.mul(mask, scale), keep)  # exactly 2^(+-s) or 1
+def below(em: Emit, x: Var, c: float) -> Var:
+    """Exactly 1 where the F16 ``x < c``, else 0: ``d = c - x`` has the exact difference's sign
+    and is 0 or at least 2^-24 in magnitude, so ``min(max(d, 0), 2^-24)`` is 0 or 2^-24, and
+    two products by 2^12 make it 0 or 1 (exact: powers of two, subnormal operand included)."""
+    g = em.min(em.max(em.sub(c, x), 0.0), _TINY)
+    return em.mul(em.mul(g, _AMP), _AMP)
+
+
+def _stage(em: Emit, x: Var, acc: Var | None, s: int, up: bool) -> tuple[Var, Var]:
+    """One reduction stage: ``lt = [x < c]``; up (``c = M_LO 2^s``): ``x`` times ``2^-s`` unless
+    ``lt``; down (``c = M_LO 2^(1-s)``): ``x`` times ``2^s`` where ``lt``. Both add ``-s lt`` to
+    ``acc`` (``k`` is ``acc`` plus the up stages' sum)."""
+    lt = below(em, x, M_LO * 2.0 ** (s if up else 1 - s))
+    step_, times = (2.0**s, 1) if s <= 8 else (2.0**8, s // 8)  # 2^16 is two steps of 2^8
+    if up:  # lt (1 - 2^-s) + 2^-s: exactly 1 or 2^-s (1 - 2^-s has at most 8 bits)
+        f = em.add(em.mul(lt, 1.0 - 1.0 / step_), 1.0 / step_)
+    else:  # lt (2^s - 1) + 1: exactly 2^s or 1
+        f = em.add(em.mul(lt, step_ - 1.0), 1.0)
     for _ in range(times):
         x = em.mul(x, f)
-    dk = em.mul(mask, -float(s) if below else float(s))
-    return x, dk if k is None else em.add(k, dk)
+    dk = em.mul(lt, -float(s))
+    return x, dk if acc is None else em.add(acc, dk)
 
 
 def reduce(em: Emit, x: Var) -> tuple[Var, Var]:
-    """``(m, k)`` with ``x = m 2^k`` exactly, ``m`` in ``[M_LO, M_HI)``, for an F16 ``x > 0``."""
-    k: Var | None = None
-    for s in _UP:
-        x, k = _stage(em, x, k, 2.0**s, False, s)
-    for s in _DOWN:
-        x, k = _stage(em, x, k, 2.0 ** (1 - s), True, s)
-    x, k = _stage(em, x, k, M_CUT, False, 1)
-    assert k is not None
-    return x, k
+    """``(m, k)`` with ``x = m 2^k`` exactly, ``m`` in ``[M_LO, M_HI)``, for an F16 ``x > 0``:
+    five stages halve the binade while ``x >= M_LO 2^s`` (x < 65504 < M_LO 2^17 ends below
+    ``2 M_LO``), five double it while ``x < M_LO 2^(1-s)`` (x >= 2^-24 ends at or above M_LO)."""
+    acc: Var | None = None
+    for s in _STAGES:
+        x, acc = _stage(em, x, acc, s, True)
+    for s in _STAGES:
+        x, acc = _stage(em, x, acc, s, False)
+    assert acc is not None
+    return x, em.add(acc, float(sum(_STAGES)))
 
 
 def tail(em: Emit, m: Var, k: Var, out: Var | None = None) -> Var:

@@ -286,7 +286,7 @@ RULES: tuple[Rule, ...] = (
         Prim.LOG,
         INTEL,
         "log by exact range reduction",
-        "x = m 2^k by nine exact 0/1-mask stages (m in [0.707, 1.414)), then "
+        "x = m 2^k by ten exact 0/1-mask stages (m in [0.707, 1.414)), then "
         "k 11/16 + (k (ln2 - 11/16) + 2u (1 + u^2/3 + u^4/5)), u = (m - 1)/(m + 1); "
         "x <= 0 made NaN by + (sqrt(x) / x) 0, flagged in the graph",
         _R,
