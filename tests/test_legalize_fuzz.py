@@ -102,7 +102,7 @@ def test_legalized_chains_on_vpu_cpu_within_the_running_bound(
     first=st.booleans(),
     data=st.data(),
 )
-@settings(max_examples=4, deadline=None)
+@settings(max_examples=3, deadline=None)
 def test_legalized_log_chains_on_vpu_cpu_within_the_running_bound(
     steps: list[str], first: bool, data: st.DataObject, tmp_path_factory: object
 ) -> None:
