@@ -157,6 +157,12 @@ def _approximation(rule: Rule, eqns: list[Eqn], target: Target, device: DType) -
         return _relative(rule, eqns, target, device, unit, limit)
     edges = [-_EDGE + 2 * _EDGE * k / _SLICES for k in range(_SLICES + 1)]
     pieces = [(-limit, -_EDGE), *itertools.pairwise(edges), (_EDGE, limit)]
+    if rule.domain is not None:  # the bound holds on the rule's domain (beyond it: refused)
+        # in slices of 1/8 all along it: an exp over a long piece has an absolute error its
+        # small end cannot carry
+        first, last = rule.domain
+        n = math.ceil((last - first) * 8)
+        pieces = list(itertools.pairwise([first + (last - first) * q / n for q in range(n + 1)]))
     worst = 0.0
     for lo, hi in pieces:
         got = _analyse(eqns, target, device, unit, limit, _Val(lo, hi, 0.0))

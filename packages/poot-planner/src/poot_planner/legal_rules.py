@@ -46,6 +46,7 @@ from poot_planner.legal_steps import (
     mask_of,
     multiplicand,
     readers_through_movement,
+    sigmoid_operand,
     sign,
 )
 
@@ -122,6 +123,16 @@ def _erf(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
     g = em.exp(em.neg(em.mul(a, a)))
     magnitude = em.sub(1.0, em.mul(poly, g))
     em.mul(sign(em, c), magnitude, out=e.out)
+    return True
+
+
+def _sigmoid_select(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
+    # the importer's sigmoid (``poot_ir.onnx.logic.sigmoid``): select(x >= 0, r, e r) with
+    # e = exp(-|x|), r = 1 / (1 + e): both branches are 1 / (1 + exp(-x)), in exact arithmetic
+    x = sigmoid_operand(e, ctx)
+    if x is None or not em.dtype.is_float:
+        return False
+    em.div(1.0, em.add(em.exp(em.neg(x)), 1.0), out=e.out)
     return True
 
 
@@ -341,6 +352,17 @@ RULES: tuple[Rule, ...] = (
         "v * L (|L| > 65504, read only additively) as v * sign(L) 65504",
         _S,
         _mask_scale,
+    ),
+    Rule(
+        Prim.SELECT,
+        XDNA,
+        "sigmoid's select through exp and div",
+        "select(x >= 0, r, e r), e = exp(-|x|), r = 1 / (1 + e) as 1 / (1 + exp(-x)); "
+        "bound on [-88, 87] (past it exp's domain: flagged on the device)",
+        _A,
+        _sigmoid_select,
+        source="identity: both branches are 1 / (1 + exp(-x))",
+        domain=(-88.0, 87.0),
     ),
     Rule(Prim.MIN, XDNA, "min via max", "-max(-a, -b)", _I, _min),
     Rule(Prim.ABS, XDNA, "abs via max", "max(x, -x)", _I, _abs),
