@@ -1,7 +1,7 @@
 """Partitioned run: host bytes copied between host and device per step, against the minimum.
 
 The program is the ``log_state`` example on the Intel stand-in (``VpuDevice("CPU")``): intel-npu4
-refuses ``log``, so a partitioned entry runs device span, oracle span, device span. Every byte
+refuses its round trip through ``i32``, so a partitioned entry runs device span, oracle span, device span. Every byte
 the engine hands the device (``write``) or takes back (``read``) in a step is counted by a
 device that wraps the real one. The minimum is each device span's inputs written once and its
 outputs read once (a weight stays on the device and is not counted). Alongside it, the bytes

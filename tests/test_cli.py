@@ -47,7 +47,7 @@ def test_plan_shows_rewrites_and_the_partition(
     path = tmp_path / "g.poot"
     path.write_text(
         "program g\n  slot x %0: f32[4,8]\n  %1: f32[4,8] = erf %0\n"
-        "  %2: f32[4,8] = log %1\n  output y = %2\nend\n"
+        "  %2: i32[4,8] = convert %1 {dtype=i32}\n  output y = %2\nend\n"
     )
     code, out, _ = _run(capsys, "plan", str(path), "--target", "intel-npu4")
     assert code == 1

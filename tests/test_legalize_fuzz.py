@@ -1,6 +1,6 @@
 """Legalized programs fuzzed on the stand-ins under the running error analysis: random chains of
 the primitives the targets' rules rewrite (intel-npu4: tanh, erf, recip, min, abs, select on a
-gt / eq mask; xdna2: min, abs), planned (every refused step rewritten), and run on
+gt / eq mask, and log in chains of its own; xdna2: min, abs), planned (every refused step rewritten), and run on
 ``Engine(device, verify="always")`` with inputs at FP16's edges. The verified step compares the
 device with the oracle within ``result_bounds`` of the legalized plan, which carries each
 rewrite step by step and adds each approximation's own error: a step either passes that check
@@ -95,6 +95,22 @@ def test_legalized_chains_on_vpu_cpu_within_the_running_bound(
     p = plan(_chain(steps), "intel-npu4")
     assert p.rewrites, "every chain step is a rule's primitive"
     _check(p, _inputs(data, big=False), "vpu-cpu", Path(str(tmp_path_factory.mktemp("v"))))  # type: ignore[attr-defined]
+
+
+@given(
+    steps=st.lists(st.sampled_from(INTEL_STEPS), min_size=0, max_size=1),
+    first=st.booleans(),
+    data=st.data(),
+)
+@settings(max_examples=3, deadline=None)
+def test_legalized_log_chains_on_vpu_cpu_within_the_running_bound(
+    steps: list[str], first: bool, data: st.DataObject, tmp_path_factory: object
+) -> None:
+    # log's rewrite is long (its graph compiles in seconds): a few chains, each with one log,
+    # before or after another rule's step; off its domain (x <= 0) a typed refusal
+    p = plan(_chain(["log", *steps] if first else [*steps, "log"]), "intel-npu4")
+    assert "log" in {rw.primitive for rw in p.rewrites}
+    _check(p, _inputs(data, big=False), "vpu-cpu", Path(str(tmp_path_factory.mktemp("l"))))  # type: ignore[attr-defined]
 
 
 @given(steps=st.lists(st.sampled_from(XDNA_STEPS), min_size=1, max_size=3), data=st.data())

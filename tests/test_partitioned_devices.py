@@ -27,8 +27,8 @@ def test_log_program_on_vpu_cpu(tmp_path: Path) -> None:
     )
     assert [(s.device, s.first, s.last) for s in report.spans] == [
         (True, 0, 1),
-        (False, 2, 2),
-        (True, 3, 5),
+        (False, 2, 3),
+        (True, 4, 6),
     ]
     assert len(report.steps) == 3 and report.ok, report.steps
 
@@ -56,6 +56,6 @@ def test_poot_run_partition(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     assert main([*argv, "--device", "vpu-cpu", "--partition"]) == 0
     out = capsys.readouterr().out
     assert "span 0: device equations 0..1" in out
-    assert "span 1: oracle equations 2..2" in out
-    assert "span 2: device equations 3..5" in out
+    assert "span 1: oracle equations 2..3" in out
+    assert "span 2: device equations 4..6" in out
     assert "FAILED" not in out

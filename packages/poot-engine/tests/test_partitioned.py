@@ -51,8 +51,8 @@ def test_steps_match_the_oracle_with_a_state_crossing_spans(engine: Engine) -> N
     assert part is not None
     assert [(s.device, s.eqns) for s in part.spans] == [
         (True, (0, 1)),
-        (False, (2,)),
-        (True, (3, 4, 5)),
+        (False, (2, 3)),
+        (True, (4, 5, 6)),
     ]
     state = s0
     for k in range(4):

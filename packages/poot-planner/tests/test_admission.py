@@ -229,10 +229,12 @@ def test_intel_admits_the_verified_list(name: str, target: object) -> None:
     assert p.regions == () and p.tiles == ()
 
 
-# recip, tanh, erf and abs are legalized on intel-npu4 (tests/test_legalize.py)
-@pytest.mark.parametrize("prim", ["log"])
+# recip, tanh, erf, abs and log are legalized on intel-npu4 (tests/test_legalize.py,
+# test_legal_log.py): the table itself refuses them
+@pytest.mark.parametrize("prim", ["log", "tanh", "erf", "recip"])
 def test_intel_refuses_other_unary_ops(prim: str) -> None:
-    r = only_refusal(plan(program(lambda b: getattr(b, prim)(x(b, F16))), INTEL))
+    body = program(lambda b: getattr(b, prim)(x(b, F16)))
+    r = only_refusal(plan(body, INTEL, legalization=False))
     assert r.kind is RefusalKind.UNSUPPORTED_PRIMITIVE
     assert (r.primitive, r.facts) == (prim, (("target", "intel-npu4"),))
 

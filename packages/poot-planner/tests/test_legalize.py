@@ -192,12 +192,14 @@ def test_select_on_an_argument_mask_stays_refused() -> None:
 
 
 def test_no_rewrite_without_a_derivable_bound() -> None:
-    # log has no rule; a mask scale read by a product is no additive mask: both stay refused
+    # a select on an argument's mask has no rule (its 0/1 value is not known); a mask scale
+    # read by a product is no additive mask: both stay refused
     b = Builder("r")
     x = b.slot("x", F32, (4,))
+    m = b.slot("m", DType.BOOL, (4,))
     y = b.mul(b.sub(1.0, x), -3.4e38)
     b.output("y", b.mul(y, x))
-    b.output("l", b.log(x))
+    b.output("l", b.select(m, x, 0.0))
     p = plan(b.build(), INTEL)
     assert p.rewrites == ()
     assert {r.kind for r in p.refusals} == {
@@ -209,9 +211,11 @@ def test_no_rewrite_without_a_derivable_bound() -> None:
 def test_legalizing_twice_changes_nothing_and_refusals_name_source_equations() -> None:
     b = Builder("mixed")
     x = b.slot("x", F32, (8,))
-    b.output("y", b.log(b.tanh(x)))  # tanh legalized (22 equations), then log refused
+    m = b.slot("m", DType.BOOL, (8,))
+    # tanh legalized (22 equations), then a select on an argument's mask refused
+    b.output("y", b.select(m, b.tanh(x), 0.0))
     p = plan(b.build(), INTEL)
-    assert [(r.eqn, r.primitive) for r in p.refusals] == [(1, "log")]
+    assert [(r.eqn, r.primitive) for r in p.refusals] == [(1, "select")]
     again = plan(p.legalized, INTEL)
     assert again.rewrites == () and again.legalized == p.legalized
 
@@ -247,15 +251,16 @@ def test_running_bound_carries_the_rewrite(seed: int) -> None:
 def test_partition_after_legalization_merges_and_reports() -> None:
     b = Builder("chain")
     x = b.slot("x", F32, (8,))
-    y = b.tanh(b.exp(b.log(b.erf(b.mul(x, 0.5)))))
+    m = b.slot("m", DType.BOOL, (8,))
+    y = b.tanh(b.exp(b.select(m, b.erf(b.mul(x, 0.5)), 0.0)))
     b.output("y", y)
     program = b.build()
     before = summarize(partition(program, INTEL, legalization=False), INTEL)
     spans = partition(program, INTEL)
     after = summarize(spans, INTEL)
-    # before: mul | erf | log | exp | tanh  ->  device, oracle (erf, log), device, oracle
+    # before: mul | erf | select | exp | tanh  ->  device, oracle (erf, select), device, oracle
     assert (before.device_spans, before.oracle_spans) == (2, 2)
-    # after: mul, erf (legalized) | log | exp, tanh (legalized)
+    # after: mul, erf (legalized) | select on an argument's mask | exp, tanh (legalized)
     assert [(s.device, s.eqns) for s in spans] == [(True, (0, 1)), (False, (2,)), (True, (3, 4))]
     assert (after.graphs, after.compiles, after.round_trips) == (2, 2, 2)
     assert "3 spans (2 device, 1 oracle)" in after.describe()
@@ -273,10 +278,11 @@ def test_adjacent_device_pieces_merge_when_their_union_is_admitted() -> None:
     b.output("y", b.add(b.exp(x), 1.0))
     program = b.build()
     assert merge(program, [(True, (0,)), (True, (1,))]) == [(True, (0, 1))]
-    # a union the target refuses stays apart (log refused on intel)
+    # a union the target refuses stays apart (a select on an argument's mask, refused on intel)
     b = Builder("three")
     x = b.slot("x", F32, (8,))
-    b.output("y", b.log(b.exp(x)))
+    m = b.slot("m", DType.BOOL, (8,))
+    b.output("y", b.select(m, b.exp(x), 0.0))
     program = b.build()
     assert merge(program, [(True, (0,)), (True, (1,))]) == [
         (True, (0,)),

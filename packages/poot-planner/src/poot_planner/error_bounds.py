@@ -20,13 +20,15 @@ one under the same per-primitive contracts the kernel's static bound is derived 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 from poot_ir import (
+    Atom,
     BroadcastParams,
     ConcatParams,
+    DType,
     Eqn,
     GatherParams,
     Output,
@@ -50,6 +52,9 @@ from poot_ir.numerics import (
     ScaledSum,
 )
 
+from poot_planner.legal_emit import RuleContext
+from poot_planner.legal_log import operand_of_softplus
+from poot_planner.legalize import Rewrite
 from poot_planner.narrowing import operating_dtype
 from poot_planner.plan import Plan
 
@@ -214,6 +219,54 @@ def _moved(e: Eqn, errs: list[Array], vals: list[Array]) -> Array:
             return np.full(e.out.shape, np.inf)  # no rule: promise nothing
 
 
+def _whole(
+    rw: Rewrite,
+    source: Eqn,
+    producer: dict[int, Eqn],
+    val: dict[int, Array],
+    err: dict[int, Array],
+    y: Array,
+    device: DType | None,
+) -> tuple[Array, Array]:
+    """A rewrite carried as one step (``Rule.carried``): its own error (its derived bound at
+    the exact function's value of the operand the device holds, plus the reference's rounding:
+    that value rounded once into the device dtype, float32's own error in computing it
+    included) and its operand's error carried through the function (log: as the primitive;
+    softplus: 1-Lipschitz, its slope is a sigmoid)."""
+    bound = rw.derivation.bound
+    kind = rw.rule.carried
+    x: Atom | None = source.inputs[0]
+    if kind == "softplus":
+        x = operand_of_softplus(source, RuleContext(producer=producer))
+    if not isinstance(bound, AbsRel) or not isinstance(x, Var) or kind not in _CARRIED:
+        return np.full(y.shape, np.inf), np.zeros(y.shape)
+    dtype = (device or source.out.dtype).numpy
+    xs, es = val[x.id], err[x.id]
+    # on the operand the device holds (an F32 value below FP16's subnormals is 0 there); off
+    # log's domain the rewrite is NaN there, flagged in the graph: nothing promised
+    with np.errstate(over="ignore"):  # a value FP16 cannot hold is inf there: outside
+        held = np.asarray(xs).astype(dtype).astype(np.float64)
+    inside = (held > 0) & np.isfinite(held) if kind == "log" else np.isfinite(held)
+    if rw.rule.domain is not None:  # past it the rewrite is refused in the graph
+        inside &= (held >= rw.rule.domain[0]) & (held <= rw.rule.domain[1])
+    with np.errstate(all="ignore"):
+        exact = _CARRIED[kind](np.where(inside, held, 1.0))
+    ref = 0.5 * np.abs(np.spacing(exact.astype(dtype))).astype(np.float64) + 2.0**-23 * np.abs(
+        exact
+    )
+    own = np.where(inside, bound.abs + bound.rel * np.abs(exact) + ref, np.inf)
+    if kind == "log":
+        return own, _propagated(source, [xs], [es], y)
+    return own, np.asarray(es, dtype=np.float64)
+
+
+#: the functions a rewrite is carried as, exactly (float64)
+_CARRIED: dict[str, Callable[[Array], Array]] = {
+    "log": np.log,
+    "softplus": lambda x: np.logaddexp(0.0, x),
+}
+
+
 def result_bounds(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[str, Array]:
     """For each result of ``plan.source`` (by name): the largest error a device running
     ``plan`` may have at each element, for these ``inputs`` (inf: nothing promised). The
@@ -222,6 +275,11 @@ def result_bounds(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[str, Arr
     program = plan.legalized
     # a rewrite by a published approximation adds the formula's own error at its last step
     approximation = {rw.last: rw.rule.approximation for rw in plan.rewrites}
+    # a range-reduced rewrite is carried as one step: its derived bound, and its operand's error
+    # through the source primitive (its steps' own errors are inside that bound)
+    whole = {rw.last: rw for rw in plan.rewrites if rw.rule.carried}
+    producer = {e.out.id: e for e in plan.source.eqns}
+    device = plan.narrowing.device_dtype if plan.narrowing is not None else None
     values = evaluate(_everything(program), inputs)
     val: dict[int, Array] = {a.var.id: np.asarray(inputs[a.name]) for a in program.args}
     err: dict[int, Array] = {a.var.id: np.zeros(a.var.shape) for a in program.args}
@@ -236,7 +294,11 @@ def result_bounds(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[str, Arr
             # formula approximates
             ref = np.abs(np.spacing(np.asarray(y).astype(e.out.dtype.numpy))).astype(np.float64)
             own = own + approximation[i] + 0.5 * ref
-        prop = _propagated(e, ops, eops, y)
+        if i in whole:
+            source = plan.source.eqns[whole[i].eqn]
+            own, prop = _whole(whole[i], source, producer, val, err, y, device)
+        else:
+            prop = _propagated(e, ops, eops, y)
         val[e.out.id] = y
         err[e.out.id] = np.asarray(own + prop, dtype=np.float64)
     return {name: err[v.id] for name, v in program.results()}

@@ -11,9 +11,10 @@ follow the IR's primitive and dtype order and targets follow the registry.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import assert_never
 
-from poot_ir import Builder, DType, Prim, ops
+from poot_ir import Builder, DType, Prim, Var, ops
 from poot_ir.numerics import (
     AbsRel,
     AnyInput,
@@ -147,9 +148,39 @@ def _fused_norm_bound(target: Target, weight: bool) -> str:
     return f"relative {bounds[0]:.3g}"
 
 
+def _softplus(b: Builder, x: Var) -> Var:
+    return b.log(b.add(b.exp(x), 1.0))
+
+
+def _sigmoid(b: Builder, x: Var) -> Var:
+    e = b.exp(b.neg(b.abs(x)))
+    r = b.recip(b.add(e, 1.0))
+    return b.select(b.ge(x, 0.0), r, b.mul(e, r))  # as poot_ir.onnx.logic.sigmoid writes it
+
+
+#: rules that rewrite a pattern, probed on the pattern (the others on the primitive alone)
+_PROBES: dict[str, Callable[[Builder, Var], Var]] = {
+    "softplus as ONNX writes it, stably": _softplus,
+    "sigmoid's select through exp and div": _sigmoid,
+}
+
+
+def _pattern_numerics(rule: Rule, t: Target, probe: Callable[[Builder, Var], Var]) -> str:
+    b = Builder("probe")
+    b.output("y", probe(b, b.slot("x", DType.F32, (1,))))
+    program = b.build()
+    e = program.eqns[-1]
+    em = Emit(100, DType.F32)
+    if not rule.expand(em, e, RuleContext(producer={q.out.id: q for q in program.eqns})):
+        return rule.numerics.value
+    return f"{rule.numerics.value}: {derive(rule, em.eqns, t, DType.F32).describe()}"
+
+
 def _rule_numerics(rule: Rule, t: Target) -> str:
     """A rule's derived bound on ``t``, as the planner derives it for a unary F32 operand (the
     rules on comparisons and products are identities or sentinels: their kind says it)."""
+    if rule.name in _PROBES:
+        return _pattern_numerics(rule, t, _PROBES[rule.name])
     if not (rule.prim.is_unary or rule.prim.is_binary) or rule.prim is Prim.MUL:
         return rule.numerics.value
     b = Builder("probe")

@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from poot_ir import DType, Eqn, Literal, Prim, Var
+from poot_ir import DType, Eqn, Literal, Prim, TensorType, Var
 from poot_ir.numerics import (
     AbsRel,
     AnyInput,
@@ -44,6 +44,8 @@ from poot_ir.numerics import (
     Relative,
 )
 
+from poot_planner import legal_log
+from poot_planner.legal_emit import Emit
 from poot_planner.legal_rules import Numerics, Rule
 from poot_planner.target import Target
 
@@ -96,6 +98,11 @@ def derive(rule: Rule, eqns: list[Eqn], target: Target, dtype: DType) -> Derivat
             return _identity(eqns, target)
         case Numerics.SENTINEL:
             return Derivation(BitExact(signed_zero=False))  # exact where FP16 holds the value
+        case Numerics.REDUCED:
+            key = (rule, target, device)
+            if key not in _MEMO:
+                _MEMO[key] = _reduced(rule, target, device)
+            return _MEMO[key]
         case Numerics.APPROXIMATION:
             # the chain of an approximation does not depend on the shape it runs at, so its
             # analysis (some thousands of interval steps) is made once per rule and target
@@ -146,8 +153,16 @@ def _approximation(rule: Rule, eqns: list[Eqn], target: Target, device: DType) -
     unit = _UNIT.get(device)
     if unit is None:
         return Derivation(None, f"no unit roundoff known for {device.value}")
+    if rule.relative:
+        return _relative(rule, eqns, target, device, unit, limit)
     edges = [-_EDGE + 2 * _EDGE * k / _SLICES for k in range(_SLICES + 1)]
     pieces = [(-limit, -_EDGE), *itertools.pairwise(edges), (_EDGE, limit)]
+    if rule.domain is not None:  # the bound holds on the rule's domain (beyond it: refused)
+        # in slices of 1/8 all along it: an exp over a long piece has an absolute error its
+        # small end cannot carry
+        first, last = rule.domain
+        n = math.ceil((last - first) * 8)
+        pieces = list(itertools.pairwise([first + (last - first) * q / n for q in range(n + 1)]))
     worst = 0.0
     for lo, hi in pieces:
         got = _analyse(eqns, target, device, unit, limit, _Val(lo, hi, 0.0))
@@ -157,10 +172,65 @@ def _approximation(rule: Rule, eqns: list[Eqn], target: Target, device: DType) -
     return Derivation(AbsRel(rule.approximation + worst, 0.0))
 
 
+#: A relative bound's pieces: slices of 1/8 from -16 to 16 (FP16's exp(-16) is below its
+#: smallest subnormal), binades beyond (a rounding there is relative to the binade), and the
+#: rest of each tail. A piece whose value may be below FP16's smallest normal 2^-14 (where only
+#: an absolute bound can hold) goes to the absolute part.
+_REL_EDGE, _NORMAL_F16 = 16.0, 2.0**-14
+
+
+def _relative_pieces(limit: float) -> list[tuple[float, float]]:
+    slices = [-_REL_EDGE + k / 8 for k in range(int(2 * _REL_EDGE * 8) + 1)]
+    binades = [2.0**j for j in range(4, 16)] + [limit]
+    above = list(itertools.pairwise(binades))
+    below = [(-b, -a) for a, b in reversed(above)]
+    return [(-limit, -limit), *below, *itertools.pairwise(slices), *above]
+
+
+def _relative(
+    rule: Rule, eqns: list[Eqn], target: Target, device: DType, unit: float, limit: float
+) -> Derivation:
+    """``AbsRel(abs, rel)``: ``rel`` the largest error over the smallest magnitude of the exact
+    function on a piece (the formula's interval shrunk by its relative remainder), ``abs`` the
+    largest error of a piece whose value may be below FP16's smallest normal. Each piece's
+    error is the device's (the interval analysis) plus the remainder at its largest value."""
+    rel, at_tiny = 0.0, 0.0
+    first, last = rule.domain if rule.domain is not None else (-limit, limit)
+    for lo, hi in _relative_pieces(limit):
+        lo, hi = max(lo, first), min(hi, last)
+        if lo > hi:
+            continue
+        got = _analyse_val(eqns, target, device, unit, limit, _Val(lo, hi, 0.0))
+        if isinstance(got, str):
+            return Derivation(None, got)
+        err = got.err + rule.approximation * got.mag
+        smallest = 0.0 if got.lo <= 0.0 <= got.hi else min(abs(got.lo), abs(got.hi))
+        smallest /= 1.0 + rule.approximation
+        if smallest >= _NORMAL_F16:
+            rel = max(rel, err / smallest)
+        else:
+            at_tiny = max(at_tiny, err)
+    return Derivation(AbsRel(at_tiny, rel))
+
+
 def _analyse(
     eqns: list[Eqn], target: Target, device: DType, unit: float, limit: float, operand: _Val
 ) -> float | str:
     """The error of the last step with every operand of the chain in ``operand``."""
+    got = _analyse_val(eqns, target, device, unit, limit, operand)
+    return got if isinstance(got, str) else got.err
+
+
+def _analyse_val(
+    eqns: list[Eqn],
+    target: Target,
+    device: DType,
+    unit: float,
+    limit: float,
+    operand: _Val | dict[int, _Val],
+) -> _Val | str:
+    """The last step's value (interval and error) with every operand of the chain in
+    ``operand`` (or each in its own interval, by id)."""
     env: dict[int, _Val] = {}
     made = {e.out.id for e in eqns}
 
@@ -170,7 +240,9 @@ def _analyse(
             d = _device_value(x, device)
             return _Val(d, d, abs(d - x))
         assert isinstance(a, Var)
-        return env[a.id] if a.id in made else operand
+        if a.id in made:
+            return env[a.id]
+        return operand[a.id] if isinstance(operand, dict) else operand
 
     negated: dict[int, int] = {}  # neg's output id -> its operand's id, so max(x, -x) is |x|
     for e in eqns:
@@ -192,13 +264,18 @@ def _analyse(
         own = _own(cap.contract.bound, got, ins)
         if own is None:
             return f"{e.prim.value}: its contract gives no absolute bound"
-        if e.prim in _ROUNDS and not _exact_scaling(e):
+        kept = _absorbed(e.prim, ins, device) if own == 0.0 else None
+        if kept is not None:  # the device's sum is the larger operand itself, in range
+            env[e.out.id] = _Val(got.lo, got.hi, kept)
+            continue
+        exact = _exact_scaling(e) or _exact_point(got, ins, device) or _adds_zero(e.prim, ins)
+        if e.prim in _ROUNDS and not exact:
             own += unit * (got.mag + got.err)
         y = _Val(got.lo, got.hi, got.err + own)
         if not y.mag + y.err <= limit:
             return f"{e.prim.value}: a value past {limit:g}"
         env[e.out.id] = y
-    return env[eqns[-1].out.id].err
+    return env[eqns[-1].out.id]
 
 
 def _is_abs(e: Eqn, negated: dict[int, int]) -> bool:
@@ -218,6 +295,39 @@ def _exact_scaling(e: Eqn) -> bool:
             m, _ = math.frexp(abs(a.as_float()))
             return m == 0.5 and abs(a.as_float()) >= 1.0
     return False
+
+
+def _exact_point(y: _Val, ins: list[_Val], device: DType) -> bool:
+    """Exact operands of one value each whose exact result the device dtype holds: the oracle's
+    rounding (what the contracts compare with) leaves it as it is (``k 11/16`` of an integer
+    ``k``, ``0 + v``'s zero)."""
+    if any(v.err != 0.0 or v.lo != v.hi for v in ins):
+        return False
+    return y.lo == y.hi and _device_value(y.lo, device) == y.lo
+
+
+def _absorbed(prim: Prim, ins: list[_Val], device: DType) -> float | None:
+    """An add of an exact operand ``a`` (its value held by the device dtype, one sign) and a
+    ``b`` whose device value is below a quarter of ``a``'s ulp (half the spacing below a power
+    of two): round to nearest gives ``a`` itself, so the error is ``b``'s exact magnitude, and
+    the device's value is ``a``'s (in range whenever ``a`` is). None when that is not so."""
+    if prim is not Prim.ADD:
+        return None
+    for a, b in (ins, ins[::-1]):
+        if a.err != 0.0 or a.lo <= 0.0 <= a.hi:
+            continue
+        low = min(abs(a.lo), abs(a.hi))
+        ulp = float(np.spacing(np.array(low, dtype=device.numpy)))
+        held = _device_value(a.lo, device) == a.lo and _device_value(a.hi, device) == a.hi
+        if b.mag + b.err < ulp / 4 and math.isfinite(a.mag) and held:
+            return b.mag
+    return None
+
+
+def _adds_zero(prim: Prim, ins: list[_Val]) -> bool:
+    """An add (or subtract) of an exact zero: the other operand, unrounded."""
+    zero = [v.lo == v.hi == 0.0 and v.err == 0.0 for v in ins]
+    return (prim is Prim.ADD and any(zero)) or (prim is Prim.SUB and zero[1])
 
 
 def _step(prim: Prim, v: list[_Val]) -> _Val | str:
@@ -279,3 +389,75 @@ def _own(bound: Bound, y: _Val, ins: list[_Val]) -> float | None:
             return u * unit * max(v.mag + v.err for v in ins)
         case _:
             return None
+
+
+# -- a range-reduced approximation: log -----------------------------------------------------
+
+
+def _reduced(rule: Rule, target: Target, device: DType) -> Derivation:
+    """``log``'s bound on ``target`` (``poot_planner.legal_log``): the reduction to ``(m, k)``
+    is exact, so the tail is analysed alone, ``k`` each integer of ``K_RANGE`` and ``m`` in
+    pieces of ``[M_LO, M_HI)`` on FP16's grid, narrowing geometrically towards 1 so that each
+    piece but ``m = 1`` keeps ``log x`` away from zero. Each piece's error against the exact
+    ``log x`` is the device's (the interval analysis) plus the series' remainder; the bound is
+    relative (``rel``: the largest error over ``|log x|`` of a piece away from zero) plus the
+    absolute error where ``log x`` is zero (``x = 1``)."""
+    if rule.prim is not Prim.LOG:
+        return Derivation(None, f"no range-reduced analysis of {rule.prim.value}")
+    unit = _UNIT.get(device)
+    if unit is None or device is not DType.F16:
+        return Derivation(None, f"the reduction is exact on FP16 only, not {device.value}")
+    limit = target.narrowing.max_magnitude if target.narrowing is not None else 65504.0
+    em = Emit(2, device)
+    m_var, k_var = Var(0, TensorType((), device)), Var(1, TensorType((), device))
+    legal_log.tail(em, m_var, k_var)
+    for e in em.eqns:  # every step of the tail has a row on the target
+        if target.capability(e.prim, device) is None:
+            return Derivation(None, f"{e.prim.value} has no contract on {device.value}")
+    rel, at_zero = 0.0, 0.0
+    for k in range(legal_log.K_RANGE[0], legal_log.K_RANGE[1] + 1):
+        for lo, hi in _m_pieces(fine=k == 0):
+            got = _analyse_val(
+                em.eqns,
+                target,
+                device,
+                unit,
+                limit,
+                {0: _Val(lo, hi, 0.0), 1: _Val(float(k), float(k), 0.0)},
+            )
+            if isinstance(got, str):
+                return Derivation(None, got)
+            err = got.err + _series_remainder(lo, hi)
+            exact = (math.log(lo) + k * math.log(2.0), math.log(hi) + k * math.log(2.0))
+            smallest = 0.0 if exact[0] <= 0.0 <= exact[1] else min(map(abs, exact))
+            if smallest > 0.0:
+                rel = max(rel, err / smallest)
+            else:
+                at_zero = max(at_zero, err)
+    return Derivation(AbsRel(at_zero, rel))
+
+
+def _series_remainder(lo: float, hi: float) -> float:
+    """``|2 atanh(u) - 2u (1 + u^2/3 + u^4/5)| <= 2|u|^7 / (7 (1 - u^2))`` over ``m`` in the
+    piece (the dropped terms ``2u^(2j+1)/(2j+1)``, j >= 3, below a geometric series)."""
+    u = max(abs((lo - 1.0) / (lo + 1.0)), abs((hi - 1.0) / (hi + 1.0)))
+    return 2.0 * u**7 / (7.0 * (1.0 - u * u))
+
+
+def _m_pieces(fine: bool) -> list[tuple[float, float]]:
+    """Pieces covering every FP16 ``m`` in ``[M_LO, M_HI)``. ``fine`` (for k = 0, where
+    ``log x`` crosses zero): below 1 ending at 1 - 2^-j, above it starting at 1 + 2^-j (FP16's
+    neighbours of 1 are 1 - 2^-11 and 1 + 2^-10), each split in four, and ``m = 1`` alone;
+    otherwise ``log x`` is at least ln2/2 away from zero and sixteen even pieces do."""
+    top = float(np.nextafter(np.float16(legal_log.M_HI), np.float16(0.0)))
+    if not fine:
+        cuts = [legal_log.M_LO + (top - legal_log.M_LO) * q / 16 for q in range(17)]
+        return list(itertools.pairwise(cuts))
+    below = [legal_log.M_LO] + [1.0 - 2.0**-j for j in range(2, 12)]
+    above = [1.0 + 2.0**-j for j in range(10, 1, -1)] + [top]
+    out: list[tuple[float, float]] = [(1.0, 1.0)]
+    for edges in (below, above):
+        for a, b in itertools.pairwise(edges):
+            cuts = [a + (b - a) * q / 4 for q in range(5)]
+            out.extend(itertools.pairwise(cuts))
+    return out

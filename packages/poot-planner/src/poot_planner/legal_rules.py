@@ -9,6 +9,9 @@ expander that emits the equations) and its numerics:
 - ``APPROXIMATION``: a published formula whose error in exact arithmetic is ``approximation``;
   the planner adds the floating-point error of its steps, derived from the steps' contracts and
   the device dtype's rounding over the formula's domain (``poot_planner.legal_bounds``).
+- ``REDUCED``: an exact range reduction, then a short series (``poot_planner.legal_log``): the
+  bound is derived on the series alone, over the reduced argument's pieces, and is relative;
+  the running error analysis carries the rewrite as one step under that bound.
 - ``SENTINEL``: the specification's mask-sentinel rule carried to a product: a mask value too
   large for FP16 saturates to the sentinel (+-65504), which is all an additive mask needs.
 
@@ -30,6 +33,12 @@ from enum import Enum
 from poot_ir import ConvertParams, DType, Eqn, Literal, Prim, Var
 
 from poot_planner.legal_emit import Emit, RuleContext
+from poot_planner.legal_log import (
+    SOFTPLUS_REMAINDER,
+    SOFTPLUS_TOP,
+    expand_log,
+    expand_softplus,
+)
 from poot_planner.legal_steps import (
     TINY_F16,
     exact_float,
@@ -38,6 +47,7 @@ from poot_planner.legal_steps import (
     multiplicand,
     predicate_and_literal,
     readers_through_movement,
+    sigmoid_operand,
     sign,
 )
 
@@ -48,6 +58,7 @@ class Numerics(Enum):
     IDENTITY = "exact identity"
     APPROXIMATION = "approximation"
     SENTINEL = "saturated sentinel"
+    REDUCED = "range-reduced approximation"
 
 
 #: Emits the decomposition of the equation (its last step writing the equation's output) and
@@ -63,9 +74,19 @@ class Rule:
     decomposition: str
     numerics: Numerics
     expand: Expander
-    #: error of the formula in exact arithmetic over its whole domain (APPROXIMATION only)
+    #: error of the formula in exact arithmetic over its whole domain (APPROXIMATION only);
+    #: relative to the function's value when ``relative``, whose derived bound is then fitted
+    #: as absolute plus relative (``poot_planner.legal_bounds``)
     approximation: float = 0.0
     source: str = ""
+    relative: bool = False
+    #: the function the running error analysis carries the rewrite as, one step under its
+    #: derived bound (``poot_planner.error_bounds``): "log" or "softplus"; "" carries it step
+    #: by step
+    carried: str = ""
+    #: the operand's range the bound is derived on, when narrower than the device dtype's
+    #: (beyond it the rewrite is refused in the graph)
+    domain: tuple[float, float] | None = None
 
 
 # -- the expanders ---------------------------------------------------------------------------
@@ -103,6 +124,16 @@ def _erf(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
     g = em.exp(em.neg(em.mul(a, a)))
     magnitude = em.sub(1.0, em.mul(poly, g))
     em.mul(sign(em, c), magnitude, out=e.out)
+    return True
+
+
+def _sigmoid_select(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
+    # the importer's sigmoid (``poot_ir.onnx.logic.sigmoid``): select(x >= 0, r, e r) with
+    # e = exp(-|x|), r = 1 / (1 + e): both branches are 1 / (1 + exp(-x)), in exact arithmetic
+    x = sigmoid_operand(e, ctx)
+    if x is None or not em.dtype.is_float:
+        return False
+    em.div(1.0, em.add(em.exp(em.neg(x)), 1.0), out=e.out)
     return True
 
 
@@ -240,6 +271,7 @@ def _mask_scale(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
 
 
 _I, _A, _S = Numerics.IDENTITY, Numerics.APPROXIMATION, Numerics.SENTINEL
+_R = Numerics.REDUCED
 INTEL, XDNA = "intel-npu4", "xdna2"
 
 RULES: tuple[Rule, ...] = (
@@ -262,6 +294,34 @@ RULES: tuple[Rule, ...] = (
         _erf,
         approximation=4e-7,  # 1.5e-7 (A&S) + 1.5e-8 (clamp) + 2.2e-7 (sign below 2^-24)
         source="Abramowitz and Stegun 7.1.26, |eps| <= 1.5e-7",
+    ),
+    Rule(
+        Prim.LOG,
+        INTEL,
+        "softplus as ONNX writes it, stably",
+        "log(exp(v) + 1) as max(v, 0) + 2u (1 + u^2/3 + ... + u^8/9), u = g / (g + 2), "
+        "g = exp(-|v|); v > 88.6875 (F32's exp overflows: the oracle's +inf) made NaN by an "
+        "FP16 overflow, flagged in the graph",
+        _A,
+        expand_softplus,
+        approximation=SOFTPLUS_REMAINDER,
+        source="identity log(1 + g) = 2 atanh(g / (2 + g)); remainder <= u^10 / (11 (1 - u^2)) "
+        "relative, u <= 1/3",
+        relative=True,
+        carried="softplus",
+        domain=(-math.inf, SOFTPLUS_TOP),
+    ),
+    Rule(
+        Prim.LOG,
+        INTEL,
+        "log by exact range reduction",
+        "x = m 2^k by ten exact 0/1-mask stages (m in [0.707, 1.414)), then "
+        "k 11/16 + (k (ln2 - 11/16) + 2u (1 + u^2/3 + u^4/5)), u = (m - 1)/(m + 1); "
+        "x <= 0 made NaN by + (sqrt(x) / x) 0, flagged in the graph",
+        _R,
+        expand_log,
+        source="atanh series, remainder <= 2|u|^7 / (7 (1 - u^2)) (3.7e-6 relative)",
+        carried="log",
     ),
     Rule(Prim.RECIP, INTEL, "recip as a division", "1 / x", _I, _recip),
     Rule(Prim.MIN, INTEL, "min via max", "-max(-a, -b)", _I, _min),
@@ -318,6 +378,17 @@ RULES: tuple[Rule, ...] = (
         "v * L (|L| > 65504, read only additively) as v * sign(L) 65504",
         _S,
         _mask_scale,
+    ),
+    Rule(
+        Prim.SELECT,
+        XDNA,
+        "sigmoid's select through exp and div",
+        "select(x >= 0, r, e r), e = exp(-|x|), r = 1 / (1 + e) as 1 / (1 + exp(-x)); "
+        "bound on [-88, 87] (past it exp's domain: flagged on the device)",
+        _A,
+        _sigmoid_select,
+        source="identity: both branches are 1 / (1 + exp(-x))",
+        domain=(-88.0, 87.0),
     ),
     Rule(Prim.MIN, XDNA, "min via max", "-max(-a, -b)", _I, _min),
     Rule(Prim.ABS, XDNA, "abs via max", "max(x, -x)", _I, _abs),

@@ -19,6 +19,7 @@ __all__ = [
     "multiplicand",
     "predicate_and_literal",
     "readers_through_movement",
+    "sigmoid_operand",
     "sign",
 ]
 
@@ -168,3 +169,35 @@ def readers_through_movement(vid: int, ctx: RuleContext) -> list[Eqn] | None:
             else:
                 out.append(r)
     return out
+
+
+def _made(ctx: RuleContext, a: Atom, prim: Prim) -> Eqn | None:
+    e = ctx.producer.get(a.id) if isinstance(a, Var) else None
+    return e if e is not None and e.prim is prim else None
+
+
+def _is(a: Atom, value: float) -> bool:
+    return isinstance(a, Literal) and a.as_float() == value
+
+
+def sigmoid_operand(e: Eqn, ctx: RuleContext) -> Var | None:
+    """``x`` of ``select(x >= 0, r, e r)``, ``e = exp(-|x|)``, ``r = recip(e + 1)`` (how the
+    importer writes a sigmoid: ``poot_ir.onnx.logic.sigmoid``), else None."""
+    if e.prim is not Prim.SELECT:
+        return None
+    pred, r, er = e.inputs
+    ge = _made(ctx, pred, Prim.GE)
+    if ge is None or not _is(ge.inputs[1], 0.0) or not isinstance(ge.inputs[0], Var):
+        return None
+    x = ge.inputs[0]
+    rec, mul = _made(ctx, r, Prim.RECIP), _made(ctx, er, Prim.MUL)
+    add = _made(ctx, rec.inputs[0], Prim.ADD) if rec is not None else None
+    if add is None or mul is None or r not in mul.inputs:
+        return None
+    g = next((a for a in add.inputs if not _is(a, 1.0)), None)
+    if g is None or not any(_is(a, 1.0) for a in add.inputs) or g not in mul.inputs:
+        return None
+    ex = _made(ctx, g, Prim.EXP)
+    neg = _made(ctx, ex.inputs[0], Prim.NEG) if ex is not None else None
+    ab = _made(ctx, neg.inputs[0], Prim.ABS) if neg is not None else None
+    return x if ab is not None and ab.inputs[0] == x else None
