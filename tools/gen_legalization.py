@@ -43,7 +43,7 @@ def rows() -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for m in MODELS:
-        program = import_model(m.file(), shapes=m.shapes).program
+        program = import_model(m.file(), shapes=m.shapes, constants=m.constants).program
         n = len(program.eqns)
         for target in TARGETS:
             before, _ = _refused(program, target, False)

@@ -128,3 +128,24 @@ def test_partition_keeps_relayouts_inside_one_device_span() -> None:
     assert spans[0].eqns == tuple(range(8))
     s = summarize(spans, "xdna2")
     assert (s.device_spans, s.oracle_spans) == (1, 1)
+
+
+def test_a_span_of_relayouts_alone_goes_to_the_oracle() -> None:
+    """Between two refused matmuls, a span of nothing but relayouts is no NPU work: the oracle
+    does it on the host, with no dispatch of its own; a span with a region stays on the device."""
+    b = Builder("between_matmuls")
+    x = b.slot("x", F32, (4, 6))
+    w = b.weight("w", F32, (6, 6))
+    v = b.matmul(x, w)  # refused
+    v = b.reshape(b.transpose(v, (1, 0)), (4, 6))  # relayouts alone
+    v = b.matmul(v, w)  # refused
+    b.output("y", b.neg(b.transpose(v, (1, 0))))  # a relayout and a region
+    spans = partition(b.build(), "xdna2")
+    assert [(s.device, s.eqns) for s in spans] == [(False, (0, 1, 2, 3)), (True, (4, 5))]
+    p = spans[1].plan
+    assert p is not None and p.contexts == 1 and len(p.relayouts) == 1
+    # a whole program of relayouts is admitted, so it stays one device span
+    b = Builder("only")
+    b.output("y", b.transpose(b.slot("x", F32, (4, 6)), (1, 0)))
+    (s,) = partition(b.build(), "xdna2")
+    assert s.device and s.plan is not None and s.plan.contexts == 0
