@@ -65,7 +65,14 @@ def _edges(b: Builder) -> None:  # size 1, empty, two in a row, i32
     b.output("idx", b.concat([b.transpose(i, (1, 0)), b.reshape(i, (3, 2))], 1))
 
 
+def _only_relayouts(b: Builder) -> None:  # no region at all: the relayouts run on the host
+    x = b.slot("x", F32, (3, 4))
+    b.output("t", b.transpose(b.reshape(x, (4, 3)), (1, 0)))
+    b.output("c", b.concat([b.slice(x, (0, 0), (3, 4), (1, 3)), x], 1))
+
+
 PROGRAMS: dict[str, Body] = {
+    "only_relayouts": _only_relayouts,
     "between": _between,
     "transpose_between": _transpose_between,
     "argument_and_result": _argument_and_result,
