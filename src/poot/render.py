@@ -141,6 +141,22 @@ def plan_panel(p: Plan, spans: tuple[Span, ...] = ()) -> Panel:
                 str(region.tile_bytes),
             )
         parts.append(reg)
+    if p.relayouts:  # the relayouts the host arenas absorb between the region runs
+        rel = Table(
+            "eqn",
+            "primitive",
+            "how",
+            "runs",
+            title="host relayouts (no tile, no hardware context)",
+            title_justify="left",
+        )
+        for h in p.relayouts:
+            when = (
+                f"before region {h.after}" if h.after < len(p.regions) else "after the last region"
+            )
+            how = "alias (same bytes, new shape)" if h.alias else "host copy, arena to arena"
+            rel.add_row(str(h.eqn), h.prim.value, how, when if p.regions else "on the host")
+        parts.append(rel)
     for t in p.tiles:  # how each gather keeps its indices inside the axis
         if t.index_guard is not None:
             parts.append(Text(f"gather at equation {t.eqns[0]}: indices {t.index_guard.value}"))

@@ -118,11 +118,15 @@ def _host_refusal_real(err: DomainError, p: Plan, feed: dict[str, np.ndarray]) -
     # the equation's contract's
     named = [g.domain for g in guards(p) if g.eqn == err.eqn and g.argument == err.argument]
     domain = named[0] if named else (c.domain if c is not None else None)
-    if domain is None or not reads:
+    if domain is None:
         return False
     value = np.asarray(feed[err.argument])[err.element]
     if not (value == err.value or (np.isnan(value) and np.isnan(err.value))):
         return False
+    if not reads:  # a host guard traced through data movement (a gather's table, a
+        # relayout): real when the oracle's values put the equation's operand outside
+        with np.errstate(all="ignore"):
+            return any(o.eqn == err.eqn for o in outside(p, feed, live=False))
     index = e.inputs[1] if e.prim is Prim.GATHER and isinstance(e.params, GatherParams) else None
     if isinstance(index, Var) and index.id == arg.var.id:  # an index: its axis's range
         size = e.inputs[0].type.shape[e.params.axis]

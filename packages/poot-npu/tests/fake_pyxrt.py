@@ -233,7 +233,10 @@ class bo:
             self.device[offset:end] = self.host[offset:end]
         else:
             self.host[offset:end] = self.device[offset:end]
-        _log("sync", self.id, direction.name)
+        if size is None:
+            _log("sync", self.id, direction.name)
+        else:  # a range: what a host relayout syncs
+            _log("sync", self.id, direction.name, size, offset)
 
 
 FAKE_AIECC = """\

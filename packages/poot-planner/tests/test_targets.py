@@ -195,7 +195,13 @@ def test_xdna2_table_is_the_verified_list() -> None:
         Prim.SQRT: (Relative(4e-7), PositiveNormal()),
         Prim.REDUCE_SUM: (ScaledSum(2), FiniteInputs()),
     }
-    assert set(rows) == {*expected, Prim.MAX, Prim.REDUCE_MAX, Prim.GATHER}
+    relayouts = {Prim.RESHAPE, Prim.TRANSPOSE, Prim.SLICE, Prim.CONCAT}
+    assert set(rows) == {*expected, Prim.MAX, Prim.REDUCE_MAX, Prim.GATHER, *relayouts}
+    # the relayouts the host arenas absorb: they move bytes, on the dtypes tiles compute in
+    for prim in relayouts:
+        assert rows[prim].kernel is KernelClass.HOST_RELAYOUT
+        assert rows[prim].contract == Contract(prim, BitExact(), AnyInput())
+        assert rows[prim].dtypes == frozenset({DType.F32, DType.I32})
     for prim, (bound, domain) in expected.items():
         c = rows[prim]
         assert (c.contract.bound, c.contract.domain) == (bound, domain), prim
@@ -211,7 +217,7 @@ def test_xdna2_table_is_the_verified_list() -> None:
     for prim in (Prim.REDUCE_SUM, Prim.REDUCE_MAX):
         assert rows[prim].kernel is KernelClass.ROW and rows[prim].axes is AxisRule.LAST
     for prim, c in rows.items():
-        if prim is not Prim.GATHER:
+        if prim is not Prim.GATHER and prim not in relayouts:
             assert c.dtypes == F32, prim
     assert xdna2.region_limits == RegionLimits(
         compute_tiles=32,

@@ -31,7 +31,13 @@ device's or an unloaded artifact, a buffer not allocated here or not the artifac
 the weight and input arenas to the device, then for each region starts
 ``kernel(3, insts, n_words, *arenas)`` (opcode 3; the instruction count in 32-bit words) and
 waits with ``run.wait(ms)`` for what is left of the deadline (whole milliseconds, at least 1:
-XRT's 0 waits forever). After the runs the results and flags arenas are synced from the device;
+XRT's 0 waits forever). Between the runs, where the design puts them (``execute.stages``), the
+host relayouts: an alias moves nothing (the next region streams the same device bytes); a copy
+syncs each source slot's bytes from the device, reads them, writes the relayout into the
+destination slot and syncs those bytes to the device, each sync over the slot's byte range only
+(``bo.sync(direction, size, offset)``, XRT src/python/pybind11/src/pyxrt.cpp: "Synchronize (DMA
+or cache flush/invalidation) the buffer in the requested direction"), so no other slot's bytes
+move either way. After the runs the results and flags arenas are synced from the device;
 a region's flag word (its cores' count of operands outside their domains, drained by its last
 core: ``poot_codegen.xdna.design.FlagPath``) that is not zero refuses the run with
 ``DomainFlagged`` before any result is read out. ``ERT_CMD_STATE_TIMEOUT`` is ``DeadlineExceeded`` and poisons the
@@ -65,8 +71,15 @@ from poot_codegen.xdna import (
     lower_program,
 )
 from poot_codegen.xdna import link as xlink
-from poot_codegen.xdna.design import FLAG_WORD
-from poot_codegen.xdna.execute import check_indices, read_results, write_arguments
+from poot_codegen.xdna.design import FLAG_WORD, Relayout, RelayoutKind
+from poot_codegen.xdna.execute import (
+    check_indices,
+    read_results,
+    relayout,
+    run_relayout,
+    stages,
+    write_arguments,
+)
 from poot_codegen.xdna.link import Progress
 from poot_engine.deadline import wait_slices_ms
 from poot_engine.device import Artifact, ArtifactSource, Buffer, DeviceIdentity, check_dispatch
@@ -256,8 +269,12 @@ class XdnaDevice(HostMemory):
             raise BlobRefused(self._name, f"XRT refused it: {err}") from None
         layout = design.layout
         written = {layout.slot(b.value).arena for b in layout.arguments}
-        # synced back after each run: the results and the flag words (the flags arena)
-        back = [a for a in (layout.arena(ArenaRole.RESULTS), layout.arena(ArenaRole.FLAGS)) if a]
+        # synced back after each run: the results and the flag words (the flags arena), and
+        # the arena of a result that is an alias of an argument (a reshaped input)
+        back = {
+            a.index for a in (layout.arena(ArenaRole.RESULTS), layout.arena(ArenaRole.FLAGS)) if a
+        }
+        back |= {layout.slot(b.value).arena for b in layout.results}
         artifact = Artifact(next_id(), design_signature(design))
         self._loaded[artifact.id] = _Loaded(
             artifact,
@@ -265,7 +282,7 @@ class XdnaDevice(HostMemory):
             regions,
             arenas,
             tuple(sorted(written)),
-            tuple(a.index for a in back),
+            tuple(sorted(back)),
             [] if regions else [np.zeros(a.nbytes, np.uint8) for a in layout.arenas],
         )
         return artifact
@@ -313,7 +330,9 @@ class XdnaDevice(HostMemory):
         # the gather kernel reads wherever a host-passed index points: refuse before any write
         inputs = {s.name: a for s, a in zip(specs[:n_in], arrays[:n_in], strict=True)}
         check_indices(loaded.design, inputs)
-        if not loaded.regions:  # nothing runs on the NPU: every result is an argument
+        if (
+            not loaded.regions
+        ):  # nothing runs on the NPU: every result is an argument or its relayout
             self._run_on_host(loaded, specs, arrays, n_in)
             return
         xrt = self._xrt
@@ -326,8 +345,13 @@ class XdnaDevice(HostMemory):
                     loaded.arenas[s.arena].write(data, s.offset)
             for i in loaded.to_device:
                 loaded.arenas[i].sync(xrt.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE)
-            for r in loaded.regions:
-                self._run(loaded, r, arrays, deadline_s - (time.monotonic() - start), deadline_s)
+            for stage in stages(loaded.design):
+                if isinstance(stage, Relayout):
+                    self._relayout(loaded, stage)
+                else:
+                    r = loaded.regions[stage.index]
+                    left = deadline_s - (time.monotonic() - start)
+                    self._run(loaded, r, arrays, left, deadline_s)
             for i in loaded.from_device:
                 loaded.arenas[i].sync(xrt.xclBOSyncDirection.XCL_BO_SYNC_BO_FROM_DEVICE)
             self._check_flags(loaded)
@@ -339,6 +363,31 @@ class XdnaDevice(HostMemory):
         except RuntimeError as err:
             raise DeviceFailed(f"{self._name}: XRT failed artifact {artifact.id}: {err}") from None
         self.runs += 1
+
+    def _relayout(self, loaded: _Loaded, h: Relayout) -> None:
+        """Host relayout ``h`` between region runs, over the arena buffer objects (the module
+        docstring): each source slot synced from the device and read, the result written to
+        its slot and synced to the device. An alias moves nothing."""
+        if h.kind is RelayoutKind.ALIAS:
+            return
+        sync = self._xrt.xclBOSyncDirection
+        layout = loaded.design.layout
+        sources = []
+        for v in h.sources:
+            s = layout.slot(v)
+            bo = loaded.arenas[s.arena]
+            if s.nbytes:  # an empty tensor has no bytes to sync
+                bo.sync(sync.XCL_BO_SYNC_BO_FROM_DEVICE, s.nbytes, s.offset)
+                raw = np.asarray(bo.read(s.nbytes, s.offset)).view(np.uint8)
+            else:
+                raw = np.zeros(0, np.uint8)
+            sources.append(raw.view(s.dtype.numpy).reshape(s.shape))
+        out = layout.slot(h.target)
+        if out.nbytes:
+            data = relayout(h, sources).reshape(-1).view(np.uint8)
+            bo = loaded.arenas[out.arena]
+            bo.write(data, out.offset)
+            bo.sync(sync.XCL_BO_SYNC_BO_TO_DEVICE, out.nbytes, out.offset)
 
     def _check_flags(self, loaded: _Loaded) -> None:
         """Refuse the run (``DomainFlagged``) when a region's flag word, drained by its last
@@ -386,6 +435,8 @@ class XdnaDevice(HostMemory):
         layout = loaded.design.layout
         inputs = {s.name: a for s, a in zip(specs[:n_in], arrays[:n_in], strict=True)}
         write_arguments(layout, loaded.host, inputs)
+        for h in loaded.design.relayouts:  # no region: every relayout is of the arguments
+            run_relayout(layout, h, loaded.host)
         results = read_results(layout, loaded.host)
         for spec, out in zip(specs[n_in:], arrays[n_in:], strict=True):
             np.copyto(out, results[spec.name], casting="no")

@@ -28,7 +28,8 @@ device's or an unloaded artifact, a buffer not allocated here or not the artifac
 deadline (``DeadlineRunner``): writes the argument buffers into their arena slots, runs each
 region (transfers in, every core's chunks through ctypes, the flag path, transfers out; a value
 crossing regions goes through its scratch-arena slot, each region's flag word lands at its place
-in the flags arena) and reads the results out of their slots; then reads the flag words from the
+in the flags arena) with the host relayouts between them (``execute.stages``: an alias moves
+nothing, a copy goes slot to slot in the arenas) and reads the results out of their slots; then reads the flag words from the
 flags arena, refusing a run with one not zero (``DomainFlagged``: nothing is copied out), and
 copies the results into the output buffers. A missed deadline is ``DeadlineExceeded`` and poisons the
 device: every later call but ``close`` raises ``DevicePoisoned``, and the failed run's arenas and
@@ -51,7 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
-from poot_codegen.xdna import Direction, ProgramDesign, lower_program
+from poot_codegen.xdna import Direction, ProgramDesign, Relayout, lower_program
 from poot_codegen.xdna.execute import (
     Bytes,
     check_indices,
@@ -59,6 +60,8 @@ from poot_codegen.xdna.execute import (
     new_arenas,
     read_results,
     run_region,
+    run_relayout,
+    stages,
     write_arguments,
 )
 from poot_codegen.xdna.guards import FLAG_FIRST, FLAG_NEXT
@@ -302,8 +305,11 @@ class XdnaHostDevice(HostMemory):
 
         def run() -> dict[str, np.ndarray]:
             write_arguments(design.layout, arenas, inputs)
-            for region in design.regions:
-                self._run_region(region, library, arenas)
+            for stage in stages(design):  # regions, and the host relayouts between them
+                if isinstance(stage, Relayout):
+                    run_relayout(design.layout, stage, arenas)
+                else:
+                    self._run_region(stage, library, arenas)
             return read_results(design.layout, arenas)
 
         what = f"{self._name} run of artifact {artifact.id}"

@@ -9,7 +9,7 @@ from poot_planner.narrowing import narrow_to_device_precision
 from poot_planner.partition import PartitionSummary, Span, partition, summarize
 from poot_planner.plan import Admission, Plan, plan
 from poot_planner.refusal import Refusal, RefusalKind
-from poot_planner.regions import Region
+from poot_planner.regions import HostRelayout, Region
 from poot_planner.target import (
     AxisRule,
     Capability,
@@ -26,6 +26,7 @@ __all__ = [
     "Admission",
     "AxisRule",
     "Capability",
+    "HostRelayout",
     "IndexGuard",
     "KernelClass",
     "NarrowingContract",

@@ -38,7 +38,7 @@ from poot_planner.legal_bounds import derive
 from poot_planner.legal_emit import Emit
 from poot_planner.legal_rules import RULES, Rule, RuleContext
 from poot_planner.plan import plan
-from poot_planner.target import AxisRule, Capability, Target
+from poot_planner.target import AxisRule, Capability, KernelClass, Target
 from poot_planner.targets import TARGETS
 
 __all__ = ["feature_matrix", "render_bound", "render_domain"]
@@ -217,6 +217,17 @@ def _target_section(t: Target) -> list[str]:
         [_capability_row(c) for c in t.capabilities],
     )
     out += _rules_section(t)
+    moved = [c.prim.value for c in t.capabilities if c.kernel is KernelClass.HOST_RELAYOUT]
+    if moved:
+        out += [
+            f"Host relayouts ({', '.join(moved)}): run on the host between region runs, "
+            "over the host arenas: no tile, no hardware context, no stream of their own. Each "
+            "reads host values (an argument, a value a region streams out, counted in that "
+            "region's bounds, or another relayout's output) and closes the region that makes "
+            "its operand. A reshape is an alias (the same arena bytes read with its shape, "
+            "zero copies); the others one host copy, arena to arena.",
+            "",
+        ]
     if t.region_limits is not None:
         lim = t.region_limits
         out += ["Region limits (a region closes where the next equation would break one):", ""]

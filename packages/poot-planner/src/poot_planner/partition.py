@@ -21,6 +21,9 @@ The rules:
   is refused as a whole (a context limit), the run goes to the oracle.
 - The device spans together use at most the target's hardware contexts (XDNA2: 16, one per
   region): a device span past that budget, in program order, goes to the oracle.
+- On XDNA2 a device span with no region (only host relayouts: no work for the NPU) goes to
+  the oracle, which does the same relayout on the host without a dispatch of its own; a whole
+  admitted program stays one device span whatever it holds.
 - Adjacent oracle runs merge into one oracle span; adjacent device spans merge when the plan
   of their union is admitted (one graph, one compile and one host round trip instead of two).
 - The plan legalizes each span as it does a whole program (``poot_planner.legalize``), so the
@@ -175,7 +178,7 @@ def partition(
     for device, run in pieces:
         if device and budget is not None:
             contexts = plan_run(run).contexts
-            if used + contexts > budget:
+            if contexts == 0 or used + contexts > budget:  # no NPU work, or past the budget
                 device = False
             else:
                 used += contexts

@@ -14,7 +14,8 @@ for a caller that needs the program to run). The steps:
 2. The target's passes on an admitted program: ``narrow_to_device_precision`` first for a
    target with a narrowing contract and a program with F32 data (``needs_narrowing``).
 3. XDNA2: one tile job per admitted equation or row kernel (``tiles``), grouped into regions
-   under the measured bounds (``regions``), at most one per hardware context.
+   under the measured bounds (``regions``), at most one per hardware context; each admitted
+   relayout (``KernelClass.HOST_RELAYOUT``) a host stage between regions (``relayouts``).
 4. The published numerics class.
 """
 
@@ -50,7 +51,7 @@ from poot_planner.narrowing import (
     splat_refusals,
 )
 from poot_planner.refusal import Refusal, RefusalKind
-from poot_planner.regions import Region, form_regions
+from poot_planner.regions import HostRelayout, Region, form_regions
 from poot_planner.rowfusion import RowGroup, find_row_groups
 from poot_planner.target import CodeSize, KernelClass, NarrowingContract, RegionLimits, Target
 from poot_planner.targets import get_target
@@ -87,6 +88,8 @@ class Plan:
     narrowing: NarrowingContract | None = None
     tiles: tuple[TileOp, ...] = ()
     regions: tuple[Region, ...] = ()
+    #: XDNA2: the relayouts run on the host between regions, in the order they run
+    relayouts: tuple[HostRelayout, ...] = ()
     rewrites: tuple[Rewrite, ...] = ()
     legal: Program | None = None  # the legalized program when a rewrite was made
 
@@ -158,8 +161,11 @@ def _plan(program: Program, target: str | Target, legalization: bool) -> Plan:
 
     tiles: tuple[TileOp, ...] = ()
     regions: tuple[Region, ...] = ()
+    relayouts: tuple[HostRelayout, ...] = ()
     if t.region_limits is not None:
-        tiles, regions, more = _xdna2_layout(program, t, t.region_limits, admissions, kernels)
+        tiles, regions, relayouts, more = _xdna2_layout(
+            program, t, t.region_limits, admissions, kernels
+        )
         refusals.extend(more)
 
     run = program
@@ -178,6 +184,7 @@ def _plan(program: Program, target: str | Target, legalization: bool) -> Plan:
         narrowing=narrowing,
         tiles=tiles,
         regions=regions,
+        relayouts=relayouts,
         rewrites=legal.rewrites,
         legal=program if legal.rewrites else None,
     )
@@ -247,14 +254,27 @@ def _xdna2_layout(
     limits: RegionLimits,
     admissions: dict[int, Admission],
     kernels: list[RowGroup],
-) -> tuple[tuple[TileOp, ...], tuple[Region, ...], list[Refusal]]:
-    """Tile jobs for the admitted equations and the clean row kernels, then regions."""
+) -> tuple[tuple[TileOp, ...], tuple[Region, ...], tuple[HostRelayout, ...], list[Refusal]]:
+    """Tile jobs for the admitted equations and the clean row kernels, host relayouts for the
+    admitted relayouts, then regions."""
     refusals: list[Refusal] = []
     jobs: list[tuple[int, TileOp]] = []  # (the equation that makes its output, job)
     arguments = frozenset(a.var.id for a in program.args)
     estimates: dict[tuple[Prim, ...], int] = {}
+    live = _live(program)
+    relayouts: list[HostRelayout] = []
     for i, a in admissions.items():
-        jobs.append((i, tile_for_eqn(0, i, program.eqns[i], a.kernel, arguments)))
+        e = program.eqns[i]
+        if a.kernel is KernelClass.HOST_RELAYOUT:
+            if e.out.id not in live:
+                continue  # dead: its value is never observed, so nothing moves
+            ins = tuple(v for v in e.inputs if isinstance(v, Var))
+            if len(ins) != len(e.inputs):  # a literal operand has no arena slot to read
+                refusals.append(_limit(i, e.prim.value, "host relayout of a literal", 1, 0))
+                continue
+            relayouts.append(HostRelayout(i, e.prim, ins, e.out, e.prim is Prim.RESHAPE))
+            continue
+        jobs.append((i, tile_for_eqn(0, i, e, a.kernel, arguments)))
     for g in kernels:
         # ordered by the equation that makes its output: a step after it is dead code, and a
         # later key would put the kernel after a tile that reads its output
@@ -262,7 +282,6 @@ def _xdna2_layout(
         jobs.append((made_at, tile_for_group(0, g.eqns, g.inputs, g.outputs[0], g.cols, g.bound)))
     # a job whose output nothing reads (dead code) gets no tile: its value is never observed,
     # and a tile whose output no tile and no host stream reads is no valid design
-    live = _live(program)
     jobs = [j for j in jobs if j[1].output.id in live]
     jobs.sort(key=lambda j: j[0])
     tiles: list[TileOp] = []
@@ -296,12 +315,13 @@ def _xdna2_layout(
         for i in job.eqns:
             contract = admissions[i].contract if i in admissions else None
             admissions[i] = Admission(i, job.kind, contract, index)
-    regions = form_regions(program, tuple(tiles), limits)
+    relayouts.sort(key=lambda r: r.eqn)
+    regions, placed = form_regions(program, tuple(tiles), limits, tuple(relayouts))
     chunked = tuple(t for r in regions for t in r.tiles)  # as each region chunks its tiles
-    if len(regions) > limits.contexts:
+    if len(regions) > limits.contexts:  # host relayouts take no context
         facts = (("limit", "contexts"), ("needed", len(regions)), ("available", limits.contexts))
         refusals.append(Refusal(RefusalKind.CONTEXT_LIMIT, -1, "", facts))
-    return chunked, regions, refusals
+    return chunked, regions, placed, refusals
 
 
 def _code_bytes(

@@ -15,19 +15,27 @@ in and out and the core's own guard count) and
 produced inside it goes out to the host only if a tile outside it (earlier or later) or the
 program's results read it. The tiles of a formed region carry the chunking they run. A program
 needing more regions than the device has contexts is refused with ``CONTEXT_LIMIT``.
+
+Host relayouts (``HostRelayout``: a reshape, transpose, slice or concat the host arenas absorb)
+run between regions: no tile, no context, no stream of their own. Each reads host values (an
+argument, a value a region wrote out, another relayout's output) and writes one: a value a
+relayout reads counts as read outside every region, so its producing region streams it out
+(counted in that region's bounds). A relayout whose operand the region being formed makes
+closes that region (it runs after it); any other runs before the region being formed, so a
+relayout of an argument or of an earlier region's value costs no context.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from poot_ir import Program, Var
+from poot_ir import Prim, Program, Var
 
 from poot_planner.chunking import chunk_calls, chunk_region, unchunked_bytes
 from poot_planner.target import RegionLimits
 from poot_planner.tiles import TileOp
 
-__all__ = ["Region", "form_regions"]
+__all__ = ["HostRelayout", "Region", "form_regions"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +64,27 @@ class Region:
         return (
             f"region {self.index}: {span}, {len(self.tiles)} tiles, {len(self.host_in)} streams in, "
             f"{len(self.host_out)} out, {len(self.internal)} tile-to-tile, max {self.tile_bytes} B/tile"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HostRelayout:
+    """One relayout run on the host between regions: equation ``eqn`` (``prim``) of the planned
+    program, from the host values ``inputs`` to the host value ``output``. ``alias``: the output
+    is the input's bytes read with another shape (a reshape: row-major, zero copies); else one
+    host copy. ``after``: how many regions run before it (it runs before region ``after``)."""
+
+    eqn: int
+    prim: Prim
+    inputs: tuple[Var, ...]
+    output: Var
+    alias: bool
+    after: int = 0
+
+    def __str__(self) -> str:
+        how = "alias" if self.alias else "host copy"
+        return (
+            f"host relayout: eqn {self.eqn} ({self.prim.value}, {how}) after {self.after} region(s)"
         )
 
 
@@ -118,15 +147,30 @@ class _Candidate:
 
 
 def form_regions(
-    program: Program, tiles: tuple[TileOp, ...], limits: RegionLimits
-) -> tuple[Region, ...]:
-    """Greedy regions over ``tiles`` (in program order). Each tile alone must already fit a
+    program: Program,
+    tiles: tuple[TileOp, ...],
+    limits: RegionLimits,
+    relayouts: tuple[HostRelayout, ...] = (),
+) -> tuple[tuple[Region, ...], tuple[HostRelayout, ...]]:
+    """Greedy regions over ``tiles`` (in program order), and ``relayouts`` (in program order)
+    with the place each runs at (``HostRelayout.after``). Each tile alone must already fit a
     region (the planner refuses those that do not before calling this)."""
     readers: dict[int, set[int]] = {}
     for t in tiles:
         for op in t.inputs:
             readers.setdefault(op.var.id, set()).add(t.index)
+    for k, r in enumerate(relayouts):  # a relayout reads on the host: outside every region
+        for v in r.inputs:
+            readers.setdefault(v.id, set()).add(-1 - k)
     results = {v.id for _, v in program.results()}
+    # tiles and relayouts in program order: a tile at the equation that makes its output
+    made_at = {e.out.id: i for i, e in enumerate(program.eqns)}
+    order: list[tuple[int, int, TileOp | HostRelayout]] = [
+        (made_at[t.output.id], 0, t) for t in tiles
+    ]
+    order += [(r.eqn, 1, r) for r in relayouts]
+    order.sort(key=lambda x: (x[0], x[1]))
+    placed: list[HostRelayout] = []
 
     regions: list[Region] = []
     current = _Candidate(readers, results)
@@ -138,7 +182,15 @@ def form_regions(
         tiles_ = tuple(chunked[0]) if not isinstance(chunked, int) else tuple(group)
         regions.append(Region(len(regions), tiles_, tuple(h_in), tuple(h_out), tuple(internal)))
 
-    for t in tiles:
+    for _, _, item in order:
+        if isinstance(item, HostRelayout):
+            # its operand is made by the region being formed: that region runs first
+            if current.tiles and any(v.id in current.outside for v in item.inputs):
+                close()
+                current = _Candidate(readers, results)
+            placed.append(replace(item, after=len(regions)))
+            continue
+        t = item
         delta = current.delta(t)
         whole = unchunked_bytes(t) <= limits.data_tile_bytes
         if current.tiles and not (
@@ -157,4 +209,4 @@ def form_regions(
         current.add(t, delta, whole)
     if current.tiles:
         close()
-    return tuple(regions)
+    return tuple(regions), tuple(placed)

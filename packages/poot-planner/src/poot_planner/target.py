@@ -34,6 +34,10 @@ class KernelClass(Enum):
     FUSED_NORM = "fused norm"  # xdna2: a recognized RMSNorm chain as one row kernel
     GATHER = "gather"  # xdna2: table and indices resident, output streamed
     GRAPH_OP = "graph op"  # intel-npu4: one OpenVINO opset op inside the one graph
+    #: xdna2: a pure relayout between regions, absorbed by the host arenas: no tile, no
+    #: context, no stream of its own (``poot_planner.regions.HostRelayout``). A reshape is an
+    #: alias (the same arena bytes read with another shape); the others one host copy.
+    HOST_RELAYOUT = "host relayout"
 
 
 class AxisRule(Enum):
@@ -193,7 +197,9 @@ class Target:
         if self.code_size is not None:
             known = {p for p, _, _ in self.code_size.bodies}
             routines = {r for r, _ in self.code_size.routines}
-            needed = {c.prim for c in self.capabilities} | self.fused_steps
+            # a host relayout runs on no tile, so it has no program memory to estimate
+            tiled = [c for c in self.capabilities if c.kernel is not KernelClass.HOST_RELAYOUT]
+            needed = {c.prim for c in tiled} | self.fused_steps
             for p in sorted(needed - known, key=lambda q: q.value):
                 raise TargetTableError(self.name, f"no code-size figure for {p.value}")
             for p, calls, _ in self.code_size.bodies:

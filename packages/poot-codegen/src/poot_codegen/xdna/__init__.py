@@ -30,6 +30,8 @@ from poot_codegen.xdna.design import (
     Port,
     ProgramDesign,
     RegionDesign,
+    Relayout,
+    RelayoutKind,
     Slot,
     Transfer,
 )
@@ -64,6 +66,8 @@ __all__ = [
     "ProgramDesign",
     "RegionArtifact",
     "RegionDesign",
+    "Relayout",
+    "RelayoutKind",
     "Slot",
     "Transfer",
     "artifact_identity",

@@ -9,6 +9,12 @@ chunking:
 - one ``RegionDesign`` per planned region (one artifact, one hardware context, one kernel call
   per step): its ``Core``s placed on compute tiles, its object FIFOs (``Fifo``), and its runtime
   sequence (``Transfer``s from and to the arenas, then waits).
+- ``Relayout``s: the host stages between region runs (a reshape, transpose, slice or concat the
+  planner admitted as ``KernelClass.HOST_RELAYOUT``). A step runs, for ``k`` from 0, every
+  relayout with ``after == k`` (in list order), then region ``k``; the relayouts after the last
+  region last. An ``ALIAS`` (reshape) moves nothing: its output's slot is its input's bytes
+  (``Slot.root``), read row-major with the output's shape. Any other reads its inputs' slots as
+  row-major tensors, computes the relayout and writes its output's slot: one host copy.
 
 Executing a region (what the NPU does, and what a stand-in must reproduce):
 
@@ -66,6 +72,8 @@ __all__ = [
     "Port",
     "ProgramDesign",
     "RegionDesign",
+    "Relayout",
+    "RelayoutKind",
     "Slot",
     "Transfer",
     "flag_bytes",
@@ -143,7 +151,9 @@ class Arena:
 @dataclass(frozen=True, slots=True)
 class Slot:
     """Where one host tensor lives: ``value`` is its ``Var`` id in the planned program,
-    ``nbytes`` its bytes, ``span`` the bytes reserved from ``offset`` (``words(nbytes)``)."""
+    ``nbytes`` its bytes, ``span`` the bytes reserved from ``offset`` (``words(nbytes)``).
+    ``root``: the value whose bytes this slot shares (a reshape's alias: same arena, offset
+    and bytes, another shape), else None."""
 
     value: int
     dtype: DType
@@ -152,6 +162,7 @@ class Slot:
     offset: int
     nbytes: int
     span: int
+    root: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,12 +375,45 @@ class RegionDesign:
         raise DesignError(f"no core for tile {tile}", where=f"region {self.index}")
 
 
+# -- host relayouts ---------------------------------------------------------------------------
+
+
+class RelayoutKind(Enum):
+    """What a host stage does to the bytes (``Relayout``)."""
+
+    ALIAS = "alias"  # reshape: no bytes move
+    TRANSPOSE = "transpose"
+    SLICE = "slice"
+    CONCAT = "concat"
+
+
+@dataclass(frozen=True, slots=True)
+class Relayout:
+    """One host stage between region runs: equation ``eqn`` of the planned program, from the
+    slots of ``sources`` (value ids) to the slot of ``target``, before region ``after`` runs
+    (after the last region when ``after`` is their count). ``perm`` (transpose), ``start``,
+    ``limit``, ``strides`` (slice) and ``axis`` (concat) are the equation's parameters."""
+
+    eqn: int
+    kind: RelayoutKind
+    sources: tuple[int, ...]
+    target: int
+    after: int
+    perm: tuple[int, ...] = ()
+    start: tuple[int, ...] = ()
+    limit: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
+    axis: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class ProgramDesign:
-    """A whole planned program: its host layout and its regions, in the order they run."""
+    """A whole planned program: its host layout, its regions in the order they run, and the
+    host relayouts between them (``Relayout.after`` says where each runs)."""
 
     program: str
     device: str
     limits: RegionLimits
     layout: HostLayout
     regions: tuple[RegionDesign, ...]
+    relayouts: tuple[Relayout, ...] = ()

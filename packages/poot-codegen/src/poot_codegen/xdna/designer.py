@@ -16,8 +16,18 @@
 
 from __future__ import annotations
 
-from poot_ir import GatherParams, Program, Var
-from poot_planner import KernelClass, Plan, Region, RegionLimits, TileOp
+from dataclasses import replace
+
+from poot_ir import (
+    ConcatParams,
+    GatherParams,
+    Prim,
+    Program,
+    SliceParams,
+    TransposeParams,
+    Var,
+)
+from poot_planner import HostRelayout, KernelClass, Plan, Region, RegionLimits, TileOp
 from poot_planner.chunking import Chunking, words
 
 from poot_codegen.xdna.arenas import build_layout
@@ -37,6 +47,8 @@ from poot_codegen.xdna.design import (
     Port,
     ProgramDesign,
     RegionDesign,
+    Relayout,
+    RelayoutKind,
     Transfer,
     flag_bytes,
     flag_fifo,
@@ -88,7 +100,34 @@ def build_design(plan: Plan) -> ProgramDesign:
         raise DesignError(f"target {plan.target.name!r} has no region limits: not an XDNA2 plan")
     layout = build_layout(plan)
     regions = tuple(_region(r, layout, limits, plan.program) for r in plan.regions)
-    return ProgramDesign(plan.program.name, DEVICE, limits, layout, regions)
+    relayouts = tuple(_relayout(h, plan.program) for h in plan.relayouts)
+    return ProgramDesign(plan.program.name, DEVICE, limits, layout, regions, relayouts)
+
+
+_KINDS = {
+    Prim.RESHAPE: RelayoutKind.ALIAS,
+    Prim.TRANSPOSE: RelayoutKind.TRANSPOSE,
+    Prim.SLICE: RelayoutKind.SLICE,
+    Prim.CONCAT: RelayoutKind.CONCAT,
+}
+
+
+def _relayout(h: HostRelayout, program: Program) -> Relayout:
+    """The host stage of the planner's relayout ``h``, with its equation's parameters."""
+    kind = _KINDS.get(h.prim)
+    if kind is None:  # the planner admits only these as host relayouts: a table bug
+        raise DesignError(f"no host relayout for {h.prim.value}", where=f"equation {h.eqn}")
+    p = program.eqns[h.eqn].params
+    ids = tuple(v.id for v in h.inputs)
+    r = Relayout(h.eqn, kind, ids, h.output.id, h.after)
+    match p:
+        case TransposeParams(perm=perm):
+            return replace(r, perm=perm)
+        case SliceParams(start=start, limit=limit, strides=strides):
+            return replace(r, start=start, limit=limit, strides=strides)
+        case ConcatParams(axis=axis):
+            return replace(r, axis=axis)
+    return r
 
 
 def _object(v: Var, n: int) -> tuple[int, int]:

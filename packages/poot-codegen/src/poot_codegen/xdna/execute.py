@@ -11,7 +11,10 @@ each over all its chunks, which is what the pipelined array computes (producers 
 
 Arenas are flat ``uint8`` arrays, one per ``HostLayout.arenas`` entry, in index order. A region
 reads and writes only the byte ranges its transfers name; a value one region hands to a later
-one crosses through its slot (in the scratch arena), exactly as on the NPU.
+one crosses through its slot (in the scratch arena), exactly as on the NPU. A host relayout
+(``design.Relayout``) runs between the regions, where the design's step order puts it
+(``stages``): an alias moves nothing; a copy reads its inputs' slots and writes its output's
+(``relayout``, ``run_relayout``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from poot_codegen.xdna.design import (
     HostLayout,
     ProgramDesign,
     RegionDesign,
+    Relayout,
+    RelayoutKind,
+    Slot,
 )
 from poot_codegen.xdna.guards import FLAG_FIRST, FLAG_NEXT
 from poot_codegen.xdna.hostbuild import LibraryCache, load_library
@@ -43,8 +49,11 @@ __all__ = [
     "load_region_libraries",
     "new_arenas",
     "read_results",
+    "relayout",
     "run_design",
     "run_region",
+    "run_relayout",
+    "stages",
     "write_arguments",
 ]
 
@@ -105,9 +114,56 @@ def run_design(
     check_indices(design, inputs)
     arenas = new_arenas(design.layout)
     write_arguments(design.layout, arenas, inputs)
-    for region, lib in zip(design.regions, libs, strict=True):
-        run_region(region, lib, arenas)
+    for stage in stages(design):
+        if isinstance(stage, Relayout):
+            run_relayout(design.layout, stage, arenas)
+        else:
+            run_region(stage, libs[stage.index], arenas)
     return read_results(design.layout, arenas)
+
+
+def stages(design: ProgramDesign) -> list[RegionDesign | Relayout]:
+    """The regions and host relayouts of ``design`` in the order one step runs them: for each
+    region, the relayouts placed before it (``Relayout.after``), then the region; then the
+    relayouts after the last region."""
+    out: list[RegionDesign | Relayout] = []
+    for k in range(len(design.regions) + 1):
+        out += [h for h in design.relayouts if h.after == k]
+        if k < len(design.regions):
+            out.append(design.regions[k])
+    return out
+
+
+def relayout(h: Relayout, sources: Sequence[np.ndarray]) -> np.ndarray:
+    """What copy relayout ``h`` makes of its ``sources`` (as row-major tensors): a fresh
+    C-contiguous array. The oracle's semantics (``poot_ir.oracle``), which are numpy's."""
+    match h.kind:
+        case RelayoutKind.TRANSPOSE:
+            out = np.transpose(sources[0], h.perm)
+        case RelayoutKind.SLICE:
+            index = tuple(
+                slice(a, b, s) for a, b, s in zip(h.start, h.limit, h.strides, strict=True)
+            )
+            out = sources[0][index]
+        case RelayoutKind.CONCAT:
+            out = np.concatenate(list(sources), axis=h.axis)
+        case RelayoutKind.ALIAS:
+            out = sources[0]  # moves nothing: the caller reads the root's bytes
+    return np.ascontiguousarray(out)
+
+
+def _view(arenas: Sequence[Bytes], s: Slot) -> np.ndarray:
+    return arenas[s.arena][s.offset : s.offset + s.nbytes].view(s.dtype.numpy).reshape(s.shape)
+
+
+def run_relayout(layout: HostLayout, h: Relayout, arenas: Sequence[Bytes]) -> None:
+    """Host relayout ``h`` over ``arenas``: an alias moves nothing (its slot is its root's
+    bytes); a copy writes its output's slot from its inputs' slots."""
+    if h.kind is RelayoutKind.ALIAS:
+        return
+    out = layout.slot(h.target)
+    data = relayout(h, [_view(arenas, layout.slot(v)) for v in h.sources])
+    arenas[out.arena][out.offset : out.offset + out.nbytes] = data.reshape(-1).view(np.uint8)
 
 
 def run_region(region: RegionDesign, lib: ctypes.CDLL, arenas: Sequence[Bytes]) -> int:

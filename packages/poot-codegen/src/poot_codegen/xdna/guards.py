@@ -91,6 +91,12 @@ static inline uint32_t poot_g_result(float y) {
     const uint32_t b = poot_f32_bits(y) & 0x7fffffffu, e = b & 0x7f800000u;
     return (uint32_t)(e == 0x7f800000u) | (uint32_t)(e == 0u && b != 0u) | (uint32_t)(b == 0x7f7fffffu);
 }
+/* The same for an exact step (a negation): its result is never rounded or saturated, so the
+ * largest magnitude is an exact result inside the domain. */
+static inline uint32_t poot_g_result_exact(float y) {
+    const uint32_t b = poot_f32_bits(y) & 0x7fffffffu, e = b & 0x7f800000u;
+    return (uint32_t)(e == 0x7f800000u) | (uint32_t)(e == 0u && b != 0u);
+}
 static inline uint32_t poot_g_zero(float y) { return (poot_f32_bits(y) & 0x7fffffffu) == 0u; }
 /* A count that saturates: 2^32 operands outside must not read as none. */
 static inline uint32_t poot_g_sat(uint32_t a, uint32_t b) {
@@ -131,7 +137,10 @@ def result_guard(prim: Prim, args: list[str], y: str) -> str:
     """1 when ``y`` (the step's result) may have left a ``FiniteNormalResult`` domain: not
     finite and normal, the largest magnitude, or a zero the operands cannot make exactly (an
     add of non-opposites, a sub of different values, a product or quotient of nonzeros, whose
-    exact result is then a nonzero that underflowed)."""
+    exact result is then a nonzero that underflowed). A negation is exact: its largest
+    magnitude is the negated operand's, inside the domain, so only its class is checked."""
+    if prim is Prim.NEG:
+        return f"poot_g_result_exact({y})"
     terms = [f"poot_g_result({y})"]
     match prim:
         case Prim.ADD if len(args) == 2:

@@ -110,7 +110,8 @@ def tile_kernel(program: Program, tile: TileOp, guards: KernelGuards = _NO_GUARD
             body = fused_norm_body(tile, program, guards)
         case KernelClass.GATHER:
             body = _gather(tile, eqns[0], tile.eqns[0])
-        case KernelClass.ORACLE | KernelClass.GRAPH_OP:
+        case KernelClass.ORACLE | KernelClass.GRAPH_OP | KernelClass.HOST_RELAYOUT:
+            # a host relayout runs between regions on the host (design.Relayout): no tile
             raise NoLowering(TARGET, tile.eqns[0], eqns[0].prim.value, f"a {tile.kind.value} job")
         case _ as unreachable:
             assert_never(unreachable)

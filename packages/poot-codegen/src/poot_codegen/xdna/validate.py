@@ -8,6 +8,10 @@ buffers per kernel call. The consistency rules are the execution contract of ``d
 every FIFO object has one size all its endpoints agree on, every streaming endpoint makes as
 many calls as the FIFO has objects, every transfer covers its slot's whole tensor.
 
+Host relayouts (``design.Relayout``) read and write only slots, in step order (``after``
+ascending, within the regions' count); an alias slot is its root's bytes exactly, and a copy's
+output has bytes of its own, sized as its relayout makes it.
+
 The flag path (``design.FlagPath``) is counted with them: its words in each core's bytes, its
 drain among the host streams out, the shim's channels and buffer descriptors, and beside the
 last core's data output (two streams out of a tile at most); its chain visits every core once,
@@ -38,6 +42,8 @@ from poot_codegen.xdna.design import (
     HostLayout,
     ProgramDesign,
     RegionDesign,
+    Relayout,
+    RelayoutKind,
     flag_bytes,
     flag_fifo,
     words,
@@ -58,7 +64,72 @@ def validate(design: ProgramDesign) -> ProgramDesign:
         _check(have >= need, "flags arena bytes", "host layout", need, have)
     for r in design.regions:
         validate_region(r, design.layout, design.limits)
+    validate_relayouts(design)
     return design
+
+
+def validate_relayouts(design: ProgramDesign) -> None:
+    """Each host relayout between slots, in step order, its output's shape its relayout's."""
+    layout, n = design.layout, len(design.regions)
+    after = -1
+    for h in design.relayouts:
+        where = f"relayout at equation {h.eqn}"
+        _check(after <= h.after <= n, "a relayout out of step order", where, h.after, n)
+        after = h.after
+        _check(bool(h.sources), "a relayout of nothing", where)
+        _check(h.kind is RelayoutKind.CONCAT or len(h.sources) == 1, "operands", where)
+        for v in (*h.sources, h.target):
+            _check(layout.has_slot(v), f"%{v} has no host slot", where)
+        src = [layout.slot(v) for v in h.sources]
+        out = layout.slot(h.target)
+        _check(all(s.dtype is out.dtype for s in src), "a relayout that changes the dtype", where)
+        shape = _relayout_shape(h, [s.shape for s in src], where)
+        alias = h.kind is RelayoutKind.ALIAS
+        if alias:  # the same elements, row-major, read with another shape
+            shape = out.shape if math.prod(shape) == math.prod(out.shape) else shape
+            _check(out.root == _root(layout, h.sources[0]), "an alias of another's bytes", where)
+        _check(shape == out.shape, "a relayout output not shaped as its relayout makes it", where)
+        _check(
+            (out.root is not None) == alias, "an alias without a root (or a copy with one)", where
+        )
+
+
+def _root(layout: HostLayout, value: int) -> int:
+    s = layout.slot(value)
+    return s.value if s.root is None else s.root
+
+
+def _relayout_shape(h: Relayout, shapes: list[tuple[int, ...]], where: str) -> tuple[int, ...]:
+    """The shape ``h`` makes of its sources' ``shapes`` (``DesignError`` when its parameters
+    do not fit them)."""
+    first = shapes[0]
+    match h.kind:
+        case RelayoutKind.ALIAS:
+            return first  # checked by bytes: an alias reads its root's bytes, any shape
+        case RelayoutKind.TRANSPOSE:
+            _check(sorted(h.perm) == list(range(len(first))), "a transpose's permutation", where)
+            return tuple(first[p] for p in h.perm)
+        case RelayoutKind.SLICE:
+            rank = len(first)
+            ok = len(h.start) == len(h.limit) == len(h.strides) == rank and all(
+                0 <= a <= b <= d and s >= 1
+                for a, b, s, d in zip(h.start, h.limit, h.strides, first, strict=True)
+            )
+            _check(ok, "a slice's bounds", where)
+            return tuple(
+                -(-(b - a) // s) for a, b, s in zip(h.start, h.limit, h.strides, strict=True)
+            )
+        case RelayoutKind.CONCAT:
+            ok = 0 <= h.axis < len(first) and all(
+                len(s) == len(first)
+                and all(
+                    x == y for i, (x, y) in enumerate(zip(s, first, strict=True)) if i != h.axis
+                )
+                for s in shapes
+            )
+            _check(ok, "a concat's operand shapes", where)
+            return (*first[: h.axis], sum(s[h.axis] for s in shapes), *first[h.axis + 1 :])
+    raise DesignError(f"an unknown relayout kind {h.kind!r}", where=where)
 
 
 def _check(
@@ -82,6 +153,19 @@ def validate_layout(layout: HostLayout, limits: RegionLimits) -> None:
     ends: dict[int, list[tuple[int, int, int]]] = {}
     for s in layout.slots:
         w = f"{where}, slot of %{s.value}"
+        if s.root is not None:  # an alias: its root's bytes exactly, read with its own shape
+            ok = layout.has_slot(s.root) and s.root != s.value
+            r = layout.slot(s.root) if ok else s
+            _check(
+                ok
+                and r.root is None
+                and (r.arena, r.offset, r.nbytes, r.span, r.dtype)
+                == (s.arena, s.offset, s.nbytes, s.span, s.dtype)
+                and s.nbytes == math.prod(s.shape) * s.dtype.itemsize,
+                "an alias slot that is not its root's bytes",
+                w,
+            )
+            continue
         _check(0 <= s.arena < n, "a slot in no arena", w)
         _check(s.offset % layout.alignment == 0, "slot offset alignment", w, s.offset)
         itemsize = s.dtype.itemsize

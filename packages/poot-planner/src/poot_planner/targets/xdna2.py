@@ -3,7 +3,9 @@
 Every figure is the seed's, measured on a Strix Halo NPU: each contract holds on its domain and
 nothing is promised outside it. Every other (primitive, dtype, axis) is refused. Steps of a
 recognized row kernel (the fused RMSNorm) are admitted only inside it, where the planner derives
-the kernel's bound from theirs (``poot_planner.rowfusion``).
+the kernel's bound from theirs (``poot_planner.rowfusion``). Reshape, transpose, slice and
+concat are host relayouts (``KernelClass.HOST_RELAYOUT``): bytes the host arenas move between
+region runs, bit exact, on no tile and no context (``poot_planner.regions.HostRelayout``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from poot_planner.target import (
 )
 
 F32 = frozenset({DType.F32})
+#: What the host arenas hold and a relayout moves: the dtypes the tile jobs compute in.
+_MOVED = frozenset({DType.F32, DType.I32})
 _P = KernelClass.POINTWISE
 _SMOOTH = AbsRel(2e-6, 1e-5)  # exp, log, tanh and erf: absolute 2e-6 plus relative 1e-5
 
@@ -73,6 +77,13 @@ CODE_SIZE = CodeSize(
     measured=False,
     source="estimate: routine sizes from a third-party aie2p symbol breakdown, bodies guessed",
 )
+
+
+def _relayout(prim: Prim, note: str) -> Capability:
+    """A relayout the host arenas absorb between regions: it moves bytes, so bit exact."""
+    return Capability(
+        prim, _MOVED, KernelClass.HOST_RELAYOUT, Contract(prim, BitExact(), AnyInput()), note=note
+    )
 
 
 def _pw(prim: Prim, bound: object, domain: object, note: str = "") -> Capability:
@@ -125,6 +136,10 @@ TARGET = Target(
             "i32 indices; one outside the axis: refused before the run when the host passes it, "
             "clamped, counted in the flag word and refused when a region computes it",
         ),
+        _relayout(Prim.RESHAPE, "an alias: the same arena bytes read with the new shape"),
+        _relayout(Prim.TRANSPOSE, "one host copy, arena to arena, between region runs"),
+        _relayout(Prim.SLICE, "one host copy, arena to arena, between region runs"),
+        _relayout(Prim.CONCAT, "one host copy of each operand, arena to arena"),
     ),
     region_limits=RegionLimits(
         compute_tiles=32,
