@@ -177,7 +177,15 @@ def _unary(eqn: Eqn, _: int) -> Kernel:
         case Prim.TANH:
             return _in_f64(dt, np.tanh)
         case Prim.ERF:
-            return _in_f64(dt, erf64)
+            if dt is DType.BF16:  # float64 to bfloat16 needs _round's single rounding
+                return _in_f64(dt, erf64)
+            ndt = dt.numpy  # float32 and float16: erf64 rounds each chunk once into out
+
+            def erf(x: Any) -> Any:
+                x = np.asarray(x)
+                return erf64(x, out=np.empty(x.shape, ndt))
+
+            return erf
         case _:
             raise AssertionError(f"{eqn.prim} is not unary")
 
