@@ -166,13 +166,13 @@ def erf64(x: Any, out: np.ndarray | None = None) -> np.ndarray:
     flat = arr.reshape(-1)
     dest = out.reshape(-1)
     n = min(flat.size, _CHUNK)
-    a, u, d, acc, term = (np.empty(n) for _ in range(5))
-    j = np.empty(n, np.int64)
+    buffers = np.empty((5, n))
+    indices = np.empty(n, np.int64)
     for start in range(0, flat.size, _CHUNK):
         xc = flat[start : start + _CHUNK]
-        m = xc.size
-        if m < n:
-            a, u, d, acc, term, j = (v[:m] for v in (a, u, d, acc, term, j))
+        m = xc.size  # the last chunk may be shorter
+        a, u, d, acc, term = buffers[:, :m]
+        j = indices[:m]
         np.abs(xc, out=a)  # widened exactly when xc is narrower
         np.minimum(a, _EDGE, out=a)  # NaN stays NaN
         np.multiply(a, _STEP, out=u)  # exact: a power of two
