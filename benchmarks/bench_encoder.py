@@ -266,6 +266,18 @@ def run() -> list[Figure]:
                     aim="<= 1.5 (issue 15)",
                 ),
                 Figure(f"[{label}] max |onnxruntime - oracle|", t["err_ort"], ""),
+                # the floor the documented float64-matmul promise sets: its GEMMs alone (with
+                # their float32 -> float64 -> float32 conversions) against ORT's whole run
+                Figure(
+                    f"[{label}] floor: float64 matmuls alone / onnxruntime",
+                    t["matmul64"] / t["ort"],
+                    "x",
+                ),
+                Figure(
+                    f"[{label}] oracle without its float64 matmuls / onnxruntime",
+                    (t["oracle"] - t["matmul64"]) / t["ort"],
+                    "x",
+                ),
             ]
         else:
             figures.append(Figure(f"[{label}] onnxruntime", 0, "", note="not installed: no ratio"))
