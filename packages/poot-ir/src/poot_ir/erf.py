@@ -10,6 +10,9 @@ decimal arithmetic (the same digits on every machine):
   (``j = 0 .. 1536``); the offset ``d = |x| - c`` (``|d| <= 2^-9``) is exact (Sterbenz). The
   rounding is done by adding ``2^52`` (the sum's low bits are ``j``), so no float-to-integer
   conversion or ``where`` is needed, and a NaN's garbage index is clipped by ``take``.
+  Horner runs on ``256 d`` with the table holding ``a_k 256^-k``: scaling by a power of two
+  is exact (nothing in the table is subnormal), so that is the same bits as in ``d``, one
+  multiply pass fewer.
 - On each interval ``erf(c + d) = sum_k a_k d^k`` for ``k = 0 .. 5``, by Horner's rule. The
   ``a_k`` are the degree-13 Taylor polynomial at ``c`` (``a_k = erf^(k)(c) / k!``, from the
   physicists' Hermite polynomials), economised to degree 5 on ``[-2^-9, 2^-9]`` in Chebyshev
@@ -107,7 +110,7 @@ def _economiser() -> tuple[tuple[tuple[Decimal, ...], ...], tuple[tuple[Decimal,
 
 @functools.cache
 def _build() -> tuple[np.ndarray, float]:
-    """Column ``k``: the coefficient ``a_k`` at every center; and the largest truncation."""
+    """Column ``k``: the coefficient ``a_k 256^-k`` at every center; the largest truncation."""
     rows = np.zeros((_LAST + 1, _DEGREE + 1))
     keep, drop = _economiser()
     worst = Decimal(0)
@@ -140,8 +143,12 @@ def _build() -> tuple[np.ndarray, float]:
             # faster than geometrically at |d| <= 2^-9)
             rest = sum(map(operator.mul, map(abs, coeffs[_TAYLOR + 1 :]), half_powers))
             worst = max(worst, dropped + 2 * rest)
-            rows[j] = [float(v) for v in kept]
+            # a_k 2^(-8k): Horner then runs on 256 d, and scaling by a power of two is exact
+            # (checked below: nothing subnormal), so the result is the same bits as in d
+            rows[j] = [float(v) * _STEP**-k for k, v in enumerate(kept)]
             value = sum(map(operator.mul, coeffs, step_powers), Decimal(0))
+    if np.any((rows != 0) & (np.abs(rows) < 2.0**-1022)):
+        raise EvaluationError("erf table: a scaled coefficient is subnormal")
     if float(rows[_LAST, 0]) != 1.0:  # the clamp at 6 relies on it
         raise EvaluationError("erf table: erf(6) does not round to 1")
     return np.ascontiguousarray(rows.T), float(worst)
@@ -179,8 +186,7 @@ def erf64(x: Any, out: np.ndarray | None = None) -> np.ndarray:
         np.add(u, _MAGIC, out=d)  # rounded to the nearest integer, ties to even
         np.subtract(d.view(np.int64), _MAGIC_BITS, out=j)
         np.subtract(d, _MAGIC, out=d)  # that integer, exactly
-        np.subtract(u, d, out=d)
-        np.multiply(d, 1.0 / _STEP, out=d)  # d = |x| - c, exact
+        np.subtract(u, d, out=d)  # 256 (|x| - c), exact; the table is scaled to match
         columns[_DEGREE].take(j, out=acc, mode="clip")  # a NaN's index is clipped
         for k in range(_DEGREE - 1, -1, -1):
             acc *= d
