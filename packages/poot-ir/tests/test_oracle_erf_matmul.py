@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from poot_ir import Builder, DType, evaluate
 from poot_ir.erf import erf64, truncation_bound
+from poot_ir.errors import EvaluationError
 
 F32, F16, BF16 = DType.F32, DType.F16, DType.BF16
 
@@ -188,3 +189,12 @@ def test_matmul_edges_cancellation_and_f16() -> None:
         rng.standard_normal((33, 3)).astype(np.float16),
         F16,
     )
+
+
+def test_erf64_refuses_an_out_it_cannot_fill() -> None:
+    x = np.linspace(-2, 2, 12)
+    for bad in (np.empty(12, np.int32), np.empty(11), np.empty((12, 2))[:, 0]):
+        with pytest.raises(EvaluationError, match="out="):
+            erf64(x, out=bad)
+    out = np.empty(12)
+    assert erf64(x, out=out) is out and np.array_equal(out, erf64(x))

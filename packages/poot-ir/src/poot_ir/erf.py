@@ -60,6 +60,7 @@ _HALF: Final = Fraction(1, 2 * _STEP)  # the largest |d|
 _MAGIC: Final = 2.0**52  # adding it rounds a value in [0, 2^51) to an integer
 _MAGIC_BITS: Final = int(np.float64(_MAGIC).view(np.int64))
 _PI: Final = Decimal("3.141592653589793238462643383279502884197169399375105820974944592")
+_OUT_DTYPES: Final = (np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16))
 _CHUNK: Final = 1 << 15  # elements per pass: the working arrays stay in L2
 
 
@@ -169,9 +170,20 @@ def erf64(x: Any, out: np.ndarray | None = None) -> np.ndarray:
         arr = arr.astype(np.float64)
     if out is None:
         out = np.empty(arr.shape, np.float64)
+    elif (
+        out.shape != arr.shape
+        or out.dtype not in _OUT_DTYPES
+        or not out.flags.c_contiguous
+        or not out.flags.writeable
+    ):  # reshape(-1) of anything else would be a copy, and the result lost
+        raise EvaluationError(
+            f"erf64 out= must be a writeable C-contiguous float64, float32 or float16 array"
+            f" of shape {arr.shape}, got {out.dtype} {out.shape}"
+        )
     columns = _build()[0]
     flat = arr.reshape(-1)
     dest = out.reshape(-1)
+    wide = dest.dtype == np.float64
     n = min(flat.size, _CHUNK)
     buffers = np.empty((5, n))
     indices = np.empty(n, np.int64)
@@ -179,6 +191,8 @@ def erf64(x: Any, out: np.ndarray | None = None) -> np.ndarray:
         xc = flat[start : start + _CHUNK]
         m = xc.size  # the last chunk may be shorter
         a, u, d, acc, term = buffers[:, :m]
+        if wide:  # a float64 result is accumulated in place
+            acc = dest[start : start + m]
         j = indices[:m]
         np.abs(xc, out=a)  # widened exactly when xc is narrower
         np.minimum(a, _EDGE, out=a)  # NaN stays NaN
@@ -192,5 +206,6 @@ def erf64(x: Any, out: np.ndarray | None = None) -> np.ndarray:
             acc *= d
             acc += columns[k].take(j, out=term, mode="clip")
         np.copysign(acc, xc, out=acc)
-        dest[start : start + m] = acc  # one rounding when out is narrower
+        if not wide:
+            dest[start : start + m] = acc  # one rounding to the narrower dtype
     return out
