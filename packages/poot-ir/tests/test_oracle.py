@@ -449,6 +449,8 @@ def _exact_sum_f32(row: list[float]) -> float:
     limit = Fraction(2**128 - 2**103)  # the smallest magnitude that rounds to infinity
     if abs(exact) >= limit:
         return math.copysign(math.inf, exact)
+    if abs(float(exact)) >= limit:  # within a float64 rounding below the threshold
+        return math.copysign(float(np.finfo(np.float32).max), exact)
     return float(np.float32(float(exact)))  # float(exact) is correctly rounded; no tie here
 
 
@@ -483,6 +485,51 @@ def test_reduce_sum_rounds_the_exact_sum_at_the_overflow_threshold() -> None:
     got = run1(F32, (2, 5), lambda b, v: b.reduce_sum(v, 1), [[*at, 0.0, 0.0], below])
     assert got[0] == np.inf and _exact_sum_f32(at) == math.inf
     assert got[1] == np.float32(big) and _exact_sum_f32(below) == big
+
+
+@pytest.mark.parametrize("other", [np.nan, np.inf, 1.0, -3.4e38])
+def test_reduce_sum_screen_does_not_hide_a_row_near_overflow(other: float) -> None:
+    # the screen (n max|x| below the threshold) must not skip the exact sum of a row that
+    # needs it, whatever the other rows hold: a NaN or an infinity elsewhere, a small or a
+    # huge value (the huge one is what makes the screen fail on its own row)
+    big = float(np.finfo(np.float32).max)
+    # the exact sum is 2^-149 below the threshold, so it rounds to big; the float64 sum loses
+    # the 2^-149 and rounds to infinity: only the exact path gets this row right
+    near = [big, 2.0**103, -(2.0**-149), 0.0, 0.0]
+    x = np.array([near, [other, 0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0, 5.0]], np.float32)
+    got = run1(F32, (3, 5), lambda b, v: b.reduce_sum(v, 1), x)
+    assert got[0] == np.float32(big) and _exact_sum_f32(near) == big
+    assert got[2] == 15.0
+    assert np.array_equal(got[1:2], np.float32([other]), equal_nan=True)
+
+
+def test_reduce_sum_screened_rows_match_the_exact_sum() -> None:
+    # far from overflow the screen passes and the float64 sum, rounded once, is returned:
+    # for these rows (no cancellation) it is the exact sum rounded once
+    rng = np.random.default_rng(11)
+    x = (rng.random((6, 300)) * 2.0 ** rng.integers(-20, 100, (6, 1))).astype(np.float32)
+    got = run1(F32, (6, 300), lambda b, v: b.reduce_sum(v, 1), x)
+    assert got.tolist() == [_exact_sum_f32([float(v) for v in r]) for r in x]
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16])
+@pytest.mark.parametrize("name", ["exp", "log", "tanh"])
+def test_float64_functions_round_once_across_chunks(dtype: DType, name: str) -> None:
+    # more elements than one float64 chunk (2^15), the last chunk short: every element is
+    # numpy's float64 function of the exactly widened value, rounded once to the dtype
+    x = np.linspace(-12.0, 12.0, 2**16 + 77).astype(dtype.numpy)
+    fn = getattr(np, name)
+    got = run1(dtype, x.shape, lambda b, v: getattr(b, name)(v), x)
+    with np.errstate(all="ignore"):
+        wide = fn(x.astype(np.float64))
+        if dtype is BF16:  # float64 to bfloat16 directly, as the oracle's _round does
+            want = wide.astype(ml_dtypes.bfloat16)
+        else:
+            want = wide.astype(dtype.numpy)
+    assert np.array_equal(
+        got.view(np.uint16 if dtype is not F32 else np.uint32),
+        want.view(np.uint16 if dtype is not F32 else np.uint32),
+    )
 
 
 @settings(max_examples=60)

@@ -5,6 +5,7 @@ accumulation, one rounding) against the exact dot product in rational arithmetic
 from __future__ import annotations
 
 import math
+from decimal import Decimal, localcontext
 from fractions import Fraction
 
 import numpy as np
@@ -12,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from poot_ir import Builder, DType, evaluate
-from poot_ir.erf import erf64
+from poot_ir.erf import erf64, truncation_bound
+from poot_ir.errors import EvaluationError
 
 F32, F16, BF16 = DType.F32, DType.F16, DType.BF16
 
@@ -22,13 +24,14 @@ def _ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
 
 
 def _edges() -> np.ndarray:
-    centers = np.arange(0, 385) / 64.0
-    half = 1.0 / 128.0
+    centers = np.arange(0, 6 * 256 + 1) / 256.0
+    half = 1.0 / 512.0
     # every center, both ends of its interval and their float neighbours (where j switches)
     around = np.concatenate([centers, centers + half, centers - half])
     around = np.concatenate([around, np.nextafter(around, 10.0), np.nextafter(around, -10.0)])
     special = [0.0, 5e-324, 1e-310, 2.0**-1022, 1e-300, 1e-8, 0.5, 1.0, 5.9, 5.92, 6.0]
-    special += [6.0 + half, np.nextafter(6.0 + half, 10.0), 6.5, 27.0, 1e300]
+    special += [6.0 + half, np.nextafter(6.0 + half, 10.0), np.nextafter(6.0, 0.0), 6.5, 27.0]
+    special += [1e300, float(np.finfo(np.float64).max)]
     pos = np.concatenate([around[around >= 0], special])
     return np.concatenate([pos, -pos])
 
@@ -62,6 +65,56 @@ def test_erf64_special_values_and_shapes() -> None:
     assert erf64(np.zeros((0, 4))).shape == (0, 4)
     big = np.linspace(-3, 3, 200_001)  # more than one chunk
     assert np.array_equal(erf64(big), -erf64(-big))
+
+
+def _erf_series(c: Decimal) -> Decimal:
+    """erf(c), c >= 0, by the all-positive series 2/sqrt(pi) e^(-c^2) sum (2c^2)^n c/(2n+1)!!
+    (independent of the table's Taylor walk)."""
+    pi = Decimal("3.14159265358979323846264338327950288419716939937510582097494459")
+    c2 = c * c
+    term = total = c
+    n = 0
+    while term > total * Decimal(10) ** -45:
+        n += 1
+        term = term * 2 * c2 / (2 * n + 1)
+        total += term
+    return 2 / pi.sqrt() * (-c2).exp() * total
+
+
+@pytest.mark.parametrize("c", ["0.00390625", "0.5", "1", "2.5", "3.99609375", "5.5", "6"])
+def test_erf64_at_a_center_is_the_true_erf_rounded_once(c: str) -> None:
+    # at a center d = 0, so the result is the table's erf(c): the Taylor walk's value, which
+    # must round to the independently computed series'
+    with localcontext() as ctx:
+        ctx.prec = 50
+        want = float(_erf_series(Decimal(c)))
+    assert float(erf64(np.array([float(c)]))[0]) == want
+
+
+def test_erf64_truncation_is_far_below_an_ulp() -> None:
+    # the economised degree-5 polynomials differ from erf by at most this before rounding;
+    # 2^-62 is 1/512 of the smallest ulp of a result >= 2^-9 (erf at the first center)
+    assert 0 < truncation_bound() < 2.0**-62
+
+
+@pytest.mark.parametrize("narrow", [np.float32, np.float16])
+def test_erf64_narrow_input_and_output_round_once(narrow: type) -> None:
+    x = np.concatenate([np.linspace(-6.5, 6.5, 70_001), [np.inf, -np.inf, np.nan, -0.0]])
+    x = x.astype(narrow)
+    wide = erf64(x.astype(np.float64))
+    assert np.array_equal(erf64(x), wide, equal_nan=True)  # widening is exact
+    out = np.empty(x.shape, narrow)
+    assert erf64(x, out=out) is out
+    assert np.array_equal(out, wide.astype(narrow), equal_nan=True)
+    assert np.signbit(out[-1]) and np.isnan(out[-2])
+
+
+def test_erf64_chunks_match_one_by_one() -> None:
+    # the last chunk is shorter than the working buffers
+    x = np.random.default_rng(5).standard_normal(3 * 2**15 + 17) * 3
+    got = erf64(x)
+    assert np.array_equal(got[-40:], np.array([erf64(np.array([v]))[0] for v in x[-40:]]))
+    assert np.array_equal(got[: 2**15 + 3][-5:], erf64(x[2**15 - 2 : 2**15 + 3]))
 
 
 @pytest.mark.parametrize("dtype", [F32, F16, BF16])
@@ -136,3 +189,12 @@ def test_matmul_edges_cancellation_and_f16() -> None:
         rng.standard_normal((33, 3)).astype(np.float16),
         F16,
     )
+
+
+def test_erf64_refuses_an_out_it_cannot_fill() -> None:
+    x = np.linspace(-2, 2, 12)
+    for bad in (np.empty(12, np.int32), np.empty(11), np.empty((12, 2))[:, 0]):
+        with pytest.raises(EvaluationError, match="out="):
+            erf64(x, out=bad)
+    out = np.empty(12)
+    assert erf64(x, out=out) is out and np.array_equal(out, erf64(x))

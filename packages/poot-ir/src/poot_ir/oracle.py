@@ -34,7 +34,7 @@ Semantics, where IEEE 754 or the type rules leave a choice:
   without overflow, and its error (at most ``n * 2^-53 * sum|x|`` for ``n`` terms) is far below
   an F32 half ulp unless the row cancels. Where that error could decide an overflow (the
   float64 sum within it of the dtype's overflow threshold, every term finite) the row is summed
-  exactly (``math.fsum``) and rounded once, so a sum whose exact value is finite in the dtype
+  exactly (in rationals) and rounded once, so a sum whose exact value is finite in the dtype
   is finite and one whose exact value overflows is an infinity. A float32 accumulator would
   not do: ``[3e38, -3e38, -3e38, 1e38]`` overflows added right to left though its sum is
   -2e38. A device is compared with the oracle under its contract, not bit for bit, so the
@@ -65,6 +65,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from fractions import Fraction
 from typing import Any, cast
 
 import numpy as np
@@ -151,9 +152,30 @@ def _in_f32(dtype: DType, fn: Callable[..., Any]) -> Kernel:
     return kernel
 
 
-def _in_f64(dtype: DType, fn: Callable[[Array], Any]) -> Kernel:
+#: Elements per pass of a float64 function on narrower values: the float64 buffer stays in L2.
+_CHUNK = 1 << 15
+
+
+def _in_f64(dtype: DType, fn: Callable[..., Any]) -> Kernel:
+    """``fn`` (a float64 ufunc) rounded once to ``dtype``. F32 and F16 go a chunk at a time
+    through one float64 buffer into the result (float64 to float32 or float16 is one
+    rounding, as ``_round``), so no full-size float64 copy is made; BF16 needs ``_round``."""
+    if dtype is DType.BF16:
+        return lambda x: _round(fn(np.asarray(x, _F64)), dtype)
+    dt = dtype.numpy
+
     def kernel(x: Any) -> Any:
-        return _round(fn(np.asarray(x, _F64)), dtype)
+        x = np.asarray(x)
+        out = np.empty(x.shape, dt)
+        flat, dest = x.reshape(-1), out.reshape(-1)
+        buf = np.empty(min(flat.size, _CHUNK), _F64)
+        for start in range(0, flat.size, _CHUNK):
+            part = flat[start : start + _CHUNK]
+            b = buf[: part.size]
+            b[...] = part  # widened exactly; then the function's float64 loop, in place
+            fn(b, out=b)
+            dest[start : start + part.size] = b
+        return out
 
     return kernel
 
@@ -183,7 +205,15 @@ def _unary(eqn: Eqn, _: int) -> Kernel:
         case Prim.TANH:
             return _in_f64(dt, np.tanh)
         case Prim.ERF:
-            return _in_f64(dt, erf64)
+            if dt is DType.BF16:  # float64 to bfloat16 needs _round's single rounding
+                return lambda x: _round(erf64(x), dt)
+            ndt = dt.numpy  # float32 and float16: erf64 rounds each chunk once into out
+
+            def erf(x: Any) -> Any:
+                x = np.asarray(x)
+                return erf64(x, out=np.empty(x.shape, ndt))
+
+            return erf
         case _:
             raise AssertionError(f"{eqn.prim} is not unary")
 
@@ -295,7 +325,13 @@ def _float_sum(x: Array, axes: tuple[int, ...], dt: DType) -> Any:
     (see the module docstring)."""
     s = np.sum(x, axis=axes)
     n = math.prod(x.shape[a] for a in axes)
-    if n == 0:
+    if n == 0 or x.size == 0:  # no terms, or no rows (``axes`` may be empty)
+        return _round(s, dt)
+    # The screen, two passes where the test below takes four: |s| + slack <= sum|x| (1 +
+    # n 2^-53) <= n max|x| (1 + n 2^-53), so below the threshold no row is near it. A NaN or
+    # an infinity fails the comparison and takes the full test.
+    top = max(-float(np.min(x)), float(np.max(x)))
+    if top * n * (1 + n * 2.0**-53) < _OVERFLOW[dt]:
         return _round(s, dt)
     slack = n * 2.0**-53 * np.sum(np.abs(x), axis=axes)
     near = (np.abs(np.abs(s) - _OVERFLOW[dt]) <= slack) & np.all(np.isfinite(x), axis=axes)
@@ -303,8 +339,23 @@ def _float_sum(x: Array, axes: tuple[int, ...], dt: DType) -> Any:
         rows = np.moveaxis(x, axes, tuple(range(-len(axes), 0))).reshape(*np.shape(s), n)
         s = np.array(s, copy=True)
         for at in np.argwhere(near):
-            s[tuple(at)] = math.fsum(rows[tuple(at)].tolist())
+            s[tuple(at)] = _exact_near_overflow(rows[tuple(at)].tolist(), dt)
     return _round(s, dt)
+
+
+#: The largest finite value of each floating dtype.
+_LARGEST = {DType.F32: 2.0**128 - 2.0**104, DType.F16: 65504.0, DType.BF16: 2.0**128 - 2.0**120}
+
+
+def _exact_near_overflow(row: list[float], dt: DType) -> float:
+    """The exact sum of ``row`` (finite values) as a float64 that rounds to the dtype on the
+    right side of its overflow threshold. ``math.fsum`` alone rounds the exact sum to float64
+    first: a sum 2^-149 below the F32 threshold became the threshold, then infinity."""
+    exact = sum((Fraction(v) for v in row), Fraction(0))
+    if abs(exact) >= _OVERFLOW[dt]:
+        return math.copysign(math.inf, exact)
+    v = float(exact)  # correctly rounded; only at the threshold can it land on the wrong side
+    return math.copysign(_LARGEST[dt], v) if abs(v) >= _OVERFLOW[dt] else v
 
 
 def _reduce_max(eqn: Eqn, _: int) -> Kernel:
