@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-from poot_ir import Program, Storage, TensorType, evaluate
+from poot_ir import DomainFlagged, Program, Storage, TensorType, evaluate
 from poot_planner.partition import Span, value_names
 
 from poot_engine.checks import check_step_inputs
@@ -108,7 +108,14 @@ class PartitionedEntry:
                 out = evaluate(p, {a.name: env[a.name] for a in p.args})
             else:
                 feed = {a.name: env[a.name] for a in p.args if a.storage is Storage.SLOT}
-                out, seconds = run(sub, feed)
+                try:
+                    out, seconds = run(sub, feed)
+                except DomainFlagged as err:
+                    # the device knows only its own program: "region 0, equations [0, 1, 2]"
+                    # of a layer's softmax read as the first span's, so say which span it was
+                    raise DomainFlagged(
+                        err.region, err.count, err.eqns, span=_span_name(span, self.program)
+                    ) from err
                 device_s += seconds
             env.update(out)
         results = {name: env[self.names[v.id]].copy() for name, v in self.program.results()}
@@ -116,3 +123,11 @@ class PartitionedEntry:
         for u in self.program.updates:
             self.states[u.state] = results[u.state].copy()
         return results, device_s
+
+
+def _span_name(span: Span, program: Program) -> str:
+    """``span``'s program and the equations of ``program`` it holds (a range when contiguous)."""
+    eqns = span.eqns
+    contiguous = eqns == tuple(range(eqns[0], eqns[-1] + 1)) if eqns else True
+    held = f"{eqns[0]}..{eqns[-1]}" if eqns and contiguous and len(eqns) > 1 else str(list(eqns))
+    return f"{span.program.name!r} (equations {held} of {program.name!r})"

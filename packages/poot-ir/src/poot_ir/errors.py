@@ -449,16 +449,21 @@ class DomainError(EngineError):
 class DomainFlagged(EngineError):
     """A device counted operands outside a domain while it ran (XDNA2: a region's flag word):
     the results are refused and no state changes. Names the region, the count and the
-    equations that region guards."""
+    equations that region guards (of the program the device ran); in a partitioned run also
+    ``span``, which span of which program that was."""
 
-    def __init__(self, region: int, count: int, eqns: tuple[int, ...]) -> None:
+    def __init__(
+        self, region: int, count: int, eqns: tuple[int, ...], *, span: str | None = None
+    ) -> None:
+        within = f" of span {span}" if span else ""
         super().__init__(
             f"region {region} flagged {count} operand(s) outside their domain (guarded "
-            f"equations {list(eqns)}); the results are refused and no state changed"
+            f"equations {list(eqns)}{within}); the results are refused and no state changed"
         )
         self.region = region
         self.count = count
         self.eqns = eqns
+        self.span = span
 
 
 class ContractViolation(EngineError):

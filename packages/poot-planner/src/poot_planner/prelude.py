@@ -32,6 +32,13 @@ probabilities: a score s plus MASK stays finite in FP16 for |s| <= 32736 (beyond
 the overflow guard refuses), and a masked entry's exponent ``s_m + MASK - max`` is below -104
 (where exp is 0 in F32, and -17.4 in FP16) whenever the row's maximum is an unmasked score
 within 32,600 of ``s_m``: the masked probability is exactly the 0 the infinite mask gives.
+
+On xdna2 that exponent is outside exp's domain there, [-87, 88] (the specification), so a
+device span holding the softmax's exp counts every masked key in its flag word and a padded
+batch is refused at run time (``DomainFlagged``; all-MiniLM-L6-v2 in the models suite: 27,264
+masked keys in layer 0, and one unmasked score 90.2 below its row's maximum). The refusal is
+true and depends on the mask, an input, so the plan cannot make it
+(``packages/poot-npu/tests/test_xdna_softmax_domain.py``).
 """
 
 from __future__ import annotations
