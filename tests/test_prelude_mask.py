@@ -28,7 +28,7 @@ from poot_ir import (
 from poot_npu.registry import make_device
 from poot_planner import Span, partition, plan
 from poot_planner.partition import value_names
-from poot_planner.prelude import MASK, host_prelude
+from poot_planner.prelude import MASK, SCORE_BOUND, host_prelude
 
 F32, I32, BOOL = DType.F32, DType.I32, DType.BOOL
 B, L, D, LAYERS = 2, 8, 16, 3
@@ -165,3 +165,110 @@ def test_on_xdna2_no_bound_is_proven_and_the_mask_stays_infinite(tmp_path: Path)
 
 def _literals(program: Program) -> set[float]:
     return {a.as_float() for e in program.eqns for a in e.inputs if not isinstance(a, Var)}
+
+
+# -- the rewrite's precondition: scores proven bounded (prelude.SCORE_BOUND) -------------------
+
+ROWS = 3
+
+
+def _scores(scale: float | None) -> Program:
+    """softmax(x * scale + select(mask != 0, 0, -inf)) over raw scores ``x`` (a slot: the
+    engine's input check bounds it by 65504 on intel-npu4)."""
+    b = Builder("scores")
+    x = b.slot("x", F32, (ROWS, L))
+    am = b.slot("attention_mask", I32, (ROWS, L))
+    keep = b.convert(am, BOOL)
+    s = x if scale is None else b.mul(x, b.literal(scale, F32))
+    s = b.add(s, b.select(keep, b.literal(0.0, F32), b.literal(float("-inf"), F32)))
+    b.output("p", ops.softmax(b, s))
+    return b.build()
+
+
+#: a row's keys: the first unmasked, the rest padding
+_ONE_KEY = np.array([[1] + [0] * (L - 1)] * ROWS, np.int32)
+
+
+def _host_literals(program: Program) -> set[float]:
+    spans = partition(program, "intel-npu4")
+    assert [s.device for s in spans] == [False, True]
+    return _literals(spans[0].program)
+
+
+def test_the_bound_at_its_edge() -> None:
+    # 65504 * c after FP16 rounding within SCORE_BOUND; 1/4 (D = 16's 1/sqrt(d)) is past it:
+    # 2 * 16376 + 17.4 > 32768, a masked score 16376 over an unmasked -16376 would not vanish
+    assert 65504 * 0.2493 * (1 + 2.0**-10) ** 2 <= SCORE_BOUND < 65504 * 0.25
+    assert MASK in _host_literals(_scores(0.2493))
+    assert MASK in _host_literals(_scores(-0.2493))
+    for scale in (0.25, 1.0, None):
+        lits = _host_literals(_scores(scale))
+        assert MASK not in lits and float("-inf") in lits, scale
+
+
+def test_a_division_by_a_literal_and_the_subtraction_sides() -> None:
+    def program(prim: Prim, mask_first: bool, d: float) -> Program:
+        b = Builder("scores")
+        x = b.slot("x", F32, (ROWS, L))
+        keep = b.convert(b.slot("attention_mask", I32, (ROWS, L)), BOOL)
+        s = b.div(x, b.literal(d, F32))
+        m = b.select(keep, b.literal(0.0, F32), b.literal(float("-inf"), F32))
+        t = b.add(m, s) if prim is Prim.ADD else b.sub(m, s) if mask_first else b.sub(s, m)
+        b.output("p", ops.softmax(b, t))
+        return b.build()
+
+    assert MASK in _host_literals(program(Prim.ADD, True, 4.02))
+    assert MASK in _host_literals(program(Prim.SUB, True, 4.02))  # mask - s
+    assert MASK not in _host_literals(program(Prim.ADD, True, 4.0))  # past the bound
+    # s - mask adds an infinity where the mask is -inf: no finite mask stands for that
+    assert MASK not in _host_literals(program(Prim.SUB, False, 4.02))
+
+
+def test_unbounded_scores_keep_the_mask_and_are_refused_typed(tmp_path: Path) -> None:
+    # the brief's counterexample: a masked score 20000 over an unmasked -20000. A -2^15 mask
+    # would give the padded key all the probability (the oracle shows it); the kept -inf is
+    # refused at the device's input check instead of that silent wrong result
+    program = _scores(None)
+    x = np.full((ROWS, L), -5.0, np.float32)
+    x[:, 0], x[:, 1] = -20000.0, 20000.0
+    rewritten = x + np.where(_ONE_KEY != 0, 0.0, MASK).astype(np.float32)
+    wrong = np.exp(rewritten - rewritten.max(axis=1, keepdims=True))
+    assert wrong[0, 1] / wrong[0].sum() == 1.0  # what the unguarded rewrite would compute
+    want = evaluate(program, {"x": x, "attention_mask": _ONE_KEY})["p"]
+    assert np.array_equal(want[:, 0], np.ones(ROWS, np.float32))
+    with Engine(make_device("vpu-cpu"), cache_dir=tmp_path) as engine:
+        entry = engine.add_entry(plan(program, "intel-npu4"), partition=True)
+        with pytest.raises(NarrowingRangeInput):
+            engine.step(entry, {"x": x, "attention_mask": _ONE_KEY})
+
+
+@pytest.mark.parametrize("scale", [0.2493, -0.2493])
+def test_adversarial_scores_at_the_edges_match_the_oracle(scale: float, tmp_path: Path) -> None:
+    # the largest scores the input check lets through, masked ones high and unmasked ones low
+    # (and the reverse, and mixed): the composed spans on the oracle give the -inf mask's
+    # probabilities bit for bit, vpu-cpu within NarrowStorage; past 65504 a typed refusal
+    program = _scores(scale)
+    mask = np.array([[1, 1] + [0] * (L - 2), [1] + [0] * (L - 1), [0] * (L - 1) + [1]], np.int32)
+    big = np.float32(65504.0)
+    x = np.where(mask != 0, -big, big).astype(np.float32) * np.sign(np.float32(scale))
+    x[1] = np.where(mask[1] != 0, big, -big) * np.sign(np.float32(scale))
+    x[2, :4] = [-big, big, 0.5, -3.0]
+    inputs = {"x": x, "attention_mask": mask}
+    want = evaluate(program, inputs)["p"]
+    assert np.isfinite(want).all() and np.array_equal(
+        want[mask == 0], np.zeros(int((mask == 0).sum()), np.float32)
+    )
+    spans = partition(program, "intel-npu4")
+    assert MASK in _literals(spans[0].program)
+    got = _compose(program, spans, inputs)["p"]
+    assert got.tobytes() == want.tobytes()
+    with Engine(make_device("vpu-cpu"), cache_dir=tmp_path) as engine:
+        entry = engine.add_entry(plan(program, "intel-npu4"), partition=True)
+        dev = engine.step(entry, inputs)["p"].astype(np.float64)
+        err = np.linalg.norm(dev - want) / np.linalg.norm(want)
+        assert err <= 2.0**-8, err
+        assert np.all(dev[mask == 0] == 0.0)  # no probability on a padded key
+        over = x.copy()
+        over[0, 0] = np.nextafter(big, np.float32(np.inf))
+        with pytest.raises(NarrowingRangeInput):
+            engine.step(entry, {"x": over, "attention_mask": mask})

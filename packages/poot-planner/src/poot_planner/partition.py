@@ -57,7 +57,6 @@ from poot_planner.targets import get_target
 __all__ = ["PartitionSummary", "Span", "partition", "summarize", "value_names"]
 
 
-
 @dataclass(frozen=True, slots=True)
 class Span:
     """A run of ``eqns`` (source equation indices, ascending; contiguous but for the host
