@@ -10,8 +10,9 @@ The rules:
   integer and boolean equations they depend on, run first as one oracle span, and the rest
   is cut as above in program order without them (so a device span may skip the prelude's
   indices). They read only arguments and each other, so no value changes; on a narrowing
-  target their additive ``-inf`` mask becomes a value FP16 scores can be added to there (on
-  any other device, whose arithmetic takes finite operands, the same finite mask value).
+  target their additive ``-inf`` mask becomes a value FP16 scores can be added to there,
+  where the device spans prove the scores it is added to bounded (the precondition and its
+  proof: ``poot_planner.prelude``); elsewhere, and on any other target, it stays ``-inf``.
 - A fully admitted program is one device span.
 - Otherwise the equations the whole program's plan refuses are oracle equations, and each run
   of the others is a candidate device span. A candidate's sub-program is re-planned for the

@@ -26,12 +26,41 @@ whole row is masked:
 A masked entry of a row with an unmasked one is then MASK (the row's maximum is 0); a fully
 masked row stays ``-inf``, which the device's input check refuses with a typed error (the
 oracle's softmax of that row is NaN, the exported NaN guard's case: no finite mask gives it).
-Other targets (xdna2: its kernels' domain is finite operands) get the same value for an
-infinite mask literal; a finite one (``-10000``) stays as it is there. Why the same
-probabilities: a score s plus MASK stays finite in FP16 for |s| <= 32736 (beyond,
-the overflow guard refuses), and a masked entry's exponent ``s_m + MASK - max`` is below -104
-(where exp is 0 in F32, and -17.4 in FP16) whenever the row's maximum is an unmasked score
-within 32,600 of ``s_m``: the masked probability is exactly the 0 the infinite mask gives.
+
+Why the same probabilities, and the precondition that needs. Where ``-inf`` masks an entry its
+probability is exactly 0; with MASK it is ``exp(s_m + MASK - max)`` over the row's sum, where
+``max`` is at least the row's best unmasked score ``s_u``. That is exactly 0 (and the unmasked
+entries, ``s_u + 0``, keep their values) when the exponent is below -17.33 (-25 ln 2: half
+FP16's least subnormal; F32's is -103.3), i.e. ``s_m - s_u < 32768 - 17.4``, and when
+``s + MASK`` stays finite. Nothing at run time checks that: scores ``s_m = 20000``, ``s_u =
+-20000`` would put the row's probability on the padded key, a silent wrong result. So the
+rewrite is made only where the partition PROVES |s| <= ``SCORE_BOUND`` for every score the mask
+is added to, else the mask stays ``-inf`` (refused at the device's input check, typed):
+
+    SCORE_BOUND = (32768 - 17.4 - 16) / 2 = 16367.3
+
+(the 16: ``s + MASK`` lies in [2^14, 2^16) where FP16 rounds it by up to half its spacing of 32;
+then the masked exponent is at most 2 B + 16 - 32768 <= -17.4, and |s + MASK| <= 49135 is
+finite; a device that keeps exp in F32 gives each masked entry at most e^-17.4 = 2.8e-8 of the
+row, far inside NarrowStorage). The proof (``_Proof``): the mask is read by ``add(s, mask)`` or ``sub(mask, s)``
+(``s - mask`` would add an infinity: not rewritten) through data movement, where ``s`` is, through
+data movement, ``mul(y, c)`` or ``div(y, d)`` with a literal scale such that 65504 |c| (or
+65504 / |d|), grown by the FP16 rounding of the literal and of the product, is within the bound,
+and ``y`` (through movement) is checked for FP16 overflow by the device span that runs that
+whole chain: either made in it by an equation with a plain overflow guard
+(``fp16_guards.analyse`` on the span plan's legalized program, what ``poot_npu.vpu`` checks:
+the graph refuses the step when it is infinite or NaN, so |y| <= 65504; an equation the ordering
+exemption skips, or a ``fresh`` guard that passes inherited infinities, proves nothing) or read
+by it from outside (the engine's input range check, ``NarrowingRangeInput``). A real encoder's
+``matmul(q, k^T) * d^-1/2`` with d >= 17 is covered (d = 32: B = 65504 / sqrt(32) = 11580); a
+scale of 1/4 is not (2 * 16376 + 17.4 > 32768).
+
+Only a narrowing target gets the rewrite. xdna2 computes F32 and no in-graph guard bounds its
+scores, so nothing is proven there and the mask stays as exported (its adds are the oracle's:
+xdna2 refuses them). Not covered either: scores made by a matmul of already scaled operands
+(HF's all-MiniLM export scales q and k by d^-1/4 each): the matmul's output is only checked for
+|s| <= 65504, and no literal bounds a contraction, so such an encoder keeps ``-inf`` and is
+refused at the device's input check until the device checks the precondition itself.
 """
 
 from __future__ import annotations
