@@ -272,3 +272,21 @@ def test_adversarial_scores_at_the_edges_match_the_oracle(scale: float, tmp_path
         over[0, 0] = np.nextafter(big, np.float32(np.inf))
         with pytest.raises(NarrowingRangeInput):
             engine.step(entry, {"x": over, "attention_mask": mask})
+
+
+def test_only_a_value_the_span_checks_bounds_the_scores() -> None:
+    # y made in the device span counts only with a plain overflow guard: exp is guarded (the
+    # graph refuses an infinite one), max computes nothing new and carries none
+    def program(make: str) -> Program:
+        b = Builder("scores")
+        x = b.slot("x", F32, (ROWS, L))
+        x2 = b.slot("x2", F32, (ROWS, L))
+        keep = b.convert(b.slot("attention_mask", I32, (ROWS, L)), BOOL)
+        y = b.exp(x) if make == "exp" else b.max(x, x2)
+        s = b.mul(b.transpose(b.transpose(y, (1, 0)), (1, 0)), b.literal(0.125, F32))
+        m = b.select(keep, b.literal(0.0, F32), b.literal(float("-inf"), F32))
+        b.output("p", ops.softmax(b, b.add(s, m)))
+        return b.build()
+
+    assert MASK in _host_literals(program("exp"))
+    assert MASK not in _host_literals(program("max"))
