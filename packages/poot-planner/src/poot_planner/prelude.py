@@ -131,7 +131,7 @@ def mask_sentinels(
     """The prelude's additive mask selects (module docstring), by index, as the equations that
     replace each (the last writes the select's own output). ``devices`` are the partition's
     device spans (source equations and admitted plan): a mask is rewritten only where every
-    score it is added to is proven bounded by ``SCORE_BOUND`` in them (``_bounded_score``)."""
+    score it is added to is proven bounded by ``SCORE_BOUND`` in them (``_Proof``)."""
     consumers: dict[int, list[Eqn]] = {}
     maker: dict[int, int] = {}
     for i, e in enumerate(program.eqns):
