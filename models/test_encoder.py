@@ -10,6 +10,12 @@ The equations left on the host are the integer side alone (``poot_planner.prelud
 exported mask is ``attention_mask != 0`` gathered and and-ed as booleans (an FP16 device makes
 no float of a boolean or an integer), and its ``select(mask, 0, -inf)`` per layer, which reads
 only that boolean mask and makes the additive mask: the only host equations with a float result.
+
+That mask stays ``-inf`` (``poot_planner.prelude``: the -2^15 rewrite needs scores proven within
+``SCORE_BOUND``, and minilm's export scales q and k by 32^-1/4 each before their matmul, so its
+scores are a matmul's output, which the device checks only for FP16 overflow, |s| <= 65504): the
+vpu-cpu run is refused at the device's input check (``NarrowingRangeInput``), typed, until the
+device checks the precondition itself. The run within NarrowStorage is an expected failure.
 """
 
 from __future__ import annotations
@@ -19,11 +25,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from poot_engine import Engine
-from poot_ir import Program, Var, evaluate
+from poot_ir import Eqn, NarrowingRangeInput, Prim, Program, Var, evaluate
 from poot_ir.numerics import Normwise, compare
 from poot_ir.onnx import Imported, import_model
 from poot_npu.registry import make_device
 from poot_planner import Span, partition, plan
+from poot_planner.prelude import MASK
 from poot_planner.targets import get_target
 
 from models.catalog import MODELS, available
@@ -82,6 +89,46 @@ def test_every_float_equation_is_on_the_device_in_at_most_two_spans() -> None:
     assert sum(s.device for s in before) > 2
 
 
+def test_the_mask_stays_infinite_its_scores_are_not_proven_bounded() -> None:
+    program = _imported().program
+    (host,) = (s for s in _spans() if not s.device)
+    lits = {a.as_float() for e in host.program.eqns for a in e.inputs if not isinstance(a, Var)}
+    assert MASK not in lits and float("-inf") in lits
+    made = {v.id: e for e in program.eqns for v in e.outputs}
+    selects = [program.eqns[i] for i in host.eqns if program.eqns[i].prim is Prim.SELECT]
+    masks = [e for e in selects if e.out.dtype.is_float]
+    assert masks
+    for m in masks:  # each is added to a matmul of scaled q and k (through movement)
+        (add,) = (e for e in program.eqns if e.prim is Prim.ADD and _reads_moved(made, e, m))
+        (s,) = (a for a in add.inputs if isinstance(a, Var) and not _moved_from(made, a, m))
+        assert made[s.id].prim is Prim.MATMUL
+        for a in made[s.id].inputs:
+            assert isinstance(a, Var) and made[_unmoved(made, a).id].prim is Prim.MUL
+
+
+_MOVES = {Prim.RESHAPE, Prim.TRANSPOSE, Prim.BROADCAST_IN_DIM}
+
+
+def _unmoved(made: dict[int, Eqn], v: Var) -> Var:
+    """``v`` before the data movement that made it."""
+    while v.id in made and made[v.id].prim in _MOVES and isinstance(made[v.id].inputs[0], Var):
+        v = made[v.id].inputs[0]  # type: ignore[assignment]
+    return v
+
+
+def _moved_from(made: dict[int, Eqn], v: Var, m: Eqn) -> bool:
+    return made.get(_unmoved(made, v).id) is m
+
+
+def _reads_moved(made: dict[int, Eqn], e: Eqn, m: Eqn) -> bool:
+    return any(isinstance(a, Var) and _moved_from(made, a, m) for a in e.inputs)
+
+
+@pytest.mark.xfail(
+    raises=NarrowingRangeInput,
+    strict=True,
+    reason="the -inf mask is kept (its scores are not proven bounded): refused, typed",
+)
 def test_the_partitioned_run_on_vpu_cpu_is_within_narrow_storage(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -10,8 +10,9 @@ The rules:
   integer and boolean equations they depend on, run first as one oracle span, and the rest
   is cut as above in program order without them (so a device span may skip the prelude's
   indices). They read only arguments and each other, so no value changes; on a narrowing
-  target their additive ``-inf`` mask becomes a value FP16 scores can be added to there (on
-  any other device, whose arithmetic takes finite operands, the same finite mask value).
+  target their additive ``-inf`` mask becomes a value FP16 scores can be added to there,
+  where the device spans prove the scores it is added to bounded (the precondition and its
+  proof: ``poot_planner.prelude``); elsewhere, and on any other target, it stays ``-inf``.
 - A fully admitted program is one device span.
 - Otherwise the equations the whole program's plan refuses are oracle equations, and each run
   of the others is a candidate device span. A candidate's sub-program is re-planned for the
@@ -58,8 +59,6 @@ from poot_planner.target import Target
 from poot_planner.targets import get_target
 
 __all__ = ["PartitionSummary", "Span", "partition", "summarize", "value_names"]
-
-F32_MAX = 3.4028234663852886e38  # float32's largest finite value
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,10 +159,6 @@ def partition(
         return (Span(True, every, plan_run(every).source, plan_run(every)),)
     refused = {r.eqn for r in whole.refusals if r.eqn >= 0}
     prelude = host_prelude(program, refused)
-    # a narrowing target's mask literals past FP16 are replaced; elsewhere only an infinite one
-    # (a device's arithmetic takes finite operands: xdna2's domain guards refuse -inf)
-    limit = t.narrowing.max_magnitude if t.narrowing is not None else F32_MAX
-    replaced = mask_sentinels(program, prelude, limit) if prelude else {}
     hoisted = set(prelude)
     pieces: list[tuple[bool, tuple[int, ...]]] = [(False, prelude)] if prelude else []
     for device, run in _runs(tuple(i for i in range(n) if i not in hoisted), refused):
@@ -187,6 +182,15 @@ def partition(
             merged[-1] = (False, tuple(sorted(merged[-1][1] + run)))
         else:
             merged.append((device, run))
+    # a narrowing target's mask literals past FP16 are replaced where the scores they are added
+    # to are proven bounded in the device spans (poot_planner.prelude); elsewhere none: xdna2
+    # computes F32 scores no guard bounds, so its domain guards refuse the -inf mask, typed
+    devices = [(run, plan_run(run)) for d, run in merged if d]
+    replaced = (
+        mask_sentinels(program, prelude, t.narrowing.max_magnitude, devices)
+        if prelude and t.narrowing is not None
+        else {}
+    )
     return tuple(
         Span(True, run, plan_run(run).source, plan_run(run))
         if d

@@ -26,29 +26,66 @@ whole row is masked:
 A masked entry of a row with an unmasked one is then MASK (the row's maximum is 0); a fully
 masked row stays ``-inf``, which the device's input check refuses with a typed error (the
 oracle's softmax of that row is NaN, the exported NaN guard's case: no finite mask gives it).
-Other targets (xdna2: its kernels' domain is finite operands) get the same value for an
-infinite mask literal; a finite one (``-10000``) stays as it is there. Why the same
-probabilities: a score s plus MASK stays finite in FP16 for |s| <= 32736 (beyond,
-the overflow guard refuses), and a masked entry's exponent ``s_m + MASK - max`` is below -104
-(where exp is 0 in F32, and -17.4 in FP16) whenever the row's maximum is an unmasked score
-within 32,600 of ``s_m``: the masked probability is exactly the 0 the infinite mask gives.
 
-On xdna2 that exponent is outside exp's domain there, [-87, 88] (the specification), so a
-device span holding the softmax's exp counts every masked key in its flag word and a padded
-batch is refused at run time (``DomainFlagged``; all-MiniLM-L6-v2 in the models suite: 27,264
-masked keys in layer 0, and one unmasked score 90.2 below its row's maximum). The refusal is
-true and depends on the mask, an input, so the plan cannot make it
+Why the same probabilities, and the precondition that needs. Where ``-inf`` masks an entry its
+probability is exactly 0; with MASK it is ``exp(s_m + MASK - max)`` over the row's sum, where
+``max`` is at least the row's best unmasked score ``s_u``. That is exactly 0 (and the unmasked
+entries, ``s_u + 0``, keep their values) when the exponent is below -17.33 (-25 ln 2: half
+FP16's least subnormal; F32's is -103.3), i.e. ``s_m - s_u < 32768 - 17.4``, and when
+``s + MASK`` stays finite. Nothing at run time checks that: scores ``s_m = 20000``, ``s_u =
+-20000`` would put the row's probability on the padded key, a silent wrong result. So the
+rewrite is made only where the partition PROVES |s| <= ``SCORE_BOUND`` for every score the mask
+is added to, else the mask stays ``-inf`` (refused at the device's input check, typed):
+
+    SCORE_BOUND = (32768 - 17.4 - 16) / 2 = 16367.3
+
+(the 16: ``s + MASK`` lies in [2^14, 2^16) where FP16 rounds it by up to half its spacing of 32;
+then the masked exponent is at most 2 B + 16 - 32768 <= -17.4, and |s + MASK| <= 49135 is
+finite; a device that keeps exp in F32 gives each masked entry at most e^-17.4 = 2.8e-8 of the
+row, far inside NarrowStorage). The proof (``_Proof``): the mask is read by ``add(s, mask)`` or ``sub(mask, s)``
+(``s - mask`` would add an infinity: not rewritten) through data movement, where ``s`` is, through
+data movement, ``mul(y, c)`` or ``div(y, d)`` with a literal scale such that 65504 |c| (or
+65504 / |d|), grown by the FP16 rounding of the literal and of the product, is within the bound,
+and ``y`` (through movement) is checked for FP16 overflow by the device span that runs that
+whole chain: either made in it by an equation with a plain overflow guard
+(``fp16_guards.analyse`` on the span plan's legalized program, what ``poot_npu.vpu`` checks:
+the graph refuses the step when it is infinite or NaN, so |y| <= 65504; an equation the ordering
+exemption skips, or a ``fresh`` guard that passes inherited infinities, proves nothing) or read
+by it from outside (the engine's input range check, ``NarrowingRangeInput``). A real encoder's
+``matmul(q, k^T) * d^-1/2`` with d >= 17 is covered (d = 32: B = 65504 / sqrt(32) = 11580); a
+scale of 1/4 is not (2 * 16376 + 17.4 > 32768).
+
+Only a narrowing target gets the rewrite. xdna2 computes F32 and no in-graph guard bounds its
+scores, so nothing is proven there and the mask stays as exported (its adds are the oracle's:
+xdna2 refuses them). Not covered either: scores made by a matmul of already scaled operands
+(HF's all-MiniLM export scales q and k by d^-1/4 each): the matmul's output is only checked for
+|s| <= 65504, and no literal bounds a contraction, so such an encoder keeps ``-inf`` and is
+refused at the device's input check until the device checks the precondition itself.
+
+On xdna2 a masked softmax's exponent (``-inf`` or any large negative score) is outside exp's
+domain there, [-87, 88] (the specification), so a device span holding the softmax's exp counts
+every masked key in its flag word and a padded batch is refused at run time (``DomainFlagged``;
+all-MiniLM-L6-v2: 27,264 masked keys in layer 0, and one unmasked score 90.2 below its row's
+maximum). The refusal is true and depends on the mask, an input, so the plan cannot make it
 (``packages/poot-npu/tests/test_xdna_softmax_domain.py``).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from poot_ir import BroadcastParams, Eqn, Literal, Prim, Program, ReduceParams, Var
 
+from poot_planner.fp16_guards import GuardKind, analyse
 from poot_planner.legal_emit import Emit, RuleContext
 from poot_planner.legal_steps import readers_through_movement
 
-__all__ = ["MASK", "host_prelude", "mask_sentinels"]
+if TYPE_CHECKING:
+    from poot_planner.plan import Plan
+
+__all__ = ["MASK", "SCORE_BOUND", "host_prelude", "mask_sentinels"]
 
 
 def host_prelude(program: Program, refused: set[int]) -> tuple[int, ...]:
@@ -79,15 +116,34 @@ def host_prelude(program: Program, refused: set[int]) -> tuple[int, ...]:
 
 #: the prelude's additive mask value (module docstring): half FP16's range, a power of two
 MASK = -(2.0**15)
+#: exp(x) rounds to 0 in FP16 below -25 ln 2 = -17.33 (half the least subnormal, 2^-25)
+EXP_ZERO = 17.4
+#: half FP16's spacing (32) on [2^15, 2^16), where ``s + MASK`` lies: its rounding error
+SUM_ROUNDING = 16.0
+#: the largest |s| the rewrite admits for a score s the mask is added to (module docstring)
+SCORE_BOUND = (-MASK - EXP_ZERO - SUM_ROUNDING) / 2
+#: FP16's largest finite value: a guarded or range-checked value's bound
+FP16_MAX = 65504.0
+#: a scale literal's FP16 rounding and the product's (each at most 2^-11 relative)
+_ROUNDING = (1.0 + 2.0**-10) ** 2
+_MOVES = frozenset({Prim.RESHAPE, Prim.BROADCAST_IN_DIM, Prim.TRANSPOSE, Prim.SLICE})
 
 
 def mask_sentinels(
-    program: Program, eqns: tuple[int, ...], limit: float
+    program: Program,
+    eqns: tuple[int, ...],
+    limit: float,
+    devices: Sequence[tuple[tuple[int, ...], Plan]],
 ) -> dict[int, tuple[Eqn, ...]]:
     """The prelude's additive mask selects (module docstring), by index, as the equations that
-    replace each (the last writes the select's own output)."""
+    replace each (the last writes the select's own output). ``devices`` are the partition's
+    device spans (source equations and admitted plan): a mask is rewritten only where every
+    score it is added to is proven bounded by ``SCORE_BOUND`` in them (``_Proof``)."""
     consumers: dict[int, list[Eqn]] = {}
-    for e in program.eqns:
+    maker: dict[int, int] = {}
+    for i, e in enumerate(program.eqns):
+        for v in e.outputs:
+            maker[v.id] = i
         for a in e.inputs:
             if isinstance(a, Var):
                 consumers.setdefault(a.id, []).append(e)
@@ -95,12 +151,15 @@ def mask_sentinels(
         consumers={k: tuple(v) for k, v in consumers.items()},
         results=frozenset(v.id for _, v in program.results()),
     )
+    proof = _Proof(program, maker, devices)
     next_id = 1 + max([a.var.id for a in program.args] + [e.out.id for e in program.eqns])
     out: dict[int, tuple[Eqn, ...]] = {}
     for i in eqns:
         e = program.eqns[i]
         if not (_additive_mask(e, limit) and _feeds_a_row_maximum(e, ctx)):
             continue
+        if not all(proof.bounded_score(r, moved) for r, moved in _mask_reads(e, ctx)):
+            continue  # kept -inf: the device's input check refuses it, typed
         em = Emit(next_id, e.out.dtype)
         rank = e.out.type.rank
         v = em.op(Prim.SELECT, *e.inputs, params=e.params)
@@ -114,6 +173,119 @@ def mask_sentinels(
         out[i] = tuple(em.eqns)
         next_id = em.next_id
     return out
+
+
+def _mask_reads(e: Eqn, ctx: RuleContext) -> list[tuple[Eqn, frozenset[int]]]:
+    """Each add or subtract reading the mask ``e`` makes (through movement), with the ids of
+    the mask's moved copies (so the score operand is the other one)."""
+    moved = {e.out.id}
+    stack = [e.out.id]
+    reads: list[Eqn] = []
+    while stack:
+        for r in ctx.consumers.get(stack.pop(), ()):
+            if r.prim in _MOVES:
+                moved.add(r.out.id)
+                stack.append(r.out.id)
+            elif r not in reads:
+                reads.append(r)
+    frozen = frozenset(moved)
+    return [(r, frozen) for r in reads]
+
+
+class _Proof:
+    """Whether a score the mask is added to is bounded by ``SCORE_BOUND`` (module docstring):
+    ``s = mul(y, c)`` or ``div(y, d)`` with a literal scale, through movement, where ``y``
+    (through movement) is a value the device span holding the whole chain checks for FP16
+    overflow: an equation of the span with a plain overflow guard (``fp16_guards``: the graph
+    refuses the step when it is infinite or NaN) or an input of the span (the engine's input
+    range check), so |y| <= 65504 or the step is refused."""
+
+    def __init__(
+        self,
+        program: Program,
+        maker: dict[int, int],
+        devices: Sequence[tuple[tuple[int, ...], Plan]],
+    ) -> None:
+        self.program = program
+        self.maker = maker
+        self.span = {i: k for k, (run, _) in enumerate(devices) for i in run}
+        self.devices = devices
+        self._guarded: dict[int, frozenset[int]] = {}
+
+    def guarded(self, k: int) -> frozenset[int]:
+        """The value ids device span ``k``'s graph guards for overflow (every element, not
+        only fresh ones: an inherited infinity would pass a fresh guard)."""
+        if k not in self._guarded:
+            p = self.devices[k][1]
+            got: frozenset[int] = frozenset()
+            if p.narrowing is not None:  # only a narrowed graph carries the flags (vpu.py)
+                prog = p.legalized
+                found = analyse(prog, p.narrowing.max_magnitude).guards
+                got = frozenset(
+                    prog.eqns[g.eqn].out.id
+                    for g in found
+                    if g.kind is GuardKind.OVERFLOW and not g.fresh
+                )
+            self._guarded[k] = got
+        return self._guarded[k]
+
+    def back(self, v: Var, chain: list[int]) -> Var:
+        """``v`` before the data movement that made it, the movement's equations in ``chain``."""
+        while v.id in self.maker:
+            e = self.program.eqns[self.maker[v.id]]
+            if e.prim not in _MOVES or not isinstance(e.inputs[0], Var):
+                break
+            chain.append(self.maker[v.id])
+            v = e.inputs[0]
+        return v
+
+    def bounded_score(self, r: Eqn, moved: frozenset[int]) -> bool:
+        ins = r.inputs
+        if r.prim is Prim.ADD:
+            scores = [a for a in ins if not (isinstance(a, Var) and a.id in moved)]
+        elif r.prim is Prim.SUB and isinstance(ins[0], Var) and ins[0].id in moved:
+            scores = [ins[1]]  # mask - s; s - mask would add an infinity, not mask
+        else:
+            return False
+        if len(scores) != 1 or not isinstance(scores[0], Var):
+            return False
+        chain = [self.maker[r.out.id]]
+        s = self.back(scores[0], chain)
+        if s.id not in self.maker:
+            return False
+        chain.append(self.maker[s.id])
+        y = _scaled(self.program.eqns[self.maker[s.id]])
+        if y is None:
+            return False
+        y = self.back(y, chain)
+        spans = {self.span.get(i) for i in chain}
+        if len(spans) != 1:
+            return False  # the chain must run in one device span, where y is checked
+        k = next(iter(spans))
+        if k is None:
+            return False
+        run = set(self.devices[k][0])
+        inside = y.id in self.maker and self.maker[y.id] in run
+        return not inside or y.id in self.guarded(k)
+
+
+def _scaled(e: Eqn) -> Var | None:
+    """``y`` when ``e`` is ``y * c`` (or ``c * y``) or ``y / d`` with a literal scale that takes
+    |y| <= 65504 to |e| <= ``SCORE_BOUND`` after FP16 rounding, else None."""
+    a = e.inputs
+    if e.prim is Prim.MUL:
+        pairs = [(a[0], a[1]), (a[1], a[0])]
+        for y, c in pairs:
+            if isinstance(y, Var) and isinstance(c, Literal) and y.dtype.is_float:
+                scale = abs(c.as_float())
+                if math.isfinite(scale) and FP16_MAX * scale * _ROUNDING <= SCORE_BOUND:
+                    return y
+        return None
+    if e.prim is Prim.DIV and isinstance(a[0], Var) and isinstance(a[1], Literal):
+        d = abs(a[1].as_float())
+        if a[0].dtype.is_float and d > 0 and FP16_MAX / d * _ROUNDING <= SCORE_BOUND:
+            return a[0]
+    return None
 
 
 def _additive_mask(e: Eqn, limit: float) -> bool:
