@@ -15,6 +15,7 @@ element. Rules every bound shares:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -202,7 +203,8 @@ def _to_result(ok: Array, shape: tuple[int, ...]) -> Array:
     except ValueError:
         pass
     if ok.shape[: len(shape)] == shape:
-        return np.asarray(np.all(ok.reshape(*shape, -1), axis=-1))
+        rest = math.prod(ok.shape[len(shape) :])  # not -1: numpy cannot infer it when size 0
+        return np.asarray(np.all(ok.reshape(*shape, rest), axis=-1))
     return np.broadcast_to(np.all(ok), shape)
 
 
