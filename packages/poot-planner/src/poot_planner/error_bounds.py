@@ -20,13 +20,14 @@ one under the same per-primitive contracts the kernel's static bound is derived 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 from poot_ir import (
     BroadcastParams,
     ConcatParams,
+    DType,
     Eqn,
     GatherParams,
     Output,
@@ -50,6 +51,7 @@ from poot_ir.numerics import (
     ScaledSum,
 )
 
+from poot_planner.legal_rules import Numerics
 from poot_planner.narrowing import operating_dtype
 from poot_planner.plan import Plan
 
@@ -214,6 +216,36 @@ def _moved(e: Eqn, errs: list[Array], vals: list[Array]) -> Array:
             return np.full(e.out.shape, np.inf)  # no rule: promise nothing
 
 
+def _scaled_sums(plan: Plan) -> dict[int, Callable[[Array], Array]]:
+    """For each power-of-two scale moved into a sum (``legal_rules``), at its reduction: the
+    derived bound (n summands' underflow, exact arithmetic) plus what rounding adds against the
+    source's ``fl(fl(sum) * 2^k)``: the two exact values differ by at most the bound, so their
+    roundings to the device dtype by at most one more ulp of the result, and the source's
+    product rounds once more (half the smallest subnormal) where it lands below the normal
+    range."""
+    out: dict[int, Callable[[Array], Array]] = {}
+    for rw in plan.rewrites:
+        if rw.rule.numerics is not Numerics.SCALED_SUM or not isinstance(
+            rw.derivation.bound, AbsRel
+        ):
+            continue
+        e = plan.legalized.eqns[rw.last]
+        device = e.out.dtype
+        if plan.narrowing is not None and device is DType.F32:
+            device = plan.narrowing.device_dtype
+        tiny = float(np.nextafter(np.zeros((), device.numpy), np.ones((), device.numpy)))
+        extra = rw.derivation.bound.abs + 0.5 * tiny  # half the smallest subnormal
+
+        def add(y: Array, dt: Any = device.numpy, extra: float = extra) -> Array:
+            with np.errstate(over="ignore"):
+                mag = np.abs(y.astype(np.float64)).astype(dt)
+            ulp = np.asarray(np.spacing(mag), np.float64)
+            return np.where(np.isfinite(ulp), ulp, np.inf) + extra
+
+        out[rw.last] = add
+    return out
+
+
 def result_bounds(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[str, Array]:
     """For each result of ``plan.source`` (by name): the largest error a device running
     ``plan`` may have at each element, for these ``inputs`` (inf: nothing promised). The
@@ -221,7 +253,12 @@ def result_bounds(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[str, Arr
     rewrite is carried step by step under its steps' contracts."""
     program = plan.legalized
     # a rewrite by a published approximation adds the formula's own error at its last step
-    approximation = {rw.last: rw.rule.approximation for rw in plan.rewrites}
+    approximation = {
+        rw.last: rw.rule.approximation
+        for rw in plan.rewrites
+        if rw.rule.numerics is not Numerics.SCALED_SUM
+    }
+    scaled = _scaled_sums(plan)
     values = evaluate(_everything(program), inputs)
     val: dict[int, Array] = {a.var.id: np.asarray(inputs[a.name]) for a in program.args}
     err: dict[int, Array] = {a.var.id: np.zeros(a.var.shape) for a in program.args}
@@ -236,6 +273,8 @@ def result_bounds(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[str, Arr
             # formula approximates
             ref = np.abs(np.spacing(np.asarray(y).astype(e.out.dtype.numpy))).astype(np.float64)
             own = own + approximation[i] + 0.5 * ref
+        if i in scaled:
+            own = own + scaled[i](np.asarray(y))
         prop = _propagated(e, ops, eops, y)
         val[e.out.id] = y
         err[e.out.id] = np.asarray(own + prop, dtype=np.float64)
