@@ -237,9 +237,8 @@ def _scaled_sums(plan: Plan) -> dict[int, Callable[[Array], Array]]:
         extra = rw.derivation.bound.abs + 0.5 * tiny  # half the smallest subnormal
 
         def add(y: Array, dt: Any = device.numpy, extra: float = extra) -> Array:
-            with np.errstate(over="ignore"):
-                mag = np.abs(y.astype(np.float64)).astype(dt)
-            ulp = np.asarray(np.spacing(mag), np.float64)
+            with np.errstate(all="ignore"):  # past the device's range: inf, promised nothing
+                ulp = np.asarray(np.spacing(np.abs(y.astype(np.float64)).astype(dt)), np.float64)
             return np.where(np.isfinite(ulp), ulp, np.inf) + extra
 
         out[rw.last] = add
