@@ -16,7 +16,11 @@ expander that emits the equations) and its numerics:
   scaled value it can (LayerNorm's sum of squares over 512 features, ~1.3e5, times 1/512) stays
   in range. Scaling by a power of two is exact in FP16 unless the product underflows: a scaled
   summand in the subnormal range loses at most half the smallest subnormal (2^-25), so over n
-  summands the sum moves by at most n 2^-25 (``poot_planner.legal_bounds``).
+  summands the sum moves by at most n 2^-25 (``poot_planner.legal_bounds``). A scale that is
+  not a power of two (BERT's 1/768) is not moved: each scaled summand would round (2^-11
+  relative), which bounds the sum only relative to ``sum |x_i|``, not to the result: fine for a
+  sum of squares, unbounded relative to a mean of signed values that cancel, and not an
+  absolute bound this table can state.
 
 The step functions need an F16 operand: ``x - y`` of two distinct FP16 values (with subnormals,
 which the NPU's contracts promise) is at least 2^-24 in magnitude, so ``x - y >= 2^-24`` is
