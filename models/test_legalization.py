@@ -40,3 +40,36 @@ def test_convolutions_are_admitted_on_intel_after_legalization(m: object) -> Non
     conv = [i for i, e in enumerate(program.eqns) if e.prim in (Prim.GATHER, Prim.MATMUL)]
     assert conv and not refused & set(conv)
     assert p.admitted, [str(r) for r in p.refusals[:5]]
+
+
+def test_magika_runs_on_vpu_cpu_within_its_contract(tmp_path: Path) -> None:
+    # magika's LayerNorm sums of squares (~1.3e5 over 512 features) overflow FP16 before their
+    # 1/512 scale: refused at run time until the scale is moved into the sum (the scaled-sum
+    # rule); now the partitioned run passes its check against the oracle (NarrowStorage), and
+    # against ONNX Runtime it is as close as that contract allows
+    import numpy as np
+    import onnxruntime as ort
+    from poot_npu.registry import make_device
+
+    from poot.runner import run_program
+
+    m = next(m for m in MODELS if m.name == "magika")
+    imp = import_model(m.file(), shapes=m.shapes, constants=m.constants)
+    p = plan(imp.program, "intel-npu4")
+    assert sum(rw.rule.name == "power-of-two scale into the sum" for rw in p.rewrites) == 4
+    feed = {**imp.weights, **{imp.inputs[k]: v for k, v in m.inputs().items()}}
+    dev = make_device("vpu-cpu")
+    try:
+        report = run_program(
+            imp.program, dev, "vpu-cpu", inputs=[feed], partition=True, cache_dir=tmp_path
+        )
+    finally:
+        dev.close()
+    assert report.ok, report.steps[0].worst if report.steps else "no step ran"
+    session = ort.InferenceSession(str(m.file()), providers=["CPUExecutionProvider"])
+    want = session.run(None, {**m.inputs(), **m.constants})
+    for out, ref in zip(session.get_outputs(), want, strict=True):
+        got = report.outputs[0][out.name].astype(np.float64)
+        rel = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+        print(f"\nmagika on vpu-cpu vs ORT: {out.name} normwise {rel:.3g}")
+        assert rel <= 2.0**-8 and int(np.argmax(got)) == int(np.argmax(ref))

@@ -1,6 +1,6 @@
 """Legalized programs fuzzed on the stand-ins under the running error analysis: random chains of
 the primitives the targets' rules rewrite (intel-npu4: tanh, erf, recip, min, abs, select on a
-gt / eq mask, and log in chains of its own; xdna2: min, abs), planned (every refused step rewritten), and run on
+gt / eq mask, a sum scaled by a power of two, and log in chains of its own; xdna2: min, abs), planned (every refused step rewritten), and run on
 ``Engine(device, verify="always")`` with inputs at FP16's edges. The verified step compares the
 device with the oracle within ``result_bounds`` of the legalized plan, which carries each
 rewrite step by step and adds each approximation's own error: a step either passes that check
@@ -33,7 +33,7 @@ F16_EDGES = np.array(
      9.01, 100.0, -100.0, 1000.0, 65504.0, -65504.0],
     dtype=np.float32,
 )  # fmt: skip
-INTEL_STEPS = ("tanh", "erf", "recip", "min", "abs", "select_gt", "select_eq")
+INTEL_STEPS = ("tanh", "erf", "recip", "min", "abs", "select_gt", "select_eq", "mean")
 XDNA_STEPS = ("min", "abs")
 
 
@@ -49,6 +49,8 @@ def _chain(steps: list[str]) -> Program:
                 y = b.select(b.gt(y, z), y, z)
             case "select_eq":
                 y = b.select(b.eq(y, z), z, y)
+            case "mean":  # y + sum(y) / 8: the sum's power-of-two scale moved into it
+                y = b.add(y, b.broadcast_in_dim(b.mul(b.reduce_sum(y, 0), 0.125), (N,), ()))
             case _:
                 y = getattr(b, s)(y)
     b.output("y", y)

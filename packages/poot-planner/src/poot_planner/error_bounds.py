@@ -54,6 +54,7 @@ from poot_ir.numerics import (
 
 from poot_planner.legal_emit import RuleContext
 from poot_planner.legal_log import operand_of_softplus
+from poot_planner.legal_rules import Numerics
 from poot_planner.legalize import Rewrite
 from poot_planner.narrowing import operating_dtype
 from poot_planner.plan import Plan
@@ -267,6 +268,35 @@ _CARRIED: dict[str, Callable[[Array], Array]] = {
 }
 
 
+def _scaled_sums(plan: Plan) -> dict[int, Callable[[Array], Array]]:
+    """For each power-of-two scale moved into a sum (``legal_rules``), at its reduction: the
+    derived bound (n summands' underflow, exact arithmetic) plus what rounding adds against the
+    source's ``fl(fl(sum) * 2^k)``: the two exact values differ by at most the bound, so their
+    roundings to the device dtype by at most one more ulp of the result, and the source's
+    product rounds once more (half the smallest subnormal) where it lands below the normal
+    range."""
+    out: dict[int, Callable[[Array], Array]] = {}
+    for rw in plan.rewrites:
+        if rw.rule.numerics is not Numerics.SCALED_SUM or not isinstance(
+            rw.derivation.bound, AbsRel
+        ):
+            continue
+        e = plan.legalized.eqns[rw.last]
+        device = e.out.dtype
+        if plan.narrowing is not None and device is DType.F32:
+            device = plan.narrowing.device_dtype
+        tiny = float(np.nextafter(np.zeros((), device.numpy), np.ones((), device.numpy)))
+        extra = rw.derivation.bound.abs + 0.5 * tiny  # half the smallest subnormal
+
+        def add(y: Array, dt: Any = device.numpy, extra: float = extra) -> Array:
+            with np.errstate(all="ignore"):  # past the device's range: inf, promised nothing
+                ulp = np.asarray(np.spacing(np.abs(y.astype(np.float64)).astype(dt)), np.float64)
+            return np.where(np.isfinite(ulp), ulp, np.inf) + extra
+
+        out[rw.last] = add
+    return out
+
+
 def result_bounds(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[str, Array]:
     """For each result of ``plan.source`` (by name): the largest error a device running
     ``plan`` may have at each element, for these ``inputs`` (inf: nothing promised). The
@@ -274,7 +304,12 @@ def result_bounds(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[str, Arr
     rewrite is carried step by step under its steps' contracts."""
     program = plan.legalized
     # a rewrite by a published approximation adds the formula's own error at its last step
-    approximation = {rw.last: rw.rule.approximation for rw in plan.rewrites}
+    approximation = {
+        rw.last: rw.rule.approximation
+        for rw in plan.rewrites
+        if rw.rule.numerics is not Numerics.SCALED_SUM
+    }
+    scaled = _scaled_sums(plan)
     # a range-reduced rewrite is carried as one step: its derived bound, and its operand's error
     # through the source primitive (its steps' own errors are inside that bound)
     whole = {rw.last: rw for rw in plan.rewrites if rw.rule.carried}
@@ -294,6 +329,8 @@ def result_bounds(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[str, Arr
             # formula approximates
             ref = np.abs(np.spacing(np.asarray(y).astype(e.out.dtype.numpy))).astype(np.float64)
             own = own + approximation[i] + 0.5 * ref
+        if i in scaled:
+            own = own + scaled[i](np.asarray(y))
         if i in whole:
             source = plan.source.eqns[whole[i].eqn]
             own, prop = _whole(whole[i], source, producer, val, err, y, device)

@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from poot_ir import DType, Eqn, Literal, Prim, TensorType, Var
+from poot_ir import DType, Eqn, Literal, Prim, ReduceParams, TensorType, Var
 from poot_ir.numerics import (
     AbsRel,
     AnyInput,
@@ -103,6 +103,8 @@ def derive(rule: Rule, eqns: list[Eqn], target: Target, dtype: DType) -> Derivat
             if key not in _MEMO:
                 _MEMO[key] = _reduced(rule, target, device)
             return _MEMO[key]
+        case Numerics.SCALED_SUM:
+            return _scaled_sum(eqns, target, device)
         case Numerics.APPROXIMATION:
             # the chain of an approximation does not depend on the shape it runs at, so its
             # analysis (some thousands of interval steps) is made once per rule and target
@@ -125,6 +127,42 @@ def _identity(eqns: list[Eqn], target: Target) -> Derivation:
     if len(approx) == 1 and approx[0][0] == len(eqns) - 1:
         return Derivation(approx[0][1])
     return Derivation(None, "more than one approximate step, or one not last")
+
+
+#: half the smallest subnormal: the most a product by a power of two below 1 loses when it
+#: lands in the subnormal range (the rounding is to the nearest multiple of the smallest
+#: subnormal; above it the product is exact)
+_UNDERFLOW = {DType.F16: 2.0**-25, DType.BF16: 2.0**-134, DType.F32: 2.0**-150}
+
+
+def _scaled_sum(eqns: list[Eqn], target: Target, device: DType) -> Derivation:
+    """``reduce_sum(x * 2^k)`` against ``reduce_sum(x) * 2^k`` in exact arithmetic over the same
+    device values: each of the n summands is exact or loses at most ``_UNDERFLOW`` in the
+    scaling, so the sum moves by at most n of them; the two steps' own contracts add theirs (an
+    absolute one as is; a relative one at the rescaled sum's magnitude is not static, so it
+    leaves no bound). The final rounding of the sum to the device dtype is the reduction's, as
+    for any reduce_sum on the target (the running analysis adds it, ``error_bounds``)."""
+    half = _UNDERFLOW.get(device)
+    if half is None or len(eqns) != 2 or [e.prim for e in eqns] != [Prim.MUL, Prim.REDUCE_SUM]:
+        return Derivation(None, "not a scaled sum of one product and one reduction")
+    mul, red = eqns
+    if not isinstance(red.params, ReduceParams):
+        return Derivation(None, "reduce_sum without its axes")
+    shape: tuple[int, ...] = red.inputs[0].type.shape
+    n = math.prod(shape[a] for a in red.params.axes)
+    total = n * half
+    for e in eqns:
+        cap = target.capability(e.prim, device)
+        if cap is None:
+            return Derivation(None, f"{e.prim.value} has no contract on {device.value}")
+        match cap.contract.bound:
+            case BitExact():
+                pass
+            case AbsRel(abs=a, rel=0.0):
+                total += a * (n if e is mul else 1)
+            case _:
+                return Derivation(None, f"{e.prim.value}: its contract gives no absolute bound")
+    return Derivation(AbsRel(total, 0.0))
 
 
 def _operand_dtype(e: Eqn, target: Target) -> DType:

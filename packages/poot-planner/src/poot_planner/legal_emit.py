@@ -3,7 +3,8 @@
 A rule replaces one equation by ordinary equations of the same program: fresh value ids after
 every id the program uses, literals in the dtype the replaced equation computes in, and the
 rule's last equation writes the replaced equation's own output value (``out=``), so nothing
-after it changes.
+after it changes. A rule may instead fold in the only reader of that output (``absorb``): its
+last equation then writes the reader's output, and the reader is dropped.
 """
 
 from __future__ import annotations
@@ -35,6 +36,13 @@ class Emit:
         self.next_id = next_id
         self.dtype = dtype
         self.eqns: list[Eqn] = []
+        #: the one reader of the replaced equation's output that the rule folds in (its last
+        #: step then writes the reader's output, and the reader is dropped), or None
+        self.absorbed: Eqn | None = None
+
+    def absorb(self, reader: Eqn) -> None:
+        """Fold ``reader``, the only reader of the replaced equation's output, into the rule."""
+        self.absorbed = reader
 
     def lit(self, value: float) -> Literal:
         return Literal.of(value, self.dtype)

@@ -14,6 +14,16 @@ expander that emits the equations) and its numerics:
   the running error analysis carries the rewrite as one step under that bound.
 - ``SENTINEL``: the specification's mask-sentinel rule carried to a product: a mask value too
   large for FP16 saturates to the sentinel (+-65504), which is all an additive mask needs.
+- ``SCALED_SUM``: a range rewrite, made where the equation is admitted too (``admitted_too``):
+  ``reduce_sum(x) * 2^k`` (k < 0) as ``reduce_sum(x * 2^k)``, so a sum FP16 cannot hold whose
+  scaled value it can (LayerNorm's sum of squares over 512 features, ~1.3e5, times 1/512) stays
+  in range. Scaling by a power of two is exact in FP16 unless the product underflows: a scaled
+  summand in the subnormal range loses at most half the smallest subnormal (2^-25), so over n
+  summands the sum moves by at most n 2^-25 (``poot_planner.legal_bounds``). A scale that is
+  not a power of two (BERT's 1/768) is not moved: each scaled summand would round (2^-11
+  relative), which bounds the sum only relative to ``sum |x_i|``, not to the result: fine for a
+  sum of squares, unbounded relative to a mean of signed values that cancel, and not an
+  absolute bound this table can state.
 
 The step functions need an F16 operand: ``x - y`` of two distinct FP16 values (with subnormals,
 which the NPU's contracts promise) is at least 2^-24 in magnitude, so ``x - y >= 2^-24`` is
@@ -59,6 +69,7 @@ class Numerics(Enum):
     APPROXIMATION = "approximation"
     SENTINEL = "saturated sentinel"
     REDUCED = "range-reduced approximation"
+    SCALED_SUM = "power-of-two scale moved into the sum"
 
 
 #: Emits the decomposition of the equation (its last step writing the equation's output) and
@@ -87,6 +98,9 @@ class Rule:
     #: the operand's range the bound is derived on, when narrower than the device dtype's
     #: (beyond it the rewrite is refused in the graph)
     domain: tuple[float, float] | None = None
+    #: tried on every matching equation, admitted or not (a range rewrite: the admitted form
+    #: may overflow FP16 at run time where the rewritten one does not)
+    admitted_too: bool = False
 
 
 # -- the expanders ---------------------------------------------------------------------------
@@ -270,6 +284,48 @@ def _mask_scale(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
     return True
 
 
+def _downscale(reader: Eqn, s: Var) -> float | None:
+    """The literal power of two ``2^k``, k < 0, that ``reader`` multiplies ``s`` by (``s * c``,
+    ``c * s`` or ``s / 2^-k``), or None. A scale of magnitude >= 1 is not moved: it could only
+    move an overflow earlier (a summand past FP16 where the sum is not), never remove one."""
+    if len(reader.inputs) != 2:
+        return None
+    a, b = reader.inputs
+    sa, sb = (isinstance(v, Var) and v.id == s.id for v in (a, b))
+    match reader.prim:
+        case Prim.MUL if sa and isinstance(b, Literal):
+            c = b.as_float()
+        case Prim.MUL if sb and isinstance(a, Literal):
+            c = a.as_float()
+        case Prim.DIV if sa and isinstance(b, Literal):
+            d = b.as_float()
+            c = 1.0 / d if math.isfinite(d) and d != 0.0 else math.nan
+        case _:
+            return None
+    if not math.isfinite(c) or c == 0.0 or abs(c) >= 1.0:
+        return None
+    m, _ = math.frexp(abs(c))
+    return c if m == 0.5 else None
+
+
+def _scaled_sum(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
+    # reduce_sum(x) read only by "* 2^k" (k < 0): reduce_sum(x * 2^k), writing the product's
+    # value. NaN and infinities go through unchanged (inf * 2^k = inf, NaN stays NaN, and
+    # inf - inf in the sum is NaN in both), so the range guards see what they saw before.
+    (x,) = e.inputs
+    if not isinstance(x, Var) or not em.dtype.is_float or e.out.id in ctx.results:
+        return False
+    readers = ctx.consumers.get(e.out.id, ())
+    if len(readers) != 1:
+        return False
+    c = _downscale(readers[0], e.out)
+    if c is None:
+        return False
+    em.absorb(readers[0])
+    em.op(Prim.REDUCE_SUM, em.mul(x, c), params=e.params, out=readers[0].out)
+    return True
+
+
 _I, _A, _S = Numerics.IDENTITY, Numerics.APPROXIMATION, Numerics.SENTINEL
 _R = Numerics.REDUCED
 INTEL, XDNA = "intel-npu4", "xdna2"
@@ -389,6 +445,16 @@ RULES: tuple[Rule, ...] = (
         _sigmoid_select,
         source="identity: both branches are 1 / (1 + exp(-x))",
         domain=(-88.0, 87.0),
+    ),
+    Rule(
+        Prim.REDUCE_SUM,
+        INTEL,
+        "power-of-two scale into the sum",
+        "reduce_sum(x) * 2^k (k < 0, its only reader) as reduce_sum(x * 2^k)",
+        Numerics.SCALED_SUM,
+        _scaled_sum,
+        source="exact scaling; n 2^-25 for summands that underflow",
+        admitted_too=True,
     ),
     Rule(Prim.MIN, XDNA, "min via max", "-max(-a, -b)", _I, _min),
     Rule(Prim.ABS, XDNA, "abs via max", "max(x, -x)", _I, _abs),

@@ -8,7 +8,10 @@ built from it), each rewrite recorded with its rule and bound (``Plan.rewrites``
 its equations is admitted on its own (and narrowing can carry its literals) and its bound is
 derived; otherwise the equation stays as it was and keeps its typed refusal. The rewritten
 equation's output value stays the same value (its last step writes it), so nothing else in the
-program changes, and legalizing a legal program changes nothing.
+program changes, and legalizing a legal program changes nothing, except for a range rule
+(``Rule.admitted_too``): it is tried on admitted equations too, and it may fold in the only
+reader of the equation's output (its last step then writes the reader's value; the reader's
+source index is ``Rewrite.absorbed``, and it has no equation of its own in the result).
 """
 
 from __future__ import annotations
@@ -47,11 +50,14 @@ class Rewrite:
     first: int
     last: int
     derivation: Derivation
+    #: the source equation folded in with it (the only reader of its output), if any
+    absorbed: int | None = None
 
     def describe(self) -> str:
+        folded = "" if self.absorbed is None else f" and {self.absorbed}"
         return (
             f"{self.primitive} -> {self.rule.decomposition}, bound "
-            f"{self.derivation.describe()} (equation {self.eqn}: "
+            f"{self.derivation.describe()} (equation {self.eqn}{folded}: "
             f"{self.last - self.first + 1} equations)"
         )
 
@@ -109,7 +115,8 @@ def _try(rule: Rule, e: Eqn, ctx: RuleContext, t: Target, next_id: int) -> Emit 
         applies = rule.expand(em, e, ctx)
     except (PootError, ValueError):  # a shape or dtype the rule does not handle
         return None
-    if not applies or not em.eqns or em.eqns[-1].out is not e.out:
+    written = e.out if em.absorbed is None else em.absorbed.out
+    if not applies or not em.eqns or em.eqns[-1].out is not written:
         return None
     return em if _legal(em.eqns, t) else None
 
@@ -118,27 +125,41 @@ def legalize(program: Program, t: Target) -> Legalized:
     """``program`` with every refused equation a rule of ``t`` legalizes rewritten (module)."""
     refused = _refused(program, t)
     n = len(program.eqns)
-    if not any(rules_for(t.name, program.eqns[i].prim) for i in refused):
+
+    def candidates(i: int) -> tuple[Rule, ...]:
+        rules = rules_for(t.name, program.eqns[i].prim)
+        return rules if i in refused else tuple(r for r in rules if r.admitted_too)
+
+    if not any(candidates(i) for i in range(n)):
         return Legalized(program, (), tuple(range(n)))
+    index = {e.out.id: i for i, e in enumerate(program.eqns)}
     ctx = _context(program, t)
     next_id = 1 + max([a.var.id for a in program.args] + [e.out.id for e in program.eqns] + [-1])
     eqns: list[Eqn] = []
     origin: list[int] = []
     rewrites: list[Rewrite] = []
+    dropped: set[int] = set()  # readers a rewrite folded in
     for i, e in enumerate(program.eqns):
+        if i in dropped:
+            continue
         done = False
-        for rule in rules_for(t.name, e.prim) if i in refused else ():
+        for rule in candidates(i):
             em = _try(rule, e, ctx, t, next_id)
             if em is None:
                 continue
             derivation = derive(rule, em.eqns, t, _dtype(e))
             if derivation.bound is None:
                 continue
+            absorbed = None if em.absorbed is None else index[em.absorbed.out.id]
+            if absorbed is not None:
+                dropped.add(absorbed)
             first = len(eqns)
             eqns.extend(em.eqns)
             origin.extend([i] * len(em.eqns))
             next_id = em.next_id
-            rewrites.append(Rewrite(i, e.prim.value, rule, first, len(eqns) - 1, derivation))
+            rewrites.append(
+                Rewrite(i, e.prim.value, rule, first, len(eqns) - 1, derivation, absorbed)
+            )
             done = True
             break
         if not done:
