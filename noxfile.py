@@ -47,6 +47,8 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     session.run("mypy", *SOURCES)
+    # the benchmarks too (their own run: a second root named ``benchmarks`` beside ``src``)
+    session.run("mypy", "benchmarks")
 
 
 @nox.session

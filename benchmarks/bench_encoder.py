@@ -19,6 +19,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from poot_ir import Builder, DType, Program, Var, evaluate
@@ -86,7 +87,8 @@ def _numpy(inputs: dict[str, np.ndarray]) -> np.ndarray:
     def layernorm(v: np.ndarray, g: np.ndarray, beta: np.ndarray) -> np.ndarray:
         c = v - v.mean(axis=1, keepdims=True, dtype=f32)
         var = (c * c).mean(axis=1, keepdims=True, dtype=f32)
-        return c / np.sqrt(var + f32(1e-5)) * g + beta
+        out: np.ndarray = c / np.sqrt(var + f32(1e-5)) * g + beta
+        return out
 
     def heads(v: np.ndarray) -> np.ndarray:
         return v.reshape(B, S, NH, DH).transpose(0, 2, 1, 3).reshape(B * NH, S, DH)
@@ -116,7 +118,7 @@ def _onnxruntime(
     nodes, inits = [], []
     count = iter(range(10**6))
 
-    def node(op: str, ins: list[str], **attrs: object) -> str:
+    def node(op: str, ins: list[str], **attrs: Any) -> str:
         out = f"t{next(count)}"
         nodes.append(helper.make_node(op, ins, [out], **attrs))
         return out
@@ -200,7 +202,9 @@ def measure(threads: int | None) -> dict[str, float]:
         t["err_ort"] = float(np.abs(ort_run() - want).max())
     # where the oracle's time goes, on the same shapes
     f = rng.standard_normal((N, FF))
-    mats = [((N, H), (H, H))] * 4 + [((N, H), (H, FF)), ((N, FF), (FF, H))]
+    Shapes = tuple[tuple[int, ...], tuple[int, ...]]
+    mats: list[Shapes] = [((N, H), (H, H)) for _ in range(4)]
+    mats += [((N, H), (H, FF)), ((N, FF), (FF, H))]
     mats += [((B * NH, S, DH), (B * NH, DH, S)), ((B * NH, S, S), (B * NH, S, DH))]
     arrays = [
         (rng.standard_normal(a).astype(np.float32), rng.standard_normal(c).astype(np.float32))

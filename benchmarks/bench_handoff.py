@@ -19,6 +19,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 from poot_engine import handoff
@@ -37,7 +38,7 @@ def run() -> list[Figure]:
     programs = (build_prefill(cfg), build_decode(cfg))
     prompt = prompt_tokens(cfg)
     figures: list[Figure] = []
-    cache = tempfile.mkdtemp(prefix="poot-bench-handoff-")
+    cache = Path(tempfile.mkdtemp(prefix="poot-bench-handoff-"))
     oracle = Loaded.open("cpu", cfg, programs, cache)
     try:
         assert oracle.decode is not None

@@ -35,7 +35,7 @@ from poot_planner import Span, partition, summarize
 from benchmarks.harness import Figure
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from encoder_model import encoder_inputs, encoder_layer
+from encoder_model import encoder_inputs, encoder_layer  # type: ignore[import-not-found]
 
 TARGET = "intel-npu4"
 

@@ -41,7 +41,7 @@ SHAPE = {"batch": 2, "seq": 64, "hidden": 128, "heads": 4, "ffn": 512}
 def _ort(path: Path) -> Callable[[dict[str, np.ndarray]], np.ndarray] | None:
     if importlib.util.find_spec("onnxruntime") is None:
         return None
-    import onnxruntime as ort  # type: ignore[import-untyped]
+    import onnxruntime as ort
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     return lambda feed: session.run(None, feed)[0]

@@ -7,6 +7,7 @@ exported model (``minilm``) not yet exported is skipped with the command that ma
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from pathlib import Path
@@ -40,9 +41,9 @@ def run() -> list[Figure]:
         feed = {**imp.weights, **{imp.inputs[k]: v for k, v in ins.items()}}
         session = ort.InferenceSession(str(m.file()), providers=["CPUExecutionProvider"])
         program = imp.program
-        oracle = median_time(lambda p=program, f=feed: evaluate(p, f), repeat=3)
+        oracle = median_time(functools.partial(evaluate, program, feed), repeat=3)
         ort_ins = {**ins, **m.constants}
-        runtime = median_time(lambda s=session, i=ort_ins: s.run(None, i), repeat=7)
+        runtime = median_time(functools.partial(session.run, None, ort_ins), repeat=7)
         figures.append(
             Figure(f"{m.name}: oracle / onnxruntime", oracle / runtime, "x", note="same inputs")
         )

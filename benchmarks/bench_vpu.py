@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -82,7 +82,7 @@ def _device() -> str:
     return "NPU" if VpuDevice.probe("NPU") is None else "CPU"
 
 
-def _alternating(fns: dict[str, Callable[[], object]]) -> dict[str, float]:
+def _alternating(fns: Mapping[str, Callable[[], object]]) -> dict[str, float]:
     """The median over ``ROUNDS`` rounds of each function's mean time per call, the functions
     taking turns within each round so drift hits all of them alike."""
     times: dict[str, list[float]] = {k: [] for k in fns}
@@ -308,12 +308,12 @@ def run() -> list[Figure]:
         root = str(Path(__file__).resolve().parent.parent)
         script = SECOND_PROCESS.format(root=root, device=device, cache=str(cache))
         t0 = time.perf_counter()
-        out = subprocess.run(
+        proc = subprocess.run(
             [sys.executable, "-c", script], capture_output=True, text=True, check=True
         )
         wall = time.perf_counter() - t0
-        compiles, hits, add_s, err = out.stdout.split()
-        assert (compiles, hits) == ("0", "1"), out.stdout
+        compiles, hits, add_s, err = proc.stdout.split()
+        assert (compiles, hits) == ("0", "1"), proc.stdout
         figures += [
             Figure(f"compile (compile_model + export_model, {where})", t_compile * 1e3, "ms"),
             Figure("load (import_model + infer request + signature read-back)", t_load * 1e3, "ms"),
