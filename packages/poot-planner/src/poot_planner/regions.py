@@ -27,7 +27,9 @@ relayout of an argument or of an earlier region's value costs no context.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol, TypeVar
 
 from poot_ir import Prim, Program, Var
 
@@ -35,7 +37,28 @@ from poot_planner.chunking import chunk_calls, chunk_region, unchunked_bytes
 from poot_planner.target import RegionLimits
 from poot_planner.tiles import TileOp
 
-__all__ = ["HostRelayout", "Region", "form_regions"]
+__all__ = ["HostRelayout", "Region", "form_regions", "in_step_order"]
+
+
+class _Placed(Protocol):
+    @property
+    def after(self) -> int: ...  # how many regions run before it
+
+
+_R = TypeVar("_R")
+_H = TypeVar("_H", bound=_Placed)
+
+
+def in_step_order(regions: Sequence[_R], relayouts: Sequence[_H]) -> list[_R | _H]:
+    """The regions and host relayouts in the order one step runs them: for each region, the
+    relayouts placed before it (``after``), then the region; then those after the last. The
+    plan's and the design's (``poot_codegen.xdna``) stages are ordered by this one rule."""
+    out: list[_R | _H] = []
+    for k in range(len(regions) + 1):
+        out += [h for h in relayouts if h.after == k]
+        if k < len(regions):
+            out.append(regions[k])
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from poot_ir import Storage, Var
 from poot_planner import HostRelayout, Plan, Region
+from poot_planner.regions import in_step_order
 
 from poot_codegen.xdna.design import (
     ARENA_ALIGN,
@@ -118,12 +119,7 @@ def build_layout(plan: Plan) -> HostLayout:
 
 def _stages(plan: Plan) -> list[Region | HostRelayout]:
     """``plan``'s regions and host relayouts in the order a step runs them."""
-    out: list[Region | HostRelayout] = []
-    for k in range(len(plan.regions) + 1):
-        out += [h for h in plan.relayouts if h.after == k]
-        if k < len(plan.regions):
-            out.append(plan.regions[k])
-    return out
+    return in_step_order(plan.regions, plan.relayouts)
 
 
 def _var(program: object, relayouts: tuple[HostRelayout, ...], value: int) -> Var:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from poot_ir.oracle import check_gather_indices
 from poot_planner import IndexGuard, Plan
+from poot_planner.regions import in_step_order
 
 from poot_codegen.xdna.design import (
     FLAG_WORD,
@@ -126,12 +127,7 @@ def stages(design: ProgramDesign) -> list[RegionDesign | Relayout]:
     """The regions and host relayouts of ``design`` in the order one step runs them: for each
     region, the relayouts placed before it (``Relayout.after``), then the region; then the
     relayouts after the last region."""
-    out: list[RegionDesign | Relayout] = []
-    for k in range(len(design.regions) + 1):
-        out += [h for h in design.relayouts if h.after == k]
-        if k < len(design.regions):
-            out.append(design.regions[k])
-    return out
+    return in_step_order(design.regions, design.relayouts)
 
 
 def relayout(h: Relayout, sources: Sequence[np.ndarray]) -> np.ndarray:
