@@ -21,6 +21,11 @@ equations are guarded and how:
   there too, so the clamp or the comparison gives what the exact value gives. Those three
   cannot make a NaN from finite operands.
 - ``SENTINEL``: the sentinel rule below.
+- ``SCORE``: the attention-mask rewrite's precondition (``poot_planner.prelude``): a score the
+  prelude's ``-2^15`` mask is added to, where the partition could not prove it bounded, is
+  flagged where an element is beyond ``SCORE_BOUND`` or NaN. Only the values named by the plan
+  (``Plan.score_bound``, var ids of the legalized program) get it, each besides its overflow
+  guard.
 
 The sentinel rule (``SENTINEL_RULE``, published in docs/features.md). The specification saturates
 an F32 literal beyond 65504 to +-65504 when it is an operand of an add or subtract, a mask
@@ -42,7 +47,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from poot_ir import DType, Eqn, Literal, Prim, Program, Var
+from poot_ir import CodegenError, DType, Eqn, Literal, Prim, Program, Var
 
 from poot_planner.refusal import Refusal, RefusalKind
 
@@ -72,6 +77,7 @@ OVERFLOW_RULE = (
 class GuardKind(Enum):
     OVERFLOW = "overflow"
     SENTINEL = "sentinel"
+    SCORE = "score"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +145,11 @@ def _saturated(a: object, limit: float) -> int:
     return 0
 
 
-def analyse(program: Program, limit: float) -> Guards:
+def analyse(program: Program, limit: float, scores: frozenset[int] = frozenset()) -> Guards:
     """The in-graph guards of ``program`` (a source program to be narrowed) and the refusals of
-    the sentinel rule (module docstring)."""
+    the sentinel rule (module docstring); ``scores`` are the var ids of the values that get a
+    ``SCORE`` guard too (float equation outputs of ``program``, else ``CodegenError``: the
+    check would be silently missing)."""
     side: dict[int, int] = {}  # var id -> side of a dominated value it may hold
     inf: set[int] = set()  # var ids that may hold an inherited infinity
     refusals: list[Refusal] = []
@@ -205,6 +213,10 @@ def analyse(program: Program, limit: float) -> Guards:
 
     for i, e in enumerate(program.eqns):
         prim = e.prim.value
+        if e.out.id in scores:  # before the other checks, any of which may end this one
+            if not e.out.dtype.is_float:
+                raise CodegenError(f"score guard on equation {i} ({prim}): not a float value")
+            guards.append(Guard(i, prim, GuardKind.SCORE))
         sides = [side.get(a.id, 0) if isinstance(a, Var) else 0 for a in e.inputs]
         lits = [_saturated(a, limit) for a in e.inputs]
         if e.prim is Prim.SUB:  # x - s is x + (-s): the second operand's side flips
@@ -259,6 +271,9 @@ def analyse(program: Program, limit: float) -> Guards:
             )
         ):
             guards.append(Guard(i, prim, GuardKind.OVERFLOW, fresh=inherits))
+    missing = scores - {e.out.id for e in program.eqns}
+    if missing:  # a rewrite the device was to check lost its score: never run it unchecked
+        raise CodegenError(f"score guards on values no equation makes: {sorted(missing)}")
     for name, v in program.results():
         if v.id in side:
             refusals.append(
