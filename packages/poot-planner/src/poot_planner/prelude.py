@@ -35,14 +35,16 @@ FP16's least subnormal; F32's is -103.3), i.e. ``s_m - s_u < 32768 - 17.4``, and
 ``s + MASK`` stays finite. Nothing at run time checks that: scores ``s_m = 20000``, ``s_u =
 -20000`` would put the row's probability on the padded key, a silent wrong result. So the
 rewrite is made only where the partition PROVES |s| <= ``SCORE_BOUND`` for every score the mask
-is added to, else the mask stays ``-inf`` (refused at the device's input check, typed):
+is added to, or the device span checks it at run time, else the mask stays ``-inf`` (refused at
+the device's input check, typed):
 
     SCORE_BOUND = (32768 - 17.4 - 16) / 2 = 16367.3
 
 (the 16: ``s + MASK`` lies in [2^14, 2^16) where FP16 rounds it by up to half its spacing of 32;
 then the masked exponent is at most 2 B + 16 - 32768 <= -17.4, and |s + MASK| <= 49135 is
 finite; a device that keeps exp in F32 gives each masked entry at most e^-17.4 = 2.8e-8 of the
-row, far inside NarrowStorage). The proof (``_Proof``): the mask is read by ``add(s, mask)`` or ``sub(mask, s)``
+row, far inside NarrowStorage). Where the partition cannot prove it, the device may check it:
+see "Checked at run time" below. The proof (``_Proof``): the mask is read by ``add(s, mask)`` or ``sub(mask, s)``
 (``s - mask`` would add an infinity: not rewritten) through data movement, where ``s`` is, through
 data movement, ``mul(y, c)`` or ``div(y, d)`` with a literal scale such that 65504 |c| (or
 65504 / |d|), grown by the FP16 rounding of the literal and of the product, is within the bound,
@@ -55,12 +57,27 @@ by it from outside (the engine's input range check, ``NarrowingRangeInput``). A 
 ``matmul(q, k^T) * d^-1/2`` with d >= 17 is covered (d = 32: B = 65504 / sqrt(32) = 11580); a
 scale of 1/4 is not (2 * 16376 + 17.4 > 32768).
 
+Checked at run time. Scores made by a matmul of already scaled operands (HF's all-MiniLM export
+scales q and k by d^-1/4 each) are not proven: the matmul's output is only checked for |s| <=
+65504, and no literal bounds a contraction. For a device that checks the precondition itself
+(``partition(..., score_guard=True)``, which the engine passes for ``VpuDevice`` with its FP16
+guard on: ``checks_score_bound``), the rewrite is made anyway where each unproven score (through
+movement, which keeps its values) is made by an equation of a narrowed device span whose
+legalized program still makes it (``_Proof.checkable``), and that span's plan names those
+scores (``Plan.score_bound``, var ids, which survive legalization where equation indices do
+not). Its graph then flags every element with |s| > ``SCORE_BOUND`` or NaN
+(``fp16_guards.GuardKind.SCORE``, lowered by ``poot_codegen.openvino_guard``) and the step is
+refused, ``NarrowingRangeIntermediate`` naming the score's equation (check ``score``), before
+any state changes: never a silent wrong result. The check is on every score, unmasked ones too,
+so it may refuse a row the -2^15 mask would still have got right (only ``s_m - s_u`` matters):
+conservative, and typed. A score that is a span's input (not made in it) is not checked: the
+mask stays ``-inf`` there. Every other device (``CpuDevice`` running an intel-npu4 plan,
+``VpuDevice(overflow_guard=False)``) gets the partition without the unproven rewrite, and the
+engine refuses a plan naming such scores on it (``UnsupportedDevice``).
+
 Only a narrowing target gets the rewrite. xdna2 computes F32 and no in-graph guard bounds its
 scores, so nothing is proven there and the mask stays as exported (its adds are the oracle's:
-xdna2 refuses them). Not covered either: scores made by a matmul of already scaled operands
-(HF's all-MiniLM export scales q and k by d^-1/4 each): the matmul's output is only checked for
-|s| <= 65504, and no literal bounds a contraction, so such an encoder keeps ``-inf`` and is
-refused at the device's input check until the device checks the precondition itself.
+xdna2 refuses them), with or without ``score_guard``.
 
 On xdna2 a masked softmax's exponent (``-inf`` or any large negative score) is outside exp's
 domain there, [-87, 88] (the specification), so a device span holding the softmax's exp counts
