@@ -51,7 +51,15 @@ from poot_ir import CodegenError, DType, Eqn, Literal, Prim, Program, Var
 
 from poot_planner.refusal import Refusal, RefusalKind
 
-__all__ = ["OVERFLOW_RULE", "SENTINEL_RULE", "Guard", "GuardKind", "Guards", "analyse"]
+__all__ = [
+    "OVERFLOW_RULE",
+    "SCORE_RULE",
+    "SENTINEL_RULE",
+    "Guard",
+    "GuardKind",
+    "Guards",
+    "analyse",
+]
 
 SENTINEL_RULE = (
     "An F32 literal beyond 65504 (an infinite one too: the NPU compiler clamps infinite splat "
@@ -71,6 +79,15 @@ OVERFLOW_RULE = (
     "subtract or multiply of finite operands that is only ordered (neg, max, min) until it is "
     "clamped between literals inside FP16's range or compared with one is not flagged: its "
     "overflow gives the answer the exact value gives."
+)
+
+SCORE_RULE = (
+    "Where a partition's host prelude gives an attention mask -2^15 in place of -inf but the "
+    "scores it is added to are not proven within 16367.3 (a matmul of pre-scaled q and k), "
+    "the device span that makes those scores flags, inside the graph, any element beyond that "
+    "bound or NaN; the step is refused (NarrowingRangeIntermediate, check score, naming the "
+    "equation). Only a device that checks it (the Intel graph with its FP16 guard) gets that "
+    "rewrite; elsewhere the mask stays -inf."
 )
 
 
