@@ -17,6 +17,7 @@ from poot_codegen import openvino_guard, openvino_ir
 from poot_engine import CpuDevice, Engine
 from poot_ir import (
     Builder,
+    CodegenError,
     DType,
     NarrowingRangeInput,
     NarrowingRangeIntermediate,
@@ -30,7 +31,7 @@ from poot_ir import (
 from poot_npu.registry import make_device
 from poot_npu.vpu import VpuDevice
 from poot_planner import Span, partition, plan
-from poot_planner.fp16_guards import GuardKind
+from poot_planner.fp16_guards import GuardKind, analyse
 from poot_planner.narrowing import intermediate_guards
 from poot_planner.prelude import MASK, SCORE_BOUND
 
@@ -215,3 +216,46 @@ def test_devices_that_do_not_check_keep_infinity_and_refuse_a_checked_plan(
                     engine.step(entry, inputs)
             with pytest.raises(UnsupportedDevice, match="score-bound"):
                 engine.add_entry(plan(program, INTEL), partition=True, spans=checked)
+
+
+def test_the_matmul_scores_run_within_narrow_storage(tmp_path: Path) -> None:
+    # the minilm shape end to end on vpu-cpu: q and k pre-scaled, the mask -2^15 on the host,
+    # the score matmuls checked in the graph
+    program = _matmul_scores()
+    rng = np.random.default_rng(3)
+    mask, _ = _padded()
+    inputs = {
+        "x": rng.normal(0, 2, (ROWS, D)).astype(np.float32),
+        "k": rng.normal(0, 2, (L, D)).astype(np.float32),
+        "attention_mask": mask,
+    }
+    want = evaluate(program, inputs)["y"].astype(np.float64)
+    with Engine(make_device("vpu-cpu"), cache_dir=tmp_path) as engine:
+        entry = engine.add_entry(plan(program, INTEL), partition=True)
+        part = engine.partitioned(entry)
+        assert part is not None and MASK in _literals(part.spans[0])
+        assert any(s.plan is not None and s.plan.score_bound for s in part.spans)
+        got = engine.step(entry, inputs)["y"].astype(np.float64)
+    err = np.linalg.norm(got - want) / np.linalg.norm(want)
+    assert err <= 2.0**-8, err
+
+
+def test_a_score_guard_the_program_cannot_carry_is_refused() -> None:
+    program = _scaled_scores(0.5)
+    _, span = partition(program, INTEL, score_guard=True)
+    p = span.plan
+    assert p is not None and p.narrowing is not None and p.score_bound
+    limit = p.narrowing.max_magnitude
+    made = {e.out.id for e in p.legalized.eqns}
+    with pytest.raises(CodegenError, match="no equation makes"):  # lost by a rewrite
+        analyse(p.legalized, limit, frozenset({max(made) + 1}))
+    b = Builder("select")
+    x = b.slot("x", F32, (L,))
+    b.output("z", b.select(b.gt(x, b.literal(1.0, F32)), x, b.mul(x, 3.0)))
+    chosen = b.build()
+    boolean = next(e.out.id for e in chosen.eqns if not e.out.dtype.is_float)
+    with pytest.raises(CodegenError, match="not a float value"):
+        analyse(chosen, limit, frozenset({boolean}))
+    # a VpuDevice without its FP16 guard cannot check it: never lowered unchecked
+    with pytest.raises(UnsupportedDevice, match="score-bound"):
+        VpuDevice("CPU", overflow_guard=False).lower(p)
