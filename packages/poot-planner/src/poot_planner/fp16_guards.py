@@ -171,6 +171,7 @@ def analyse(program: Program, limit: float, scores: frozenset[int] = frozenset()
     inf: set[int] = set()  # var ids that may hold an inherited infinity
     refusals: list[Refusal] = []
     guards: list[Guard] = []
+    checked: list[Guard] = []  # the SCORE guards, each after its equation's other guard
     results = {v.id for _, v in program.results()}
     live = set(results)  # values a result depends on: a dead equation's overflow changes none
     for e in reversed(program.eqns):
@@ -233,7 +234,7 @@ def analyse(program: Program, limit: float, scores: frozenset[int] = frozenset()
         if e.out.id in scores:  # before the other checks, any of which may end this one
             if not e.out.dtype.is_float:
                 raise CodegenError(f"score guard on equation {i} ({prim}): not a float value")
-            guards.append(Guard(i, prim, GuardKind.SCORE))
+            checked.append(Guard(i, prim, GuardKind.SCORE))
         sides = [side.get(a.id, 0) if isinstance(a, Var) else 0 for a in e.inputs]
         lits = [_saturated(a, limit) for a in e.inputs]
         if e.prim is Prim.SUB:  # x - s is x + (-s): the second operand's side flips
@@ -301,4 +302,5 @@ def analyse(program: Program, limit: float, scores: frozenset[int] = frozenset()
                     (("sentinel", "a saturated additive literal's value"), ("result", name)),
                 )
             )
-    return Guards(tuple(guards), tuple(refusals))
+    # stable: an equation's overflow guard first, so a NaN or infinity is named as overflow
+    return Guards(tuple(sorted(guards + checked, key=lambda g: g.eqn)), tuple(refusals))
