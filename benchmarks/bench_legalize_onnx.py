@@ -6,8 +6,9 @@ Two models: ``benchmarks/encoder_onnx`` (a BERT-class layer written as ONNX, wit
 ``(1 - mask) * -10000`` mask; no export needed), and the real sentence encoder all-MiniLM-L6-v2
 of the models suite (6 layers, exported by ``tools/export_minilm.py``; skipped, saying so,
 until exported) on real sentences padded to the sequence. After legalization the integer mask
-runs on the oracle (the host prelude) and the rest is one device graph (minilm's step is
-refused, typed, while its mask's scores are not proven bounded: a figure says so). ONNX Runtime sits in
+runs on the oracle (the host prelude) and the rest is one device graph (minilm's mask scores are
+not proven bounded: the device graph checks them, ``poot_planner.prelude``; a refused step
+would be a figure saying so). ONNX Runtime sits in
 the ``models`` dependency group: when it is absent its figures are skipped and a figure says so. OpenVINO runs the ONNX file with its
 CPU plugin's defaults (what a user of OpenVINO gets), the stand-in with the NPU-like FP16 config.
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 from poot_engine import Engine
-from poot_ir import NarrowingRangeInput, evaluate
+from poot_ir import NarrowingRangeError, evaluate
 from poot_ir.onnx import import_model
 from poot_npu.registry import make_device
 from poot_planner import summarize
@@ -109,8 +110,8 @@ def run() -> list[Figure]:
     label = f"all-MiniLM-L6-v2 {size} (real sentences, padded)"
     try:
         figures += _measure(label, minilm.file(), minilm.inputs(), "last_hidden_state", 5, 3)
-    except NarrowingRangeInput as err:
-        # its -inf mask is kept: the scores it is added to are not proven bounded (a matmul of
-        # pre-scaled q and k; poot_planner.prelude), so the device's input check refuses it
+    except NarrowingRangeError as err:
+        # a score past the mask rewrite's bound (the graph's score guard) or a fully masked
+        # row's -inf (the input check): refused, typed (poot_planner.prelude)
         figures.append(Figure(f"{label}: refused, typed", 0, "", note=str(err)))
     return figures

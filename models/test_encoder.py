@@ -11,11 +11,12 @@ exported mask is ``attention_mask != 0`` gathered and and-ed as booleans (an FP1
 no float of a boolean or an integer), and its ``select(mask, 0, -inf)`` per layer, which reads
 only that boolean mask and makes the additive mask: the only host equations with a float result.
 
-That mask stays ``-inf`` (``poot_planner.prelude``: the -2^15 rewrite needs scores proven within
-``SCORE_BOUND``, and minilm's export scales q and k by 32^-1/4 each before their matmul, so its
-scores are a matmul's output, which the device checks only for FP16 overflow, |s| <= 65504): the
-vpu-cpu run is refused at the device's input check (``NarrowingRangeInput``), typed, until the
-device checks the precondition itself. The run within NarrowStorage is an expected failure.
+On vpu-cpu that mask becomes -2^15 (``poot_planner.prelude``): the rewrite needs the scores
+within ``SCORE_BOUND``, and minilm's export scales q and k by 32^-1/4 each before their matmul,
+so its scores are a matmul's output, not proven bounded; the device span's graph checks them at
+run time instead (``Plan.score_bound``, ``GuardKind.SCORE``: a score beyond the bound or NaN is
+``NarrowingRangeIntermediate``). Partitioned for a device that does not check them, the mask
+stays ``-inf`` (refused at the device's input check, typed).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from poot_engine import Engine
-from poot_ir import Eqn, NarrowingRangeInput, Prim, Program, Var, evaluate
+from poot_ir import Eqn, Prim, Program, Var, evaluate
 from poot_ir.numerics import Normwise, compare
 from poot_ir.onnx import Imported, import_model
 from poot_npu.registry import make_device
@@ -52,7 +53,8 @@ def _imported() -> Imported:
 
 def _spans() -> tuple[Span, ...]:
     if "spans" not in _CACHE:
-        _CACHE["spans"] = partition(_imported().program, TARGET)
+        # as the engine partitions for vpu-cpu: a device that checks the scores' bound
+        _CACHE["spans"] = partition(_imported().program, TARGET, score_guard=True)
     return _CACHE["spans"]  # type: ignore[return-value]
 
 
@@ -89,21 +91,33 @@ def test_every_float_equation_is_on_the_device_in_at_most_two_spans() -> None:
     assert sum(s.device for s in before) > 2
 
 
-def test_the_mask_stays_infinite_its_scores_are_not_proven_bounded() -> None:
+def test_the_mask_is_rewritten_where_the_device_checks_its_scores() -> None:
     program = _imported().program
     (host,) = (s for s in _spans() if not s.device)
     lits = {a.as_float() for e in host.program.eqns for a in e.inputs if not isinstance(a, Var)}
-    assert MASK not in lits and float("-inf") in lits
+    assert MASK in lits  # and -inf for a fully masked row
     made = {v.id: e for e in program.eqns for v in e.outputs}
     selects = [program.eqns[i] for i in host.eqns if program.eqns[i].prim is Prim.SELECT]
     masks = [e for e in selects if e.out.dtype.is_float]
     assert masks
+    scores: set[int] = set()
     for m in masks:  # each is added to a matmul of scaled q and k (through movement)
         (add,) = (e for e in program.eqns if e.prim is Prim.ADD and _reads_moved(made, e, m))
         (s,) = (a for a in add.inputs if isinstance(a, Var) and not _moved_from(made, a, m))
+        s = _unmoved(made, s)
         assert made[s.id].prim is Prim.MATMUL
         for a in made[s.id].inputs:
             assert isinstance(a, Var) and made[_unmoved(made, a).id].prim is Prim.MUL
+        scores.add(s.id)
+    # no literal bounds a contraction: unproven, so the device span checks exactly those
+    checked = {i for s in _spans() if s.plan is not None for i in s.plan.score_bound}
+    assert checked == scores and len(scores) == len(masks)
+    # a device that does not check them (CpuDevice, VpuDevice without its guard) keeps -inf
+    plain = partition(program, TARGET)
+    (host,) = (s for s in plain if not s.device)
+    lits = {a.as_float() for e in host.program.eqns for a in e.inputs if not isinstance(a, Var)}
+    assert MASK not in lits and float("-inf") in lits
+    assert all(s.plan is None or not s.plan.score_bound for s in plain)
 
 
 _MOVES = {Prim.RESHAPE, Prim.TRANSPOSE, Prim.BROADCAST_IN_DIM}
@@ -124,11 +138,6 @@ def _reads_moved(made: dict[int, Eqn], e: Eqn, m: Eqn) -> bool:
     return any(isinstance(a, Var) and _moved_from(made, a, m) for a in e.inputs)
 
 
-@pytest.mark.xfail(
-    raises=NarrowingRangeInput,
-    strict=True,
-    reason="the -inf mask is kept (its scores are not proven bounded): refused, typed",
-)
 def test_the_partitioned_run_on_vpu_cpu_is_within_narrow_storage(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

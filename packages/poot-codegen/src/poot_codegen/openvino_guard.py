@@ -8,6 +8,8 @@ already rounded to FP16 by ``openvino_f16``, so infinities appear where the NPU'
   is false for both); with ``fresh``, only where every operand element is finite (an
   elementwise equation), or when every operand is finite everywhere (a reduce_sum or matmul).
 - ``SENTINEL``: set when an element is not at or beyond 65504 on the sentinel's side.
+- ``SCORE``: set when an element is not within +-``SCORE_BOUND`` (beyond it, or NaN): the
+  precondition of the prelude's -2^15 mask (``poot_planner.prelude``).
 
 Each flag is reduced to one boolean, the flags are concatenated into one ``boolean[n]`` result,
 appended after the program's results and named ``poot:guard:<label>,<label>,...`` (each
@@ -27,6 +29,7 @@ from typing import Any, Final, TypeAlias
 import numpy as np
 from poot_ir import CodegenError, DType, Eqn, Prim, Program, Var
 from poot_planner.fp16_guards import Guard, GuardKind
+from poot_planner.prelude import SCORE_BOUND
 
 from poot_codegen.openvino_quiet import opset16 as ops
 
@@ -95,7 +98,10 @@ def _finite(x: Node, carrier: type, name: str) -> Node:
 
 def _flag(g: Guard, e: Eqn, out: Node, xs: Sequence[Node], carrier: type, name: str) -> Node:
     """One boolean: the check of ``g`` failed somewhere."""
-    if g.kind is GuardKind.SENTINEL:
+    if g.kind is GuardKind.SCORE:  # NaN compares false: flagged too
+        bound = ops.constant(np.array(SCORE_BOUND, carrier), name=f"{name}.bound")
+        ok = ops.less_equal(ops.abs(out, name=f"{name}.abs"), bound, name=f"{name}.bounded")
+    elif g.kind is GuardKind.SENTINEL:
         edge = ops.constant(np.array(g.side * _FP16_MAX, carrier), name=f"{name}.edge")
         fn = ops.greater_equal if g.side > 0 else ops.less_equal
         ok = fn(out, edge, name=f"{name}.dominated")

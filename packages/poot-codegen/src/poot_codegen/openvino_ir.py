@@ -236,7 +236,9 @@ def lower(
     result after the program's (``openvino_guard``). Raises ``NoLowering`` for an equation
     this generator has no rule for."""
     g = _Graph(emulate_f16)
-    guarded = {at: guard for at, guard in guards}
+    guarded: dict[int, list[Guard]] = {}  # an equation may have two (a score's: fp16_guards)
+    for at, guard in guards:
+        guarded.setdefault(at, []).append(guard)
     checks: list[tuple[Guard, Eqn, Node, list[Node]]] = []
     params = []
     for a in program.args:
@@ -259,8 +261,8 @@ def lower(
         if g.emulated(e.out.dtype) or g.npu_f32(e.out.dtype):
             out = openvino_f16.round_result(e, xs, out, name, f32_is_fp16=g.emulate_f16)
         g.env[e.out.id] = out.output(0) if hasattr(out, "output") else out
-        if i in guarded:
-            checks.append((guarded[i], e, g.env[e.out.id], xs))
+        for guard in guarded.get(i, ()):
+            checks.append((guard, e, g.env[e.out.id], xs))
     results = []
     claimed = {a.var.id for a in program.args}
     for rname, var in program.results():

@@ -39,6 +39,7 @@ from poot_ir import (
     StepInputError,
     Storage,
     UnknownEntry,
+    UnsupportedDevice,
 )
 from poot_ir.numerics import NumericsClass, looser
 from poot_planner import Plan, Span, plan
@@ -158,10 +159,21 @@ class Engine:
         self._count.plans += 1
         return plan(program, self.device.target)
 
+    @property
+    def _checks_score_bound(self) -> bool:
+        """Whether the device checks a plan's ``score_bound`` in its graph (``VpuDevice`` with
+        its FP16 guard on); no other device does, so its partitions keep the ``-inf`` mask."""
+        return bool(getattr(self.device, "checks_score_bound", False))
+
     def _add(
         self, planned: Plan, wbufs: Mapping[str, Buffer], initial_state: Mapping[str, np.ndarray]
     ) -> Entry:
         """The ordinary entry of a plan, bound to exactly the weight buffers ``wbufs``."""
+        if planned.score_bound and not self._checks_score_bound:
+            # the prelude's -2^15 mask is right only where the device checks the scores
+            raise UnsupportedDevice(
+                self.device.identity.part, "a plan whose score-bound guard it does not check"
+            )
         e = make_entry(self.device, planned, wbufs, initial_state, self.limit, self._load)
         self._count.lowerings += 1
         handle = Entry(self._id, next(self._ids), e.program.name)
@@ -182,7 +194,9 @@ class Engine:
         bind_weights(program, {n: b.type for n, b in wbufs.items()})  # exactly the program's
         states = initial_states(program, initial_state, self.limit)
         if spans is None:
-            spans = partition_program(program, self.device.target, planned)
+            spans = partition_program(
+                program, self.device.target, planned, score_guard=self._checks_score_bound
+            )
 
         def add_sub(span: Span) -> Entry:
             names = [a.name for a in span.program.args if a.storage is Storage.WEIGHT]

@@ -363,7 +363,8 @@ class NarrowingRangeState(NarrowingRangeError):
 class NarrowingRangeIntermediate(NarrowingRangeError):
     """A value inside a narrowed graph left FP16's range (or a saturated sentinel stopped
     dominating), so the results computed from it are refused: names the source equation and
-    the check (``overflow`` or ``sentinel``). Raised after the run, before any state changes."""
+    the check (``overflow``, ``sentinel`` or ``score``: a score the prelude's -2^15 mask is
+    added to, ``poot_planner.prelude``). Raised after the run, before any state changes."""
 
     when = "intermediate"
 
@@ -371,6 +372,7 @@ class NarrowingRangeIntermediate(NarrowingRangeError):
         what = {
             "overflow": "is infinite or NaN in FP16",
             "sentinel": "is not dominated by its saturated sentinel",
+            "score": "is beyond the attention-mask rewrite's score bound (16367.3) or NaN",
         }.get(check, check)
         EngineError.__init__(
             self,

@@ -211,17 +211,26 @@ class VpuDevice(HostMemory):
             )
         return f"{self._name}: Intel NPU4 ({i.part}), compiled by {i.compiler} {i.compiler_version}"
 
+    @property
+    def checks_score_bound(self) -> bool:
+        """Whether this device's narrowed graphs check a plan's ``score_bound`` (the in-graph
+        FP16 guard is on): ``poot_planner.partition`` makes the unproven mask rewrite for it."""
+        return self._guard
+
     # -- artifacts -----------------------------------------------------------------------------
 
     def lower(self, plan: Plan) -> ArtifactSource:
         self._usable()
         if plan.target.name != TARGET:
             raise UnsupportedDevice(self._name, f"it runs {TARGET} plans, not {plan.target.name}")
+        if plan.score_bound and not (self._guard and plan.narrowing is not None):
+            # the prelude's -2^15 mask is right only where the graph checks the scores
+            raise UnsupportedDevice(self._name, "the plan's score-bound guard needs its FP16 guard")
         guards: tuple[tuple[int, Guard], ...] = ()
         if self._guard and plan.narrowing is not None:
             # of the program the graph is lowered from (narrowed from the legalized one): the
             # source's equation indices no longer match once legalization rewrote it
-            guards = intermediate_guards(plan.legalized, plan.narrowing)
+            guards = intermediate_guards(plan.legalized, plan.narrowing, plan.score_bound)
         model = openvino_ir.lower(plan.program, emulate_f16=self.stand_in, guards=guards)
         data = frame_ir(*openvino_ir.serialize(model))
         entries, _ = _split_guard(model)

@@ -33,7 +33,7 @@ from poot_ir.numerics import (
     ScaledSum,
 )
 
-from poot_planner.fp16_guards import OVERFLOW_RULE, SENTINEL_RULE
+from poot_planner.fp16_guards import OVERFLOW_RULE, SCORE_RULE, SENTINEL_RULE
 from poot_planner.legal_bounds import derive
 from poot_planner.legal_emit import Emit
 from poot_planner.legal_rules import RULES, Rule, RuleContext
@@ -283,6 +283,7 @@ def _target_section(t: Target) -> list[str]:
                 ["F32 data", "every F32 argument or result is narrowed (FP16 inside the graph)"],
                 ["intermediate guard", OVERFLOW_RULE],
                 ["sentinel rule", SENTINEL_RULE],
+                ["score guard", SCORE_RULE],
             ],
         )
     if t.fused_steps:

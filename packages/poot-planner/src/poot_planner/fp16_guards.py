@@ -21,6 +21,11 @@ equations are guarded and how:
   there too, so the clamp or the comparison gives what the exact value gives. Those three
   cannot make a NaN from finite operands.
 - ``SENTINEL``: the sentinel rule below.
+- ``SCORE``: the attention-mask rewrite's precondition (``poot_planner.prelude``): a score the
+  prelude's ``-2^15`` mask is added to, where the partition could not prove it bounded, is
+  flagged where an element is beyond ``SCORE_BOUND`` or NaN. Only the values named by the plan
+  (``Plan.score_bound``, var ids of the legalized program) get it, each besides its overflow
+  guard.
 
 The sentinel rule (``SENTINEL_RULE``, published in docs/features.md). The specification saturates
 an F32 literal beyond 65504 to +-65504 when it is an operand of an add or subtract, a mask
@@ -42,11 +47,19 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from poot_ir import DType, Eqn, Literal, Prim, Program, Var
+from poot_ir import CodegenError, DType, Eqn, Literal, Prim, Program, Var
 
 from poot_planner.refusal import Refusal, RefusalKind
 
-__all__ = ["OVERFLOW_RULE", "SENTINEL_RULE", "Guard", "GuardKind", "Guards", "analyse"]
+__all__ = [
+    "OVERFLOW_RULE",
+    "SCORE_RULE",
+    "SENTINEL_RULE",
+    "Guard",
+    "GuardKind",
+    "Guards",
+    "analyse",
+]
 
 SENTINEL_RULE = (
     "An F32 literal beyond 65504 (an infinite one too: the NPU compiler clamps infinite splat "
@@ -68,10 +81,20 @@ OVERFLOW_RULE = (
     "overflow gives the answer the exact value gives."
 )
 
+SCORE_RULE = (
+    "Where a partition's host prelude gives an attention mask -2^15 in place of -inf but the "
+    "scores it is added to are not proven within 16367.3 (a matmul of pre-scaled q and k), "
+    "the device span that makes those scores flags, inside the graph, any element beyond that "
+    "bound or NaN; the step is refused (NarrowingRangeIntermediate, check score, naming the "
+    "equation). Only a device that checks it (the Intel graph with its FP16 guard) gets that "
+    "rewrite; elsewhere the mask stays -inf."
+)
+
 
 class GuardKind(Enum):
     OVERFLOW = "overflow"
     SENTINEL = "sentinel"
+    SCORE = "score"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,13 +162,16 @@ def _saturated(a: object, limit: float) -> int:
     return 0
 
 
-def analyse(program: Program, limit: float) -> Guards:
+def analyse(program: Program, limit: float, scores: frozenset[int] = frozenset()) -> Guards:
     """The in-graph guards of ``program`` (a source program to be narrowed) and the refusals of
-    the sentinel rule (module docstring)."""
+    the sentinel rule (module docstring); ``scores`` are the var ids of the values that get a
+    ``SCORE`` guard too (float equation outputs of ``program``, else ``CodegenError``: the
+    check would be silently missing)."""
     side: dict[int, int] = {}  # var id -> side of a dominated value it may hold
     inf: set[int] = set()  # var ids that may hold an inherited infinity
     refusals: list[Refusal] = []
     guards: list[Guard] = []
+    checked: list[Guard] = []  # the SCORE guards, each after its equation's other guard
     results = {v.id for _, v in program.results()}
     live = set(results)  # values a result depends on: a dead equation's overflow changes none
     for e in reversed(program.eqns):
@@ -205,6 +231,10 @@ def analyse(program: Program, limit: float) -> Guards:
 
     for i, e in enumerate(program.eqns):
         prim = e.prim.value
+        if e.out.id in scores:  # before the other checks, any of which may end this one
+            if not e.out.dtype.is_float:
+                raise CodegenError(f"score guard on equation {i} ({prim}): not a float value")
+            checked.append(Guard(i, prim, GuardKind.SCORE))
         sides = [side.get(a.id, 0) if isinstance(a, Var) else 0 for a in e.inputs]
         lits = [_saturated(a, limit) for a in e.inputs]
         if e.prim is Prim.SUB:  # x - s is x + (-s): the second operand's side flips
@@ -259,6 +289,9 @@ def analyse(program: Program, limit: float) -> Guards:
             )
         ):
             guards.append(Guard(i, prim, GuardKind.OVERFLOW, fresh=inherits))
+    missing = scores - {e.out.id for e in program.eqns}
+    if missing:  # a rewrite the device was to check lost its score: never run it unchecked
+        raise CodegenError(f"score guards on values no equation makes: {sorted(missing)}")
     for name, v in program.results():
         if v.id in side:
             refusals.append(
@@ -269,4 +302,5 @@ def analyse(program: Program, limit: float) -> Guards:
                     (("sentinel", "a saturated additive literal's value"), ("result", name)),
                 )
             )
-    return Guards(tuple(guards), tuple(refusals))
+    # stable: an equation's overflow guard first, so a NaN or infinity is named as overflow
+    return Guards(tuple(sorted(guards + checked, key=lambda g: g.eqn)), tuple(refusals))

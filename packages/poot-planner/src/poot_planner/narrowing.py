@@ -186,12 +186,13 @@ def narrow_to_device_precision(program: Program, contract: NarrowingContract) ->
 
 
 def intermediate_guards(
-    program: Program, contract: NarrowingContract
+    program: Program, contract: NarrowingContract, scores: frozenset[int] = frozenset()
 ) -> tuple[tuple[int, Guard], ...]:
-    """The in-graph guards of source ``program`` (``fp16_guards``), each with the index of the
-    equation of the narrowed program that computes the guarded value."""
+    """The in-graph guards of source ``program`` (``fp16_guards``; ``scores``: the values that
+    get a ``SCORE`` guard, ``Plan.score_bound``), each with the index of the equation of the
+    narrowed program that computes the guarded value."""
     at = _narrow(program, contract)[1]
-    found = analyse(program, contract.max_magnitude).guards
+    found = analyse(program, contract.max_magnitude, scores).guards
     return tuple((at[g.eqn], g) for g in found if g.eqn in at)
 
 

@@ -12,7 +12,9 @@ The rules:
   indices). They read only arguments and each other, so no value changes; on a narrowing
   target their additive ``-inf`` mask becomes a value FP16 scores can be added to there,
   where the device spans prove the scores it is added to bounded (the precondition and its
-  proof: ``poot_planner.prelude``); elsewhere, and on any other target, it stays ``-inf``.
+  proof: ``poot_planner.prelude``) or, for a device that checks it (``score_guard``), where a
+  device span makes those scores and its graph checks them at run time (``Plan.score_bound``);
+  elsewhere, and on any other target, it stays ``-inf``.
 - A fully admitted program is one device span.
 - Otherwise the equations the whole program's plan refuses are oracle equations, and each run
   of the others is a candidate device span. A candidate's sub-program is re-planned for the
@@ -49,12 +51,12 @@ value has the same name in the span that makes it and in every span that reads i
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from poot_ir import Arg, Eqn, Output, Program, Storage, Var, validate
 
 from poot_planner.plan import Plan, plan
-from poot_planner.prelude import host_prelude, mask_sentinels
+from poot_planner.prelude import MaskRewrite, host_prelude, mask_sentinels
 from poot_planner.target import Target
 from poot_planner.targets import get_target
 
@@ -134,10 +136,14 @@ def partition(
     whole: Plan | None = None,
     *,
     legalization: bool = True,
+    score_guard: bool = False,
 ) -> tuple[Span, ...]:
     """Cut ``program`` into device and oracle spans for ``target`` (rules: module docstring);
     ``legalization=False`` cuts it as the target refuses it before any rewrite. ``whole`` is
-    ``program``'s plan for ``target`` when the caller already has it."""
+    ``program``'s plan for ``target`` when the caller already has it. ``score_guard``: the
+    device checks a plan's ``score_bound`` (``VpuDevice`` with its FP16 guard), so the mask
+    rewrite is made where its scores are made in a device span, unproven, and that span's plan
+    names them (``Plan.score_bound``); without it, only where they are proven bounded."""
     t = get_target(target)
     n = len(program.eqns)
     if n == 0:
@@ -186,17 +192,22 @@ def partition(
     # to are proven bounded in the device spans (poot_planner.prelude); elsewhere none: xdna2
     # computes F32 scores no guard bounds, so its domain guards refuse the -inf mask, typed
     devices = [(run, plan_run(run)) for d, run in merged if d]
-    replaced = (
-        mask_sentinels(program, prelude, t.narrowing.max_magnitude, devices)
+    rewrite = (
+        mask_sentinels(program, prelude, t.narrowing.max_magnitude, devices, checked=score_guard)
         if prelude and t.narrowing is not None
-        else {}
+        else MaskRewrite({}, {})
     )
-    return tuple(
-        Span(True, run, plan_run(run).source, plan_run(run))
-        if d
-        else Span(False, run, _sub_program(program, run, names, replaced))
-        for d, run in merged
-    )
+    out: list[Span] = []
+    for d, run in merged:
+        if not d:
+            out.append(Span(False, run, _sub_program(program, run, names, rewrite.replaced)))
+            continue
+        p = plan_run(run)
+        k = sum(1 for s in out if s.device)
+        if k in rewrite.scores:  # the graph checks the unproven mask rewrite's scores
+            p = replace(p, score_bound=rewrite.scores[k])
+        out.append(Span(True, run, p.source, p))
+    return tuple(out)
 
 
 def _merge_devices(

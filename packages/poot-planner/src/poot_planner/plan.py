@@ -92,6 +92,9 @@ class Plan:
     relayouts: tuple[HostRelayout, ...] = ()
     rewrites: tuple[Rewrite, ...] = ()
     legal: Program | None = None  # the legalized program when a rewrite was made
+    #: var ids of ``legalized`` values the device must check against the attention-mask
+    #: rewrite's score bound (``poot_planner.prelude``; set by ``partition`` only)
+    score_bound: frozenset[int] = frozenset()
 
     @property
     def legalized(self) -> Program:

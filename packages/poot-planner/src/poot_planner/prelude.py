@@ -35,14 +35,16 @@ FP16's least subnormal; F32's is -103.3), i.e. ``s_m - s_u < 32768 - 17.4``, and
 ``s + MASK`` stays finite. Nothing at run time checks that: scores ``s_m = 20000``, ``s_u =
 -20000`` would put the row's probability on the padded key, a silent wrong result. So the
 rewrite is made only where the partition PROVES |s| <= ``SCORE_BOUND`` for every score the mask
-is added to, else the mask stays ``-inf`` (refused at the device's input check, typed):
+is added to, or the device span checks it at run time, else the mask stays ``-inf`` (refused at
+the device's input check, typed):
 
     SCORE_BOUND = (32768 - 17.4 - 16) / 2 = 16367.3
 
 (the 16: ``s + MASK`` lies in [2^14, 2^16) where FP16 rounds it by up to half its spacing of 32;
 then the masked exponent is at most 2 B + 16 - 32768 <= -17.4, and |s + MASK| <= 49135 is
 finite; a device that keeps exp in F32 gives each masked entry at most e^-17.4 = 2.8e-8 of the
-row, far inside NarrowStorage). The proof (``_Proof``): the mask is read by ``add(s, mask)`` or ``sub(mask, s)``
+row, far inside NarrowStorage). Where the partition cannot prove it, the device may check it:
+see "Checked at run time" below. The proof (``_Proof``): the mask is read by ``add(s, mask)`` or ``sub(mask, s)``
 (``s - mask`` would add an infinity: not rewritten) through data movement, where ``s`` is, through
 data movement, ``mul(y, c)`` or ``div(y, d)`` with a literal scale such that 65504 |c| (or
 65504 / |d|), grown by the FP16 rounding of the literal and of the product, is within the bound,
@@ -55,12 +57,27 @@ by it from outside (the engine's input range check, ``NarrowingRangeInput``). A 
 ``matmul(q, k^T) * d^-1/2`` with d >= 17 is covered (d = 32: B = 65504 / sqrt(32) = 11580); a
 scale of 1/4 is not (2 * 16376 + 17.4 > 32768).
 
+Checked at run time. Scores made by a matmul of already scaled operands (HF's all-MiniLM export
+scales q and k by d^-1/4 each) are not proven: the matmul's output is only checked for |s| <=
+65504, and no literal bounds a contraction. For a device that checks the precondition itself
+(``partition(..., score_guard=True)``, which the engine passes for ``VpuDevice`` with its FP16
+guard on: ``checks_score_bound``), the rewrite is made anyway where each unproven score (through
+movement, which keeps its values) is made by an equation of a narrowed device span whose
+legalized program still makes it (``_Proof.checkable``), and that span's plan names those
+scores (``Plan.score_bound``, var ids, which survive legalization where equation indices do
+not). Its graph then flags every element with |s| > ``SCORE_BOUND`` or NaN
+(``fp16_guards.GuardKind.SCORE``, lowered by ``poot_codegen.openvino_guard``) and the step is
+refused, ``NarrowingRangeIntermediate`` naming the score's equation (check ``score``), before
+any state changes: never a silent wrong result. The check is on every score, unmasked ones too,
+so it may refuse a row the -2^15 mask would still have got right (only ``s_m - s_u`` matters):
+conservative, and typed. A score that is a span's input (not made in it) is not checked: the
+mask stays ``-inf`` there. Every other device (``CpuDevice`` running an intel-npu4 plan,
+``VpuDevice(overflow_guard=False)``) gets the partition without the unproven rewrite, and the
+engine refuses a plan naming such scores on it (``UnsupportedDevice``).
+
 Only a narrowing target gets the rewrite. xdna2 computes F32 and no in-graph guard bounds its
 scores, so nothing is proven there and the mask stays as exported (its adds are the oracle's:
-xdna2 refuses them). Not covered either: scores made by a matmul of already scaled operands
-(HF's all-MiniLM export scales q and k by d^-1/4 each): the matmul's output is only checked for
-|s| <= 65504, and no literal bounds a contraction, so such an encoder keeps ``-inf`` and is
-refused at the device's input check until the device checks the precondition itself.
+xdna2 refuses them), with or without ``score_guard``.
 
 On xdna2 a masked softmax's exponent (``-inf`` or any large negative score) is outside exp's
 domain there, [-87, 88] (the specification), so a device span holding the softmax's exp counts
@@ -74,6 +91,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from poot_ir import BroadcastParams, Eqn, Literal, Prim, Program, ReduceParams, Var
@@ -85,7 +103,7 @@ from poot_planner.legal_steps import readers_through_movement
 if TYPE_CHECKING:
     from poot_planner.plan import Plan
 
-__all__ = ["MASK", "SCORE_BOUND", "host_prelude", "mask_sentinels"]
+__all__ = ["MASK", "SCORE_BOUND", "MaskRewrite", "host_prelude", "mask_sentinels"]
 
 
 def host_prelude(program: Program, refused: set[int]) -> tuple[int, ...]:
@@ -129,16 +147,30 @@ _ROUNDING = (1.0 + 2.0**-10) ** 2
 _MOVES = frozenset({Prim.RESHAPE, Prim.BROADCAST_IN_DIM, Prim.TRANSPOSE, Prim.SLICE})
 
 
+@dataclass(frozen=True, slots=True)
+class MaskRewrite:
+    """What ``mask_sentinels`` decided: ``replaced`` holds each rewritten mask select (by
+    source index) as the equations that replace it (the last writes the select's own output);
+    ``scores`` holds, per device span (its index in ``devices``), the var ids of the scores the
+    span's graph must check against ``SCORE_BOUND`` (``Plan.score_bound``)."""
+
+    replaced: dict[int, tuple[Eqn, ...]]
+    scores: dict[int, frozenset[int]]
+
+
 def mask_sentinels(
     program: Program,
     eqns: tuple[int, ...],
     limit: float,
     devices: Sequence[tuple[tuple[int, ...], Plan]],
-) -> dict[int, tuple[Eqn, ...]]:
-    """The prelude's additive mask selects (module docstring), by index, as the equations that
-    replace each (the last writes the select's own output). ``devices`` are the partition's
-    device spans (source equations and admitted plan): a mask is rewritten only where every
-    score it is added to is proven bounded by ``SCORE_BOUND`` in them (``_Proof``)."""
+    *,
+    checked: bool = False,
+) -> MaskRewrite:
+    """The prelude's additive mask selects (module docstring) to rewrite, and the scores to
+    check. ``devices`` are the partition's device spans (source equations and admitted plan): a
+    mask is rewritten only where every score it is added to is proven bounded by
+    ``SCORE_BOUND`` in them (``_Proof``) or, when ``checked`` (the device checks a plan's
+    ``score_bound``), is made by a narrowed device span that then checks it at run time."""
     consumers: dict[int, list[Eqn]] = {}
     maker: dict[int, int] = {}
     for i, e in enumerate(program.eqns):
@@ -154,12 +186,25 @@ def mask_sentinels(
     proof = _Proof(program, maker, devices)
     next_id = 1 + max([a.var.id for a in program.args] + [e.out.id for e in program.eqns])
     out: dict[int, tuple[Eqn, ...]] = {}
+    scores: dict[int, set[int]] = {}
     for i in eqns:
         e = program.eqns[i]
         if not (_additive_mask(e, limit) and _feeds_a_row_maximum(e, ctx)):
             continue
-        if not all(proof.bounded_score(r, moved) for r, moved in _mask_reads(e, ctx)):
+        admitted = True
+        wanted: list[tuple[int, int]] = []  # (device span, score id) to check at run time
+        for r, moved in _mask_reads(e, ctx):
+            if proof.bounded_score(r, moved):
+                continue
+            at = proof.checkable(r, moved) if checked else None
+            if at is None:
+                admitted = False
+                break
+            wanted.append(at)
+        if not admitted:
             continue  # kept -inf: the device's input check refuses it, typed
+        for k, sid in wanted:
+            scores.setdefault(k, set()).add(sid)
         em = Emit(next_id, e.out.dtype)
         rank = e.out.type.rank
         v = em.op(Prim.SELECT, *e.inputs, params=e.params)
@@ -172,7 +217,7 @@ def mask_sentinels(
         em.max(v, em.add(rows, MASK), out=e.out)
         out[i] = tuple(em.eqns)
         next_id = em.next_id
-    return out
+    return MaskRewrite(out, {k: frozenset(v) for k, v in scores.items()})
 
 
 def _mask_reads(e: Eqn, ctx: RuleContext) -> list[tuple[Eqn, frozenset[int]]]:
@@ -239,18 +284,32 @@ class _Proof:
             v = e.inputs[0]
         return v
 
+    def checkable(self, r: Eqn, moved: frozenset[int]) -> tuple[int, int] | None:
+        """(device span, score id) when the score ``r`` adds the mask to is made, through
+        movement (which keeps its values), by an equation of a narrowed device span whose
+        legalized program still makes it as a float: that span's graph can check it against
+        ``SCORE_BOUND`` (``fp16_guards.GuardKind.SCORE``); else None."""
+        score = _score(r, moved)
+        if score is None:
+            return None
+        s = self.back(score, [])
+        k = self.span.get(self.maker.get(s.id, -1))
+        if k is None or not s.dtype.is_float:
+            return None
+        p = self.devices[k][1]
+        if p.narrowing is None:
+            return None  # only a narrowed graph carries the flags (vpu.py)
+        made = {e.out.id: e for e in p.legalized.eqns}
+        if s.id not in made or not made[s.id].out.dtype.is_float:
+            return None
+        return k, s.id
+
     def bounded_score(self, r: Eqn, moved: frozenset[int]) -> bool:
-        ins = r.inputs
-        if r.prim is Prim.ADD:
-            scores = [a for a in ins if not (isinstance(a, Var) and a.id in moved)]
-        elif r.prim is Prim.SUB and isinstance(ins[0], Var) and ins[0].id in moved:
-            scores = [ins[1]]  # mask - s; s - mask would add an infinity, not mask
-        else:
-            return False
-        if len(scores) != 1 or not isinstance(scores[0], Var):
+        score = _score(r, moved)
+        if score is None:
             return False
         chain = [self.maker[r.out.id]]
-        s = self.back(scores[0], chain)
+        s = self.back(score, chain)
         if s.id not in self.maker:
             return False
         chain.append(self.maker[s.id])
@@ -267,6 +326,21 @@ class _Proof:
         run = set(self.devices[k][0])
         inside = y.id in self.maker and self.maker[y.id] in run
         return not inside or y.id in self.guarded(k)
+
+
+def _score(r: Eqn, moved: frozenset[int]) -> Var | None:
+    """The score ``r`` adds the mask to (``moved``: the ids of the mask's moved copies), when
+    ``r`` is ``add(s, mask)`` or ``sub(mask, s)`` (``s - mask`` would add an infinity)."""
+    ins = r.inputs
+    if r.prim is Prim.ADD:
+        scores = [a for a in ins if not (isinstance(a, Var) and a.id in moved)]
+    elif r.prim is Prim.SUB and isinstance(ins[0], Var) and ins[0].id in moved:
+        scores = [ins[1]]
+    else:
+        return None
+    if len(scores) != 1 or not isinstance(scores[0], Var):
+        return None
+    return scores[0]
 
 
 def _scaled(e: Eqn) -> Var | None:
