@@ -259,3 +259,41 @@ def test_a_score_guard_the_program_cannot_carry_is_refused() -> None:
     # a VpuDevice without its FP16 guard cannot check it: never lowered unchecked
     with pytest.raises(UnsupportedDevice, match="score-bound"):
         VpuDevice("CPU", overflow_guard=False).lower(p)
+
+
+def test_poot_run_cuts_as_the_engine_does_for_a_checking_device(tmp_path: Path) -> None:
+    # `poot run` partitions before it opens the engine: it must ask the device the same
+    # question (checks_score_bound), or a padded encoder keeps -inf and is refused on vpu-cpu
+    from poot.runner import run_program
+
+    program = _matmul_scores()
+    rng = np.random.default_rng(4)
+    mask, _ = _padded()
+    inputs = {
+        "x": rng.normal(0, 2, (ROWS, D)).astype(np.float32),
+        "k": rng.normal(0, 2, (L, D)).astype(np.float32),
+        "attention_mask": mask,
+    }
+    report = run_program(
+        program,
+        make_device("vpu-cpu"),
+        "vpu-cpu",
+        steps=1,
+        inputs=[inputs],
+        cache_dir=tmp_path,
+        partition=True,
+    )
+    assert any(MASK in _literals(s) for s in report.spans)
+    assert report.ok, report
+    # an oracle device on the same target does not check the bound: its partition keeps -inf,
+    # which its input check refuses, typed, naming the mask value
+    with pytest.raises(NarrowingRangeInput, match="-inf"):
+        run_program(
+            program,
+            CpuDevice(INTEL),
+            "cpu",
+            steps=1,
+            inputs=[inputs],
+            cache_dir=tmp_path,
+            partition=True,
+        )

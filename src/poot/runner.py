@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 from poot_engine import Engine
-from poot_engine.device import Device
+from poot_engine.device import Device, checks_score_bound
 from poot_engine.verify import StepCheck, check_results, check_spans
 from poot_ir import Program, Storage, evaluate, sample_inputs
 from poot_ir.budget import check_alloc, nbytes
@@ -64,7 +64,9 @@ def run_program(
     are ``inputs[k]`` (every argument: weights are read from step 0 only, states from step 0 as
     initial values) or deterministic samples."""
     p = plan(program, device.target)  # the one plan: the engine loads it (and its spans') as is
-    parted = partition_spans(program, device.target, p) if partition and not p.admitted else ()
+    parted: tuple[Span, ...] = ()
+    if partition and not p.admitted:  # cut as the engine would cut it for this device
+        parted = partition_spans(program, device.target, p, score_guard=checks_score_bound(device))
     report = RunReport(program, device_name, p, spans=parted)
     if not p.admitted and not parted:
         return report

@@ -41,6 +41,7 @@ __all__ = [
     "Signature",
     "StepCommands",
     "check_dispatch",
+    "checks_score_bound",
     "signature_of",
 ]
 
@@ -241,3 +242,11 @@ def check_dispatch(
                 f"{spec} (argument {spec.name!r})"
             )
     return record
+
+
+def checks_score_bound(device: object) -> bool:
+    """Whether ``device`` checks a plan's ``score_bound`` in its graph (``VpuDevice`` with its
+    FP16 guard on): only then may a partition make the attention-mask rewrite whose score bound
+    it cannot prove (``poot_planner.prelude``); for every other device it keeps ``-inf``. The
+    engine and ``poot run`` partition by this one answer."""
+    return bool(getattr(device, "checks_score_bound", False))

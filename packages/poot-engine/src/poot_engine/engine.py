@@ -51,7 +51,7 @@ from poot_engine.blob_cache import BlobCache
 from poot_engine.checks import bind_weights, initial_states
 from poot_engine.counters import Counters
 from poot_engine.deadline import check_deadline
-from poot_engine.device import Artifact, ArtifactSource, Buffer, Device
+from poot_engine.device import Artifact, ArtifactSource, Buffer, Device, checks_score_bound
 from poot_engine.handles import Entry, Stats, Weights, check_handle, unknown_entry
 from poot_engine.handoff import check_state, state_type
 from poot_engine.live import LiveEntry, make_entry, upload_weights
@@ -163,7 +163,7 @@ class Engine:
     def _checks_score_bound(self) -> bool:
         """Whether the device checks a plan's ``score_bound`` in its graph (``VpuDevice`` with
         its FP16 guard on); no other device does, so its partitions keep the ``-inf`` mask."""
-        return bool(getattr(self.device, "checks_score_bound", False))
+        return checks_score_bound(self.device)
 
     def _add(
         self, planned: Plan, wbufs: Mapping[str, Buffer], initial_state: Mapping[str, np.ndarray]
