@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from poot_engine import Engine
@@ -113,11 +114,11 @@ def _check(p: Plan, inputs: dict[str, np.ndarray], device: str, tmp: Path) -> No
 @given(steps=st.lists(st.sampled_from(INTEL_STEPS), min_size=1, max_size=3), data=st.data())
 @settings(max_examples=12, deadline=None)
 def test_legalized_chains_on_vpu_cpu_within_the_running_bound(
-    steps: list[str], data: st.DataObject, tmp_path_factory: object
+    steps: list[str], data: st.DataObject, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     p = plan(_chain(steps), "intel-npu4")
     assert p.rewrites, "every chain step is a rule's primitive"
-    _check(p, _inputs(data, big=False), "vpu-cpu", Path(str(tmp_path_factory.mktemp("v"))))  # type: ignore[attr-defined]
+    _check(p, _inputs(data, big=False), "vpu-cpu", tmp_path_factory.mktemp("v"))
 
 
 @given(
@@ -127,20 +128,20 @@ def test_legalized_chains_on_vpu_cpu_within_the_running_bound(
 )
 @settings(max_examples=3, deadline=None)
 def test_legalized_log_chains_on_vpu_cpu_within_the_running_bound(
-    steps: list[str], first: bool, data: st.DataObject, tmp_path_factory: object
+    steps: list[str], first: bool, data: st.DataObject, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     # log's rewrite is long (its graph compiles in seconds): a few chains, each with one log,
     # before or after another rule's step; off its domain (x <= 0) a typed refusal
     p = plan(_chain(["log", *steps] if first else [*steps, "log"]), "intel-npu4")
     assert "log" in {rw.primitive for rw in p.rewrites}
-    _check(p, _inputs(data, big=False), "vpu-cpu", Path(str(tmp_path_factory.mktemp("l"))))  # type: ignore[attr-defined]
+    _check(p, _inputs(data, big=False), "vpu-cpu", tmp_path_factory.mktemp("l"))
 
 
 @given(steps=st.lists(st.sampled_from(XDNA_STEPS), min_size=1, max_size=3), data=st.data())
 @settings(max_examples=12, deadline=None)
 def test_legalized_chains_on_xdna_host_within_the_running_bound(
-    steps: list[str], data: st.DataObject, tmp_path_factory: object
+    steps: list[str], data: st.DataObject, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     p = plan(_chain(steps), "xdna2")
     assert p.rewrites
-    _check(p, _inputs(data, big=True), "xdna-host", Path(str(tmp_path_factory.mktemp("x"))))  # type: ignore[attr-defined]
+    _check(p, _inputs(data, big=True), "xdna-host", tmp_path_factory.mktemp("x"))

@@ -218,17 +218,22 @@ def test_devices_that_do_not_check_keep_infinity_and_refuse_a_checked_plan(
                 engine.add_entry(plan(program, INTEL), partition=True, spans=checked)
 
 
-def test_the_matmul_scores_run_within_narrow_storage(tmp_path: Path) -> None:
-    # the minilm shape end to end on vpu-cpu: q and k pre-scaled, the mask -2^15 on the host,
-    # the score matmuls checked in the graph
-    program = _matmul_scores()
-    rng = np.random.default_rng(3)
+def _matmul_inputs(seed: int) -> dict[str, np.ndarray]:
+    """Inputs of ``_matmul_scores`` with the padded mask."""
+    rng = np.random.default_rng(seed)
     mask, _ = _padded()
-    inputs = {
+    return {
         "x": rng.normal(0, 2, (ROWS, D)).astype(np.float32),
         "k": rng.normal(0, 2, (L, D)).astype(np.float32),
         "attention_mask": mask,
     }
+
+
+def test_the_matmul_scores_run_within_narrow_storage(tmp_path: Path) -> None:
+    # the minilm shape end to end on vpu-cpu: q and k pre-scaled, the mask -2^15 on the host,
+    # the score matmuls checked in the graph
+    program = _matmul_scores()
+    inputs = _matmul_inputs(3)
     want = evaluate(program, inputs)["y"].astype(np.float64)
     with Engine(make_device("vpu-cpu"), cache_dir=tmp_path) as engine:
         entry = engine.add_entry(plan(program, INTEL), partition=True)
@@ -267,13 +272,7 @@ def test_poot_run_cuts_as_the_engine_does_for_a_checking_device(tmp_path: Path) 
     from poot.runner import run_program
 
     program = _matmul_scores()
-    rng = np.random.default_rng(4)
-    mask, _ = _padded()
-    inputs = {
-        "x": rng.normal(0, 2, (ROWS, D)).astype(np.float32),
-        "k": rng.normal(0, 2, (L, D)).astype(np.float32),
-        "attention_mask": mask,
-    }
+    inputs = _matmul_inputs(4)
     report = run_program(
         program,
         make_device("vpu-cpu"),
