@@ -126,7 +126,7 @@ def evaluate_node(lo: Lowering, node: Node, inputs: Mapping[str, Array]) -> list
     if size is not None:  # checked before, charged below at the size the result really has
         item = _itemsize(node, values)
         _charge(lo, node, f"{size} elements of {item} bytes", size * item, commit=False)
-    return _run(lo, node, [node.proto], lo.opset, inputs, [o for o in node.outputs if o])
+    return evaluate_graph(lo, node, [node.proto], lo.opset, inputs, [o for o in node.outputs if o])
 
 
 def evaluate_graph(
@@ -135,23 +135,12 @@ def evaluate_graph(
     nodes: Sequence[Any],
     opset: int,
     inputs: Mapping[str, Array],
-    outputs: Sequence[str],
-) -> list[Array]:
-    """The values ``outputs`` of a small graph of ``nodes`` in ``opset`` (NodeProtos a rule
-    builds to compute its parameters at import, as ``BatchNormalization`` folds its
-    statistics), run by the reference evaluator on ``inputs``, for the rule lowering ``node``.
-    Errors and the budget as in ``evaluate_node``."""
-    return _run(lo, node, nodes, opset, inputs, outputs)
-
-
-def _run(
-    lo: Lowering,
-    node: Node,
-    nodes: Sequence[Any],
-    opset: int,
-    inputs: Mapping[str, Array],
     names: Sequence[str],
 ) -> list[Array]:
+    """The values ``names`` of a small graph of ``nodes`` in ``opset`` (NodeProtos a rule
+    builds to compute its parameters at import, as ``BatchNormalization`` folds its
+    statistics; ``evaluate_node`` runs one node of the model this way), run by the reference
+    evaluator on ``inputs``, for the rule lowering ``node``, its size charged to the budget."""
     graph_inputs = [
         helper.make_tensor_value_info(
             name, helper.np_dtype_to_tensor_dtype(arr.dtype), list(arr.shape)
