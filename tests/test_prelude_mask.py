@@ -291,3 +291,47 @@ def test_only_a_value_the_span_checks_bounds_the_scores() -> None:
 
     assert MASK in _host_literals(program("exp"))
     assert MASK not in _host_literals(program("max"))
+
+
+def _moved_mask(move: str) -> Program:
+    """softmax(x / 8 + m) over a square score matrix, ``m`` the mask moved by ``move``: kept
+    rows (``rows``: a rank-1 mask broadcast along the rows) or moved ones (``transpose``, and
+    ``columns``: the rank-1 mask broadcast down the columns) -- same extents, other rows."""
+    n = 4
+    b = Builder("moved")
+    x = b.slot("x", F32, (n, n))
+    if move == "transpose":
+        am = b.slot("attention_mask", I32, (n, n))
+    else:
+        am = b.slot("attention_mask", I32, (n,))
+    m = b.select(b.convert(am, BOOL), b.literal(0.0, F32), b.literal(float("-inf"), F32))
+    match move:
+        case "transpose":
+            m = b.transpose(m, (1, 0))
+        case "rows":
+            m = b.broadcast_in_dim(m, (n, n), (1,))
+        case "columns":
+            m = b.broadcast_in_dim(m, (n, n), (0,))
+    b.output("p", ops.softmax(b, b.add(b.mul(x, b.literal(0.125, F32)), m)))
+    return b.build()
+
+
+@pytest.mark.parametrize("move", ["transpose", "columns"])
+def test_a_movement_that_moves_the_rows_keeps_the_mask(move: str) -> None:
+    # the rewrite's row maximum is over the mask's own last axis; after a transpose (or a
+    # broadcast down the columns) a fully masked row of the softmax is not a row of the mask:
+    # rewritten, that row would come back a finite uniform 0.25 where the oracle gives NaN
+    program = _moved_mask(move)
+    lits = _host_literals(program)
+    assert MASK not in lits and float("-inf") in lits
+    mask = np.ones((4, 4) if move == "transpose" else (4,), np.int32)
+    mask[..., 0] = 0
+    inputs = {"x": np.zeros((4, 4), np.float32), "attention_mask": mask}
+    spans = partition(program, "intel-npu4")
+    got = _compose(program, spans, inputs)["p"]
+    want = evaluate(program, inputs)["p"]
+    assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(want).any()
+
+
+def test_a_movement_that_keeps_the_rows_is_rewritten() -> None:
+    assert MASK in _host_literals(_moved_mask("rows"))

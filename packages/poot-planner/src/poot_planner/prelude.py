@@ -94,7 +94,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from poot_ir import BroadcastParams, Eqn, Literal, Prim, Program, ReduceParams, Var
+from poot_ir import (
+    BroadcastParams,
+    Eqn,
+    Literal,
+    Prim,
+    Program,
+    ReduceParams,
+    TransposeParams,
+    Var,
+)
 
 from poot_planner.fp16_guards import GuardKind, analyse
 from poot_planner.legal_emit import Emit, RuleContext
@@ -378,6 +387,8 @@ def _feeds_a_row_maximum(e: Eqn, ctx: RuleContext) -> bool:
     readers = readers_through_movement(e.out.id, ctx)
     if not readers or any(r.prim not in (Prim.ADD, Prim.SUB) for r in readers):
         return False
+    if not _rows_kept(e, ctx):
+        return False
     for r in readers:
         rank = r.out.type.rank
         uses = ctx.consumers.get(r.out.id, ())
@@ -391,4 +402,27 @@ def _feeds_a_row_maximum(e: Eqn, ctx: RuleContext) -> bool:
             return False
         if r.out.type.shape[-1] != e.out.type.shape[-1]:
             return False
+    return True
+
+
+def _rows_kept(e: Eqn, ctx: RuleContext) -> bool:
+    """Every movement between the mask ``e`` and its readers keeps its last axis last, whole:
+    each row the adds see is a row of the mask, so the row maximum the rewrite takes over the
+    mask's last axis is the one the softmax takes. (A transpose of a square mask, or a
+    broadcast placing its last axis elsewhere, keeps the extent and not the rows: a fully
+    masked row would then get MASK, not ``-inf``, and a finite wrong softmax.)"""
+    stack = [e.out.id]
+    while stack:
+        for r in ctx.consumers.get(stack.pop(), ()):
+            if r.prim not in _MOVES:
+                continue
+            src, dst = r.inputs[0].type, r.out.type
+            if src.rank == 0 or dst.rank == 0 or src.shape[-1] != dst.shape[-1]:
+                return False
+            match r.params:
+                case TransposeParams(perm=perm) if perm[-1] != src.rank - 1:
+                    return False
+                case BroadcastParams(dims=dims) if dims[-1] != dst.rank - 1:
+                    return False
+            stack.append(r.out.id)
     return True
