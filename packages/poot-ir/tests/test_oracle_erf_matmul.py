@@ -109,6 +109,18 @@ def test_erf64_narrow_input_and_output_round_once(narrow: type) -> None:
     assert np.signbit(out[-1]) and np.isnan(out[-2])
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+def test_erf64_in_place_equals_out_of_place(dtype: type) -> None:
+    # out= the input itself: the sign is read from the input after the accumulator is written,
+    # so a float64 result sharing the input's memory once lost every negative sign
+    x = np.array([-0.5, 0.3, -2.0, -0.0, 7.0, -7.0, np.nan, -np.inf], dtype)
+    want = erf64(x, out=np.empty_like(x))
+    got = x.copy()
+    erf64(got, out=got)
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
 def test_erf64_chunks_match_one_by_one() -> None:
     # the last chunk is shorter than the working buffers
     x = np.random.default_rng(5).standard_normal(3 * 2**15 + 17) * 3

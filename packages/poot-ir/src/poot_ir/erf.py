@@ -183,7 +183,9 @@ def erf64(x: Any, out: np.ndarray | None = None) -> np.ndarray:
     columns = _build()[0]
     flat = arr.reshape(-1)
     dest = out.reshape(-1)
-    wide = dest.dtype == np.float64
+    # a float64 result is accumulated in place, unless it is the input's own memory (its
+    # sign is read after the accumulator is written): then through the scratch row as well
+    wide = dest.dtype == np.float64 and not np.may_share_memory(dest, flat)
     n = min(flat.size, _CHUNK)
     buffers = np.empty((5, n))
     indices = np.empty(n, np.int64)
