@@ -77,7 +77,11 @@ def validate_relayouts(design: ProgramDesign) -> None:
         _check(after <= h.after <= n, "a relayout out of step order", where, h.after, n)
         after = h.after
         _check(bool(h.sources), "a relayout of nothing", where)
-        _check(h.kind is RelayoutKind.CONCAT or len(h.sources) == 1, "operands", where)
+        _check(
+            h.kind is RelayoutKind.CONCAT or len(h.sources) == 1,
+            f"a {h.kind.name.lower()} of {len(h.sources)} operands (one expected)",
+            where,
+        )
         for v in (*h.sources, h.target):
             _check(layout.has_slot(v), f"%{v} has no host slot", where)
         src = [layout.slot(v) for v in h.sources]
