@@ -20,6 +20,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -84,6 +85,12 @@ def _python(env: Path) -> Path:
     return env / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
+def _pin(line: str) -> tuple[str, str]:
+    """``name==version`` as pip compares it: the name normalised (PEP 503), no local tag."""
+    name, _, version = line.partition("==")
+    return re.sub(r"[-_.]+", "-", name.lower()), version.split("+")[0]
+
+
 def ensure_venv(env: Path) -> Path:
     """The export venv's python, the venv made and the pins installed when it lacks them."""
     py = _python(env)
@@ -91,9 +98,10 @@ def ensure_venv(env: Path) -> Path:
         print(f"creating the export venv {env}", file=sys.stderr)
         venv.create(env, with_pip=True)
     have = subprocess.run([str(py), "-m", "pip", "freeze"], capture_output=True, text=True)
-    installed = {line.split("==")[0].split(" @ ")[0].lower() for line in have.stdout.split()}
-    wanted = {p.split("==")[0].lower() for p in PINS}
-    if not wanted <= installed:
+    # exact versions, not names: a reused venv with another torch must be brought to the pins
+    # (the record says what made the file); a local tag (2.13.0+cpu) is the pinned release
+    installed = {_pin(line) for line in have.stdout.split() if "==" in line}
+    if not {_pin(p) for p in PINS} <= installed:
         subprocess.run([str(py), "-m", "pip", "install", "-q", *PINS], check=True)
     return py
 
@@ -103,8 +111,8 @@ def export(out: Path, env: Path) -> dict[str, object]:
     out.mkdir(parents=True, exist_ok=True)
     onnx_path = out / "model.onnx"
     done = subprocess.run(
-        [str(py), "-c", _CHILD, str(onnx_path)], check=True, capture_output=True, text=True
-    )
+        [str(py), "-c", _CHILD, str(onnx_path)], check=True, stdout=subprocess.PIPE, text=True
+    )  # the child's stderr (a failed export's traceback) goes to the terminal
     versions = json.loads(done.stdout.strip().splitlines()[-1])
     source = Path(versions.pop("source"))
     shutil.copyfile(source / "tokenizer.json", out / "tokenizer.json")
