@@ -251,10 +251,8 @@ class _CpuStep(HostStep):
         cpu = self._cpu
         if cpu._closed or cpu._missed:
             cpu._usable()
-        if self._memory.epoch != self._epoch:
-            self.check()
-        for mem, x in zip(self._writes, inputs, strict=True):  # checked: exactly the buffers' types
-            mem[...] = x
+        self.check()
+        self.write_inputs(inputs)
         t0 = perf_counter()
         results = self._evaluate()
         took = perf_counter() - t0

@@ -432,12 +432,10 @@ class _VpuStep(HostStep):
         vpu, loaded = self._vpu, self._bound
         if vpu._closed or vpu._poisoned:
             vpu._usable()
-        if self._memory.epoch != self._epoch:
-            self.check()
+        self.check()
         if loaded.buffers is not self._buffers_bound or loaded.generation != vpu._gen:
             vpu._bind(self._artifact, self._buffers_bound)  # another command ran since
-        for mem, x in zip(self._writes, inputs, strict=True):  # checked: the buffers' types
-            mem[...] = x
+        self.write_inputs(inputs)
         if deadline_s != self._deadline:
             self._deadline, self._ms = deadline_s, single_wait_ms(deadline_s)
         t0 = perf_counter()
