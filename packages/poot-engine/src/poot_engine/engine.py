@@ -159,17 +159,11 @@ class Engine:
         self._count.plans += 1
         return plan(program, self.device.target)
 
-    @property
-    def _checks_score_bound(self) -> bool:
-        """Whether the device checks a plan's ``score_bound`` in its graph (``VpuDevice`` with
-        its FP16 guard on); no other device does, so its partitions keep the ``-inf`` mask."""
-        return checks_score_bound(self.device)
-
     def _add(
         self, planned: Plan, wbufs: Mapping[str, Buffer], initial_state: Mapping[str, np.ndarray]
     ) -> Entry:
         """The ordinary entry of a plan, bound to exactly the weight buffers ``wbufs``."""
-        if planned.score_bound and not self._checks_score_bound:
+        if planned.score_bound and not checks_score_bound(self.device):
             # the prelude's -2^15 mask is right only where the device checks the scores
             raise UnsupportedDevice(
                 self.device.identity.part, "a plan whose score-bound guard it does not check"
@@ -195,7 +189,7 @@ class Engine:
         states = initial_states(program, initial_state, self.limit)
         if spans is None:
             spans = partition_program(
-                program, self.device.target, planned, score_guard=self._checks_score_bound
+                program, self.device.target, planned, score_guard=checks_score_bound(self.device)
             )
 
         def add_sub(span: Span) -> Entry:
@@ -263,20 +257,12 @@ class Engine:
         e = self._entries.get(entry.id) if entry.engine == self._id else None
         self._stepping = True
         try:
-            if e is not None:  # ``_run``, inlined: the common case pays one call less
-                v = self._verify
-                verify = None if v.idle or not v.wants(e) else self._verification(e)
-                results, device_s = e.step(
-                    self.device, inputs, self.deadline_s, self.limit, verify, self._count
-                )
+            if e is not None:
+                results, device_s = self._run(e, inputs)
             elif (part := self.partitioned(entry)) is not None:
                 results, device_s = part.step(inputs, lambda h, x: self._run(self._entry(h), x))
             else:
                 raise unknown_entry(entry)
-        except (DeadlineExceeded, DevicePoisoned):
-            if e is not None:
-                self._poison(e)
-            raise
         finally:
             self._stepping = False
         c = self._count
