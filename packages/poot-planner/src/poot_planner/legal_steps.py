@@ -151,7 +151,8 @@ def exact_float(em: Emit, a: Atom, ctx: RuleContext) -> Atom | None:
     return None
 
 
-_MOVES = frozenset({Prim.RESHAPE, Prim.BROADCAST_IN_DIM, Prim.TRANSPOSE, Prim.SLICE})
+#: the pure data movements a mask is looked through (here and in ``poot_planner.prelude``)
+MOVES = frozenset({Prim.RESHAPE, Prim.BROADCAST_IN_DIM, Prim.TRANSPOSE, Prim.SLICE})
 
 
 def readers_through_movement(vid: int, ctx: RuleContext) -> list[Eqn] | None:
@@ -164,7 +165,7 @@ def readers_through_movement(vid: int, ctx: RuleContext) -> list[Eqn] | None:
         if v in ctx.results:
             return None
         for r in ctx.consumers.get(v, ()):
-            if r.prim in _MOVES:
+            if r.prim in MOVES:
                 stack.append(r.out.id)
             else:
                 out.append(r)

@@ -198,15 +198,16 @@ def partition(
         else MaskRewrite({}, {})
     )
     out: list[Span] = []
+    k = 0  # the device spans made so far: the index the mask rewrite's scores are kept by
     for d, run in merged:
         if not d:
             out.append(Span(False, run, _sub_program(program, run, names, rewrite.replaced)))
             continue
         p = plan_run(run)
-        k = sum(1 for s in out if s.device)
         if k in rewrite.scores:  # the graph checks the unproven mask rewrite's scores
             p = replace(p, score_bound=rewrite.scores[k])
         out.append(Span(True, run, p.source, p))
+        k += 1
     return tuple(out)
 
 

@@ -107,7 +107,7 @@ from poot_ir import (
 
 from poot_planner.fp16_guards import GuardKind, analyse
 from poot_planner.legal_emit import Emit, RuleContext
-from poot_planner.legal_steps import readers_through_movement
+from poot_planner.legal_steps import MOVES, readers_through_movement
 
 if TYPE_CHECKING:
     from poot_planner.plan import Plan
@@ -153,7 +153,6 @@ SCORE_BOUND = (-MASK - EXP_ZERO - SUM_ROUNDING) / 2
 FP16_MAX = 65504.0
 #: a scale literal's FP16 rounding and the product's (each at most 2^-11 relative)
 _ROUNDING = (1.0 + 2.0**-10) ** 2
-_MOVES = frozenset({Prim.RESHAPE, Prim.BROADCAST_IN_DIM, Prim.TRANSPOSE, Prim.SLICE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +236,7 @@ def _mask_reads(e: Eqn, ctx: RuleContext) -> list[tuple[Eqn, frozenset[int]]]:
     reads: list[Eqn] = []
     while stack:
         for r in ctx.consumers.get(stack.pop(), ()):
-            if r.prim in _MOVES:
+            if r.prim in MOVES:
                 moved.add(r.out.id)
                 stack.append(r.out.id)
             elif r not in reads:
@@ -287,7 +286,7 @@ class _Proof:
         """``v`` before the data movement that made it, the movement's equations in ``chain``."""
         while v.id in self.maker:
             e = self.program.eqns[self.maker[v.id]]
-            if e.prim not in _MOVES or not isinstance(e.inputs[0], Var):
+            if e.prim not in MOVES or not isinstance(e.inputs[0], Var):
                 break
             chain.append(self.maker[v.id])
             v = e.inputs[0]
@@ -414,7 +413,7 @@ def _rows_kept(e: Eqn, ctx: RuleContext) -> bool:
     stack = [e.out.id]
     while stack:
         for r in ctx.consumers.get(stack.pop(), ()):
-            if r.prim not in _MOVES:
+            if r.prim not in MOVES:
                 continue
             src, dst = r.inputs[0].type, r.out.type
             if src.rank == 0 or dst.rank == 0 or src.shape[-1] != dst.shape[-1]:
