@@ -19,7 +19,7 @@ nox.options.default_venv_backend = "none"
 nox.options.sessions = ["tests", "lint", "typecheck", "nix"]
 nox.options.error_on_missing_interpreters = True
 
-PACKAGES = ["ir", "planner", "codegen", "engine", "npu"]
+PACKAGES = ["ir", "onnx", "planner", "codegen", "engine", "npu"]
 SOURCES = [f"packages/poot-{p}/src" for p in PACKAGES] + ["src"]
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import openvino as ov
-from poot_codegen import openvino_ir
+from poot_codegen.intel import graph as intel_graph
 from poot_engine import Engine
 from poot_engine.engine import Entry
 from poot_engine.partitioned import PartitionedEntry
@@ -80,7 +80,7 @@ def run() -> list[Figure]:
     feed = {a.name: inputs[a.name] for a in program.args}
     figures: list[Figure] = []
     compiled = ov.Core().compile_model(
-        openvino_ir.lower(program), "CPU", dict(openvino_ir.CPU_STANDIN_CONFIG)
+        intel_graph.lower(program), "CPU", dict(intel_graph.CPU_STANDIN_CONFIG)
     )
     request = compiled.create_infer_request()
     with (

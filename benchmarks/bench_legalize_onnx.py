@@ -7,7 +7,7 @@ Two models: ``benchmarks/encoder_onnx`` (a BERT-class layer written as ONNX, wit
 of the models suite (6 layers, exported by ``tools/export_minilm.py``; skipped, saying so,
 until exported) on real sentences padded to the sequence. After legalization the integer mask
 runs on the oracle (the host prelude) and the rest is one device graph (minilm's mask scores are
-not proven bounded: the device graph checks them, ``poot_planner.prelude``; a refused step
+not proven bounded: the device graph checks them, ``poot_planner.fp16.prelude``; a refused step
 would be a figure saying so). ONNX Runtime sits in
 the ``models`` dependency group: when it is absent its figures are skipped and a figure says so. OpenVINO runs the ONNX file with its
 CPU plugin's defaults (what a user of OpenVINO gets), the stand-in with the NPU-like FP16 config.
@@ -25,8 +25,8 @@ import numpy as np
 import openvino as ov
 from poot_engine import Engine
 from poot_ir import NarrowingRangeError, evaluate
-from poot_ir.onnx import import_model
 from poot_npu.registry import make_device
+from poot_onnx import import_model
 from poot_planner import summarize
 
 from benchmarks.encoder_onnx import encoder_feed, encoder_onnx
@@ -112,6 +112,6 @@ def run() -> list[Figure]:
         figures += _measure(label, minilm.file(), minilm.inputs(), "last_hidden_state", 5, 3)
     except NarrowingRangeError as err:
         # a score past the mask rewrite's bound (the graph's score guard) or a fully masked
-        # row's -inf (the input check): refused, typed (poot_planner.prelude)
+        # row's -inf (the input check): refused, typed (poot_planner.fp16.prelude)
         figures.append(Figure(f"{label}: refused, typed", 0, "", note=str(err)))
     return figures

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from poot_ir import evaluate
-from poot_ir.onnx import import_model
+from poot_onnx import import_model
 
 from benchmarks.harness import Figure, median_time
 

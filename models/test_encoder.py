@@ -6,12 +6,12 @@ the Intel stand-in (vpu-cpu) is within NarrowStorage of the oracle on real sente
 the attention mask has zeros: the whole result, and each sequence's real tokens on their own
 (its padding rows are figured).
 
-The equations left on the host are the integer side alone (``poot_planner.prelude``): the
+The equations left on the host are the integer side alone (``poot_planner.fp16.prelude``): the
 exported mask is ``attention_mask != 0`` gathered and and-ed as booleans (an FP16 device makes
 no float of a boolean or an integer), and its ``select(mask, 0, -inf)`` per layer, which reads
 only that boolean mask and makes the additive mask: the only host equations with a float result.
 
-On vpu-cpu that mask becomes -2^15 (``poot_planner.prelude``): the rewrite needs the scores
+On vpu-cpu that mask becomes -2^15 (``poot_planner.fp16.prelude``): the rewrite needs the scores
 within ``SCORE_BOUND``, and minilm's export scales q and k by 32^-1/4 each before their matmul,
 so its scores are a matmul's output, not proven bounded; the device span's graph checks them at
 run time instead (``Plan.score_bound``, ``GuardKind.SCORE``: a score beyond the bound or NaN is
@@ -28,10 +28,10 @@ import pytest
 from poot_engine import Engine
 from poot_ir import Eqn, Prim, Program, Var, evaluate
 from poot_ir.numerics import Normwise, compare
-from poot_ir.onnx import Imported, import_model
 from poot_npu.registry import make_device
+from poot_onnx import Imported, import_model
 from poot_planner import Span, partition, plan
-from poot_planner.prelude import MASK
+from poot_planner.fp16.prelude import MASK
 from poot_planner.targets import get_target
 
 from models.catalog import MODELS, available

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from poot_ir import Prim
-from poot_ir.onnx import import_model
+from poot_onnx import import_model
 from poot_planner import plan
 
 from models.catalog import MODELS, available
@@ -49,9 +49,8 @@ def test_magika_runs_on_vpu_cpu_within_its_contract(tmp_path: Path) -> None:
     # against ONNX Runtime it is as close as that contract allows
     import numpy as np
     import onnxruntime as ort
+    from poot_engine.run import run_program
     from poot_npu.registry import make_device
-
-    from poot.runner import run_program
 
     m = next(m for m in MODELS if m.name == "magika")
     imp = import_model(m.file(), shapes=m.shapes, constants=m.constants)

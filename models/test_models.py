@@ -12,13 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from poot_engine.run import run_program
 from poot_ir import PootError, evaluate
-from poot_ir.onnx import Imported, import_model
 from poot_npu.registry import make_device
+from poot_onnx import Imported, import_model
 from poot_planner import Refusal, RefusalKind, plan
 
 from models.catalog import RealModel, available, params
-from poot.runner import run_program
 
 pytestmark = pytest.mark.skipif(available() is not None, reason=str(available()))
 

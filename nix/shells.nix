@@ -33,10 +33,11 @@ let
     UV_PYTHON = "the interpreter of the shell's uv2nix Python package set";
   };
   # The root project with its dev group; the root's own dependencies already pull
-  # poot-ir[onnx], poot-codegen[vpu] and poot-npu[vpu] (numpy, ml_dtypes, onnx, openvino wheels).
+  # poot-onnx, poot-codegen[vpu] and poot-npu[vpu] (numpy, ml_dtypes, onnx, openvino wheels).
   workspace = {
     poot = [ "dev" ];
-    poot-ir = [ "onnx" ];
+    poot-ir = [ ];
+    poot-onnx = [ ];
     poot-planner = [ ];
     poot-codegen = [ "vpu" ];
     poot-engine = [ ];

@@ -54,7 +54,7 @@ def test_bad_usage_exits_2() -> None:
 
 
 def test_a_failed_check_exits_1(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import poot.acceptance as acceptance
+    import poot.acceptance.checks as acceptance
 
     def failing(*args: object) -> object:
         yield acceptance.Check("a check that failed", False, 2.0, "error/bound")
@@ -74,7 +74,7 @@ def test_every_xdna2_region_bound_at_and_one_past_its_limit_on_xdna_host(tmp_pat
     from poot_npu.xdna_host import XdnaHostDevice
     from poot_planner import get_target
 
-    from poot.acceptance_regions import region_checks
+    from poot.acceptance.regions import region_checks
 
     limits = get_target("xdna2").region_limits
     assert limits is not None

@@ -337,7 +337,7 @@ def test_fuzz_import_model(model: object, shapes: object, constants: object, n: 
     model (a str is a path that does not exist), junk ``shapes=``/``constants=``, and a valid
     model whose dynamic dim is bound to junk."""
     import onnx
-    from poot_ir.onnx import check_model, import_model
+    from poot_onnx import check_model, import_model
 
     good = onnx.load_model_from_string(_ONNX)
     _typed(lambda: import_model(model))  # type: ignore[arg-type]

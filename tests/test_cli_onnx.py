@@ -99,7 +99,7 @@ def test_run_an_onnx_model_with_its_weights(
     # the oracle, so check the oracle against it once here
     want = ReferenceEvaluator(str(model)).run(None, {"x": x, "ids": ids})
     from poot_ir import evaluate
-    from poot_ir.onnx import import_model
+    from poot_onnx import import_model
 
     imp = import_model(model, shapes={"batch": 3})
     got = imp.results(evaluate(imp.program, {**imp.weights, "x": x, "ids": ids}))

@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 from conformance.devices import open_device
 from encoder_model import encoder_inputs, encoder_layer
+from poot_engine.run import run_program
 from poot_ir import evaluate
 from poot_npu.registry import device_info
 from poot_planner import TARGETS, RefusalKind, partition, plan, summarize
-
-from poot.runner import run_program
 
 INTEL = TARGETS["intel-npu4"]
 STYLES = ["10000", "finfo", "inf"]

@@ -13,10 +13,10 @@ import pytest
 from onnx import TensorProto, helper
 from poot_engine import Engine
 from poot_ir import AbsRel, NarrowingRangeIntermediate, Program, evaluate
-from poot_ir.onnx import import_model
 from poot_npu.registry import make_device
+from poot_onnx import import_model
 from poot_planner import TARGETS, plan
-from poot_planner.legal_log import SOFTPLUS_TOP
+from poot_planner.legalize.logarithm import SOFTPLUS_TOP
 
 INTEL = TARGETS["intel-npu4"]
 POSITIVE = np.arange(1, 0x7C00, dtype=np.uint16).view(np.float16).astype(np.float32)

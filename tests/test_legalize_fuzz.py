@@ -35,11 +35,11 @@ from poot_ir import (
     Var,
     evaluate,
 )
-from poot_ir.onnx.logic import sigmoid
 from poot_npu.registry import make_device
+from poot_onnx.logic import sigmoid
 from poot_planner import Plan, narrow_to_device_precision, plan
 from poot_planner.error_bounds import result_bounds
-from poot_planner.legal_rules import Numerics
+from poot_planner.legalize.rules import Numerics
 
 N = 24
 F16_EDGES = np.array(

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from conformance.devices import open_device
 from poot_engine import Engine
+from poot_engine.run import run_program
 from poot_ir import Builder, DomainFlagged, DType, parse_program
 from poot_npu.registry import device_info, make_device
 from poot_planner import partition, plan
 
 from poot.cli import EXAMPLES, main
-from poot.runner import run_program
 
 LOG = (EXAMPLES / "log_state.poot").read_text()
 F32 = DType.F32

@@ -1,4 +1,4 @@
-"""The host prelude (``poot_planner.prelude``) on a model of an exported encoder's mask: the
+"""The host prelude (``poot_planner.fp16.prelude``) on a model of an exported encoder's mask: the
 integer ``attention_mask`` made a boolean mask, ``select(mask, 0, -inf)`` per layer between the
 layers' float work, and the exported ``isnan`` guard after each softmax. On intel-npu4 the
 integer side runs first on the host and every float equation in one device span; the spans
@@ -27,8 +27,8 @@ from poot_ir import (
 )
 from poot_npu.registry import make_device
 from poot_planner import Span, partition, plan
+from poot_planner.fp16.prelude import MASK, SCORE_BOUND, host_prelude
 from poot_planner.partition import value_names
-from poot_planner.prelude import MASK, SCORE_BOUND, host_prelude
 
 F32, I32, BOOL = DType.F32, DType.I32, DType.BOOL
 B, L, D, LAYERS = 2, 8, 16, 3
@@ -99,7 +99,7 @@ def test_a_program_with_no_integer_side_has_no_prelude() -> None:
     b.output("y", b.log(b.exp(x)))
     program = b.build()
     assert host_prelude(program, {1}) == ()
-    # log is legalized on intel-npu4 (legal_log), so the whole program is one device span
+    # log is legalized on intel-npu4 (legalize.logarithm), so the whole program is one device span
     assert [(s.device, s.eqns) for s in partition(program, "intel-npu4")] == [(True, (0, 1))]
 
 

@@ -1,4 +1,4 @@
-"""The device checks the attention-mask rewrite's precondition (``poot_planner.prelude``): where
+"""The device checks the attention-mask rewrite's precondition (``poot_planner.fp16.prelude``): where
 the scores the prelude's mask is added to are not proven within ``SCORE_BOUND`` but are made in
 a narrowed device span, a device that checks it (``VpuDevice`` with its FP16 guard) gets the
 ``-2^15`` mask anyway and its graph flags any score beyond the bound or NaN
@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 import pytest
-from poot_codegen import openvino_guard, openvino_ir
+from poot_codegen.intel import graph as intel_graph
+from poot_codegen.intel import guard as intel_guard
 from poot_engine import CpuDevice, Engine
 from poot_ir import (
     Builder,
@@ -31,9 +32,9 @@ from poot_ir import (
 from poot_npu.registry import make_device
 from poot_npu.vpu import VpuDevice
 from poot_planner import Span, partition, plan
-from poot_planner.fp16_guards import GuardKind, analyse
-from poot_planner.narrowing import intermediate_guards
-from poot_planner.prelude import MASK, SCORE_BOUND
+from poot_planner.fp16.checks import GuardKind, analyse
+from poot_planner.fp16.narrowing import intermediate_guards
+from poot_planner.fp16.prelude import MASK, SCORE_BOUND
 
 F32, I32, BOOL = DType.F32, DType.I32, DType.BOOL
 ROWS, L, D = 3, 8, 4
@@ -109,8 +110,8 @@ def test_the_guard_is_placed_on_exactly_the_score_equations() -> None:
     # the source's indices are not the legalized ones (the tanh's steps come first)
     src = {i for i, e in enumerate(p.source.eqns) if e.out.id in want}
     assert src != {g.eqn for _, g in scores}
-    model = openvino_ir.lower(p.program, emulate_f16=True, guards=found)
-    labels = [openvino_guard.guard_labels({str(n) for n in o.get_names()}) for o in model.outputs]
+    model = intel_graph.lower(p.program, emulate_f16=True, guards=found)
+    labels = [intel_guard.guard_labels({str(n) for n in o.get_names()}) for o in model.outputs]
     (carried,) = [x for x in labels if x is not None]
     assert [g.label for _, g in scores] == [x for x in carried if x.endswith(".score")]
 
@@ -179,7 +180,7 @@ def test_a_nan_score_sets_the_score_flag() -> None:
     assert p is not None and p.narrowing is not None and len(p.score_bound) == 1
     found = intermediate_guards(p.legalized, p.narrowing, p.score_bound)
     only = tuple((at, g) for at, g in found if g.kind is GuardKind.SCORE)
-    model = openvino_ir.lower(p.program, emulate_f16=True, guards=only)
+    model = intel_graph.lower(p.program, emulate_f16=True, guards=only)
     compiled = ov.Core().compile_model(model, "CPU")
     mask, x = _padded()
     # 32720 / 2 = 16360 is inside; 32752 (FP16, as the stand-in rounds the input) / 2 = 16376
@@ -190,9 +191,7 @@ def test_a_nan_score_sets_the_score_flag() -> None:
         env.update(evaluate(host.program, {a.name: env[a.name] for a in host.program.args}))
         res = compiled([np.asarray(env[a.name], np.float32) for a in p.program.args])
         (flag,) = [
-            v
-            for o, v in res.items()
-            if openvino_guard.guard_labels({str(n) for n in o.get_names()})
+            v for o, v in res.items() if intel_guard.guard_labels({str(n) for n in o.get_names()})
         ]
         assert bool(np.asarray(flag).any()) is flagged, value
 
@@ -269,7 +268,7 @@ def test_a_score_guard_the_program_cannot_carry_is_refused() -> None:
 def test_poot_run_cuts_as_the_engine_does_for_a_checking_device(tmp_path: Path) -> None:
     # `poot run` partitions before it opens the engine: it must ask the device the same
     # question (checks_score_bound), or a padded encoder keeps -inf and is refused on vpu-cpu
-    from poot.runner import run_program
+    from poot_engine.run import run_program
 
     program = _matmul_scores()
     inputs = _matmul_inputs(4)

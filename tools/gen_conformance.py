@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "packages" / "poot-ir" / "tests"))
+sys.path.insert(0, str(ROOT / "packages" / "poot-onnx" / "tests"))
 
 import onnx_cases  # noqa: E402
 import test_onnx  # noqa: E402

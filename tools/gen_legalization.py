@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from poot_ir import Program
-from poot_ir.onnx import import_model
+from poot_onnx import import_model
 from poot_planner import partition, plan, summarize
 
 from models.catalog import MODELS, RealModel, available

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
+from poot_engine.run import run_program
 from poot_ir import PootError, Program, format_program, parse_program, sample_inputs
 from poot_ir.budget import budget_set, check_alloc
 from poot_ir.sampling import sample_bytes
@@ -47,10 +48,9 @@ from rich.markup import escape
 from poot import render
 from poot.decoder import EXAMPLES as DECODERS
 from poot.generate import generate, handoff_table, render_report
-from poot.runner import run_program
 
 if TYPE_CHECKING:
-    from poot_ir.onnx import Imported
+    from poot_onnx import Imported
 
 __all__ = ["main"]
 
@@ -84,7 +84,7 @@ def _shapes(specs: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
 
 
 def _import_onnx(path: str, shapes: Sequence[str] | None) -> Imported:
-    from poot_ir.onnx import import_model
+    from poot_onnx import import_model
 
     return import_model(path, shapes=_shapes(shapes))
 
@@ -269,7 +269,7 @@ def _features(console: Console, args: argparse.Namespace) -> int:
 
 
 def _import(console: Console, args: argparse.Namespace) -> int:
-    from poot_ir.onnx import check_model
+    from poot_onnx import check_model
 
     if args.check:
         blockers = check_model(args.model, shapes=_shapes(args.shape))
@@ -329,7 +329,7 @@ def _cache(console: Console, args: argparse.Namespace) -> int:
 
 
 def _acceptance(console: Console, args: argparse.Namespace) -> int:
-    from poot import acceptance_cli
+    from poot.acceptance import cli as acceptance_cli
 
     return acceptance_cli.main(console, args)
 

@@ -8,7 +8,7 @@ against a whole run on the oracle (prefill then decode, evaluated by ``poot_ir.e
 - the prefill's results (the logits and every state it hands over) against the oracle's
   prefill, under the source plan's numerics class (the runner's rule: bit for bit, a running
   bound, or normwise when narrowed to FP16); a partitioned prefill span by span, each on the
-  inputs it really had (``poot.runner``'s rule for a partitioned step);
+  inputs it really had (``poot_engine.run``'s rule for a partitioned step);
 - each decode step's logits against the whole run's, under the destination entry's numerics
   class after the handoff (``Engine.numerics``): its own plan's class loosened by the class
   the handed-over states carry from the source. So a prefill narrowed to FP16 makes the
@@ -29,6 +29,7 @@ from time import perf_counter
 
 import numpy as np
 from poot_engine import Engine, Entry, Handoff, handoff
+from poot_engine.run import partition_of
 from poot_engine.verify import check_results, check_spans
 from poot_ir import Comparison, Program, Storage, UnknownEntry, evaluate
 from poot_ir.numerics import NumericsClass, compare
@@ -39,7 +40,6 @@ from rich.table import Table
 from rich.text import Text
 
 from poot.decoder import DecoderConfig, build_decode, build_prefill, weights
-from poot.runner import partition_of
 
 __all__ = [
     "GenerateReport",

@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from poot_engine.run import RunReport
 from poot_planner import Plan, Span, partition, summarize
 from poot_planner.guards import RESULT, Guard, Site, describe_domain, guards
 from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
-
-from poot.runner import RunReport
 
 if TYPE_CHECKING:
     from poot_engine.blob_cache import CacheEntry

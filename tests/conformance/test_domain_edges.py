@@ -37,6 +37,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from poot_engine import Engine
 from poot_engine.device import Device
+from poot_engine.run import run_program
 from poot_ir import (
     DomainError,
     DomainFlagged,
@@ -56,7 +57,6 @@ from poot_planner.guards import Site
 from conformance.devices import Lent, Opened, opened
 from conformance.outside import DEVICE_FLAGS, outside, unjustified
 from conformance.test_random_programs import _npu_programs
-from poot.runner import run_program
 
 STAND_INS = [d for d in DEVICES if d.kind is not DeviceKind.HARDWARE]
 EXAMPLES = {"cpu": 60, "vpu-cpu": 50, "xdna-host": 50}

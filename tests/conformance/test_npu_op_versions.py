@@ -2,18 +2,19 @@
 
 For every capability row of ``intel-npu4`` on every dtype, the conformance suite's one-equation
 program is planned (narrowed where the target narrows) and lowered as the NPU gets it (no FP16
-emulation), and every (op type, version) of the model must be in ``npu_frontend_ops.ACCEPTED``,
+emulation), and every (op type, version) of the model must be in ``compiler_ops.ACCEPTED``,
 the table read from the NPU compiler's own dispatch map.
 """
 
 from __future__ import annotations
 
 import pytest
-from poot_codegen import npu_frontend_ops, openvino_ir
+from poot_codegen.intel import compiler_ops
+from poot_codegen.intel import graph as intel_graph
 from poot_ir import Builder, DType
 from poot_planner import TARGETS, Capability, Plan, plan
-from poot_planner.fp16_guards import Guard
-from poot_planner.narrowing import intermediate_guards
+from poot_planner.fp16.checks import Guard
+from poot_planner.fp16.narrowing import intermediate_guards
 
 from conformance.test_capabilities import _program
 
@@ -34,8 +35,8 @@ def test_every_admitted_capability_lowers_to_ops_the_npu_compiler_imports(
     program = _program(cap, dtype)
     assert program is not None
     planned = plan(program, _NPU).check()
-    model = openvino_ir.lower(planned.program, guards=_guards(planned))
-    assert npu_frontend_ops.outside_table(openvino_ir.op_census(model)) == []
+    model = intel_graph.lower(planned.program, guards=_guards(planned))
+    assert compiler_ops.outside_table(intel_graph.op_census(model)) == []
 
 
 def _guards(planned: Plan) -> tuple[tuple[int, Guard], ...]:
@@ -55,17 +56,17 @@ def test_the_fp16_guard_uses_only_ops_the_npu_compiler_imports() -> None:
     guards = _guards(planned)
     assert {g.kind.value for _, g in guards} == {"overflow", "sentinel"}
     assert any(g.fresh for _, g in guards)
-    model = openvino_ir.lower(planned.program, guards=guards)
-    census = openvino_ir.op_census(model)
+    model = intel_graph.lower(planned.program, guards=guards)
+    census = intel_graph.op_census(model)
     assert ("ReduceLogicalAnd", "opset1") in census
-    assert npu_frontend_ops.outside_table(census) == []
+    assert compiler_ops.outside_table(census) == []
 
 
 def test_the_table_catches_the_versions_the_npu_compiler_lacks() -> None:
     # opset15's ScatterNDUpdate and opset8's Slice are what the lowering used to emit
     emitted = {("ScatterNDUpdate", "opset15"), ("Slice", "opset8"), ("Add", "opset1")}
-    assert npu_frontend_ops.outside_table(emitted) == [
+    assert compiler_ops.outside_table(emitted) == [
         ("ScatterNDUpdate", "opset15"),
         ("Slice", "opset8"),
     ]
-    assert ("ScatterNDUpdate", "opset4") in npu_frontend_ops.ACCEPTED
+    assert ("ScatterNDUpdate", "opset4") in compiler_ops.ACCEPTED

@@ -37,6 +37,7 @@ import pytest
 from onnx_cases import ORACLE_KNOWN, array, constants, group, is_float, node_cases, rtol, slots
 from poot_engine.checks import first_out_of_range
 from poot_engine.device import Device
+from poot_engine.run import run_program
 from poot_ir import (
     DomainError,
     DomainFlagged,
@@ -48,12 +49,11 @@ from poot_ir import (
     compare,
     evaluate,
 )
-from poot_ir.onnx import SUPPORTED_OPS, Imported, import_model
 from poot_npu.registry import DeviceInfo
+from poot_onnx import SUPPORTED_OPS, Imported, import_model
 from poot_planner import TARGETS, Refusal, RefusalKind, plan
 
 from conformance.devices import DEVICE_PARAMS, Lent, Opened
-from poot.runner import run_program
 
 GROUPS = (*SUPPORTED_OPS, "graph", "other")
 

@@ -32,16 +32,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from poot_engine.device import Device
+from poot_engine.run import run_program
 from poot_ir import Builder, DomainError, DomainFlagged, DType, Prim, Program, Var
 from poot_ir.ops import rmsnorm
 from poot_npu.registry import DeviceInfo
 from poot_planner import TARGETS, Refusal, RefusalKind, plan
-from poot_planner.legal_rules import RULES
-from poot_planner.narrowing import ARITHMETIC
+from poot_planner.fp16.narrowing import ARITHMETIC
+from poot_planner.legalize.rules import RULES
 
 from conformance.devices import DEVICE_PARAMS, Lent, Opened, opened
 from conformance.outside import feeds, unjustified
-from poot.runner import run_program
 
 #: Examples per device: small enough for a ~40 s budget on two cores (xdna-host compiles C).
 EXAMPLES = {"cpu": 150, "vpu-cpu": 120, "vpu": 120, "xdna-host": 100, "xdna": 100}

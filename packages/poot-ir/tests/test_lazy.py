@@ -18,7 +18,7 @@ def test_a_lazy_name_is_the_attribute_of_its_module_and_others_are_attribute_err
 
 
 def test_both_packages_export_through_it() -> None:
-    from poot_codegen.openvino_ir import lower
+    from poot_codegen.intel.graph import lower
     from poot_npu.xdna_host import RunStats
 
     assert poot_codegen.lower_openvino is lower

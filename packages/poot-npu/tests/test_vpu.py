@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import openvino as ov
 import pytest
-from poot_codegen import openvino_ir
+from poot_codegen.intel import graph as intel_graph
 from poot_engine import ArtifactSource, CpuDevice, Engine, signature_of
 from poot_ir import (
     BitExact,
@@ -585,7 +585,7 @@ def test_load_reads_the_signature_back_from_the_blob(engine: Engine) -> None:
 
 def test_a_layer_the_compiler_rejects_is_compile_failed(engine: Engine) -> None:
     vpu = _vpu(engine)
-    xml, weights = openvino_ir.serialize(openvino_ir.lower(_f32_add()))
+    xml, weights = intel_graph.serialize(intel_graph.lower(_f32_add()))
     bogus = xml.replace(b'type="Add"', b'type="NoSuchLayer"')
     sig = signature_of(_f32_add())
     with pytest.raises(CompileFailed) as err:
@@ -597,7 +597,7 @@ def test_a_layer_the_compiler_rejects_is_compile_failed(engine: Engine) -> None:
         r = ov.opset16.result(ov.opset16.reduce_sum(x, axes, name="e0:reduce_sum"), name="out:y")
         model = ov.Model([r], [x], "empty_axes")
         with pytest.raises(CompileFailed) as err:
-            vpu.compile(ArtifactSource(frame_ir(*openvino_ir.serialize(model)), sig))
+            vpu.compile(ArtifactSource(frame_ir(*intel_graph.serialize(model)), sig))
         assert "ReduceSum" in err.value.log
 
 

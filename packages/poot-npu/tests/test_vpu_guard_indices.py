@@ -19,12 +19,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from poot_codegen import openvino_guard, openvino_ir
+from poot_codegen.intel import graph as intel_graph
+from poot_codegen.intel import guard as intel_guard
 from poot_engine import Engine
 from poot_ir import Builder, CodegenError, DType, Program, compare, evaluate
 from poot_npu.vpu import VpuDevice
 from poot_planner import plan
-from poot_planner.narrowing import intermediate_guards
+from poot_planner.fp16.narrowing import intermediate_guards
 
 F32 = DType.F32
 
@@ -59,10 +60,8 @@ def test_every_guard_checks_a_float_value_of_the_equation_it_names(name: str) ->
         assert g.primitive == named.prim.value == lowered.prim.value, g.label
         assert lowered.out.dtype.is_float and named.out.dtype.is_float, g.label
         assert [a.type.shape for a in lowered.inputs] == [a.type.shape for a in named.inputs]
-    model = openvino_ir.lower(p.program, emulate_f16=True, guards=found)
-    labels = [
-        openvino_guard.guard_labels({str(n) for n in out.get_names()}) for out in model.outputs
-    ]
+    model = intel_graph.lower(p.program, emulate_f16=True, guards=found)
+    labels = [intel_guard.guard_labels({str(n) for n in out.get_names()}) for out in model.outputs]
     (carried,) = [x for x in labels if x is not None]
     assert list(carried) == [g.label for _, g in found]
 
@@ -76,7 +75,7 @@ def test_guards_found_on_the_source_name_other_equations() -> None:
     assert any(g.primitive != p.program.eqns[at].prim.value for at, g in stale)
     assert any(not p.program.eqns[at].out.dtype.is_float for at, _ in stale)
     with pytest.raises(CodegenError, match="not a float one"):  # refused, never guessed
-        openvino_ir.lower(p.program, emulate_f16=True, guards=stale)
+        intel_graph.lower(p.program, emulate_f16=True, guards=stale)
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 This is the device span that refused all-MiniLM-L6-v2 (the models suite): layer 0's
 ``exp(scores - broadcast(max))`` then ``reduce_sum``, the scores and their row maximum passed
 in by the host. The specification gives exp on XDNA2 the domain [-87, 88]. The host prelude's
-mask (``poot_planner.prelude.MASK`` = -2^15 in place of the exported ``-inf``) puts every
+mask (``poot_planner.fp16.prelude.MASK`` = -2^15 in place of the exported ``-inf``) puts every
 padded key's exponent near -32768, far outside it. The flag word must count exactly the
 exponents outside the domain, no more and no fewer: -87 itself runs, the next float below it
 is counted.
@@ -24,8 +24,8 @@ from poot_engine import Engine
 from poot_ir import Builder, DomainFlagged, DType, Program
 from poot_npu.xdna_host import XdnaHostDevice
 from poot_planner import plan
+from poot_planner.fp16.prelude import MASK
 from poot_planner.guards import Site, guards
-from poot_planner.prelude import MASK
 
 F32 = DType.F32
 SHAPE = (4, 32)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from poot_ir import Builder, DType, Program
 from poot_ir.budget import DimsTooLarge
 from poot_planner import TARGETS, RefusalKind, TileOp, plan
-from poot_planner.chunking import Chunking, chunk_calls
+from poot_planner.xdna2.chunking import Chunking, chunk_calls
 
 F32 = DType.F32
 LIMIT = 64512
@@ -114,8 +114,9 @@ def _dags(draw: st.DrawFn) -> Program:
 @given(_dags())
 def test_regions_are_maximal_under_the_recounted_streams(program: Program) -> None:
     """Each region is within its bounds and the next tile would break one, with the streams
-    recounted from scratch (``regions._streams``) rather than as the former kept them."""
-    from poot_planner.regions import _streams
+    recounted from scratch (``regions._streams``) rather than as the former kept them; a region
+    leaves one host stream out to its flag word (``data_streams_out``)."""
+    from poot_planner.xdna2.regions import _streams
 
     p = plan(program, "xdna2")
     lim = TARGETS_XDNA2.region_limits
@@ -129,12 +130,12 @@ def test_regions_are_maximal_under_the_recounted_streams(program: Program) -> No
         h_in, h_out, _ = _streams(list(r.tiles), readers, results)
         assert (len(h_in), len(h_out)) == (len(r.host_in), len(r.host_out))
         assert len(r.tiles) <= lim.compute_tiles
-        assert len(h_in) <= lim.host_streams_in and len(h_out) <= lim.host_streams_out
+        assert len(h_in) <= lim.host_streams_in and len(h_out) <= lim.data_streams_out
         if k + 1 < len(p.regions):
             more = [*r.tiles, p.regions[k + 1].tiles[0]]
             m_in, m_out, _ = _streams(more, readers, results)
             assert (
                 len(more) > lim.compute_tiles
                 or len(m_in) > lim.host_streams_in
-                or len(m_out) > lim.host_streams_out
+                or len(m_out) > lim.data_streams_out
             )

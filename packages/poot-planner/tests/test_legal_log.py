@@ -1,4 +1,4 @@
-"""log and ONNX's Softplus legalized on intel-npu4 (``poot_planner.legal_log``) on the oracle:
+"""log and ONNX's Softplus legalized on intel-npu4 (``poot_planner.legalize.logarithm``) on the oracle:
 the reduction exact on every positive FP16 value, the rewrites within their derived relative
 bounds against the exact function (float64) on every positive FP16 value (log) and at the
 edges (softplus), the running error analysis holding against the original program, and an
@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 from poot_ir import AbsRel, Builder, DType, Output, Program, evaluate, validate
-from poot_ir.onnx import import_model
+from poot_onnx import import_model
 from poot_planner import TARGETS, narrow_to_device_precision, plan
 from poot_planner.error_bounds import result_bounds
-from poot_planner.legal_emit import Emit
-from poot_planner.legal_log import K_RANGE, M_HI, M_LO, SOFTPLUS_TOP, reduce
-from poot_planner.legal_rules import Numerics
+from poot_planner.legalize.emit import Emit
+from poot_planner.legalize.logarithm import K_RANGE, M_HI, M_LO, SOFTPLUS_TOP, reduce
+from poot_planner.legalize.rules import Numerics
 
 INTEL = TARGETS["intel-npu4"]
 F32, F16 = DType.F32, DType.F16

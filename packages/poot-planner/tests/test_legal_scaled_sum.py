@@ -14,7 +14,7 @@ import pytest
 from poot_ir import AbsRel, Builder, DType, Prim, Program, Var, evaluate
 from poot_planner import TARGETS, narrow_to_device_precision, plan
 from poot_planner.error_bounds import result_bounds
-from poot_planner.legal_rules import Numerics
+from poot_planner.legalize.rules import Numerics
 
 INTEL = TARGETS["intel-npu4"]
 F32 = DType.F32

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 from poot_ir import AbsRel, Builder, DType, Program, evaluate
-from poot_ir.onnx.logic import sigmoid
+from poot_onnx.logic import sigmoid
 from poot_planner import TARGETS, RefusalKind, plan
 from poot_planner.error_bounds import result_bounds
 

@@ -22,7 +22,7 @@ from poot_planner import (
     summarize,
 )
 from poot_planner.error_bounds import result_bounds
-from poot_planner.legal_rules import RULES, Numerics
+from poot_planner.legalize.rules import RULES, Numerics
 
 INTEL, XDNA2 = TARGETS["intel-npu4"], TARGETS["xdna2"]
 F32, F16 = DType.F32, DType.F16

@@ -211,7 +211,7 @@ def f16_bits(v: float) -> int:
     ],
 )
 def test_an_additive_literal_beyond_the_range_saturates(body: Body, value: float) -> None:
-    # the sentinel's value may not be a result (fp16_guards): it masks, through max
+    # the sentinel's value may not be a result (fp16.checks): it masks, through max
     probe = unary_program(body).eqns[0]
     flips = probe.prim is Prim.SUB and isinstance(probe.inputs[1], Literal)
     negative = (value < 0) != flips  # the side of the sum: x - 1e9 is far below the range
@@ -327,7 +327,7 @@ def test_every_bad_literal_is_reported() -> None:
     assert [(r.eqn, r.fact("literal")) for r in p.refusals] == [
         (0, "nan"),
         (2, "1000000000.0"),
-        (2, None),  # and the sentinel's value into a mul (fp16_guards)
+        (2, None),  # and the sentinel's value into a mul (fp16.checks)
     ]
 
 
@@ -349,11 +349,11 @@ def test_integer_to_float_is_refused_in_a_narrowed_program() -> None:
     assert r.facts == (("from", "i32"), ("to", "f32"), ("exact_up_to", 2048))
 
 
-# -- in-graph guards and the sentinel rule (fp16_guards) -------------------------------------
+# -- in-graph guards and the sentinel rule (fp16.checks) -------------------------------------
 
 
 def _guards(source: Program) -> list[tuple[int, str, str, int]]:
-    from poot_planner.narrowing import intermediate_guards
+    from poot_planner.fp16.narrowing import intermediate_guards
 
     return [
         (g.eqn, g.primitive, g.kind.value, g.side) for _, g in intermediate_guards(source, CONTRACT)

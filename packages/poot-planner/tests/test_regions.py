@@ -2,7 +2,7 @@
 per tile, 64512 tile-local bytes, 16 contexts) is met exactly by one program and broken by the
 next: a region splits, or an equation that fits no region is refused with the limit it broke.
 
-Tile bytes are counted as in ``poot_planner.tiles``: resident tensors once, plus two buffers
+Tile bytes are counted as in ``poot_planner.xdna2.tiles``: resident tensors once, plus two buffers
 (an object FIFO of depth 2) of one chunk of every streamed input and of the output, plus the
 flag path's word in and word out and the core's own guard count, the ``uint32_t
 poot_guard_word`` every kernel object defines (``FLAG``). The flag word also takes one host stream out per

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from poot_ir import Bounded, Builder, DType, PlanRefused, Program, Var, evaluate, ops
 from poot_planner import KernelClass, Plan, RefusalKind, plan
-from poot_planner.facts import value_facts
+from poot_planner.xdna2.facts import value_facts
 
 F32 = DType.F32
 

@@ -4,7 +4,7 @@
   the host build and executor the stand-ins share. Exported here: ``design_program``,
   ``render_program``, ``program_source``, ``ProgramDesign``, ``RegionDesign``, ``HostLayout``,
   ``ArenaRole`` and ``TransferDirection`` (a shim transfer's way, to or from the device).
-- Intel NPU4 (``poot_codegen.openvino_ir``): the OpenVINO IR graph. Exported here (imported on
+- Intel NPU4 (``poot_codegen.intel.graph``): the OpenVINO IR graph. Exported here (imported on
   first use, so importing ``poot_codegen`` does not load OpenVINO): ``lower_openvino``,
   ``serialize``, ``deserialize``, ``model_signature``, ``ArgSignature`` and ``PortDirection``
   (a model port's ``"in"`` or ``"out"``).
@@ -32,9 +32,9 @@ from poot_codegen.xdna import (
 from poot_codegen.xdna import Direction as TransferDirection
 
 if TYPE_CHECKING:
-    from poot_codegen.openvino_ir import ArgSignature, deserialize, model_signature, serialize
-    from poot_codegen.openvino_ir import Direction as PortDirection
-    from poot_codegen.openvino_ir import lower as lower_openvino
+    from poot_codegen.intel.graph import ArgSignature, deserialize, model_signature, serialize
+    from poot_codegen.intel.graph import Direction as PortDirection
+    from poot_codegen.intel.graph import lower as lower_openvino
 
 __all__ = [
     "ArenaRole",
@@ -56,7 +56,7 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        name: ("poot_codegen.openvino_ir", attr)
+        name: ("poot_codegen.intel.graph", attr)
         for name, attr in {
             "ArgSignature": "ArgSignature",
             "PortDirection": "Direction",

@@ -247,6 +247,6 @@ def check_dispatch(
 def checks_score_bound(device: object) -> bool:
     """Whether ``device`` checks a plan's ``score_bound`` in its graph (``VpuDevice`` with its
     FP16 guard on): only then may a partition make the attention-mask rewrite whose score bound
-    it cannot prove (``poot_planner.prelude``); for every other device it keeps ``-inf``. The
+    it cannot prove (``poot_planner.fp16.prelude``); for every other device it keeps ``-inf``. The
     engine and ``poot run`` partition by this one answer."""
     return bool(getattr(device, "checks_score_bound", False))

@@ -139,7 +139,7 @@ class TypeCheckError(IRError):
 
 
 class UnsupportedOnnx(PootError):
-    """An ONNX model that ``poot_ir.onnx.import_model`` cannot express as a poot program.
+    """An ONNX model that ``poot_onnx.import_model`` cannot express as a poot program.
 
     ``node`` names the node (its ONNX name, or ``#index`` and its first output when it has none;
     a graph input, output or initializer by its value name), ``op_type`` is its ONNX op type
@@ -364,7 +364,7 @@ class NarrowingRangeIntermediate(NarrowingRangeError):
     """A value inside a narrowed graph left FP16's range (or a saturated sentinel stopped
     dominating), so the results computed from it are refused: names the source equation and
     the check (``overflow``, ``sentinel`` or ``score``: a score the prelude's -2^15 mask is
-    added to, ``poot_planner.prelude``). Raised after the run, before any state changes."""
+    added to, ``poot_planner.fp16.prelude``). Raised after the run, before any state changes."""
 
     when = "intermediate"
 

@@ -24,7 +24,7 @@ The artifact:
   A port no poot type can describe is ``SignatureMismatch`` here.
 
 The FP16 guard. A narrowed graph (``plan.narrowing``) is lowered with the in-graph guards of
-``poot_planner.fp16_guards``: one extra boolean result after the program's, named by the
+``poot_planner.fp16.checks``: one extra boolean result after the program's, named by the
 equations it checks, which is not part of the artifact's signature. After every run, before any
 output is copied, a set flag is ``NarrowingRangeIntermediate`` naming the source equation (an
 intermediate that overflowed FP16, or a saturated sentinel that stopped dominating); the engine
@@ -56,8 +56,9 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
-from poot_codegen import openvino_guard, openvino_ir
-from poot_codegen.openvino_quiet import ov
+from poot_codegen.intel import graph as intel_graph
+from poot_codegen.intel import guard as intel_guard
+from poot_codegen.intel.quiet import ov
 from poot_engine.deadline import single_wait_ms, wait_slices_ms
 from poot_engine.device import (
     ArgSpec,
@@ -87,8 +88,8 @@ from poot_ir import (
     TensorType,
     UnsupportedDevice,
 )
-from poot_planner.fp16_guards import Guard
-from poot_planner.narrowing import intermediate_guards
+from poot_planner.fp16.checks import Guard
+from poot_planner.fp16.narrowing import intermediate_guards
 
 from poot_npu import vpu_identity
 
@@ -164,7 +165,7 @@ class VpuDevice(HostMemory):
         self._guard = overflow_guard
         self._name = f"VpuDevice({device})"
         self._core = ov.Core()
-        self._config = dict(openvino_ir.CPU_STANDIN_CONFIG if self.stand_in else NPU_CONFIG)
+        self._config = dict(intel_graph.CPU_STANDIN_CONFIG if self.stand_in else NPU_CONFIG)
         why = vpu_identity.probe(self._core, device, self._config)
         if why is not None:
             raise DeviceUnavailable(self._name, why)
@@ -183,7 +184,7 @@ class VpuDevice(HostMemory):
         (``vpu_identity.probe``: on the NPU, a compiler that loads and a graph that runs)."""
         if device not in DEVICES:
             return f"VpuDevice runs on {' or '.join(DEVICES)}, not {device!r}"
-        config = openvino_ir.CPU_STANDIN_CONFIG if device == "CPU" else NPU_CONFIG
+        config = intel_graph.CPU_STANDIN_CONFIG if device == "CPU" else NPU_CONFIG
         return vpu_identity.probe(ov.Core(), device, dict(config))
 
     @property
@@ -231,8 +232,8 @@ class VpuDevice(HostMemory):
             # of the program the graph is lowered from (narrowed from the legalized one): the
             # source's equation indices no longer match once legalization rewrote it
             guards = intermediate_guards(plan.legalized, plan.narrowing, plan.score_bound)
-        model = openvino_ir.lower(plan.program, emulate_f16=self.stand_in, guards=guards)
-        data = frame_ir(*openvino_ir.serialize(model))
+        model = intel_graph.lower(plan.program, emulate_f16=self.stand_in, guards=guards)
+        data = frame_ir(*intel_graph.serialize(model))
         entries, _ = _split_guard(model)
         return ArtifactSource(data, _signature(entries, self._name))
 
@@ -241,7 +242,7 @@ class VpuDevice(HostMemory):
         xml, weights = unframe_ir(source.data)
         tool = f"OpenVINO {ov.get_version()} ({self._device})"
         try:
-            model = openvino_ir.deserialize(xml, weights)
+            model = intel_graph.deserialize(xml, weights)
         except RuntimeError as err:
             raise CompileFailed(tool, str(err), "the IR") from None
         try:
@@ -388,11 +389,11 @@ class VpuDevice(HostMemory):
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def _split_guard(model: Any) -> tuple[tuple[openvino_ir.ArgSignature, ...], Any]:
+def _split_guard(model: Any) -> tuple[tuple[intel_graph.ArgSignature, ...], Any]:
     """The ports of ``model`` but its guard result, and the guard's (output port, labels)."""
-    entries = openvino_ir.model_signature(model)
+    entries = intel_graph.model_signature(model)
     for port, out in enumerate(model.outputs):
-        labels = openvino_guard.guard_labels({str(n) for n in out.get_names()})
+        labels = intel_guard.guard_labels({str(n) for n in out.get_names()})
         if labels is not None:
             drop = len(model.inputs) + port
             return entries[:drop] + entries[drop + 1 :], (port, labels)
@@ -447,7 +448,7 @@ class _VpuStep(HostStep):
 _SNIPPET_REGISTERS = "Can't allocate registers for a snippet"
 
 
-def _signature(entries: tuple[openvino_ir.ArgSignature, ...], device: str) -> Signature:
+def _signature(entries: tuple[intel_graph.ArgSignature, ...], device: str) -> Signature:
     """The engine's signature of a model's ports; ``SignatureMismatch`` for a port no poot type
     describes (an element type poot lacks, a dynamic shape)."""
     specs = []

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
-from poot_codegen.openvino_quiet import opset16 as ops
-from poot_codegen.openvino_quiet import ov
+from poot_codegen.intel.quiet import opset16 as ops
+from poot_codegen.intel.quiet import ov
 from poot_engine.device import DeviceIdentity
 
 __all__ = ["LIBRARIES", "identity", "library_options", "probe", "prop"]

@@ -5,11 +5,10 @@ Intel narrowing, and the feature matrix.
 """
 
 from poot_planner.features import feature_matrix
-from poot_planner.narrowing import narrow_to_device_precision
+from poot_planner.fp16.narrowing import narrow_to_device_precision
 from poot_planner.partition import PartitionSummary, Span, partition, summarize
 from poot_planner.plan import Admission, Plan, plan
 from poot_planner.refusal import Refusal, RefusalKind
-from poot_planner.regions import HostRelayout, Region
 from poot_planner.target import (
     AxisRule,
     Capability,
@@ -19,7 +18,8 @@ from poot_planner.target import (
     Target,
 )
 from poot_planner.targets import TARGETS, get_target
-from poot_planner.tiles import IndexGuard, TileOp, TileOperand
+from poot_planner.xdna2.regions import HostRelayout, Region
+from poot_planner.xdna2.tiles import IndexGuard, TileOp, TileOperand
 
 __all__ = [
     "TARGETS",

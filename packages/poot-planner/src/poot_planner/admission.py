@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from poot_ir import DType, Eqn, Prim, Program, ReduceParams
 
-from poot_planner.narrowing import ARITHMETIC, operating_dtype
+from poot_planner.fp16.narrowing import ARITHMETIC, operating_dtype
 from poot_planner.refusal import Refusal, RefusalKind
 from poot_planner.target import AxisRule, Capability, Target
 

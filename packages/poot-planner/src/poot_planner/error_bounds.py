@@ -15,7 +15,7 @@ Inputs and literals are exact (E = 0). Outside a step's domain nothing is promis
 and the comparison skips the element); a comparison or a select whose outcome an operand's
 error could flip is promised nothing either. Steps of an XDNA2 row kernel are analysed one by
 one under the same per-primitive contracts the kernel's static bound is derived from
-(``poot_planner.rowfusion``), so the running bound never exceeds what the derivation allows.
+(``poot_planner.xdna2.rowfusion``), so the running bound never exceeds what the derivation allows.
 """
 
 from __future__ import annotations
@@ -52,11 +52,11 @@ from poot_ir.numerics import (
     ScaledSum,
 )
 
-from poot_planner.legal_emit import RuleContext
-from poot_planner.legal_log import operand_of_softplus
-from poot_planner.legal_rules import Numerics
-from poot_planner.legalize import Rewrite
-from poot_planner.narrowing import operating_dtype
+from poot_planner.fp16.narrowing import operating_dtype
+from poot_planner.legalize.emit import RuleContext
+from poot_planner.legalize.logarithm import operand_of_softplus
+from poot_planner.legalize.rewrite import Rewrite
+from poot_planner.legalize.rules import Numerics
 from poot_planner.plan import Plan
 
 __all__ = ["result_bounds"]
@@ -269,7 +269,7 @@ _CARRIED: dict[str, Callable[[Array], Array]] = {
 
 
 def _scaled_sums(plan: Plan) -> dict[int, Callable[[Array], Array]]:
-    """For each power-of-two scale moved into a sum (``legal_rules``), at its reduction: the
+    """For each power-of-two scale moved into a sum (``legalize.rules``), at its reduction: the
     derived bound (n summands' underflow, exact arithmetic) plus what rounding adds against the
     source's ``fl(fl(sum) * 2^k)``: the two exact values differ by at most the bound, so their
     roundings to the device dtype by at most one more ulp of the result, and the source's

@@ -33,10 +33,10 @@ from poot_ir.numerics import (
     ScaledSum,
 )
 
-from poot_planner.fp16_guards import OVERFLOW_RULE, SCORE_RULE, SENTINEL_RULE
-from poot_planner.legal_bounds import derive
-from poot_planner.legal_emit import Emit
-from poot_planner.legal_rules import RULES, Rule, RuleContext
+from poot_planner.fp16.checks import OVERFLOW_RULE, SCORE_RULE, SENTINEL_RULE
+from poot_planner.legalize.bounds import derive
+from poot_planner.legalize.emit import Emit
+from poot_planner.legalize.rules import RULES, Rule, RuleContext
 from poot_planner.plan import plan
 from poot_planner.target import AxisRule, Capability, KernelClass, Target
 from poot_planner.targets import TARGETS
@@ -155,7 +155,7 @@ def _softplus(b: Builder, x: Var) -> Var:
 def _sigmoid(b: Builder, x: Var) -> Var:
     e = b.exp(b.neg(b.abs(x)))
     r = b.recip(b.add(e, 1.0))
-    return b.select(b.ge(x, 0.0), r, b.mul(e, r))  # as poot_ir.onnx.logic.sigmoid writes it
+    return b.select(b.ge(x, 0.0), r, b.mul(e, r))  # as poot_onnx.logic.sigmoid writes it
 
 
 #: rules that rewrite a pattern, probed on the pattern (the others on the primitive alone)
@@ -200,7 +200,7 @@ def _rules_section(t: Target) -> list[str]:
     if not rules:
         return []
     out = [
-        "Legalization rules (`poot_planner.legal_rules`): a refused equation rewritten into "
+        "Legalization rules (`poot_planner.legalize.rules`): a refused equation rewritten into "
         "admitted ones before admission, with the bound derived from their contracts:",
         "",
     ]

@@ -41,9 +41,9 @@ from poot_ir.numerics import (
     PositiveNormal,
 )
 
-from poot_planner.facts import SMALLEST_NORMAL_F32
-from poot_planner.narrowing import operating_dtype
+from poot_planner.fp16.narrowing import operating_dtype
 from poot_planner.plan import Plan
+from poot_planner.xdna2.facts import SMALLEST_NORMAL_F32
 
 __all__ = ["Guard", "Site", "describe_domain", "device_guards", "equation_contract", "guards"]
 

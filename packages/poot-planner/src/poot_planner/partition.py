@@ -5,14 +5,14 @@ The rules:
 
 - A span is a maximal contiguous run of equations in program order; the spans cover every
   equation once, in order. A program with no equations has no spans.
-- Except the host prelude (``poot_planner.prelude``): the refused equations that read no
+- Except the host prelude (``poot_planner.fp16.prelude``): the refused equations that read no
   float (an exported attention mask made from the integer ``attention_mask``), with the
   integer and boolean equations they depend on, run first as one oracle span, and the rest
   is cut as above in program order without them (so a device span may skip the prelude's
   indices). They read only arguments and each other, so no value changes; on a narrowing
   target their additive ``-inf`` mask becomes a value FP16 scores can be added to there,
   where the device spans prove the scores it is added to bounded (the precondition and its
-  proof: ``poot_planner.prelude``) or, for a device that checks it (``score_guard``), where a
+  proof: ``poot_planner.fp16.prelude``) or, for a device that checks it (``score_guard``), where a
   device span makes those scores and its graph checks them at run time (``Plan.score_bound``);
   elsewhere, and on any other target, it stays ``-inf``.
 - A fully admitted program is one device span.
@@ -29,7 +29,7 @@ The rules:
   admitted program stays one device span whatever it holds.
 - Adjacent oracle runs merge into one oracle span; adjacent device spans merge when the plan
   of their union is admitted (one graph, one compile and one host round trip instead of two).
-- The plan legalizes each span as it does a whole program (``poot_planner.legalize``), so the
+- The plan legalizes each span as it does a whole program (``poot_planner.legalize.rewrite``), so the
   equations a rule rewrites are device equations, and spans are cut in the source program.
 - Every device span's plan is admitted and carried by the span (``Span.plan``), so a caller
   loads it without planning again; oracle spans are never planned. Each candidate sub-program
@@ -55,8 +55,8 @@ from dataclasses import dataclass, replace
 
 from poot_ir import Arg, Eqn, Output, Program, Storage, Var, validate
 
+from poot_planner.fp16.prelude import MaskRewrite, host_prelude, mask_sentinels
 from poot_planner.plan import Plan, plan
-from poot_planner.prelude import MaskRewrite, host_prelude, mask_sentinels
 from poot_planner.target import Target
 from poot_planner.targets import get_target
 
@@ -189,7 +189,7 @@ def partition(
         else:
             merged.append((device, run))
     # a narrowing target's mask literals past FP16 are replaced where the scores they are added
-    # to are proven bounded in the device spans (poot_planner.prelude); elsewhere none: xdna2
+    # to are proven bounded in the device spans (poot_planner.fp16.prelude); elsewhere none: xdna2
     # computes F32 scores no guard bounds, so its domain guards refuse the -inf mask, typed
     devices = [(run, plan_run(run)) for d, run in merged if d]
     rewrite = (

@@ -39,23 +39,23 @@ from poot_ir.numerics import (
 )
 
 from poot_planner import admission
-from poot_planner import narrowing as narrowing_rules
 from poot_planner.admission import admit_all
-from poot_planner.chunking import chunk_region, unchunked_bytes
-from poot_planner.legalize import Legalized, Rewrite, legalize
-from poot_planner.narrowing import (
+from poot_planner.fp16 import narrowing as narrowing_rules
+from poot_planner.fp16.narrowing import (
     literal_refusals,
     narrow_to_device_precision,
     needs_narrowing,
     operating_dtype,
     splat_refusals,
 )
+from poot_planner.legalize.rewrite import Legalized, Rewrite, legalize
 from poot_planner.refusal import Refusal, RefusalKind
-from poot_planner.regions import HostRelayout, Region, form_regions
-from poot_planner.rowfusion import RowGroup, find_row_groups
 from poot_planner.target import CodeSize, KernelClass, NarrowingContract, RegionLimits, Target
 from poot_planner.targets import get_target
-from poot_planner.tiles import TileOp, tile_for_eqn, tile_for_group
+from poot_planner.xdna2.chunking import chunk_region, unchunked_bytes
+from poot_planner.xdna2.regions import HostRelayout, Region, form_regions
+from poot_planner.xdna2.rowfusion import RowGroup, find_row_groups
+from poot_planner.xdna2.tiles import TileOp, tile_for_eqn, tile_for_group
 
 __all__ = ["Admission", "Plan", "plan"]
 
@@ -93,7 +93,7 @@ class Plan:
     rewrites: tuple[Rewrite, ...] = ()
     legal: Program | None = None  # the legalized program when a rewrite was made
     #: var ids of ``legalized`` values the device must check against the attention-mask
-    #: rewrite's score bound (``poot_planner.prelude``; set by ``partition`` only)
+    #: rewrite's score bound (``poot_planner.fp16.prelude``; set by ``partition`` only)
     score_bound: frozenset[int] = frozenset()
 
     @property

@@ -35,7 +35,7 @@ class KernelClass(Enum):
     GATHER = "gather"  # xdna2: table and indices resident, output streamed
     GRAPH_OP = "graph op"  # intel-npu4: one OpenVINO opset op inside the one graph
     #: xdna2: a pure relayout between regions, absorbed by the host arenas: no tile, no
-    #: context, no stream of its own (``poot_planner.regions.HostRelayout``). A reshape is an
+    #: context, no stream of its own (``poot_planner.xdna2.regions.HostRelayout``). A reshape is an
     #: alias (the same arena bytes read with another shape); the others one host copy.
     HOST_RELAYOUT = "host relayout"
 

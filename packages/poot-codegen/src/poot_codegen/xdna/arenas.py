@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from poot_ir import Storage, Var
 from poot_planner import HostRelayout, Plan, Region
-from poot_planner.regions import in_step_order
+from poot_planner.xdna2.regions import in_step_order
 
 from poot_codegen.xdna.design import (
     ARENA_ALIGN,

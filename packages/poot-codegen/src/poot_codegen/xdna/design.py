@@ -51,7 +51,7 @@ from enum import Enum
 
 from poot_ir import CodegenError, DType
 from poot_planner import IndexGuard, KernelClass, RegionLimits
-from poot_planner.chunking import words as chunking_words
+from poot_planner.xdna2.chunking import words as chunking_words
 
 __all__ = [
     "ARENA_ALIGN",

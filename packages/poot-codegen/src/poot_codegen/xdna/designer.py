@@ -4,7 +4,7 @@
   row ``2 + k % 4``), as IRON's ``SequentialPlacer`` places workers.
 - FIFOs: one per tile output (producer -> its consumer tiles, plus the shim when the value
   goes to the host: a broadcast), one per host input (shim -> its consumer tiles).
-- Chunking: exactly the planner's (``poot_planner.chunking``): the tiles that stream a common
+- Chunking: exactly the planner's (``poot_planner.xdna2.chunking``): the tiles that stream a common
   FIFO make the same number of calls per run, and a FIFO some tile holds resident is one
   object. The design records it; ``validate`` checks every bound again.
 - Shims: a host input on the shim of its first consumer's column, an output on its producer's
@@ -28,7 +28,7 @@ from poot_ir import (
     Var,
 )
 from poot_planner import HostRelayout, KernelClass, Plan, Region, RegionLimits, TileOp
-from poot_planner.chunking import Chunking, words
+from poot_planner.xdna2.chunking import Chunking, words
 
 from poot_codegen.xdna.arenas import build_layout
 from poot_codegen.xdna.design import (

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from poot_ir.oracle import check_gather_indices
 from poot_planner import IndexGuard, Plan
-from poot_planner.regions import in_step_order
+from poot_planner.xdna2.regions import in_step_order
 
 from poot_codegen.xdna.design import (
     FLAG_WORD,

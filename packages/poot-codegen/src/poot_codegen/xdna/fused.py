@@ -1,6 +1,6 @@
 """The fused norm kernel, generated from its steps (an RMSNorm, with or without weight).
 
-A fused norm is the planner's row group (``poot_planner.rowfusion``): element-wise steps over
+A fused norm is the planner's row group (``poot_planner.xdna2.rowfusion``): element-wise steps over
 the row, last-axis reductions, scalar steps on each row's reduced values, broadcasts of those
 back along the row, broadcasts of ``[cols]`` vectors (a weight) across the rows, and the
 element-wise steps that make the output. It runs as one row kernel, one lane per row and the

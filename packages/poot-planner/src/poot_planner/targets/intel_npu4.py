@@ -8,7 +8,7 @@ and sqrt. The sign of a zero is not promised (the NPU's neg of +0 is +0). Data m
 exact in every width the device carries: F16, BF16, I32 and BOOL. The NPU compiler carries F32
 as FP16 (``ConvertPrecisionToFP16``), so a program with any F32 argument or result, data
 movement alone included, is narrowed and published as ``NarrowStorage`` with the range checks
-(``poot_planner.narrowing``); an F32 row below is bit exact on the FP16 values it carries.
+(``poot_planner.fp16.narrowing``); an F32 row below is bit exact on the FP16 values it carries.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 Every figure is the seed's, measured on a Strix Halo NPU: each contract holds on its domain and
 nothing is promised outside it. Every other (primitive, dtype, axis) is refused. Steps of a
 recognized row kernel (the fused RMSNorm) are admitted only inside it, where the planner derives
-the kernel's bound from theirs (``poot_planner.rowfusion``). Reshape, transpose, slice and
+the kernel's bound from theirs (``poot_planner.xdna2.rowfusion``). Reshape, transpose, slice and
 concat are host relayouts (``KernelClass.HOST_RELAYOUT``): bytes the host arenas move between
-region runs, bit exact, on no tile and no context (``poot_planner.regions.HostRelayout``).
+region runs, bit exact, on no tile and no context (``poot_planner.xdna2.regions.HostRelayout``).
 """
 
 from __future__ import annotations

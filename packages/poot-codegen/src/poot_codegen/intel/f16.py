@@ -1,0 +1,164 @@
+"""FP16 emulation on OpenVINO's CPU plugin: the stand-in for the Intel NPU's FP16 arithmetic.
+
+Emulation (``intel_graph.lower(..., emulate_f16=True)``) is for the CPU stand-in only.
+OpenVINO's CPU plugin computes f16 in f32 and deletes convert pairs, so a plain F16 graph on it
+shows no FP16 rounding at all. In emulation every F16 value is carried as f32 inside the graph:
+an F16 parameter is converted to f32 on entry (exact), an F16 result back to f16 on exit (exact,
+the value is already an FP16 value), F16 literals and iotas are f32 constants holding the FP16
+value (all of that is ``intel.graph``'s), and after every equation that computes a new F16 value
+(add, sub, mul, div, recip, sqrt, exp, log, tanh, erf, reduce_sum, matmul, a convert to F16;
+``computes_f16``) the f32 result is rounded to FP16 in the graph (``round_to_f16``) exactly as
+``numpy.astype(np.float16)`` rounds: to nearest even, 65504 < |x| < 65520 to 65504 and
+|x| >= 65520 to infinity, subnormals to multiples of 2^-24, signs of zeros kept, NaN stays NaN
+(its payload is not promised). The tests prove this rounding bit for bit on the compiled CPU
+graph over 2^20 random f32 bit patterns and every FP16 boundary, tie and neighbour. Exact F16
+equations (neg, abs, max, min, select, comparisons, reduce_max, data movement) are not rounded.
+
+What emulation proves: for add, sub, mul, div and sqrt of FP16 operands, the f32 result rounded
+once equals the correctly rounded FP16 result (f32 has at least 2 * 11 + 2 bits), so those
+equations match an ideal per-op FP16 device (the oracle) bit for bit. The CPU plugin divides
+f32 as ``x * (1 / y)`` (not correctly rounded, within 1 ulp); for FP16 operands that only
+misrounds a quotient exactly halfway between two FP16 subnormals, which emulation detects
+exactly and corrects (``fix_subnormal_ties``; tested over every pair of significands). exp, log,
+tanh and erf are the CPU's f32 functions rounded to FP16, within an FP16 ulp or so of the oracle.
+What it does not prove: anything about the NPU's own FP16 units (their rounding, subnormal
+handling, NaN and zero signs), or its accumulation order and width in reduce_sum and matmul;
+emulation accumulates those in f32 and rounds once at the end, the NPU may round partial sums
+to FP16.
+
+Every node added here is named ``<equation>:f16.<role>`` (``e7:f16.t``, ``e7:f16.tie.mid``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, TypeAlias
+
+import numpy as np
+from poot_ir.core import Eqn, Prim
+from poot_ir.dtypes import DType
+
+from poot_codegen.intel.quiet import opset16 as ops
+
+__all__ = ["computes_f16", "fix_subnormal_ties", "round_result", "round_to_f16"]
+
+Node: TypeAlias = Any
+"""An OpenVINO node or output port: openvino has no type stubs, so ``Any`` stays here."""
+
+_EXACT_F16: Final = frozenset(
+    {
+        Prim.NEG,
+        Prim.ABS,
+        Prim.MAX,
+        Prim.MIN,
+        Prim.SELECT,
+        Prim.REDUCE_MAX,
+        Prim.GATHER,
+        Prim.TRANSPOSE,
+        Prim.RESHAPE,
+        Prim.BROADCAST_IN_DIM,
+        Prim.SLICE,
+        Prim.CONCAT,
+        Prim.DYNAMIC_UPDATE_SLICE,
+        Prim.IOTA,
+    }
+)
+
+
+def computes_f16(e: Eqn, f32_is_fp16: bool = False) -> bool:
+    """Whether an equation with an F16 result can produce a value FP16 does not hold. With
+    ``f32_is_fp16`` (every F32 value already holds an FP16 value, as on the NPU) a convert
+    between F32 and F16 is exact too."""
+    if e.prim is Prim.CONVERT:
+        exact = (DType.F16, DType.F32) if f32_is_fp16 else (DType.F16,)
+        return e.inputs[0].dtype not in exact
+    return e.prim not in _EXACT_F16
+
+
+def round_result(
+    e: Eqn, xs: list[Node], out: Node, name: str, *, f32_is_fp16: bool = False
+) -> Node:
+    """The f32 result ``out`` of equation ``e`` (named ``name``, inputs ``xs``), whose result is
+    F16 (or F32 carried as FP16), as the FP16 value an ideal FP16 device gives: rounded when
+    ``computes_f16``, with ``fix_subnormal_ties`` for a div; ``out`` itself for an exact
+    equation."""
+    if not computes_f16(e, f32_is_fp16):
+        return out
+    rounded = round_to_f16(out, f"{name}:f16")
+    if e.prim is Prim.DIV:
+        rounded = fix_subnormal_ties(xs[0], xs[1], out, rounded, f"{name}:f16")
+    return rounded
+
+
+def _f32(value: float, name: str) -> Node:
+    return ops.constant(np.asarray(np.float32(value)), name=name)
+
+
+def round_to_f16(x: Node, name: str) -> Node:
+    """The f32 value ``x`` rounded to the nearest FP16 value, as ``astype(np.float16)``.
+
+    Normal range (|x| >= 2^-14): Veltkamp's split ``t = x * 8193; t - (t - x)`` rounds to 11
+    significant bits, ties to even. Subnormal range: ``round_half_even(x * 2^24) * 2^-24``
+    (powers of two are exact; Round keeps the sign of a zero). |x| >= 65520 becomes ``x * inf``
+    (a signed infinity). A NaN takes the subnormal branch and stays NaN.
+    """
+
+    def c(value: float, role: str) -> Node:
+        return _f32(value, f"{name}.{role}")
+
+    a = ops.abs(x, name=f"{name}.abs")
+    t = ops.multiply(x, c(8193.0, "k"), name=f"{name}.t")
+    normal = ops.subtract(t, ops.subtract(t, x, name=f"{name}.tx"), name=f"{name}.normal")
+    scaled = ops.multiply(x, c(2.0**24, "up"), name=f"{name}.up")
+    rounded = ops.round(scaled, "half_to_even", name=f"{name}.round")
+    sub = ops.multiply(rounded, c(2.0**-24, "down"), name=f"{name}.sub")
+    tiny = ops.less(a, c(2.0**-14, "min_normal"), name=f"{name}.is_sub")
+    r = ops.select(tiny, sub, normal, name=f"{name}.finite")
+    big = ops.greater_equal(a, c(65520.0, "overflow"), name=f"{name}.is_inf")
+    inf = ops.multiply(x, c(np.inf, "inf"), name=f"{name}.inf")
+    return ops.select(big, inf, r, name=f"{name}.out")
+
+
+def fix_subnormal_ties(x: Node, y: Node, q: Node, rounded: Node, name: str) -> Node:
+    """Correct ``rounded`` where ``x / y`` is exactly halfway between two FP16 subnormals.
+
+    The CPU plugin divides as ``x * (1 / y)`` (two roundings), so a quotient that is exactly an
+    odd multiple of 2^-25 can land a hair off the tie and round the wrong way. For FP16
+    operands this is the only case that goes wrong (a normal FP16 quotient is never a tie, and
+    a near tie is farther from it than the f32 error). The tie test is exact: ``mid * |y|`` has
+    at most 23 bits and its scaling by 2^-24 stays normal, so it equals ``|x|`` only at a tie.
+    """
+
+    def c(value: float, role: str) -> Node:
+        return _f32(value, f"{name}.{role}")
+
+    aq = ops.abs(q, name=f"{name}.tie.aq")
+    fl = ops.floor(
+        ops.multiply(aq, c(2.0**24, "tie.up"), name=f"{name}.tie.units"), name=f"{name}.tie.floor"
+    )
+    mid = ops.add(fl, c(0.5, "tie.half"), name=f"{name}.tie.mid")
+    back = ops.multiply(
+        ops.multiply(mid, ops.abs(y, name=f"{name}.tie.ay"), name=f"{name}.tie.my"),
+        c(2.0**-24, "tie.down"),
+        name=f"{name}.tie.back",
+    )
+    exact = ops.equal(back, ops.abs(x, name=f"{name}.tie.ax"), name=f"{name}.tie.exact")
+    small = ops.less(aq, c(2.0**-14, "tie.min_normal"), name=f"{name}.tie.small")
+    tie = ops.logical_and(exact, small, name=f"{name}.tie")
+    # the even one of fl and fl + 1: fl + (fl mod 2), with the quotient's sign
+    half = ops.floor(
+        ops.multiply(fl, c(0.5, "tie.halve"), name=f"{name}.tie.fl2"), name=f"{name}.tie.fl2f"
+    )
+    odd = ops.subtract(
+        fl, ops.multiply(half, c(2.0, "tie.two"), name=f"{name}.tie.even"), name=f"{name}.tie.odd"
+    )
+    even = ops.multiply(
+        ops.add(fl, odd, name=f"{name}.tie.sum"), c(2.0**-24, "tie.scale"), name=f"{name}.tie.mag"
+    )
+    sign = ops.select(
+        ops.less(q, c(0.0, "tie.zero"), name=f"{name}.tie.neg"),
+        c(-1.0, "tie.m1"),
+        c(1.0, "tie.p1"),
+        name=f"{name}.tie.sign",
+    )
+    fixed = ops.multiply(even, sign, name=f"{name}.tie.fixed")
+    return ops.select(tie, fixed, rounded, name=f"{name}.tie.out")

@@ -1,0 +1,532 @@
+"""Intel NPU4: a whole poot program as one OpenVINO model (``openvino.opset16``), as IR bytes.
+
+``lower`` builds the model: its parameters are the program's arguments in order (named, typed
+and shaped as declared; the argument's name is the parameter's friendly name and its only tensor
+name), its results are ``program.results()`` in order (outputs, then state updates), each named
+``out:<name>`` (friendly name and only tensor name; ``result_tensor_name``). Every value
+the program's own equations read stays inside the graph. Each equation becomes the one opset16
+op with the same semantics (table below); helper nodes are constants (axes, shapes, literals)
+and, for ``dynamic_update_slice``, the clamped index grid. Nothing is recognized as a composite.
+Every node is named from its equation index and role (``e7:add``, ``e7:lit1``, ``e7:f16.t``;
+arguments and results by their own names, which cannot contain ``:``), so ``serialize`` of the
+same program gives the same bytes in any process with the same OpenVINO.
+
+=====================  ===================================================================
+poot                   OpenVINO opset16
+=====================  ===================================================================
+neg exp log tanh       negative exp log tanh erf sqrt abs
+erf sqrt abs
+recip                  divide(1, x)
+add sub mul div        add subtract multiply divide (I32 divide truncates: m_pythondiv off)
+max min ge gt eq       maximum minimum greater_equal greater equal
+select convert         select convert
+reduce_sum/max         reduce_sum/reduce_max, keep_dims False (no axes: an identity convert,
+                       the CPU plugin rejects an empty axes list)
+gather                 gather(axis), batch_dims 0 (negative indices count from the end)
+transpose reshape      transpose, reshape (special_zero False)
+broadcast_in_dim       broadcast EXPLICIT, axes_mapping = dims
+slice                  strided_slice (opset1: begin, end, stride over every axis, no masks)
+concat matmul          concat, matmul (no transposes)
+iota                   a Constant range along the axis, broadcast EXPLICIT to the shape
+dynamic_update_slice   scatter_nd_update (opset4, v3) with a full index grid whose start is clamped to
+                       [0, dim - update_dim] as XLA does (a Constant grid for literal starts)
+a scalar Literal       a Constant of its dtype and exact bit pattern (NaN payload, -0 kept)
+=====================  ===================================================================
+
+Versions: every op emitted without emulation is one the NPU compiler's frontend imports
+(``compiler_ops.ACCEPTED``, read from its source; ``op_census`` lists a model's).
+
+A result whose value is an argument, or is already another result, goes through an identity
+convert (``out:<name>:pass``): the CPU plugin merges the tensor names of results that share a
+producer, and a parameter's tensor name would be overwritten by the result's.
+
+F16 emulation (``emulate_f16=True``) is for the CPU stand-in only. It models what the NPU
+compiler does to F32 as well (``ConvertPrecisionToFP16``, see ``poot_planner.fp16.narrowing``): an
+F32 parameter is rounded to FP16 on entry, every F32 value an equation computes is rounded to
+FP16, and an F32 literal is its FP16 value (a finite one beyond 65504 clamped to 65504, as the
+compiler clamps splat constants); a narrowed program has no F32 inside, so this matters only
+for a graph lowered from an un-narrowed plan, which then differs on the stand-in as it would on
+the NPU. And every F16 value is carried as f32 inside the graph (an F16 parameter converted to f32 on entry, an F16 result back to f16
+on exit, F16 literals and iotas as f32 constants holding the FP16 value), and each equation that
+computes a new F16 value is rounded to FP16 in the graph by ``intel.f16``, whose docstring
+says how, what that proves and what it does not.
+
+Result names. OpenVINO's IR reader renames a tensor whose name another tensor already has to
+``<name>_1``; a state update is named by its state, so naming results by the program's names
+made every state update (and any output named like an argument) come back from ``deserialize``
+(and from the NPU, which reads the IR) as ``<name>_1``, which is itself a valid poot name. So
+result tensors live in their own namespace: ``out:<name>``. A poot name is an identifier and
+cannot contain ``:``, and no other tensor of the graph is named, so every tensor name is unique
+and survives serialize, deserialize, compile, export and import unchanged (tested through that
+whole round trip). ``model_signature`` maps ``out:<name>`` back to ``<name>``
+(``program_result_name``) and reports any other output name exactly as OpenVINO has it; a
+result renamed anyway (``out:acc_1``) would come back as ``acc_1``, never as the program's
+``acc``. Nothing is matched by position or by guessing a suffix. Input names are the arguments'
+own.
+
+Compile the stand-in with ``CPU_STANDIN_CONFIG`` on the explicit ``"CPU"`` device (never
+``AUTO``, which falls back silently), so a CPU with bf16 units does not narrow f32 itself.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Final, Literal, NamedTuple, TypeAlias, cast
+
+import numpy as np
+from poot_ir.core import (
+    BroadcastParams,
+    ConcatParams,
+    ConvertParams,
+    Eqn,
+    GatherParams,
+    IotaParams,
+    Prim,
+    Program,
+    ReduceParams,
+    ReshapeParams,
+    SliceParams,
+    TransposeParams,
+    Var,
+)
+from poot_ir.core import Literal as PootLiteral
+from poot_ir.dtypes import DType
+from poot_ir.errors import NoLowering
+from poot_planner.fp16.checks import Guard
+
+from poot_codegen.intel import f16 as intel_f16
+from poot_codegen.intel import guard as intel_guard
+from poot_codegen.intel.quiet import opset1, opset4, ov
+from poot_codegen.intel.quiet import opset16 as ops
+
+__all__ = [
+    "CPU_STANDIN_CONFIG",
+    "RESULT_PREFIX",
+    "ArgSignature",
+    "Direction",
+    "deserialize",
+    "lower",
+    "model_signature",
+    "op_census",
+    "program_result_name",
+    "result_tensor_name",
+    "serialize",
+    "signature",
+]
+
+Node: TypeAlias = Any
+"""An OpenVINO node or output port: openvino has no type stubs, so ``Any`` stays here."""
+
+TARGET: Final = "openvino"
+
+CPU_STANDIN_CONFIG: Final[dict[str, str]] = {
+    "INFERENCE_PRECISION_HINT": "f32",
+    "EXECUTION_MODE_HINT": "ACCURACY",
+}
+"""Compile options for the CPU stand-in: keep f32 as f32 (no bf16 or f16 inference)."""
+
+_OV_TYPE: Final = {
+    DType.F32: ov.Type.f32,
+    DType.F16: ov.Type.f16,
+    DType.BF16: ov.Type.bf16,
+    DType.I32: ov.Type.i32,
+    DType.BOOL: ov.Type.boolean,
+}
+_POOT_TYPE: Final = {t.get_type_name(): d for d, t in _OV_TYPE.items()}
+_IDENT: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")  # a poot argument or result name
+
+Direction: TypeAlias = Literal["in", "out"]
+
+RESULT_PREFIX: Final = "out:"
+"""The namespace of result tensor names (see "Result names" in the module docstring)."""
+
+
+def result_tensor_name(name: str) -> str:
+    """The tensor (and friendly) name of the program result ``name`` in a lowered model."""
+    return RESULT_PREFIX + name
+
+
+def program_result_name(tensor_names: set[str] | frozenset[str]) -> str | None:
+    """The program result an output port carries: ``<name>`` when exactly one of the port's
+    tensor names is ``out:<name>`` for a poot name, else None."""
+    found = [
+        n[len(RESULT_PREFIX) :]
+        for n in tensor_names
+        if n.startswith(RESULT_PREFIX) and _IDENT.fullmatch(n[len(RESULT_PREFIX) :])
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+class ArgSignature(NamedTuple):
+    """One argument or result as the device sees it. ``dtype`` is the OpenVINO type name when
+    poot has no such type, and ``shape`` the partial shape's text when it is not static, so such
+    an entry never equals a program's."""
+
+    name: str
+    direction: Direction
+    dtype: DType | str
+    shape: tuple[int, ...] | str
+
+
+def signature(program: Program) -> tuple[ArgSignature, ...]:
+    """The program's arguments (``"in"``) then its results (``"out"``), in order."""
+    ins = tuple(ArgSignature(a.name, "in", a.var.dtype, a.var.shape) for a in program.args)
+    outs = tuple(ArgSignature(n, "out", v.dtype, v.shape) for n, v in program.results())
+    return ins + outs
+
+
+def model_signature(model: Any) -> tuple[ArgSignature, ...]:
+    """The same for an ``ov.Model`` or ``ov.CompiledModel`` (from ``.inputs``, ``.outputs``, in
+    port order). An input is named by its tensor name; an output by ``program_result_name``, or,
+    when it carries no single ``out:<name>``, by OpenVINO's own name for it, unaltered."""
+
+    def entry(port: Node, direction: Direction) -> ArgSignature:
+        type_name = str(port.get_element_type().get_type_name())
+        ps = port.get_partial_shape()
+        shape: tuple[int, ...] | str = (
+            tuple(int(d) for d in ps.to_shape()) if ps.is_static else str(ps.to_string())
+        )
+        name = str(port.get_any_name())
+        if direction == "out":
+            name = program_result_name({str(n) for n in port.get_names()}) or name
+        return ArgSignature(name, direction, _POOT_TYPE.get(type_name, type_name), shape)
+
+    return tuple(entry(p, "in") for p in model.inputs) + tuple(
+        entry(p, "out") for p in model.outputs
+    )
+
+
+def op_census(model: Any) -> set[tuple[str, str]]:
+    """Every (op type, op version) in ``model``, as the IR's ``type`` and ``version`` say."""
+    return {
+        (str(n.get_type_info().name), str(n.get_type_info().version_id))
+        for n in model.get_ordered_ops()
+    }
+
+
+def serialize(model: Any) -> tuple[bytes, bytes]:
+    """The IR of ``model`` as (xml, bin); weights keep their types (no f16 compression)."""
+    with tempfile.TemporaryDirectory(prefix="poot-ov-") as tmp:
+        xml = Path(tmp) / "model.xml"
+        ov.save_model(model, str(xml), compress_to_fp16=False)
+        return xml.read_bytes(), xml.with_suffix(".bin").read_bytes()
+
+
+def deserialize(xml: bytes, weights: bytes) -> Any:
+    """The ``ov.Model`` that ``serialize`` wrote as (xml, bin)."""
+    with tempfile.TemporaryDirectory(prefix="poot-ov-") as tmp:
+        path = Path(tmp) / "model.xml"
+        path.write_bytes(xml)
+        path.with_suffix(".bin").write_bytes(weights)
+        # ENABLE_MMAP off: the constants are read into memory, so the files can go.
+        return ov.Core().read_model(str(path), config={"ENABLE_MMAP": False})
+
+
+def lower(
+    program: Program,
+    *,
+    emulate_f16: bool = False,
+    guards: Sequence[tuple[int, Guard]] = (),
+) -> Any:
+    """``program`` as one ``ov.Model`` (see the module docstring). ``guards`` (from
+    ``poot_planner.fp16.narrowing.intermediate_guards``, by equation of ``program``) add the guard
+    result after the program's (``intel.guard``). Raises ``NoLowering`` for an equation
+    this generator has no rule for."""
+    g = _Graph(emulate_f16)
+    guarded: dict[int, list[Guard]] = {}  # an equation may have two (a score's: fp16.checks)
+    for at, guard in guards:
+        guarded.setdefault(at, []).append(guard)
+    checks: list[tuple[Guard, Eqn, Node, list[Node]]] = []
+    params = []
+    for a in program.args:
+        p = ops.parameter(list(a.var.shape), _OV_TYPE[a.var.dtype], name=a.name)
+        p.output(0).get_tensor().set_names({a.name})
+        params.append(p)
+        node = p.output(0)
+        if g.emulated(a.var.dtype):
+            node = ops.convert(p, ov.Type.f32, name=f"in:{a.name}:f32").output(0)
+        elif g.npu_f32(a.var.dtype):  # the NPU's F32 -> FP16 convert on entry
+            node = intel_f16.round_to_f16(node, f"in:{a.name}:f16").output(0)
+        g.env[a.var.id] = node
+    for i, e in enumerate(program.eqns):
+        rule = _RULES.get(e.prim)
+        if rule is None:
+            raise NoLowering(TARGET, i, e.prim.value, "no opset16 rule")
+        name = f"e{i}:{e.prim.value}"
+        xs = [g.atom(a, f"{name}:lit{k}") for k, a in enumerate(e.inputs)]
+        out = rule(g, e, xs, name)
+        if g.emulated(e.out.dtype) or g.npu_f32(e.out.dtype):
+            out = intel_f16.round_result(e, xs, out, name, f32_is_fp16=g.emulate_f16)
+        g.env[e.out.id] = out.output(0) if hasattr(out, "output") else out
+        for guard in guarded.get(i, ()):
+            checks.append((guard, e, g.env[e.out.id], xs))
+    results = []
+    claimed = {a.var.id for a in program.args}
+    for rname, var in program.results():
+        node = g.env[var.id]
+        if g.emulated(var.dtype):
+            node = ops.convert(node, ov.Type.f16, name=f"out:{rname}:f16")
+        elif var.id in claimed:
+            node = ops.convert(node, _OV_TYPE[var.dtype], name=f"out:{rname}:pass")
+        claimed.add(var.id)
+        tensor = result_tensor_name(rname)
+        r = ops.result(node, name=tensor)
+        r.output(0).get_tensor().set_names({tensor})
+        results.append(r)
+    # on the NPU, a second use for every divisor its compiler would clamp (intel.guard)
+    keep = [] if emulate_f16 else intel_guard.clamped_divisors(program)
+    if checks or keep:
+        carrier = np.float32 if emulate_f16 else np.float16
+        nodes = [(label, g.env[v.id]) for label, v in keep]
+        results.append(intel_guard.guard_result(checks, carrier, nodes))
+    return ov.Model(results, params, program.name)
+
+
+class _Graph:
+    """The values lowered so far, by ``Var.id``, and how F16 is carried."""
+
+    def __init__(self, emulate_f16: bool) -> None:
+        self.emulate_f16 = emulate_f16
+        self.env: dict[int, Node] = {}
+
+    def emulated(self, dtype: DType) -> bool:
+        return self.emulate_f16 and dtype is DType.F16
+
+    def npu_f32(self, dtype: DType) -> bool:
+        """An F32 value in emulation: the NPU compiler carries it as FP16 (module docstring),
+        so the stand-in holds the FP16 value in f32."""
+        return self.emulate_f16 and dtype is DType.F32
+
+    def carried(self, dtype: DType) -> DType:
+        """The element type a value of ``dtype`` has inside the graph."""
+        return DType.F32 if self.emulated(dtype) else dtype
+
+    def atom(self, a: Var | PootLiteral, name: str) -> Node:
+        if isinstance(a, Var):
+            return self.env[a.id]
+        if self.emulated(a.dtype) or self.npu_f32(a.dtype):
+            return _const(_fp16_splat(a.as_float()), name)
+        return _bits_const(a.bits, a.dtype, name)
+
+    def array_const(self, values: np.ndarray[Any, Any], dtype: DType, name: str) -> Node:
+        """A constant of ``values`` rounded to ``dtype`` as numpy rounds, carried as the graph
+        carries ``dtype``."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            exact = values.astype(dtype.numpy)
+        bits = exact.view(dtype.bits_dtype)
+        if self.emulated(dtype):
+            return _const(exact.astype(np.float32), name)
+        if self.npu_f32(dtype):
+            return _const(exact.astype(np.float16).astype(np.float32), name)
+        t = ov.Tensor(_OV_TYPE[dtype], list(values.shape))
+        t.data.view(dtype.bits_dtype)[...] = bits
+        return _named(ov.op.Constant(t), name)
+
+
+def _fp16_splat(value: float) -> np.ndarray[Any, Any]:
+    """A scalar literal as the NPU compiler carries it, in f32: its FP16 value, except that a
+    finite literal beyond FP16's range is clamped to +-65504 rather than made infinite
+    (npu_compiler ``convert_precision_to_fp16.cpp``, ``clampF16Splat``: "Splat floating-point
+    constants must be clamped, not converted")."""
+    with np.errstate(over="ignore"):
+        half = np.float16(value)
+    if np.isinf(half) and math.isfinite(value):
+        half = np.float16(math.copysign(65504.0, value))
+    return np.asarray(half.astype(np.float32))
+
+
+def _named(node: Node, name: str) -> Node:
+    node.set_friendly_name(name)
+    return node
+
+
+def _const(values: np.ndarray[Any, Any] | np.generic, name: str) -> Node:
+    return ops.constant(np.asarray(values), name=name)
+
+
+def _bits_const(bits: int, dtype: DType, name: str) -> Node:
+    """A scalar constant holding exactly ``bits`` (bf16 has no numpy type OpenVINO reads)."""
+    t = ov.Tensor(_OV_TYPE[dtype], [])
+    t.data.view(dtype.bits_dtype)[...] = bits
+    return _named(ov.op.Constant(t), name)
+
+
+def _i64(values: Sequence[int], name: str) -> Node:
+    return ops.constant(np.array(values, np.int64).reshape(len(values)), name=name)
+
+
+# -- the rules: one per primitive ------------------------------------------------------------
+
+Rule: TypeAlias = Callable[[_Graph, Eqn, list[Node], str], Node]
+"""A rule lowers one equation of a validated program, so its params are ``PARAMS_OF[e.prim]``
+(the type rules check that); a rule's ``cast`` only names that type."""
+
+_UNARY: Final[dict[Prim, Callable[..., Node]]] = {
+    Prim.NEG: ops.negative,
+    Prim.EXP: ops.exp,
+    Prim.LOG: ops.log,
+    Prim.TANH: ops.tanh,
+    Prim.ERF: ops.erf,
+    Prim.SQRT: ops.sqrt,
+    Prim.ABS: ops.abs,
+}
+_BINARY: Final[dict[Prim, Callable[..., Node]]] = {
+    Prim.ADD: ops.add,
+    Prim.SUB: ops.subtract,
+    Prim.MUL: ops.multiply,
+    Prim.DIV: ops.divide,
+    Prim.MAX: ops.maximum,
+    Prim.MIN: ops.minimum,
+    Prim.GE: ops.greater_equal,
+    Prim.GT: ops.greater,
+    Prim.EQ: ops.equal,
+}
+
+
+def _unary(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    return _UNARY[e.prim](xs[0], name=name)
+
+
+def _binary(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    node = _BINARY[e.prim](xs[0], xs[1], name=name)
+    if e.prim is Prim.DIV and e.out.dtype is DType.I32:
+        node.set_attribute("m_pythondiv", False)  # truncate, as the runtime does (pitfall 3)
+    return node
+
+
+def _recip(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    one = g.array_const(np.array(1.0), e.out.dtype, f"{name}:one")
+    return ops.divide(one, xs[0], name=name)
+
+
+def _select(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    return ops.select(xs[0], xs[1], xs[2], name=name)
+
+
+def _convert(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    p = cast(ConvertParams, e.params)
+    return ops.convert(xs[0], _OV_TYPE[g.carried(p.dtype)], name=name)
+
+
+def _reduce(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    p = cast(ReduceParams, e.params)
+    if not p.axes:
+        return ops.convert(xs[0], _OV_TYPE[g.carried(e.out.dtype)], name=name)
+    shape = e.inputs[0].type.shape
+    if e.prim is Prim.REDUCE_MAX and any(shape[a] == 0 for a in p.axes):
+        # the max of nothing is -inf (INT_MIN for i32), as the oracle says; OpenVINO's
+        # ReduceMax gives the lowest finite value instead, so it is a constant here
+        dtype = g.carried(e.out.dtype)
+        lowest = -np.inf if dtype.is_float else np.iinfo(np.int32).min
+        return _const(np.full(e.out.shape, lowest, dtype=dtype.numpy), name)
+    fn = ops.reduce_sum if e.prim is Prim.REDUCE_SUM else ops.reduce_max
+    return fn(xs[0], _i64(p.axes, f"{name}:axes"), keep_dims=False, name=name)
+
+
+def _gather(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    p = cast(GatherParams, e.params)
+    axis = _const(np.int64(p.axis), f"{name}:axis")
+    return ops.gather(xs[0], xs[1], axis, batch_dims=0, name=name)
+
+
+def _transpose(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    p = cast(TransposeParams, e.params)
+    return ops.transpose(xs[0], _i64(p.perm, f"{name}:perm"), name=name)
+
+
+def _reshape(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    p = cast(ReshapeParams, e.params)
+    return ops.reshape(xs[0], _i64(p.shape, f"{name}:shape"), False, name=name)
+
+
+def _broadcast(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    p = cast(BroadcastParams, e.params)
+    shape = _i64(p.shape, f"{name}:shape")
+    dims = _i64(p.dims, f"{name}:dims")
+    return ops.broadcast(xs[0], shape, dims, "EXPLICIT", name=name)
+
+
+def _slice(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    # StridedSlice-1, not Slice-8: the NPU compiler's frontend has no Slice parser
+    # (intel.compiler_ops). No masks: begin, end and stride are given for every axis.
+    p = cast(SliceParams, e.params)
+    no_mask = [0] * len(p.start)
+    return opset1.strided_slice(
+        xs[0],
+        _i64(p.start, f"{name}:start"),
+        _i64(p.limit, f"{name}:stop"),
+        _i64(p.strides, f"{name}:step"),
+        no_mask,
+        no_mask,
+        name=name,
+    )
+
+
+def _concat(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    p = cast(ConcatParams, e.params)
+    return ops.concat(xs, p.axis, name=name)
+
+
+def _iota(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    p = cast(IotaParams, e.params)
+    if len(p.shape) == 1:
+        return g.array_const(np.arange(p.shape[0]), p.dtype, name)
+    line = g.array_const(np.arange(p.shape[p.axis]), p.dtype, f"{name}:range")
+    return ops.broadcast(
+        line, _i64(p.shape, f"{name}:shape"), _i64([p.axis], f"{name}:dims"), "EXPLICIT", name=name
+    )
+
+
+def _matmul(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    return ops.matmul(xs[0], xs[1], False, False, name=name)
+
+
+def _dynamic_update_slice(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    """scatter_nd_update at ``clamp(start, 0, dim - update_dim) + offset`` for every element
+    of the update (slice_scatter with a runtime start is wrong on the CPU plugin)."""
+    operand, update = e.inputs[0].type, e.inputs[1].type
+    highs = [d - u for d, u in zip(operand.shape, update.shape, strict=True)]
+    if not highs:  # a scalar operand: the update replaces it
+        return ops.convert(xs[1], _OV_TYPE[g.carried(e.out.dtype)], name=name)
+    grid = np.moveaxis(np.indices(update.shape, np.int32), 0, -1)
+    starts = e.inputs[2:]
+    literal_starts = [s for s in starts if isinstance(s, PootLiteral)]  # i32, by the type rules
+    if len(literal_starts) == len(starts):
+        lit = [min(max(s.as_int(), 0), h) for s, h in zip(literal_starts, highs, strict=True)]
+        index = _const((grid + np.array(lit, np.int32)).astype(np.int32), f"{name}:index")
+    else:
+        cols = []
+        for d, (s, h) in enumerate(zip(xs[2:], highs, strict=True)):
+            clamped = ops.clamp(s, 0, h, name=f"{name}:clamp{d}")
+            cols.append(
+                ops.reshape(clamped, _i64([1], f"{name}:one{d}"), False, name=f"{name}:start{d}")
+            )
+        start = ops.concat(cols, 0, name=f"{name}:start")
+        index = ops.add(_const(grid, f"{name}:grid"), start, name=f"{name}:index")
+    # ScatterNDUpdate-3 (opset4), the only version the NPU compiler's frontend imports
+    # (intel.compiler_ops); for reduction none it gives what opset15's does.
+    return opset4.scatter_nd_update(xs[0], index, xs[1], name=name)
+
+
+_RULES: Final[dict[Prim, Rule]] = {
+    **{p: _unary for p in _UNARY},
+    **{p: _binary for p in _BINARY},
+    Prim.RECIP: _recip,
+    Prim.SELECT: _select,
+    Prim.CONVERT: _convert,
+    Prim.REDUCE_SUM: _reduce,
+    Prim.REDUCE_MAX: _reduce,
+    Prim.GATHER: _gather,
+    Prim.TRANSPOSE: _transpose,
+    Prim.RESHAPE: _reshape,
+    Prim.BROADCAST_IN_DIM: _broadcast,
+    Prim.SLICE: _slice,
+    Prim.CONCAT: _concat,
+    Prim.IOTA: _iota,
+    Prim.MATMUL: _matmul,
+    Prim.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
+}

@@ -1,0 +1,156 @@
+"""The overflow guard of a narrowed Intel graph: one extra result of flags the graph computes.
+
+``poot_planner.fp16.checks`` decides which equations are checked and how; this builds the check
+from each guarded value as the graph holds it (FP16 on the NPU; on the stand-in the f32 value
+already rounded to FP16 by ``intel.f16``, so infinities appear where the NPU's would):
+
+- ``OVERFLOW``: set when an element is not within +-65504 (infinite or NaN: ``abs(v) <= 65504``
+  is false for both); with ``fresh``, only where every operand element is finite (an
+  elementwise equation), or when every operand is finite everywhere (a reduce_sum or matmul).
+- ``SENTINEL``: set when an element is not at or beyond 65504 on the sentinel's side.
+- ``SCORE``: set when an element is not within +-``SCORE_BOUND`` (beyond it, or NaN): the
+  precondition of the prelude's -2^15 mask (``poot_planner.fp16.prelude``).
+
+Each flag is reduced to one boolean, the flags are concatenated into one ``boolean[n]`` result,
+appended after the program's results and named ``poot:guard:<label>,<label>,...`` (each
+``Guard.label``), so the device that loads the blob knows which equation each flag names. Every
+op used is in ``compiler_ops.ACCEPTED`` (Abs, LessEqual, GreaterEqual, LogicalNot,
+LogicalOr, LogicalAnd, ReduceLogicalAnd, Reshape, Concat). A guard also gives each guarded
+divisor a second use, which keeps the NPU compiler from inserting its epsilon clamp in front of
+a divide whose divisor has one use (npu_compiler ``convert_precision_to_fp16.cpp``,
+``insertEpsilonClamp``: it clamps the divisor to [0.0001, 65504]).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final, TypeAlias
+
+import numpy as np
+from poot_ir import CodegenError, DType, Eqn, Prim, Program, Var
+from poot_planner.fp16.checks import Guard, GuardKind
+from poot_planner.fp16.prelude import SCORE_BOUND
+
+from poot_codegen.intel.quiet import opset16 as ops
+
+__all__ = ["GUARD_PREFIX", "guard_labels", "guard_result"]
+
+Node: TypeAlias = Any
+
+GUARD_PREFIX: Final = "poot:guard:"
+_FP16_MAX: Final = 65504.0
+
+
+def clamped_divisors(program: Program) -> list[tuple[str, Var]]:
+    """The values the NPU compiler would clamp in front of a divide, each with its keep label.
+
+    npu_compiler ``convert_precision_to_fp16.cpp`` ``insertEpsilonClamp`` puts a Clamp to
+    [0.0001, 65504] (``nearest_non_zero_positive_value``, ``vpux/utils/core/type/float16.hpp``)
+    after a divisor's producer (after the producer of a
+    sqrt's operand, for a divisor that is a sqrt) when that producer has one use, is not a
+    constant, its first operand is not a constant and its result is FP16: a negative divisor
+    would become 0.0001, and so would a zero or one below 0.0001. Giving such a value a second use (a
+    ``keep`` flag) keeps the compiler from inserting the clamp, so the NPU divides as the
+    oracle does. A parameter or a literal divisor has no producer and is never clamped."""
+    made = {e.out.id: e for e in program.eqns}
+    found: list[tuple[str, Var]] = []
+    for i, e in enumerate(program.eqns):
+        if e.prim not in (Prim.DIV, Prim.RECIP):
+            continue
+        d = e.inputs[-1]
+        if isinstance(d, Var) and d.id in made and made[d.id].prim is Prim.SQRT:
+            d = made[d.id].inputs[0]
+        if isinstance(d, Var) and d.id in made and d.dtype is DType.F16:
+            found.append((f"{i}.{e.prim.value}.keep", d))
+    return found
+
+
+def guard_labels(tensor_names: set[str] | frozenset[str]) -> tuple[str, ...] | None:
+    """The labels a guard result's tensor name carries, or None for any other port."""
+    for n in tensor_names:
+        if n.startswith(GUARD_PREFIX):
+            return tuple(n[len(GUARD_PREFIX) :].split(","))
+    return None
+
+
+def _flat(x: Node, name: str) -> Node:
+    return ops.reshape(
+        x, ops.constant(np.array([-1], np.int64), name=f"{name}.shape"), False, name=name
+    )
+
+
+def _all(x: Node, name: str) -> Node:
+    """One boolean: every element of ``x`` is true (an empty ``x`` is)."""
+    axis = ops.constant(np.array([0], np.int64), name=f"{name}.axis")
+    return ops.reduce_logical_and(_flat(x, f"{name}.flat"), axis, False, name=name)
+
+
+def _finite(x: Node, carrier: type, name: str) -> Node:
+    # a node or one of its outputs. Only float values are guarded (fp16.checks); a guard on
+    # anything else means its equation index names another equation than the one lowered (as
+    # when guards of the source were applied to its legalized program): refuse, never guess
+    kind = x.get_element_type() if hasattr(x, "get_element_type") else x.get_output_element_type(0)
+    if not kind.is_real():
+        raise CodegenError(f"openvino guard {name}: a check of a {kind} value, not a float one")
+    top = ops.constant(np.array(_FP16_MAX, carrier), name=f"{name}.max")
+    return ops.less_equal(ops.abs(x, name=f"{name}.abs"), top, name=name)
+
+
+def _flag(g: Guard, e: Eqn, out: Node, xs: Sequence[Node], carrier: type, name: str) -> Node:
+    """One boolean: the check of ``g`` failed somewhere."""
+    if g.kind is GuardKind.SCORE:  # NaN compares false: flagged too
+        bound = ops.constant(np.array(SCORE_BOUND, carrier), name=f"{name}.bound")
+        ok = ops.less_equal(ops.abs(out, name=f"{name}.abs"), bound, name=f"{name}.bounded")
+    elif g.kind is GuardKind.SENTINEL:
+        edge = ops.constant(np.array(g.side * _FP16_MAX, carrier), name=f"{name}.edge")
+        fn = ops.greater_equal if g.side > 0 else ops.less_equal
+        ok = fn(out, edge, name=f"{name}.dominated")
+    else:
+        ok = _finite(out, carrier, f"{name}.finite")
+        if g.fresh:
+            # float operands only: a select's predicate is boolean (no infinity to inherit)
+            var_ins = [
+                x
+                for x, a in zip(xs, e.inputs, strict=True)
+                if isinstance(a, Var) and a.type.dtype.is_float
+            ]
+            finite_ins = [_finite(x, carrier, f"{name}.in{k}") for k, x in enumerate(var_ins)]
+            if e.prim.is_unary or e.prim.is_binary:  # elementwise: where operands are finite
+                for k, f in enumerate(finite_ins):
+                    ok = ops.logical_or(
+                        ok, ops.logical_not(f, name=f"{name}.inf{k}"), name=f"{name}.or{k}"
+                    )
+            else:  # inherited somewhere: the check is off for the whole value
+                for k, f in enumerate(finite_ins):
+                    inherited = ops.logical_not(_all(f, f"{name}.all{k}"), name=f"{name}.inh{k}")
+                    ok = ops.logical_or(ok, inherited, name=f"{name}.or{k}")
+    return ops.logical_not(_all(ok, f"{name}.ok"), name=f"{name}.bad")
+
+
+def guard_result(
+    checks: Sequence[tuple[Guard, Eqn, Node, Sequence[Node]]],
+    carrier: type,
+    keep: Sequence[tuple[str, Node]] = (),
+) -> Node:
+    """The guard result: ``checks`` holds each guard with the narrowed equation it checks, the
+    equation's value and its operands as the graph holds them; ``carrier`` is the numpy type
+    the graph carries FP16 in (float16 on the NPU, float32 on the stand-in). Each of ``keep``
+    (a label ``<eqn>.<prim>.keep`` and a value) adds a flag the device ignores, computed from
+    the value only to give it one more use (``clamped_divisors``)."""
+    flags, labels = [], []
+    for g, e, out, xs in checks:
+        name = f"guard.{g.label}"
+        one = ops.constant(np.array([1], np.int64), name=f"{name}.one")
+        flags.append(ops.reshape(_flag(g, e, out, xs, carrier, name), one, False, name=name))
+        labels.append(g.label)
+    for label, node in keep:
+        name = f"guard.{label}"
+        one = ops.constant(np.array([1], np.int64), name=f"{name}.one")
+        finite = _all(_finite(node, carrier, f"{name}.finite"), f"{name}.all")
+        used = ops.logical_not(finite, name=f"{name}.used")  # false as a rule: no work on the host
+        flags.append(ops.reshape(used, one, False, name=name))
+        labels.append(label)
+    tensor = GUARD_PREFIX + ",".join(labels)
+    r = ops.result(ops.concat(flags, 0, name="guard.flags"), name=tensor)
+    r.output(0).get_tensor().set_names({tensor})
+    return r

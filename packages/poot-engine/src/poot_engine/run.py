@@ -1,0 +1,117 @@
+"""Run a program on a device through the ordinary pipeline and check every step against the
+oracle: what ``poot run``, ``poot demo`` and the conformance suite share.
+
+The check is ``poot_engine.verify`` (``check_results``, ``check_spans``): the same code an
+``Engine(device, verify="always")`` runs before each step commits, so ``poot run`` and a verified
+engine judge a step alike. The reference for step ``k`` reads the state the device carried out
+of step ``k - 1``, so a comparison measures one step, never accumulated drift. Here a breach is
+reported (``StepCheck``), not raised, so the run shows every step. A partitioned run
+(``partition=True`` and a plan that refuses something) is checked span by span on the boundary
+values the engine fed each span (``Engine.partitioned(entry).trace``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from poot_ir import Program, Storage, evaluate, sample_inputs
+from poot_ir.budget import check_alloc, nbytes
+from poot_ir.sampling import sample_bytes, value_bytes
+from poot_planner import Plan, Span, plan
+from poot_planner import partition as partition_spans
+
+from poot_engine import Engine
+from poot_engine.device import Device, checks_score_bound
+from poot_engine.verify import StepCheck, check_results, check_spans
+
+__all__ = ["RunReport", "StepCheck", "run_program"]
+
+
+@dataclass(slots=True)
+class RunReport:
+    """What running ``program`` on a device did: the plan, every step's check, engine stats.
+    ``spans`` is the partition a partitioned run used (empty for an ordinary run)."""
+
+    program: Program
+    device: str
+    plan: Plan
+    steps: list[StepCheck] = field(default_factory=list)
+    outputs: list[dict[str, np.ndarray]] = field(default_factory=list)
+    compiles: int = 0
+    cache_hits: int = 0
+    spans: tuple[Span, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return (self.plan.admitted or bool(self.spans)) and all(s.ok for s in self.steps)
+
+
+def run_program(
+    program: Program,
+    device: Device,
+    device_name: str,
+    *,
+    steps: int = 3,
+    seed: int = 0,
+    cache_dir: Path | None = None,
+    inputs: list[dict[str, np.ndarray]] | None = None,
+    integer_valued: bool = False,
+    partition: bool = False,
+) -> RunReport:
+    """Plan ``program`` for ``device``'s target; if it is admitted (or ``partition`` asks for a
+    partitioned entry), run ``steps`` steps through an ``Engine`` and check each one. Inputs
+    are ``inputs[k]`` (every argument: weights are read from step 0 only, states from step 0 as
+    initial values) or deterministic samples."""
+    p = plan(program, device.target)  # the one plan: the engine loads it (and its spans') as is
+    parted: tuple[Span, ...] = ()
+    if partition and not p.admitted:  # cut as the engine would cut it for this device
+        parted = partition_spans(program, device.target, p, score_guard=checks_score_bound(device))
+    report = RunReport(program, device_name, p, spans=parted)
+    if not p.admitted and not parted:
+        return report
+    storage = {a.name: a.storage for a in program.args}
+    if inputs is None:
+        # every step's samples and results are kept for the report: all of them must fit
+        kept = sample_bytes(program) + sum(
+            nbytes(v.type.shape, v.type.dtype.itemsize) for _, v in program.results()
+        )
+        check_alloc(f"{steps} steps of program {program.name!r}", steps * kept)
+    # each step's check against the oracle holds every value of the program at once
+    check_alloc(f"the oracle's values of program {program.name!r}", value_bytes(program))
+    per_step = inputs or [
+        sample_inputs(program, seed + k, integer_valued=integer_valued) for k in range(steps)
+    ]
+    first = per_step[0]
+    weights = {n: v for n, v in first.items() if storage[n] is Storage.WEIGHT}
+    states = {n: v for n, v in first.items() if storage[n] is Storage.STATE}
+    engine = Engine(device, cache_dir=cache_dir)
+    try:
+        handle = engine.load_weights(weights)
+        entry = engine.add_entry(
+            p, handle, initial_state=states, partition=bool(parted), spans=parted or None
+        )
+        for k, sample in enumerate(per_step):
+            slots = {n: v for n, v in sample.items() if storage[n] is Storage.SLOT}
+            got = engine.step(entry, slots)
+            feed = {**weights, **states, **slots}
+            part = engine.partitioned(entry)
+            if part is not None:
+                trace = {**weights, **part.trace}  # a device span's weights stay on the device
+                report.steps.append(StepCheck(k, check_spans(program, parted, trace, got)))
+            else:
+                want = evaluate(program, feed)
+                report.steps.append(StepCheck(k, check_results(p, feed, got, want)))
+            report.outputs.append(got)
+            states = {n: got[n] for n in states}
+        stats = engine.stats()
+        report.compiles, report.cache_hits = stats.compiles, stats.cache_hits
+    finally:
+        engine.close()
+    return report
+
+
+def partition_of(program: Program, target: str) -> tuple[Span, ...]:
+    """``program``'s spans for ``target``, each device span carrying its own (admitted) plan."""
+    return partition_spans(program, target)

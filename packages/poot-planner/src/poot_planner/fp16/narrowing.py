@@ -1,0 +1,249 @@
+"""Narrowing F32 programs to a device that computes in FP16 (the Intel NPU4).
+
+A vendor compiler handed an F32 graph narrows it silently; poot makes the narrowing a step of
+its own, visible in the program. ``narrow_to_device_precision`` is the first pass for a target
+that records a ``NarrowingContract``: each F32 argument is converted to F16 by an explicit
+``convert`` on entry, the whole graph computes in F16, and each F32 result is converted back on
+exit. Nothing in between is converted op by op, so the contract bounds the graph's error as a
+whole, and the program's numerics class becomes ``NarrowStorage``.
+
+The literal rules (``literal_refusals``), exactly as the specification states them:
+
+- an F32 literal FP16 cannot hold (beyond 65504) is refused (``NARROWING_RANGE``), unless it is
+  an operand of an add or subtract: then a finite literal saturates to +-65504 (a mask
+  sentinel acting as an infinity), under the sentinel rule of ``fp16.checks`` (its result is
+  refused unless the sentinel dominates it); a multiplicative use stays refused;
+- an infinite literal of an add or subtract is a sentinel like a finite one beyond the range
+  (the NPU compiler clamps an infinite splat constant to +-65504 anyway, ``splat_refusals``);
+  elsewhere it is refused, and so is a NaN literal;
+- an integer converted to a float is refused (``INTEGER_TO_FLOAT``: FP16 holds integers
+  exactly only up to 2048), and a convert through BF16 or to an integer is unsupported.
+"""
+
+from __future__ import annotations
+
+import math
+
+from poot_ir import (
+    Arg,
+    Atom,
+    ConvertParams,
+    DType,
+    Eqn,
+    Literal,
+    Output,
+    Prim,
+    Program,
+    Update,
+    Var,
+    infer_type,
+    validate,
+)
+from poot_ir.core import COMPARISONS
+
+from poot_planner.fp16.checks import Guard, analyse
+from poot_planner.refusal import Refusal, RefusalKind
+from poot_planner.target import NarrowingContract
+
+__all__ = [
+    "ARITHMETIC",
+    "intermediate_guards",
+    "literal_refusals",
+    "narrow_to_device_precision",
+    "needs_narrowing",
+    "operating_dtype",
+    "splat_refusals",
+]
+
+#: Primitives that compute values (everything but data movement and converts).
+ARITHMETIC = frozenset(p for p in Prim if p.is_unary or p.is_binary) | {
+    Prim.REDUCE_SUM,
+    Prim.REDUCE_MAX,
+    Prim.MATMUL,
+    Prim.SELECT,
+}
+
+_ADDITIVE = (Prim.ADD, Prim.SUB)
+
+
+def operating_dtype(e: Eqn) -> DType:
+    """The dtype an equation computes in: its operands' for comparisons, select's branches',
+    the table's for gather, the source's for convert, else its result's."""
+    if e.prim in COMPARISONS or e.prim in (Prim.CONVERT, Prim.GATHER, Prim.DYNAMIC_UPDATE_SLICE):
+        return e.inputs[0].dtype
+    if e.prim is Prim.SELECT:
+        return e.inputs[1].dtype
+    return e.out.dtype
+
+
+def needs_narrowing(program: Program) -> bool:
+    """True when the program has an F32 argument or result, or does F32 arithmetic.
+
+    Data movement counts: the NPU compiler converts every F32 tensor of the graph to FP16
+    (openvinotoolkit/npu_compiler ``src/vpux_compiler/src/dialect/IE/transforms/passes/
+    convert_precision_to_fp16.cpp``: F32, F64 and signless i8 become f16, on by default through
+    ``enableConvertPrecisionToFP16``), so an F32 gather, transpose, slice or concat returns FP16
+    values; I32 and BF16 keep their width there (BOOL, an i8, round-trips through FP16)."""
+    wide = DType.F32
+    if any(a.var.dtype is wide for a in program.args):
+        return True
+    if any(v.dtype is wide for _, v in program.results()):
+        return True
+    return any(e.prim in ARITHMETIC and operating_dtype(e) is wide for e in program.eqns)
+
+
+# The last answer of ``literal_refusals``: planning asks it of the same program twice
+# (legalization, then the plan), and the analysis walks every equation. Programs and contracts
+# are immutable; the entry holds both, so their ids are not reused while it lives.
+_LAST: list[tuple[Program, NarrowingContract, tuple[Refusal, ...]]] = []
+
+
+def forget() -> None:
+    """Drop the remembered answer (``plan`` does, before and after each plan)."""
+    _LAST.clear()
+
+
+def literal_refusals(program: Program, contract: NarrowingContract) -> list[Refusal]:
+    """Refusals of the literals narrowing cannot carry (see the module). The convert rules are
+    admission's (``poot_planner.admission``), since they hold with or without a contract."""
+    if _LAST and _LAST[0][0] is program and _LAST[0][1] is contract:
+        return list(_LAST[0][2])
+    out = _literal_refusals(program, contract)
+    _LAST[:] = [(program, contract, tuple(out))]
+    return out
+
+
+def _literal_refusals(program: Program, contract: NarrowingContract) -> list[Refusal]:
+    out: list[Refusal] = []
+    limit = contract.max_magnitude
+    for i, e in enumerate(program.eqns):
+        for a in e.inputs:
+            if not (isinstance(a, Literal) and a.dtype is DType.F32):
+                continue
+            v = a.as_float()
+            if math.isnan(v):
+                out.append(
+                    Refusal(
+                        RefusalKind.NARROWING_RANGE,
+                        i,
+                        e.prim.value,
+                        (("literal", "nan"), ("limit", limit)),
+                    )
+                )
+            elif math.isinf(v) and e.prim not in _ADDITIVE:
+                out.append(_infinite_literal(i, e.prim.value, v))
+            elif math.isfinite(v) and abs(v) > limit and e.prim not in _ADDITIVE:
+                out.append(
+                    Refusal(
+                        RefusalKind.NARROWING_RANGE,
+                        i,
+                        e.prim.value,
+                        (
+                            ("literal", repr(v)),
+                            ("limit", limit),
+                            ("use", "multiplicative or other"),
+                        ),
+                    )
+                )
+    out.extend(analyse(program, limit).refusals)  # the sentinel rule (fp16.checks)
+    return out
+
+
+def _infinite_literal(i: int, prim: str, v: float) -> Refusal:
+    facts = (
+        ("literal", repr(v)),
+        ("use", "the NPU compiler clamps a splat constant's infinity to 65504"),
+    )
+    return Refusal(RefusalKind.NARROWING_RANGE, i, prim, facts)
+
+
+def splat_refusals(program: Program) -> list[Refusal]:
+    """An infinite F16 literal on an FP16 device: refused, since the NPU compiler clamps every
+    splat float constant whose FP16 value is infinite to +-65504 (npu_compiler
+    ``convert_precision_to_fp16.cpp``, ``clampF16Splat``, and ``numeric_limits<float16>::clamp``
+    in ``vpux/utils/core/type/float16.hpp``): ``x + -inf`` would be ``x - 65504``. (An F32
+    one in a narrowed program is a sentinel instead: ``literal_refusals``.)"""
+    return [
+        _infinite_literal(i, e.prim.value, a.as_float())
+        for i, e in enumerate(program.eqns)
+        for a in e.inputs
+        if isinstance(a, Literal) and a.dtype is DType.F16 and math.isinf(a.as_float())
+    ]
+
+
+def _narrow_literal(a: Literal, prim: Prim, limit: float) -> Literal:
+    v = a.as_float()
+    if not math.isnan(v) and abs(v) > limit and prim in _ADDITIVE:
+        # a mask sentinel: saturated, as the NPU compiler itself clamps an infinite splat
+        v = math.copysign(limit, v)
+    return Literal.of(v, DType.F16)
+
+
+def narrow_to_device_precision(program: Program, contract: NarrowingContract) -> Program:
+    """The narrowed program (see the module). Call only on a program ``literal_refusals``
+    accepts; the arguments and results keep their names, order and types."""
+    return _narrow(program, contract)[0]
+
+
+def intermediate_guards(
+    program: Program, contract: NarrowingContract, scores: frozenset[int] = frozenset()
+) -> tuple[tuple[int, Guard], ...]:
+    """The in-graph guards of source ``program`` (``fp16.checks``; ``scores``: the values that
+    get a ``SCORE`` guard, ``Plan.score_bound``), each with the index of the equation of the
+    narrowed program that computes the guarded value."""
+    at = _narrow(program, contract)[1]
+    found = analyse(program, contract.max_magnitude, scores).guards
+    return tuple((at[g.eqn], g) for g in found if g.eqn in at)
+
+
+def _narrow(program: Program, contract: NarrowingContract) -> tuple[Program, dict[int, int]]:
+    """The narrowed program and, for each source equation it keeps, its index there."""
+    wide, narrow = DType.F32, contract.device_dtype
+    at: dict[int, int] = {}
+    next_id = 1 + max([a.var.id for a in program.args] + [e.out.id for e in program.eqns] + [-1])
+    eqns: list[Eqn] = []
+    env: dict[int, Atom] = {}
+
+    def emit(prim: Prim, inputs: tuple[Atom, ...], params: object) -> Var:
+        nonlocal next_id
+        t = infer_type(prim, inputs, params, len(eqns))  # type: ignore[arg-type]
+        v = Var(next_id, t)
+        next_id += 1
+        eqns.append(Eqn(prim, inputs, (v,), params))  # type: ignore[arg-type]
+        return v
+
+    for a in program.args:
+        env[a.var.id] = (
+            emit(Prim.CONVERT, (a.var,), ConvertParams(narrow)) if a.var.dtype is wide else a.var
+        )
+    for i, e in enumerate(program.eqns):
+        ins = tuple(
+            env[a.id]
+            if isinstance(a, Var)
+            else _narrow_literal(a, e.prim, contract.max_magnitude)
+            if a.dtype is wide
+            else a
+            for a in e.inputs
+        )
+        params = e.params
+        if isinstance(params, ConvertParams):
+            dst = narrow if params.dtype is wide else params.dtype
+            if ins[0].dtype is dst:  # a cast the boundary already made: nothing to do
+                env[e.out.id] = ins[0]
+                continue
+            params = ConvertParams(dst)
+        at[i] = len(eqns)
+        env[e.out.id] = emit(e.prim, ins, params)
+
+    def exit_value(v: Var) -> Var:
+        got = env[v.id]
+        if v.dtype is wide and got.dtype is not wide:
+            return emit(Prim.CONVERT, (got,), ConvertParams(wide))
+        if isinstance(got, Literal):  # cannot happen: results are equation outputs or arguments
+            raise ValueError("a result cannot be a literal")
+        return got
+
+    outputs = tuple(Output(o.name, exit_value(o.var)) for o in program.outputs)
+    updates = tuple(Update(u.state, exit_value(u.var)) for u in program.updates)
+    args = tuple(Arg(a.name, a.var, a.storage, a.wide) for a in program.args)
+    return validate(Program(program.name, args, tuple(eqns), outputs, updates)), at

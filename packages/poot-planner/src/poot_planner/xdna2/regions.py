@@ -1,0 +1,235 @@
+"""XDNA2 regions: contiguous runs of tile jobs that load as one artifact and run once per step.
+
+A region is one xclbin and instruction stream, so it takes one of the NPU's hardware contexts.
+Inside it, a value that only the region's own tiles read moves tile to tile through an object
+FIFO and never reaches host memory; every other tensor it reads or writes is a host stream
+through a shim DMA channel, at a fixed offset in a host arena.
+
+Regions are formed greedily in program order: a region closes where adding the next tile job
+would break a bound (``RegionLimits``): compute tiles, host streams in, host streams out, or
+tile-local bytes once the tiles that share a FIFO share its object size
+(``poot_planner.xdna2.chunking``). The region's flag path (its domain-guard word, chained core to core
+and drained to the host) is counted too: ``RegionLimits.flag_bytes`` on every tile (the words
+in and out and the core's own guard count) and
+``flag_streams_out`` host stream out per region. The streams of a candidate region are counted exactly: a value
+produced inside it goes out to the host only if a tile outside it (earlier or later) or the
+program's results read it. The tiles of a formed region carry the chunking they run. A program
+needing more regions than the device has contexts is refused with ``CONTEXT_LIMIT``.
+
+Host relayouts (``HostRelayout``: a reshape, transpose, slice or concat the host arenas absorb)
+run between regions: no tile, no context, no stream of their own. Each reads host values (an
+argument, a value a region wrote out, another relayout's output) and writes one: a value a
+relayout reads counts as read outside every region, so its producing region streams it out
+(counted in that region's bounds). A relayout whose operand the region being formed makes
+closes that region (it runs after it); any other runs before the region being formed, so a
+relayout of an argument or of an earlier region's value costs no context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol, TypeVar
+
+from poot_ir import Prim, Program, Var
+
+from poot_planner.target import RegionLimits
+from poot_planner.xdna2.chunking import chunk_calls, chunk_region, unchunked_bytes
+from poot_planner.xdna2.tiles import TileOp
+
+__all__ = ["HostRelayout", "Region", "form_regions", "in_step_order"]
+
+
+class _Placed(Protocol):
+    @property
+    def after(self) -> int: ...  # how many regions run before it
+
+
+_R = TypeVar("_R")
+_H = TypeVar("_H", bound=_Placed)
+
+
+def in_step_order(regions: Sequence[_R], relayouts: Sequence[_H]) -> list[_R | _H]:
+    """The regions and host relayouts in the order one step runs them: for each region, the
+    relayouts placed before it (``after``), then the region; then those after the last. The
+    plan's and the design's (``poot_codegen.xdna``) stages are ordered by this one rule."""
+    out: list[_R | _H] = []
+    for k in range(len(regions) + 1):
+        out += [h for h in relayouts if h.after == k]
+        if k < len(regions):
+            out.append(regions[k])
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """One artifact: its tiles (in order), the host values it reads (one stream each), the
+    values it writes to host memory (one stream each), and the values that stay on tiles."""
+
+    index: int
+    tiles: tuple[TileOp, ...]
+    host_in: tuple[Var, ...]
+    host_out: tuple[Var, ...]
+    internal: tuple[Var, ...]
+
+    @property
+    def eqns(self) -> tuple[int, ...]:
+        return tuple(sorted(i for t in self.tiles for i in t.eqns))
+
+    @property
+    def tile_bytes(self) -> int:
+        """The largest tile's buffer bytes."""
+        return max((t.tile_bytes for t in self.tiles), default=0)
+
+    def __str__(self) -> str:
+        eq = self.eqns
+        span = f"eqns {eq[0]}..{eq[-1]}" if eq else "no eqns"
+        return (
+            f"region {self.index}: {span}, {len(self.tiles)} tiles, {len(self.host_in)} streams in, "
+            f"{len(self.host_out)} out, {len(self.internal)} tile-to-tile, max {self.tile_bytes} B/tile"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HostRelayout:
+    """One relayout run on the host between regions: equation ``eqn`` (``prim``) of the planned
+    program, from the host values ``inputs`` to the host value ``output``. ``alias``: the output
+    is the input's bytes read with another shape (a reshape: row-major, zero copies); else one
+    host copy. ``after``: how many regions run before it (it runs before region ``after``)."""
+
+    eqn: int
+    prim: Prim
+    inputs: tuple[Var, ...]
+    output: Var
+    alias: bool
+    after: int = 0
+
+    def __str__(self) -> str:
+        how = "alias" if self.alias else "host copy"
+        return (
+            f"host relayout: eqn {self.eqn} ({self.prim.value}, {how}) after {self.after} region(s)"
+        )
+
+
+def _streams(
+    tiles: list[TileOp], readers: dict[int, set[int]], results: set[int]
+) -> tuple[list[Var], list[Var], list[Var]]:
+    """(host in, host out, internal) of a candidate region made of ``tiles``."""
+    mine = {t.index for t in tiles}
+    made = {t.output.id: t.output for t in tiles}
+    host_in: dict[int, Var] = {}
+    for t in tiles:
+        for op in t.inputs:
+            if op.var.id not in made:
+                host_in.setdefault(op.var.id, op.var)
+    out, internal = [], []
+    for vid, v in made.items():
+        if vid in results or readers.get(vid, set()) - mine:
+            out.append(v)
+        else:
+            internal.append(v)
+    return list(host_in.values()), out, internal
+
+
+class _Candidate:
+    """The region being formed, with its stream counts kept as tiles join (so trying the next
+    tile costs what that tile reads and writes, not the whole region: program order means a
+    tile's inputs are made by earlier tiles, so a host input never becomes internal, and a
+    value made here stops going out when its last reader outside joins)."""
+
+    def __init__(self, readers: dict[int, set[int]], results: set[int]) -> None:
+        self.readers, self.results = readers, results
+        self.tiles: list[TileOp] = []
+        self.host_in: set[int] = set()
+        self.outside: dict[int, int] = {}  # value made here -> its readers not (yet) here
+        self.n_out = 0  # values made here that go to the host
+        self.whole_fits = True  # every tile fits unchunked (one call per run)
+
+    def _goes_out(self, v: int, outside: int) -> bool:
+        return v in self.results or outside > 0
+
+    def delta(self, t: TileOp) -> tuple[int, int, dict[int, int]]:
+        """(host streams in, host streams out, the updated outside counts) with ``t`` added."""
+        ins = {op.var.id for op in t.inputs}
+        new_in = len(self.host_in | {v for v in ins if v not in self.outside})
+        counts = {v: self.outside[v] - 1 for v in ins if v in self.outside}
+        n_out = self.n_out
+        for v, c in counts.items():
+            n_out -= self._goes_out(v, c + 1) and not self._goes_out(v, c)
+        out = t.output.id
+        counts[out] = len(self.readers.get(out, set()) - {t.index})
+        n_out += self._goes_out(out, counts[out])
+        return new_in, n_out, counts
+
+    def add(self, t: TileOp, delta: tuple[int, int, dict[int, int]], whole: bool) -> None:
+        _, self.n_out, counts = delta
+        self.host_in.update(op.var.id for op in t.inputs if op.var.id not in self.outside)
+        self.outside.update(counts)
+        self.whole_fits = self.whole_fits and whole
+        self.tiles.append(t)
+
+
+def form_regions(
+    program: Program,
+    tiles: tuple[TileOp, ...],
+    limits: RegionLimits,
+    relayouts: tuple[HostRelayout, ...] = (),
+) -> tuple[tuple[Region, ...], tuple[HostRelayout, ...]]:
+    """Greedy regions over ``tiles`` (in program order), and ``relayouts`` (in program order)
+    with the place each runs at (``HostRelayout.after``). Each tile alone must already fit a
+    region (the planner refuses those that do not before calling this)."""
+    readers: dict[int, set[int]] = {}
+    for t in tiles:
+        for op in t.inputs:
+            readers.setdefault(op.var.id, set()).add(t.index)
+    for k, r in enumerate(relayouts):  # a relayout reads on the host: outside every region
+        for v in r.inputs:
+            readers.setdefault(v.id, set()).add(-1 - k)
+    results = {v.id for _, v in program.results()}
+    # tiles and relayouts in program order: a tile at the equation that makes its output
+    made_at = {e.out.id: i for i, e in enumerate(program.eqns)}
+    order: list[tuple[int, int, TileOp | HostRelayout]] = [
+        (made_at[t.output.id], 0, t) for t in tiles
+    ]
+    order += [(r.eqn, 1, r) for r in relayouts]
+    order.sort(key=lambda x: (x[0], x[1]))
+    placed: list[HostRelayout] = []
+
+    regions: list[Region] = []
+    current = _Candidate(readers, results)
+
+    def close() -> None:
+        group = current.tiles
+        h_in, h_out, internal = _streams(group, readers, results)
+        chunked = chunk_region(group, limits.data_tile_bytes, limits.flag_bytes)
+        tiles_ = tuple(chunked[0]) if not isinstance(chunked, int) else tuple(group)
+        regions.append(Region(len(regions), tiles_, tuple(h_in), tuple(h_out), tuple(internal)))
+
+    for _, _, item in order:
+        if isinstance(item, HostRelayout):
+            # its operand is made by the region being formed: that region runs first
+            if current.tiles and any(v.id in current.outside for v in item.inputs):
+                close()
+                current = _Candidate(readers, results)
+            placed.append(replace(item, after=len(regions)))
+            continue
+        t = item
+        delta = current.delta(t)
+        whole = unchunked_bytes(t) <= limits.data_tile_bytes
+        if current.tiles and not (
+            len(current.tiles) < limits.compute_tiles
+            and delta[0] <= limits.host_streams_in
+            and delta[1] <= limits.data_streams_out  # the flag word takes one
+            # one call per run fits whatever the region shares: no need to work out groups
+            and (
+                (current.whole_fits and whole)
+                or not isinstance(chunk_calls([*current.tiles, t], limits.data_tile_bytes), int)
+            )
+        ):
+            close()
+            current = _Candidate(readers, results)
+            delta = current.delta(t)
+        current.add(t, delta, whole)
+    if current.tiles:
+        close()
+    return tuple(regions), tuple(placed)

@@ -1,0 +1,170 @@
+"""XDNA2 tile jobs: what each compute tile runs.
+
+Every admitted equation (or recognized row kernel) is one ``TileOp`` on its own compute tile.
+A tile streams its tensors through its DMA channels in *chunks* of whole *units*: an element
+(pointwise), a row (row kernels), or one gathered slice (gather). A resident tensor (a norm's
+weight vector, a gather's table and indices) is loaded once, whole. How many units go through
+per call is decided per region by ``poot_planner.xdna2.chunking`` (tiles that share a FIFO share
+one object size); a job made here is unchunked until then.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+from poot_ir import Eqn, GatherParams, Literal, Var
+
+from poot_planner.target import KernelClass
+
+__all__ = ["IndexGuard", "TileOp", "TileOperand", "tile_for_eqn", "tile_for_group"]
+
+
+class IndexGuard(Enum):
+    """How a gather tile keeps every index inside its axis: the NPU kernel reads the table at
+    whatever index it is given, so poot must never hand it one outside the axis.
+
+    An index tensor the host passes in (an argument: a slot, a state or a weight) is checked
+    on the host before each run (``IndexOutOfRange`` naming the argument and the element, as
+    the oracle raises); one a region computes is clamped into the axis by the kernel."""
+
+    HOST_CHECKED = "checked on the host before each run"
+    KERNEL_CLAMPED = "clamped into the axis by the kernel"
+
+
+@dataclass(frozen=True, slots=True)
+class TileOperand:
+    """One tensor a tile reads: ``unit`` elements per unit, or the whole tensor when
+    ``resident``."""
+
+    var: Var
+    unit: int
+    resident: bool = False
+
+    @property
+    def unit_bytes(self) -> int:
+        return self.unit * self.var.dtype.itemsize
+
+
+@dataclass(frozen=True, slots=True)
+class TileOp:
+    """One compute tile's job.
+
+    ``eqns`` are the equations it computes (one, or a row kernel's chain), ``inputs`` the
+    distinct tensors it reads (each one stream in), ``output`` the one tensor it writes.
+    ``units`` is how many units the output has and ``chunk`` how many go through per FIFO
+    object; ``out_unit`` elements of the output per unit.
+    """
+
+    index: int
+    kind: KernelClass
+    eqns: tuple[int, ...]
+    inputs: tuple[TileOperand, ...]
+    output: Var
+    out_unit: int
+    units: int
+    chunk: int
+    tile_bytes: int
+    bound: float | None = None  # a row kernel's derived relative bound
+    index_guard: IndexGuard | None = None  # a gather's: how its indices stay in the axis
+    code_bytes: int = 0  # the target's estimate of its core's program memory (``CodeSize``)
+
+    @property
+    def n_chunks(self) -> int:
+        return self.units // self.chunk if self.chunk else 0
+
+    @property
+    def streams_in(self) -> int:
+        return len(self.inputs)
+
+    def placed(
+        self,
+        *,
+        index: int | None = None,
+        chunk: int | None = None,
+        tile_bytes: int | None = None,
+        code_bytes: int | None = None,
+    ) -> TileOp:
+        """This job with its place and layout set (the fields planning fills in last); the
+        constructor called directly, as ``dataclasses.replace`` costs a field walk per call
+        and planning calls this twice per equation."""
+        return TileOp(
+            self.index if index is None else index,
+            self.kind,
+            self.eqns,
+            self.inputs,
+            self.output,
+            self.out_unit,
+            self.units,
+            self.chunk if chunk is None else chunk,
+            self.tile_bytes if tile_bytes is None else tile_bytes,
+            self.bound,
+            self.index_guard,
+            self.code_bytes if code_bytes is None else code_bytes,
+        )
+
+
+def _distinct(vars_: list[Var]) -> list[Var]:
+    seen: dict[int, Var] = {}
+    for v in vars_:
+        seen.setdefault(v.id, v)
+    return list(seen.values())
+
+
+def tile_for_eqn(
+    index: int, i: int, e: Eqn, kind: KernelClass, arguments: frozenset[int] = frozenset()
+) -> TileOp:
+    """The (unchunked) tile job of one admitted equation. ``arguments`` are the ids of the
+    program's arguments: a gather whose indices are one is ``HOST_CHECKED``, else
+    ``KERNEL_CLAMPED`` (``IndexGuard``)."""
+    guard = None
+    out = e.out
+    tensors = _distinct([a for a in e.inputs if isinstance(a, Var)])
+    inputs: tuple[TileOperand, ...]
+    match kind:
+        case KernelClass.ROW:
+            x = tensors[0]
+            cols = x.shape[-1] if x.type.rank else 1
+            # rows of no columns: the kernel writes the identity and reads nothing, so the
+            # empty tensor is not streamed (a DMA moves at least one word)
+            inputs = (TileOperand(x, cols),) if x.type.size else ()
+            units, out_unit = out.type.size, 1
+        case KernelClass.GATHER:
+            table, idx = tensors[0], tensors[-1]  # the type rules make both tensors
+            axis = e.params.axis if isinstance(e.params, GatherParams) else 0
+            inner = math.prod(table.shape[axis + 1 :])
+            inputs = (TileOperand(table, 0, resident=True), TileOperand(idx, 0, resident=True))
+            units, out_unit = out.type.size // inner if inner else 0, inner
+            host = idx.id in arguments
+            guard = IndexGuard.HOST_CHECKED if host else IndexGuard.KERNEL_CLAMPED
+        case _:
+            inputs = tuple(TileOperand(v, 1) for v in tensors)
+            units, out_unit = out.type.size, 1
+    chunk = max(units, 1)
+    return TileOp(index, kind, (i,), inputs, out, out_unit, units, chunk, 0, index_guard=guard)
+
+
+def tile_for_group(
+    index: int,
+    eqns: tuple[int, ...],
+    inputs: tuple[Var, ...],
+    output: Var,
+    cols: int,
+    bound: float | None,
+) -> TileOp:
+    """The tile job of a row kernel: row-shaped inputs stream by rows, ``[cols]`` vectors are
+    resident."""
+    ops = tuple(
+        TileOperand(v, 0, resident=True) if v.type.rank <= 1 else TileOperand(v, v.shape[-1])
+        for v in inputs
+    )
+    units = output.type.size // cols if cols else 0
+    return TileOp(
+        index, KernelClass.FUSED_NORM, eqns, ops, output, cols, units, max(units, 1), 0, bound
+    )
+
+
+def literal_operands(e: Eqn) -> tuple[Literal, ...]:
+    """Inline scalars a kernel bakes into its code (no stream)."""
+    return tuple(a for a in e.inputs if isinstance(a, Literal))
