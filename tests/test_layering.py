@@ -1,4 +1,5 @@
-"""The packages import only to their left: ir <- planner <- codegen <- engine <- npu <- poot.
+"""The packages import only to their left: ir <- planner <- codegen <- engine <- npu <- poot, with
+the ONNX frontend (onnx) beside the planner: it imports ir only, and only poot imports it.
 
 Read from the source with ``ast`` (every import, lazy ones inside functions included), so a
 violation fails here before it can become a cycle.
@@ -14,9 +15,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ORDER = ["poot_ir", "poot_planner", "poot_codegen", "poot_engine", "poot_npu", "poot"]
+ORDER = ["poot_ir", "poot_onnx", "poot_planner", "poot_codegen", "poot_engine", "poot_npu", "poot"]
 SOURCES = {
     "poot_ir": ROOT / "packages/poot-ir/src/poot_ir",
+    "poot_onnx": ROOT / "packages/poot-onnx/src/poot_onnx",
     "poot_planner": ROOT / "packages/poot-planner/src/poot_planner",
     "poot_codegen": ROOT / "packages/poot-codegen/src/poot_codegen",
     "poot_engine": ROOT / "packages/poot-engine/src/poot_engine",
@@ -45,6 +47,13 @@ def test_imports_run_only_to_the_left(package: str) -> None:
         assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}, right of {package}"
 
 
+def test_only_the_command_line_imports_the_onnx_frontend() -> None:
+    # a frontend is a way in, not a layer: the planner and everything after it take programs
+    for package in ORDER[ORDER.index("poot_planner") : ORDER.index("poot")]:
+        for path in sorted(SOURCES[package].rglob("*.py")):
+            assert "poot_onnx" not in _imported_packages(path), f"{path.relative_to(ROOT)}"
+
+
 def test_every_package_ships_py_typed() -> None:
     for package, src in SOURCES.items():
         assert (src / "py.typed").is_file(), f"{package} has no py.typed"
@@ -58,6 +67,17 @@ def test_poot_ir_alone_needs_numpy_and_ml_dtypes_only() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"import poot_ir also imported {out.stdout.strip()}"
+
+
+def test_poot_onnx_alone_needs_poot_ir_and_onnx_only() -> None:
+    code = (
+        "import sys, poot_onnx\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('openvino', 'rich', 'poot_planner', 'poot_codegen', 'poot_engine', 'poot_npu'))\n"
+        "print(','.join(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"import poot_onnx also imported {out.stdout.strip()}"
 
 
 @pytest.mark.parametrize("package", ORDER)
