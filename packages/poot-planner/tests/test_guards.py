@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from poot_ir import Builder, DType, Var
 from poot_planner import plan
-from poot_planner.guards import RESULT, Site, guards
+from poot_planner.guards import RESULT, Site
 
 F32 = DType.F32
 
@@ -17,7 +17,7 @@ def _sites(f: Callable[[Builder, Var], Var], target: str = "xdna2") -> dict[tupl
     b = Builder("g")
     x = b.slot("x", F32, (4, 8))
     b.output("y", f(b, x))
-    return {(g.eqn, g.operand): g.site for g in guards(plan(b.build(), target))}
+    return {(g.eqn, g.operand): g.site for g in plan(b.build(), target).guards}
 
 
 def test_arguments_are_guarded_on_the_host_and_literals_proven() -> None:

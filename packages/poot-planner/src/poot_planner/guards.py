@@ -25,27 +25,35 @@ not proven). An argument is unknown (it is checked per equation on the host).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import assert_never
+from typing import TYPE_CHECKING
 
-from poot_ir import DType, Eqn, Literal, Prim, Program, Var
+from poot_ir import DType, Eqn, Literal, Prim, Var
 from poot_ir.numerics import (
     AnyInput,
     Contract,
     Domain,
     FiniteInputs,
     FiniteNormalResult,
-    Interval,
     NotNaN,
-    PositiveNormal,
 )
 
 from poot_planner.fp16.narrowing import operating_dtype
-from poot_planner.plan import Plan
-from poot_planner.xdna2.facts import SMALLEST_NORMAL_F32
 
-__all__ = ["Guard", "Site", "describe_domain", "device_guards", "equation_contract", "guards"]
+if TYPE_CHECKING:  # plan.py places the guards of the plan it makes: it imports this module
+    from poot_planner.plan import Plan
+
+__all__ = [
+    "RESULT",
+    "DomainGuard",
+    "Site",
+    "device_guards",
+    "equation_contract",
+    "equation_contracts",
+    "place_guards",
+]
 
 _MAX = 3.4028234663852886e38
 RESULT = -1  # the operand index of a result guard
@@ -58,7 +66,7 @@ class Site(Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Guard:
+class DomainGuard:
     """Operand ``operand`` (``RESULT``: the result) of equation ``eqn`` against ``domain``.
     ``argument`` names the argument of a ``HOST`` guard; ``why`` says how a ``PROVEN`` one is."""
 
@@ -73,31 +81,32 @@ class Guard:
 
 def equation_contract(plan: Plan, i: int, e: Eqn) -> Contract | None:
     """The contract of equation ``i`` of ``plan.program``: its admission's, or the target's
-    per-primitive row (a step of a row kernel); None for one with no row (data movement)."""
+    per-primitive row (a step of a row kernel); None for one with no row (data movement).
+    For every equation at once, ``equation_contracts`` (one pass, not one per equation)."""
     if plan.program is plan.source:
         for a in plan.admissions:
             if a.eqn == i and a.contract is not None:
                 return a.contract
+    return _target_contract(plan, e)
+
+
+def equation_contracts(plan: Plan) -> tuple[Contract | None, ...]:
+    """``equation_contract`` of every equation of ``plan.program``, in order: the admissions
+    are read once (a lookup per equation made a plan's guards quadratic in its length)."""
+    admitted: dict[int, Contract] = {}
+    if plan.program is plan.source:
+        for a in plan.admissions:
+            if a.contract is not None:
+                admitted.setdefault(a.eqn, a.contract)
+    return tuple(
+        admitted[i] if i in admitted else _target_contract(plan, e)
+        for i, e in enumerate(plan.program.eqns)
+    )
+
+
+def _target_contract(plan: Plan, e: Eqn) -> Contract | None:
     cap = plan.target.capability(e.prim, operating_dtype(e))
     return None if cap is None else cap.contract
-
-
-def describe_domain(d: Domain) -> str:
-    match d:
-        case Interval(lo=lo, hi=hi):
-            return f"[{lo:g}, {hi:g}]"
-        case FiniteNormalResult():
-            return "finite operands, finite normal result"
-        case PositiveNormal():
-            return "positive normal"
-        case FiniteInputs():
-            return "finite"
-        case NotNaN():
-            return "not NaN"
-        case AnyInput():
-            return "anything"
-        case _ as unreachable:
-            assert_never(unreachable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,35 +116,14 @@ class _Range:
     nan: bool = True
 
     def inside(self, d: Domain) -> bool:
-        match d:
-            case AnyInput():
-                return True
-            case NotNaN():
-                return not self.nan
-            case FiniteInputs() | FiniteNormalResult():
-                return not self.nan and self.lo >= -_MAX and self.hi <= _MAX
-            case Interval(lo=lo, hi=hi):
-                return not self.nan and self.lo >= lo and self.hi <= hi
-            case PositiveNormal():
-                return not self.nan and self.lo >= SMALLEST_NORMAL_F32 and self.hi <= _MAX
-            case _ as unreachable:
-                assert_never(unreachable)
+        """Whether every value of this range is inside ``d`` (at F32)."""
+        b = d.bounds(DType.F32)
+        return (b.nan or not self.nan) and self.lo >= b.lo and self.hi <= b.hi
 
     def within(self, d: Domain) -> _Range:
         """This range once a guard has passed (the operand is inside ``d``)."""
-        match d:
-            case AnyInput():
-                return self
-            case NotNaN():
-                return _Range(self.lo, self.hi, False)
-            case FiniteInputs() | FiniteNormalResult():
-                return _Range(max(self.lo, -_MAX), min(self.hi, _MAX), False)
-            case Interval(lo=lo, hi=hi):
-                return _Range(max(self.lo, lo), min(self.hi, hi), False)
-            case PositiveNormal():
-                return _Range(max(self.lo, SMALLEST_NORMAL_F32), min(self.hi, _MAX), False)
-            case _ as unreachable:
-                assert_never(unreachable)
+        b = d.bounds(DType.F32)
+        return _Range(max(self.lo, b.lo), min(self.hi, b.hi), self.nan and b.nan)
 
 
 _UNKNOWN = _Range()
@@ -166,7 +154,7 @@ def _output(e: Eqn, ops: list[_Range], contract: Contract | None) -> _Range:
     if e.out.dtype is not DType.F32:
         return _UNKNOWN
     nan = any(o.nan for o in ops)
-    guarded_result = contract is not None and isinstance(contract.domain, FiniteNormalResult)
+    guarded_result = contract is not None and contract.domain.on_result
     p = e.prim
     with_err = _UNKNOWN
     try:
@@ -265,18 +253,19 @@ def _sources(plan: Plan) -> dict[int, tuple[str, ...]]:
     return found
 
 
-def guards(plan: Plan) -> tuple[Guard, ...]:
-    """Every guard of ``plan.program``, in equation and operand order (see the module). An
-    operand moved from arguments (a transpose of an input, a narrowing cast of one) is guarded
-    on the host, on each argument it comes from: every element it holds is theirs."""
-    program: Program = plan.program
+def place_guards(plan: Plan) -> tuple[DomainGuard, ...]:
+    """Every guard of ``plan.program``, in equation and operand order (see the module), from
+    the plan's other fields: ``plan()`` calls it once and carries the answer as
+    ``Plan.guards``, which every reader uses. An operand moved from arguments (a transpose of
+    an input, a narrowing cast of one) is guarded on the host, on each argument it comes from:
+    every element it holds is theirs. One pass over the equations."""
+    program = plan.program
     arg_of = {a.var.id: a.name for a in program.args}
     sources = _sources(plan)
     casts = {e.out.id for e in program.eqns if e.prim is Prim.CONVERT}
     ranges: dict[int, _Range] = {}
-    found: list[Guard] = []
-    for i, e in enumerate(program.eqns):
-        contract = equation_contract(plan, i, e)
+    found: list[DomainGuard] = []
+    for i, (e, contract) in enumerate(zip(program.eqns, equation_contracts(plan), strict=True)):
         domain = None if contract is None else contract.domain
         ops: list[_Range] = []
         for k, a in enumerate(e.inputs):
@@ -287,29 +276,29 @@ def guards(plan: Plan) -> tuple[Guard, ...]:
                 r = ranges.get(a.id, _UNKNOWN)
             if domain is not None and not isinstance(domain, AnyInput) and a.dtype.is_float:
                 if isinstance(a, Var) and a.id in arg_of:
-                    found.append(Guard(i, e.prim, k, domain, Site.HOST, arg_of[a.id]))
+                    found.append(DomainGuard(i, e.prim, k, domain, Site.HOST, arg_of[a.id]))
                 elif (
                     isinstance(a, Var)
                     and a.id in sources
                     and (a.id not in casts or isinstance(domain, _CAST_KEEPS))
                 ):
                     for name in sources[a.id]:
-                        found.append(Guard(i, e.prim, k, domain, Site.HOST, name, "moved"))
+                        found.append(DomainGuard(i, e.prim, k, domain, Site.HOST, name, "moved"))
                 elif r.inside(domain):
                     why = "a literal inside" if isinstance(a, Literal) else "proven inside"
-                    found.append(Guard(i, e.prim, k, domain, Site.PROVEN, why=why))
+                    found.append(DomainGuard(i, e.prim, k, domain, Site.PROVEN, why=why))
                 else:
-                    found.append(Guard(i, e.prim, k, domain, Site.DEVICE))
+                    found.append(DomainGuard(i, e.prim, k, domain, Site.DEVICE))
                 r = r.within(domain)
             ops.append(r)
         sums = e.prim is Prim.REDUCE_SUM and domain is not None and not isinstance(domain, AnyInput)
-        on_result = isinstance(domain, FiniteNormalResult) or sums
-        if domain is not None and on_result and e.out.dtype is DType.F32:
-            found.append(Guard(i, e.prim, RESULT, domain, Site.DEVICE))
+        if domain is not None and (domain.on_result or sums) and e.out.dtype is DType.F32:
+            found.append(DomainGuard(i, e.prim, RESULT, domain, Site.DEVICE))
         ranges[e.out.id] = _output(e, ops, contract)
     return tuple(found)
 
 
-def device_guards(plan: Plan) -> frozenset[tuple[int, int]]:
-    """The ``(eqn, operand)`` pairs a device must guard (``RESULT`` for a result guard)."""
-    return frozenset((g.eqn, g.operand) for g in guards(plan) if g.site is Site.DEVICE)
+def device_guards(guards: Sequence[DomainGuard]) -> frozenset[tuple[int, int]]:
+    """The ``(eqn, operand)`` pairs a device must guard (``RESULT`` for a result guard), of a
+    plan's ``guards``."""
+    return frozenset((g.eqn, g.operand) for g in guards if g.site is Site.DEVICE)
