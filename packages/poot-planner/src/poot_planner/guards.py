@@ -35,6 +35,7 @@ from poot_ir.numerics import (
     AnyInput,
     Contract,
     Domain,
+    DomainBounds,
     FiniteInputs,
     FiniteNormalResult,
     NotNaN,
@@ -115,14 +116,13 @@ class _Range:
     hi: float = math.inf
     nan: bool = True
 
-    def inside(self, d: Domain) -> bool:
-        """Whether every value of this range is inside ``d`` (at F32)."""
-        b = d.bounds(DType.F32)
+    def inside(self, b: DomainBounds) -> bool:
+        """Whether every value of this range is inside a domain's F32 ``bounds``."""
         return (b.nan or not self.nan) and self.lo >= b.lo and self.hi <= b.hi
 
-    def within(self, d: Domain) -> _Range:
-        """This range once a guard has passed (the operand is inside ``d``)."""
-        b = d.bounds(DType.F32)
+    def within(self, b: DomainBounds) -> _Range:
+        """This range once a guard has passed (the operand is inside a domain's F32
+        ``bounds``)."""
         return _Range(max(self.lo, b.lo), min(self.hi, b.hi), self.nan and b.nan)
 
 
@@ -267,6 +267,7 @@ def place_guards(plan: Plan) -> tuple[DomainGuard, ...]:
     found: list[DomainGuard] = []
     for i, (e, contract) in enumerate(zip(program.eqns, equation_contracts(plan), strict=True)):
         domain = None if contract is None else contract.domain
+        bounds = None if domain is None else domain.bounds(DType.F32)
         ops: list[_Range] = []
         for k, a in enumerate(e.inputs):
             if isinstance(a, Literal):
@@ -274,7 +275,12 @@ def place_guards(plan: Plan) -> tuple[DomainGuard, ...]:
                 r = _Range(v, v, math.isnan(v)) if a.dtype.is_float else _UNKNOWN
             else:
                 r = ranges.get(a.id, _UNKNOWN)
-            if domain is not None and not isinstance(domain, AnyInput) and a.dtype.is_float:
+            if (
+                domain is not None
+                and bounds is not None
+                and not bounds.anything
+                and a.dtype.is_float
+            ):
                 if isinstance(a, Var) and a.id in arg_of:
                     found.append(DomainGuard(i, e.prim, k, domain, Site.HOST, arg_of[a.id]))
                 elif (
@@ -284,12 +290,12 @@ def place_guards(plan: Plan) -> tuple[DomainGuard, ...]:
                 ):
                     for name in sources[a.id]:
                         found.append(DomainGuard(i, e.prim, k, domain, Site.HOST, name, "moved"))
-                elif r.inside(domain):
+                elif r.inside(bounds):
                     why = "a literal inside" if isinstance(a, Literal) else "proven inside"
                     found.append(DomainGuard(i, e.prim, k, domain, Site.PROVEN, why=why))
                 else:
                     found.append(DomainGuard(i, e.prim, k, domain, Site.DEVICE))
-                r = r.within(domain)
+                r = r.within(bounds)
             ops.append(r)
         sums = e.prim is Prim.REDUCE_SUM and domain is not None and not isinstance(domain, AnyInput)
         if domain is not None and (domain.on_result or sums) and e.out.dtype is DType.F32:
