@@ -28,9 +28,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from poot_ir import DType, Eqn, Literal, Prim, Var
+from poot_ir import DType, Eqn, Literal, Prim, Program, Var
 from poot_ir.numerics import (
     AnyInput,
     Contract,
@@ -42,9 +42,7 @@ from poot_ir.numerics import (
 )
 
 from poot_planner.fp16.narrowing import operating_dtype
-
-if TYPE_CHECKING:  # plan.py places the guards of the plan it makes: it imports this module
-    from poot_planner.plan import Plan
+from poot_planner.target import NarrowingContract, Target
 
 __all__ = [
     "RESULT",
@@ -58,6 +56,29 @@ __all__ = [
 
 _MAX = 3.4028234663852886e38
 RESULT = -1  # the operand index of a result guard
+
+
+class _Admitted(Protocol):
+    @property
+    def eqn(self) -> int: ...
+    @property
+    def contract(self) -> Contract | None: ...
+
+
+class Planned(Protocol):
+    """What guard placement reads of a ``poot_planner.Plan`` (a protocol: ``plan()`` places
+    the guards of the plan it makes, so ``poot_planner.plan`` imports this module)."""
+
+    @property
+    def target(self) -> Target: ...
+    @property
+    def source(self) -> Program: ...
+    @property
+    def program(self) -> Program: ...
+    @property
+    def admissions(self) -> Sequence[_Admitted]: ...
+    @property
+    def narrowing(self) -> NarrowingContract | None: ...
 
 
 class Site(Enum):
@@ -80,7 +101,7 @@ class DomainGuard:
     why: str = ""
 
 
-def equation_contract(plan: Plan, i: int, e: Eqn) -> Contract | None:
+def equation_contract(plan: Planned, i: int, e: Eqn) -> Contract | None:
     """The contract of equation ``i`` of ``plan.program``: its admission's, or the target's
     per-primitive row (a step of a row kernel); None for one with no row (data movement).
     For every equation at once, ``equation_contracts`` (one pass, not one per equation)."""
@@ -91,7 +112,7 @@ def equation_contract(plan: Plan, i: int, e: Eqn) -> Contract | None:
     return _target_contract(plan, e)
 
 
-def equation_contracts(plan: Plan) -> tuple[Contract | None, ...]:
+def equation_contracts(plan: Planned) -> tuple[Contract | None, ...]:
     """``equation_contract`` of every equation of ``plan.program``, in order: the admissions
     are read once (a lookup per equation made a plan's guards quadratic in its length)."""
     admitted: dict[int, Contract] = {}
@@ -105,7 +126,7 @@ def equation_contracts(plan: Plan) -> tuple[Contract | None, ...]:
     )
 
 
-def _target_contract(plan: Plan, e: Eqn) -> Contract | None:
+def _target_contract(plan: Planned, e: Eqn) -> Contract | None:
     cap = plan.target.capability(e.prim, operating_dtype(e))
     return None if cap is None else cap.contract
 
@@ -236,7 +257,7 @@ _MOVES = frozenset(
 _CAST_KEEPS = (FiniteInputs, FiniteNormalResult, NotNaN, AnyInput)
 
 
-def _sources(plan: Plan) -> dict[int, tuple[str, ...]]:
+def _sources(plan: Planned) -> dict[int, tuple[str, ...]]:
     """Each value that is arguments moved (or, on a narrowing target, cast) without being
     computed on: the arguments it comes from, by var id."""
     program = plan.program
@@ -253,7 +274,7 @@ def _sources(plan: Plan) -> dict[int, tuple[str, ...]]:
     return found
 
 
-def place_guards(plan: Plan) -> tuple[DomainGuard, ...]:
+def place_guards(plan: Planned) -> tuple[DomainGuard, ...]:
     """Every guard of ``plan.program``, in equation and operand order (see the module), from
     the plan's other fields: ``plan()`` calls it once and carries the answer as
     ``Plan.guards``, which every reader uses. An operand moved from arguments (a transpose of
