@@ -1,5 +1,10 @@
 """Domain guards: where each equation's domain is enforced, or why it need not be.
 
+``plan()`` places them once (``place_guards``, one pass over the equations) and carries them
+as ``Plan.guards``; ``poot plan``, the engine's host checks and the XDNA2 kernels read that.
+What a domain is (its wording, bounds and membership) is the domain's own
+(``poot_ir.numerics``).
+
 A contract holds on its domain and promises nothing outside it, so a value outside the domain
 must not come back as a result. For every equation of a plan's program whose contract has a
 domain narrower than ``AnyInput``, each operand is guarded where its value is visible:
@@ -48,7 +53,6 @@ __all__ = [
     "RESULT",
     "DomainGuard",
     "Site",
-    "device_guards",
     "equation_contract",
     "equation_contracts",
     "place_guards",
@@ -318,14 +322,8 @@ def place_guards(plan: Planned) -> tuple[DomainGuard, ...]:
                     found.append(DomainGuard(i, e.prim, k, domain, Site.DEVICE))
                 r = r.within(bounds)
             ops.append(r)
-        sums = e.prim is Prim.REDUCE_SUM and domain is not None and not isinstance(domain, AnyInput)
+        sums = e.prim is Prim.REDUCE_SUM and bounds is not None and not bounds.anything
         if domain is not None and (domain.on_result or sums) and e.out.dtype is DType.F32:
             found.append(DomainGuard(i, e.prim, RESULT, domain, Site.DEVICE))
         ranges[e.out.id] = _output(e, ops, contract)
     return tuple(found)
-
-
-def device_guards(guards: Sequence[DomainGuard]) -> frozenset[tuple[int, int]]:
-    """The ``(eqn, operand)`` pairs a device must guard (``RESULT`` for a result guard), of a
-    plan's ``guards``."""
-    return frozenset((g.eqn, g.operand) for g in guards if g.site is Site.DEVICE)
