@@ -185,3 +185,28 @@ def test_plan_says_how_each_gather_keeps_its_indices_in_the_axis(
     code, out, _ = _run(capsys, "plan", str(EXAMPLES / "embedding.poot"), "--target", "xdna2")
     assert code == 0
     assert "gather at equation 0: indices checked on the host before each run" in out
+
+
+def test_plan_of_a_long_program_summarises_its_rewrites_and_guards(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # 80 tanh steps: 80 rewrites and hundreds of guards on intel-npu4; one line or row per
+    # kind unless --guards (a 20,000-equation chain printed 3.9 MB, one row per guard)
+    lines = ["program chain", "  slot x %0: f32[4,8]"]
+    lines += [f"  %{i + 1}: f32[4,8] = tanh %{i}" for i in range(80)]
+    path = tmp_path / "chain.poot"
+    path.write_text("\n".join([*lines, "  output y = %80", "end", ""]))
+    p = plan(parse_program(path.read_text()), "intel-npu4")
+    assert len(p.rewrites) == 80 and len(p.guards) > 200
+    code, out, _ = _run(capsys, "plan", str(path), "--target", "intel-npu4")
+    assert code == 0
+    flat = " ".join(out.replace("│", " ").split())
+    assert f"domain guards ({len(p.guards)}, one row per kind" in flat
+    assert flat.count("legalized: tanh") == 1 and "(80)" in flat
+    assert len(out.splitlines()) < 100
+    code, every, _ = _run(capsys, "plan", str(path), "--target", "intel-npu4", "--guards")
+    assert code == 0
+    every_flat = " ".join(every.replace("│", " ").split())
+    assert every_flat.count("legalized: tanh") == 80
+    rows = [ln for ln in every.splitlines() if ln.strip("│ ").split(" ")[0].isdigit()]
+    assert len(rows) >= len(p.guards)

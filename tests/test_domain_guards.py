@@ -26,7 +26,7 @@ from poot_ir.numerics import FiniteInputs, NotNaN
 from poot_ir.ops import rmsnorm
 from poot_npu.xdna_host import XdnaHostDevice
 from poot_planner import KernelClass, plan
-from poot_planner.guards import RESULT, Site, guards
+from poot_planner.guards import RESULT, Site
 
 F32 = DType.F32
 
@@ -87,7 +87,7 @@ def _computed_program() -> Program:
 
 def test_values_computed_in_a_region_are_flagged_and_refused(engine: Engine) -> None:
     p = _computed_program()
-    placed = {(g.eqn, g.operand): g.site for g in guards(plan(p, "xdna2"))}
+    placed = {(g.eqn, g.operand): g.site for g in plan(p, "xdna2").guards}
     assert placed[(1, 0)] is Site.DEVICE  # exp of x + 50
     assert placed[(3, 0)] is Site.DEVICE  # sqrt of x - 10
     assert placed[(4, 0)] is Site.PROVEN  # max of a guarded sqrt: never NaN

@@ -155,3 +155,19 @@ def test_no_public_name_means_two_things() -> None:
         "XdnaDevice",
         "XdnaHostDevice",
     }
+
+
+def test_no_two_classes_in_the_library_share_a_name() -> None:
+    # Every class of every module of every package (and the CLI), private ones included: a
+    # name is one idea, so a reader who finds `Guard` in one module and in another is not
+    # misled (the planner had two, the domain guard and the FP16 range check).
+    roots = sorted((ROOT / "packages").glob("*/src")) + [ROOT / "src"]
+    where: dict[str, list[str]] = {}
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ClassDef):
+                    where.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    assert len(where) > 200  # every package was read
+    clashes = {name: paths for name, paths in where.items() if len(paths) > 1}
+    assert not clashes, clashes

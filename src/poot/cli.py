@@ -201,7 +201,7 @@ def _plan(console: Console, args: argparse.Namespace) -> int:
     code = 0
     for t in targets:
         p = plan(program, t)
-        console.print(render.plan_panel(p))
+        console.print(render.plan_panel(p, every=args.guards))
         _origins(console, p, imported)
         if args.program and p.admitted:
             # what the device runs: after the target's passes (the Intel narrowing casts)
@@ -397,6 +397,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=list(TARGETS))
     p.add_argument(
         "--program", action="store_true", help="also print the program as the target runs it"
+    )
+    p.add_argument(
+        "--guards",
+        action="store_true",
+        help="list every rewrite and domain guard (a long program's are summarised per kind)",
     )
     p.set_defaults(fn=_plan)
     r = sub.add_parser("run", help="run a program on a device, checked against the oracle")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from poot_engine.run import RunReport
 from poot_planner import Plan, Span, partition, summarize
-from poot_planner.guards import RESULT, Guard, Site, describe_domain, guards
+from poot_planner.guards import RESULT, DomainGuard, Site
 from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
@@ -82,9 +82,22 @@ def _numerics(p: Plan) -> str:
     )
 
 
-def plan_panel(p: Plan, spans: tuple[Span, ...] = ()) -> Panel:
+#: More rewrites or guards than this are summarised, one line or row per kind (``every``
+#: lists each): a long program's plan stays a screenful, not one line per equation.
+SUMMARY_ROWS = 40
+
+
+def _eqns(eqns: Sequence[int]) -> str:
+    """Equation numbers, the first few and the last when there are many, with the count."""
+    if len(eqns) <= 6:
+        return ", ".join(map(str, eqns))
+    return f"{', '.join(map(str, eqns[:4]))}, ..., {eqns[-1]} ({len(eqns)})"
+
+
+def plan_panel(p: Plan, spans: tuple[Span, ...] = (), *, every: bool = False) -> Panel:
     """The plan; a refused one with its partition (``spans`` when the caller has them, so
-    nothing is planned again)."""
+    nothing is planned again). More than ``SUMMARY_ROWS`` rewrites or guards are summarised
+    one per kind unless ``every``."""
     head = Text.assemble(
         (f"{p.source.name}", "bold"),
         f" on {p.target.name}: ",
@@ -95,8 +108,16 @@ def plan_panel(p: Plan, spans: tuple[Span, ...] = ()) -> Panel:
         f"; numerics {_numerics(p)}" if p.admitted else "",
     )
     parts: list[object] = [head]
-    for rw in p.rewrites:
-        parts.append(Text(f"legalized: {rw.describe()}"))
+    if every or len(p.rewrites) <= SUMMARY_ROWS:
+        parts.extend(Text(f"legalized: {rw.describe()}") for rw in p.rewrites)
+    else:
+        kinds: dict[tuple[str, str, str], list[int]] = {}
+        for rw in p.rewrites:
+            kind = (rw.primitive, rw.rule.decomposition, rw.derivation.describe())
+            kinds.setdefault(kind, []).append(rw.eqn)
+        for (prim, decomposition, derived), at in kinds.items():
+            line = f"legalized: {prim} -> {decomposition}, bound {derived} (equations {_eqns(at)})"
+            parts.append(Text(line))
     if not p.admitted and p.source.eqns:
         summary = summarize(spans or partition(p.source, p.target, p), p.target)
         parts.append(Text(f"partitioned: {summary.describe()}"))
@@ -159,22 +180,15 @@ def plan_panel(p: Plan, spans: tuple[Span, ...] = ()) -> Panel:
     for t in p.tiles:  # how each gather keeps its indices inside the axis
         if t.index_guard is not None:
             parts.append(Text(f"gather at equation {t.eqns[0]}: indices {t.index_guard.value}"))
-    if p.admitted and (placed := guards(p)):
-        parts.append(guards_table(p, placed))
+    if p.admitted and p.guards:
+        parts.append(guards_table(p, p.guards, every=every))
     return Panel(Group(*parts), title=f"plan: {p.target.name}", title_align="left")  # type: ignore[arg-type]
 
 
-def guards_table(p: Plan, placed: Sequence[Guard]) -> Table:
-    """Where each equation's domain is enforced (``poot_planner.guards``)."""
-    t = Table(
-        "eqn",
-        "primitive",
-        "operand",
-        "domain",
-        "guard",
-        title="domain guards",
-        title_justify="left",
-    )
+def guards_table(p: Plan, placed: Sequence[DomainGuard], *, every: bool = False) -> Table:
+    """Where each equation's domain is enforced (``Plan.guards``): a row per guard, or, for
+    more than ``SUMMARY_ROWS`` unless ``every``, a row per kind of guard with its equations."""
+    cells: list[tuple[str, str, str, str]] = []
     for g in placed:
         operand = "result" if g.operand == RESULT else str(g.operand)
         where = {
@@ -184,7 +198,21 @@ def guards_table(p: Plan, placed: Sequence[Guard]) -> Table:
             else "device",
             Site.PROVEN: f"none: {g.why}",
         }[g.site]
-        t.add_row(str(g.eqn), g.primitive.value, operand, describe_domain(g.domain), where)
+        cells.append((g.primitive.value, operand, g.domain.describe(), where))
+    summarised = not every and len(placed) > SUMMARY_ROWS
+    title = "domain guards"
+    if summarised:
+        title += f" ({len(placed)}, one row per kind; poot plan --guards lists each)"
+    t = Table("eqn", "primitive", "operand", "domain", "guard", title=title, title_justify="left")
+    if not summarised:
+        for g, row in zip(placed, cells, strict=True):
+            t.add_row(str(g.eqn), *row)
+        return t
+    kinds: dict[tuple[str, str, str, str], list[int]] = {}
+    for g, row in zip(placed, cells, strict=True):
+        kinds.setdefault(row, []).append(g.eqn)
+    for row, at in kinds.items():
+        t.add_row(_eqns(at), *row)
     return t
 
 

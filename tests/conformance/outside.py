@@ -28,7 +28,7 @@ from poot_ir import (
 )
 from poot_ir.numerics import AnyInput, FiniteInputs, FiniteNormalResult
 from poot_planner import Plan
-from poot_planner.guards import Site, equation_contract, guards
+from poot_planner.guards import Site, equation_contract
 
 __all__ = ["DEVICE_FLAGS", "Outside", "feeds", "outside", "unjustified"]
 
@@ -67,7 +67,7 @@ def outside(p: Plan, feed: dict[str, np.ndarray], *, live: bool = True) -> list[
     prog = p.program
     values = {**feed, **evaluate(_everything(prog), feed)}
     names = {a.var.id: a.name for a in prog.args} | {e.out.id: f"v{e.out.id}" for e in prog.eqns}
-    sites = {(g.eqn, g.operand): g.site for g in guards(p)}
+    sites = {(g.eqn, g.operand): g.site for g in p.guards}
     needed = _live(prog) if live else {e.out.id for e in prog.eqns}
     found = []
     for i, e in enumerate(prog.eqns):
@@ -116,7 +116,7 @@ def _host_refusal_real(err: DomainError, p: Plan, feed: dict[str, np.ndarray]) -
     reads = any(isinstance(x, Var) and x.id == arg.var.id for x in e.inputs)
     # the domain of the host guard on that argument (an index's: a gather's axis range), else
     # the equation's contract's
-    named = [g.domain for g in guards(p) if g.eqn == err.eqn and g.argument == err.argument]
+    named = [g.domain for g in p.guards if g.eqn == err.eqn and g.argument == err.argument]
     domain = named[0] if named else (c.domain if c is not None else None)
     if domain is None:
         return False

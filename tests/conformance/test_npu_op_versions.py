@@ -13,7 +13,7 @@ from poot_codegen.intel import compiler_ops
 from poot_codegen.intel import graph as intel_graph
 from poot_ir import Builder, DType
 from poot_planner import TARGETS, Capability, Plan, plan
-from poot_planner.fp16.checks import Guard
+from poot_planner.fp16.checks import RangeCheck
 from poot_planner.fp16.narrowing import intermediate_guards
 
 from conformance.test_capabilities import _program
@@ -39,7 +39,7 @@ def test_every_admitted_capability_lowers_to_ops_the_npu_compiler_imports(
     assert compiler_ops.outside_table(intel_graph.op_census(model)) == []
 
 
-def _guards(planned: Plan) -> tuple[tuple[int, Guard], ...]:
+def _guards(planned: Plan) -> tuple[tuple[int, RangeCheck], ...]:
     if planned.narrowing is None:
         return ()
     return intermediate_guards(planned.source, planned.narrowing)

@@ -21,8 +21,8 @@ from poot_codegen.xdna.design import (
     Arena,
     ArenaRole,
     DesignError,
-    Direction,
     ProgramDesign,
+    TransferDirection,
 )
 from poot_codegen.xdna.designer import build_design, design_program
 from poot_codegen.xdna.execute import load_region_libraries, run_design
@@ -210,8 +210,8 @@ def test_dead_code_designs_and_runs(tmp_path: Path) -> None:
 def test_sequence_sends_every_input_then_drains_and_waits_on_every_output() -> None:
     design = design_program(plan(xdna_programs.two_regions(), "xdna2").check())
     first = design.regions[0]
-    ins = [t for t in first.transfers if t.direction is Direction.TO_DEVICE]
-    outs = [t for t in first.transfers if t.direction is Direction.FROM_DEVICE]
+    ins = [t for t in first.transfers if t.direction is TransferDirection.TO_DEVICE]
+    outs = [t for t in first.transfers if t.direction is TransferDirection.FROM_DEVICE]
     assert first.transfers == (*ins, *outs) and len(ins) == 16 and len(outs) == 1
     assert sorted({t.shim for t in ins}) == list(range(8))  # 2 channels on each of 8 shims
     assert first.waits == tuple(t.fifo for t in outs)

@@ -17,7 +17,7 @@ from poot_codegen.xdna.kernels import region_source
 from poot_codegen.xdna.link import (
     AIECC_FLAGS,
     PEANO_FLAGS,
-    Toolchain,
+    LinkTools,
     artifact_identity,
     artifact_source,
     find_toolchain,
@@ -163,7 +163,7 @@ def test_identity_fields_say_unavailable_where_a_tool_is_missing(tmp_path: Path)
 
 
 def test_command_lines_are_exactly_as_documented() -> None:
-    tc = Toolchain(Path("/peano/bin/clang++"), ("/aie/bin/aiecc.py",), Path("/aie"))
+    tc = LinkTools(Path("/peano/bin/clang++"), ("/aie/bin/aiecc.py",), Path("/aie"))
     cmds = link_commands(_plan(), tc)
     assert [(c.stage, c.region, c.cwd) for c in cmds] == [
         ("peano", 0, "region0"),

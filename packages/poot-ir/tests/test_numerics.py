@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
+import pytest
 from poot_ir import (
     AbsRel,
     AnyInput,
     BitExact,
     Bounded,
     Contract,
+    DType,
     Exact,
     FiniteInputs,
     FiniteNormalResult,
@@ -23,7 +26,7 @@ from poot_ir import (
     ScaledSum,
     compare,
 )
-from poot_ir.numerics import larger_operand, looser, row_magnitudes
+from poot_ir.numerics import Domain, larger_operand, looser, row_magnitudes
 
 f32 = np.float32
 
@@ -192,3 +195,64 @@ def test_a_normwise_floor_admits_what_the_narrow_type_cannot_hold() -> None:
     assert compare(got, want, Normwise(2.0**-8, 2.0**-24)).ok
     # the floor is per element: it does not excuse an error above FP16's resolution
     assert not compare(np.array([1e-6, 0.0], np.float32), want, Normwise(2.0**-8, 2.0**-24)).ok
+
+
+DOMAINS = (
+    Interval(-87.0, 88.0),
+    PositiveNormal(),
+    FiniteInputs(),
+    FiniteNormalResult(),
+    NotNaN(),
+    AnyInput(),
+)
+
+
+def _reference(d: Domain, x: np.ndarray) -> np.ndarray:
+    """Membership of operands written independently of the domains' own (numpy's finfo)."""
+    x64 = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        if isinstance(d, Interval):
+            return (x64 >= d.lo) & (x64 <= d.hi)
+        if isinstance(d, PositiveNormal):
+            return np.isfinite(x64) & (x64 >= float(ml_dtypes.finfo(x.dtype).smallest_normal))
+        if isinstance(d, FiniteInputs | FiniteNormalResult):
+            return np.isfinite(x64)
+        if isinstance(d, NotNaN):
+            return ~np.isnan(x64)
+        return np.ones(x.shape, bool)
+
+
+@pytest.mark.parametrize("dtype", [DType.F32, DType.F16, DType.BF16])
+@pytest.mark.parametrize("domain", DOMAINS, ids=lambda d: type(d).__name__)
+def test_a_domains_bounds_are_its_membership(domain: Domain, dtype: DType) -> None:
+    fi = ml_dtypes.finfo(dtype.numpy)
+    tiny, big = float(fi.smallest_normal), float(fi.max)
+    probe = [0.0, -0.0, 1.0, -1.0, tiny, tiny / 2, -tiny, big, -big, np.inf, -np.inf, np.nan]
+    probe += [-87.0, 88.0, -88.0, 89.0, 1e-30, 3.0]
+    x = np.array(probe, np.float64).astype(dtype.numpy)
+    b = domain.bounds(dtype)
+    want = _reference(domain, x)
+    assert b.contains(x.astype(np.float64)).tolist() == want.tolist()
+    assert domain.inside((x,), np.ones(x.shape, dtype.numpy)).tolist() == want.tolist()
+    assert (b.largest, b.smallest_normal) == (big, tiny)
+    # exactly one fact names a domain that is not an explicit interval
+    facts = [b.anything, b.not_nan, b.finite, b.positive_normal]
+    assert sum(facts) == (0 if isinstance(domain, Interval) else 1)
+
+
+@pytest.mark.parametrize("dtype", [DType.F32, DType.F16])
+@pytest.mark.parametrize("domain", DOMAINS, ids=lambda d: type(d).__name__)
+def test_edge_values_are_inside_and_just_past(domain: Domain, dtype: DType) -> None:
+    edges = domain.edges(dtype)
+    inside = np.array(edges.inside, np.float64).astype(dtype.numpy)
+    assert np.array_equal(inside.astype(np.float64), np.array(edges.inside), equal_nan=True)
+    assert _reference(domain, inside).all()
+    past = np.array(edges.past, np.float64).astype(dtype.numpy)
+    assert not _reference(domain, past).any()
+    assert (len(edges.past) == 0) == isinstance(domain, AnyInput)
+
+
+def test_each_domain_has_its_own_wording() -> None:
+    words = [d.describe() for d in DOMAINS]
+    assert len(set(words)) == len(words)
+    assert Interval(-87.0, 88.0).describe() == "[-87, 88]"

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xdna_cases as cases
-from poot_codegen.xdna import ArenaRole, Direction, design_program, hostbuild
+from poot_codegen.xdna import ArenaRole, TransferDirection, design_program, hostbuild
 from poot_engine import CpuDevice, Engine, signature_of
 from poot_engine.blob_cache import EntryStatus, verify
 from poot_ir import (
@@ -241,7 +241,7 @@ def test_a_value_crossing_regions_goes_through_the_scratch_arena(engine: Engine)
     design = device.design(artifact)
     assert len(design.regions) == 2
     first, second = design.regions
-    (handoff,) = [t for t in first.transfers if t.direction is Direction.FROM_DEVICE]
+    (handoff,) = [t for t in first.transfers if t.direction is TransferDirection.FROM_DEVICE]
     slot = design.layout.slot(first.fifo(handoff.fifo).value)
     assert design.layout.arenas[slot.arena].role is ArenaRole.SCRATCH
     assert any(t.fifo == handoff.fifo and t.offset == slot.offset for t in second.transfers)

@@ -25,7 +25,7 @@ from poot_ir import Builder, DomainFlagged, DType, Program
 from poot_npu.xdna_host import XdnaHostDevice
 from poot_planner import plan
 from poot_planner.fp16.prelude import MASK
-from poot_planner.guards import Site, guards
+from poot_planner.guards import Site
 
 F32 = DType.F32
 SHAPE = (4, 32)
@@ -67,7 +67,7 @@ def _outside(scores: np.ndarray, row_max: np.ndarray) -> int:
 
 def test_the_exponent_is_guarded_on_the_device() -> None:
     p = plan(_softmax_span(), "xdna2").check()
-    sites = {(g.eqn, g.operand): g.site for g in guards(p)}
+    sites = {(g.eqn, g.operand): g.site for g in p.guards}
     assert sites[(1, 0)] is Site.DEVICE  # exp's operand is computed inside the region
     assert len(p.tiles) == 3  # no fusion: each exponent is guarded once, so the count is exact
 

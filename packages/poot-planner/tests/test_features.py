@@ -27,7 +27,7 @@ from poot_ir.numerics import (
 )
 from poot_planner import TARGETS, Capability, KernelClass, Target, feature_matrix
 from poot_planner import features as features_module
-from poot_planner.features import render_bound, render_domain
+from poot_planner.features import render_bound
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "features.md"
 
@@ -138,8 +138,8 @@ def test_render_bound(bound: Bound, text: str) -> None:
         (AnyInput(), "any input"),
     ],
 )
-def test_render_domain(domain: Domain, text: str) -> None:
-    assert render_domain(domain) == text
+def test_describe_domain(domain: Domain, text: str) -> None:
+    assert domain.describe() == text
 
 
 def test_generated_from_the_registry_only(monkeypatch: pytest.MonkeyPatch) -> None:

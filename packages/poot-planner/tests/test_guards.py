@@ -4,11 +4,14 @@ analysis proves the operand inside; never proven when the analysis cannot show i
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from types import FrameType
 
-from poot_ir import Builder, DType, Var
+import pytest
+from poot_ir import Builder, DType, Program, Var
 from poot_planner import plan
-from poot_planner.guards import RESULT, Site, guards
+from poot_planner.guards import RESULT, Site
 
 F32 = DType.F32
 
@@ -17,7 +20,7 @@ def _sites(f: Callable[[Builder, Var], Var], target: str = "xdna2") -> dict[tupl
     b = Builder("g")
     x = b.slot("x", F32, (4, 8))
     b.output("y", f(b, x))
-    return {(g.eqn, g.operand): g.site for g in guards(plan(b.build(), target))}
+    return {(g.eqn, g.operand): g.site for g in plan(b.build(), target).guards}
 
 
 def test_arguments_are_guarded_on_the_host_and_literals_proven() -> None:
@@ -54,3 +57,53 @@ def test_the_rms_of_a_row_is_proven_positive_normal() -> None:
 
 def test_the_cpu_guards_nothing() -> None:
     assert _sites(lambda b, x: b.exp(x), "cpu") == {}
+
+
+def _chain(n: int) -> Program:
+    """``n`` equations, each reading the one before: add, mul, tanh, exp in turn."""
+    b = Builder(f"chain{n}")
+    v = b.slot("x", F32, (4, 8))
+    for i in range(n):
+        match i % 4:
+            case 0:
+                v = b.add(v, 1.0)
+            case 1:
+                v = b.mul(v, 0.5)
+            case 2:
+                v = b.tanh(v)
+            case _:
+                v = b.exp(v)
+    b.output("y", v)
+    return b.build()
+
+
+def _lines_planning(program: Program, target: str) -> int:
+    """The lines of poot's own code ``plan`` executes (an operation count, not a time)."""
+    count = 0
+
+    def local(frame: FrameType, event: str, arg: object) -> object:
+        nonlocal count
+        if event == "line":
+            count += 1
+        return local
+
+    def calls(frame: FrameType, event: str, arg: object) -> object:
+        return local if "/poot_" in frame.f_code.co_filename else None
+
+    before = sys.gettrace()  # a coverage run's tracer, put back after
+    sys.settrace(calls)
+    try:
+        plan(program, target)
+    finally:
+        sys.settrace(before)
+    return count
+
+
+@pytest.mark.parametrize(("target", "n"), [("cpu", 400), ("xdna2", 400), ("intel-npu4", 120)])
+def test_planning_is_linear_in_the_program_length(target: str, n: int) -> None:
+    # doubling a chain doubles the work (the guards' placement looked each equation's
+    # admission up in a scan of all of them: quadratic, 86 s for 20,000 equations)
+    plan(_chain(8), target)  # what a process makes once (the targets' tables) is not counted
+    small = _lines_planning(_chain(n), target)
+    large = _lines_planning(_chain(2 * n), target)
+    assert large < 2.3 * small, (small, large)

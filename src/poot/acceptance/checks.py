@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from poot_engine import Engine
+from poot_engine import Engine, Entry
 from poot_engine.device import Device
 from poot_engine.verify import check_results
 from poot_ir import (
@@ -53,18 +53,9 @@ from poot_ir import (
     Program,
     evaluate,
 )
-from poot_ir.numerics import (
-    AnyInput,
-    Domain,
-    FiniteInputs,
-    FiniteNormalResult,
-    Interval,
-    NotNaN,
-    PositiveNormal,
-)
 from poot_npu.registry import DeviceInfo, DeviceKind
 from poot_planner import get_target, plan
-from poot_planner.features import render_bound, render_domain
+from poot_planner.features import render_bound
 
 from poot.acceptance.engine import Check, cache_checks, poisoning_checks
 from poot.acceptance.regions import region_checks
@@ -161,29 +152,17 @@ def _identity(info: DeviceInfo, device: Device) -> dict[str, Any]:
 
 # -- capabilities at their domains' edges -----------------------------------------------------
 
-_TINY, _BIG = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
 
-
-def _edges(domain: Domain, dtype: DType) -> tuple[list[float], float | None]:
-    """Values inside ``domain`` reaching its edges, and one value just past it (None: nothing
-    is past it)."""
-    big = 65504.0 if dtype is DType.F16 else 1e4
-    match domain:
-        case Interval(lo=lo, hi=hi):
-            return [lo, hi, 0.0, -0.0, lo / 2, hi / 2, 1.0], float(
-                np.nextafter(np.float32(hi), 1e9)
-            )
-        case PositiveNormal():
-            tiny = 6.104e-05 if dtype is DType.F16 else _TINY
-            return [tiny, 1.0, 2.0, big, tiny * 3], -1.0
-        case FiniteNormalResult():
-            return [0.0, -0.0, 1.0, -1.0, 3.0, 100.0, -100.0, 0.5], np.inf
-        case FiniteInputs():
-            return [0.0, -0.0, 1.0, -1.0, big, -big, 20.0, -20.0], np.inf
-        case NotNaN():
-            return [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, big], np.nan
-        case AnyInput():
-            return [0.0, -0.0, 1.0, -1.0, np.inf, np.nan], None
+def _past(engine: Engine, entry: Entry, feed: dict[str, np.ndarray], past: float) -> str:
+    """One value just past the domain's edge, in place of the first element: refused, or
+    (a failure) returned."""
+    bad = {k: v.copy() for k, v in feed.items()}
+    bad["x"][0, 0] = past
+    try:
+        engine.step(entry, bad)
+    except _REFUSED as err:
+        return f"{past!r} refused ({type(err).__name__})"
+    return f"{past!r} past the domain was returned"
 
 
 def _single(prim: Prim, dtype: DType, n: int) -> Program | None:
@@ -204,7 +183,8 @@ def _capabilities(engine: Engine, target: str, receipt: Receipt) -> Iterator[Che
     t = get_target(target)
     for cap in t.capabilities:
         for dtype in sorted(cap.dtypes & {DType.F32, DType.F16}, key=lambda d: d.value):
-            inside, past = _edges(cap.contract.domain, dtype)
+            edges = cap.contract.domain.edges(dtype)
+            inside = list(edges.inside)
             program = _single(cap.prim, dtype, len(inside))
             if program is None or not plan(program, target).admitted:
                 continue
@@ -222,15 +202,8 @@ def _capabilities(engine: Engine, target: str, receipt: Receipt) -> Iterator[Che
                 got = engine.step(entry, feed)  # verified: a breach raises
                 checks = check_results(plan(program, target), feed, got)
                 worst = max((c.error_ratio for _, c in checks), default=0.0)
-                refused = "nothing past"
-                if past is not None:
-                    bad = {k: v.copy() for k, v in feed.items()}
-                    bad["x"][0, 0] = past
-                    try:
-                        engine.step(entry, bad)
-                        refused = f"{past!r} past the domain was returned"
-                    except _REFUSED as err:
-                        refused = f"{past!r} refused ({type(err).__name__})"
+                outcomes = [_past(engine, entry, feed, past) for past in edges.past]
+                refused = "; ".join(outcomes) or "nothing past"
                 engine.remove_entry(entry)
             except PootError as err:
                 yield Check(name, False, detail=f"{type(err).__name__}: {err}")
@@ -241,7 +214,7 @@ def _capabilities(engine: Engine, target: str, receipt: Receipt) -> Iterator[Che
                     "primitive": cap.prim.value,
                     "dtype": dtype.value,
                     "bound": render_bound(cap.contract.bound),
-                    "domain": render_domain(cap.contract.domain),
+                    "domain": cap.contract.domain.describe(),
                     "measured_error_over_bound": worst,
                     "measured_on": receipt.device["part"],
                 }

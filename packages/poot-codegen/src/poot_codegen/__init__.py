@@ -25,11 +25,11 @@ from poot_codegen.xdna import (
     HostLayout,
     ProgramDesign,
     RegionDesign,
+    TransferDirection,
     design_program,
     program_source,
     render_program,
 )
-from poot_codegen.xdna import Direction as TransferDirection
 
 if TYPE_CHECKING:
     from poot_codegen.intel.graph import ArgSignature, deserialize, model_signature, serialize

@@ -16,24 +16,14 @@ by several equations under the same domain is checked once.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import assert_never
 
 import numpy as np
-from poot_ir import DomainError, GatherParams, Prim, Storage, Var
-from poot_ir.numerics import (
-    AnyInput,
-    Domain,
-    FiniteInputs,
-    FiniteNormalResult,
-    Interval,
-    NotNaN,
-    PositiveNormal,
-)
+from poot_ir import DomainError, DType, GatherParams, Prim, Storage, Var
+from poot_ir.numerics import Domain, FiniteInputs
 from poot_planner import KernelClass, Plan
-from poot_planner.guards import Site, describe_domain, guards
+from poot_planner.guards import Site
 
 from poot_engine.checks import within
 
@@ -58,9 +48,10 @@ class HostGuard:
             bad = (x < -self.size) | (x >= self.size)
             what = f"an index in [{-self.size}, {self.size})"
         else:
-            d = FiniteInputs() if isinstance(self.domain, FiniteNormalResult) else self.domain
+            # an argument is an operand: a domain's constraint on a result is not its own
+            d = FiniteInputs() if self.domain.on_result else self.domain
             bad = ~d.inside((x,), x)
-            what = describe_domain(self.domain)
+            what = self.domain.describe()
         if bad.any():
             flat = int(np.argmax(bad))
             at = tuple(int(i) for i in np.unravel_index(flat, x.shape))
@@ -70,50 +61,31 @@ class HostGuard:
     def implied_by_range(self, limit: float) -> bool:
         """Whether an F32 value that passed the narrowing range check (every element within
         ``limit`` in magnitude, no NaN) is inside this guard's domain without looking again."""
-        match self.domain:
-            case FiniteInputs() | FiniteNormalResult() | NotNaN() | AnyInput():
-                return limit <= float(np.finfo(np.float32).max)
-            case Interval(lo=lo, hi=hi):
-                return lo <= -limit and limit <= hi
-            case _:  # PositiveNormal, or gather indices (None): not implied
-                return False
+        if self.domain is None:  # gather indices: not implied
+            return False
+        b = self.domain.bounds(DType.F32)
+        return b.lo <= -limit and limit <= b.hi
 
     def _fast_inside(self, x: np.ndarray) -> bool:
-        """Every domain here is a closed interval without NaN: two reductions decide it (a NaN
-        makes the minimum NaN, and a comparison with NaN is false). Only a refusal pays for
-        ``Domain.inside`` and finding the element (as does a float type numpy has no limits
-        for)."""
-        if self.domain is not None and x.dtype == np.float16:
+        """Every domain is a closed interval, NaN inside or not (``Domain.bounds``): two
+        reductions decide it (a NaN makes the minimum NaN, and a comparison with NaN is
+        false). Only a refusal pays for ``Domain.inside`` and finding the element (as does a
+        float type numpy has no limits for)."""
+        if self.domain is None:
+            return within(x, -self.size, self.size - 1)
+        if x.dtype.kind != "f":
+            return False
+        b = self.domain.bounds(x.dtype)
+        if b.anything:
+            return True
+        if x.dtype == np.float16:
             # numpy's half reductions are scalar loops: the magnitude bits, as integers, are
             # ordered as the magnitudes are (0x7c00 is infinity, above it NaN)
             top = int(np.bitwise_and(x.view(np.uint16), 0x7FFF, dtype=np.uint16).max())
-            match self.domain:
-                case FiniteInputs() | FiniteNormalResult():
-                    return top < 0x7C00
-                case NotNaN() | AnyInput():
-                    return top <= 0x7C00
-                case _:
-                    return False
-        if self.domain is not None and x.dtype.kind != "f":
-            return False
-        lo, hi = self._bounds(x.dtype)
-        return within(x, lo, hi)
-
-    def _bounds(self, dtype: np.dtype) -> tuple[float, float]:
-        if self.domain is None:
-            return -self.size, self.size - 1
-        finite = float(np.finfo(dtype).max) if dtype.kind == "f" else math.inf
-        match self.domain:
-            case FiniteInputs() | FiniteNormalResult():
-                return -finite, finite
-            case NotNaN() | AnyInput():
-                return -math.inf, math.inf
-            case Interval(lo=lo, hi=hi):
-                return lo, hi
-            case PositiveNormal():
-                return float(np.finfo(dtype).smallest_normal), finite
-            case _ as unreachable:
-                assert_never(unreachable)
+            if b.finite:
+                return top < 0x7C00
+            return b.not_nan and top <= 0x7C00
+        return within(x, b.lo, b.hi)
 
 
 class EntryDomains:
@@ -174,7 +146,7 @@ class EntryDomains:
 
 def _host_guards(plan: Plan) -> dict[str, tuple[HostGuard, ...]]:
     found: dict[str, dict[object, HostGuard]] = {}
-    for g in guards(plan):
+    for g in plan.guards:
         if g.site is Site.HOST and g.argument is not None:
             found.setdefault(g.argument, {}).setdefault(
                 g.domain, HostGuard(g.argument, g.eqn, g.primitive.value, g.domain)

@@ -49,7 +49,7 @@ from poot_engine.device import Device
 from poot_engine.handles import Entry
 
 
-class Engine(Protocol):
+class HandoffEngine(Protocol):
     """What this module needs of ``poot_engine.Engine``: public operations only (a protocol,
     so this module does not import the engine's, which imports this one)."""
 
@@ -84,13 +84,13 @@ class Handoff:
     seconds: float
 
 
-def state_types(engine: Engine, entry: Entry) -> dict[str, TensorType]:
+def state_types(engine: HandoffEngine, entry: Entry) -> dict[str, TensorType]:
     """The states of ``entry`` by name, each with its declared type."""
     prog = engine.program(entry)
     return {a.name: a.var.type for a in prog.args if a.storage is Storage.STATE}
 
 
-def state_type(engine: Engine, entry: Entry, name: str) -> TensorType:
+def state_type(engine: HandoffEngine, entry: Entry, name: str) -> TensorType:
     """The declared type of the state ``name``, after the checks every state call makes."""
     engine.between_steps(name)
     types = state_types(engine, entry)
@@ -102,7 +102,7 @@ def state_type(engine: Engine, entry: Entry, name: str) -> TensorType:
     return types[name]
 
 
-def check_state(engine: Engine, entry: Entry, name: str, value: object) -> np.ndarray:
+def check_state(engine: HandoffEngine, entry: Entry, name: str, value: object) -> np.ndarray:
     """``value`` as a copy ready to be the state ``name`` of ``entry``, or the typed error
     ``Engine.write_state`` would raise. Nothing is written."""
     t = state_type(engine, entry, name)
@@ -112,9 +112,9 @@ def check_state(engine: Engine, entry: Entry, name: str, value: object) -> np.nd
 
 
 def handoff(
-    src_engine: Engine,
+    src_engine: HandoffEngine,
     src_entry: Entry,
-    dst_engine: Engine,
+    dst_engine: HandoffEngine,
     dst_entry: Entry,
     names: Sequence[str] | None = None,
 ) -> Handoff:

@@ -34,7 +34,7 @@ from poot_ir import DispatchRefused
 from poot_engine.device import BoundStep, Buffer, Device, StepCommands
 
 
-class HostBuffers(Protocol):
+class StepMemory(Protocol):
     """What a ``HostStep`` needs of ``poot_engine.host_buffers.HostBuffers`` (a protocol:
     that module imports this one)."""
 
@@ -106,7 +106,7 @@ class HostStep:
         "_writes",
     )
 
-    def __init__(self, device: Any, memory: HostBuffers, commands: StepCommands) -> None:
+    def __init__(self, device: Any, memory: StepMemory, commands: StepCommands) -> None:
         # ``get`` refuses a buffer not allocated here, now, before any step runs
         self._device, self._memory, self._epoch = device, memory, memory.epoch
         self._writes = tuple(memory.get(b) for b in commands.writes)

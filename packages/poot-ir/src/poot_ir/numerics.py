@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -36,6 +36,8 @@ __all__ = [
     "Contract",
     "Derived",
     "Domain",
+    "DomainBounds",
+    "DomainEdges",
     "Exact",
     "FiniteInputs",
     "FiniteNormalResult",
@@ -133,13 +135,32 @@ def row_magnitudes(x: Any) -> Array:
 
 
 # -- domains ----------------------------------------------------------------------------------
+#
+# Each domain is written once, here, with everything any layer asks of it: its wording
+# (``describe``: ``poot plan``, docs/features.md, ``DomainError``), membership (``inside``), its
+# bounds as data at a dtype (``bounds``: the host's check, the planner's range analysis and the
+# XDNA2 kernels' C predicate are all made from them) and values at and just past its edges
+# (``edges``: the conformance suite and the acceptance harness). Every domain is a closed
+# interval of values, NaN inside or not; ``FiniteNormalResult`` also constrains the result.
 
-_SMALLEST_NORMAL = {DType.F32: 2.0**-126, DType.F16: 2.0**-14, DType.BF16: 2.0**-126}
+#: The largest finite and the smallest positive normal value of each float dtype.
+_FLOAT_LIMITS = {
+    DType.F32: (3.4028234663852886e38, 2.0**-126),
+    DType.F16: (65504.0, 2.0**-14),
+    DType.BF16: (3.3895313892515355e38, 2.0**-126),
+}
 
 
-def _smallest_normal(x: Array) -> float:
-    dt = DType.from_numpy(x.dtype)
-    return _SMALLEST_NORMAL.get(dt, 0.0) if dt is not None else 0.0
+def _limits(dtype: DType | np.dtype[Any]) -> tuple[float, float]:
+    """``(largest finite, smallest positive normal)`` of ``dtype``; ``(inf, 0)`` for a dtype
+    with no such limits (an integer, or float64 which no device stores)."""
+    dt = dtype if isinstance(dtype, DType) else DType.from_numpy(dtype)
+    if dt is not None and dt in _FLOAT_LIMITS:
+        return _FLOAT_LIMITS[dt]
+    if not isinstance(dtype, DType) and dtype.kind == "f":
+        fi = np.finfo(dtype)
+        return float(fi.max), float(fi.smallest_normal)
+    return math.inf, 0.0
 
 
 def _f64(x: Any) -> Array:
@@ -148,19 +169,114 @@ def _f64(x: Any) -> Array:
         return np.asarray(x).astype(np.float64)
 
 
+@dataclass(frozen=True, slots=True)
+class DomainBounds:
+    """A domain as data, at one dtype: an operand ``x`` is inside when ``lo <= x <= hi`` (both
+    closed; an infinity is inside only when a bound is infinite), or when it is NaN and ``nan``.
+
+    ``largest`` and ``smallest_normal`` are the dtype's limits, so a reader can tell the
+    domains' facts apart without naming them: ``finite`` (``[-largest, largest]``),
+    ``positive_normal`` (``[smallest_normal, largest]``), ``not_nan`` (no bound but NaN out),
+    ``anything`` (NaN in); otherwise an explicit interval."""
+
+    lo: float
+    hi: float
+    nan: bool
+    largest: float
+    smallest_normal: float
+
+    @property
+    def anything(self) -> bool:
+        return self.nan and self.lo == -math.inf and self.hi == math.inf
+
+    @property
+    def not_nan(self) -> bool:
+        return not self.nan and self.lo == -math.inf and self.hi == math.inf
+
+    @property
+    def finite(self) -> bool:
+        return not self.nan and self.lo == -self.largest and self.hi == self.largest
+
+    @property
+    def positive_normal(self) -> bool:
+        return not self.nan and self.lo == self.smallest_normal and self.hi == self.largest
+
+    def contains(self, x: Array) -> Array:
+        """The elementwise mask of ``x`` (float64) inside."""
+        with np.errstate(invalid="ignore"):
+            ok = (x >= self.lo) & (x <= self.hi)
+        return ok | np.isnan(x) if self.nan else ok
+
+
+@dataclass(frozen=True, slots=True)
+class DomainEdges:
+    """Values of one dtype at a domain's edges: ``inside`` reaches each edge from inside (and a
+    few ordinary values), ``past`` is just past each edge (empty: nothing is outside)."""
+
+    inside: tuple[float, ...]
+    past: tuple[float, ...]
+
+
 class _Domain:
     __slots__ = ()
+
+    #: Whether the domain also constrains the result (guarded on the result itself).
+    on_result: ClassVar[bool] = False
+
+    def describe(self) -> str:
+        """The domain as a phrase (``[-87, 88]``, ``positive normal``): the one wording."""
+        raise NotImplementedError
+
+    def bounds(self, dtype: DType | np.dtype[Any]) -> DomainBounds:
+        """This domain's operands of ``dtype`` as data (``DomainBounds``)."""
+        raise NotImplementedError
+
+    def edges(self, dtype: DType) -> DomainEdges:
+        """Values of ``dtype`` at and just past this domain's edges."""
+        raise NotImplementedError
 
     def inside(self, operands: Sequence[Any], result: Any) -> Array:
         """A boolean mask, of the result's shape, of the elements inside this domain. Operands
         broadcast against the result (a scalar literal operand is a 0-d array)."""
-        return _inside(cast("Domain", self), operands, result)
+        shape = np.shape(result)
+        mask = np.ones(shape, dtype=bool)
+        for op in operands:
+            x = np.asarray(op)
+            mask &= _to_result(self.bounds(x.dtype).contains(_f64(x)), shape)
+        if self.on_result:
+            r = np.asarray(result)
+            y = _f64(r)
+            normal = _limits(r.dtype)[1]
+            mask &= np.isfinite(y) & ((y == 0) | (np.abs(y) >= normal))
+        return mask
+
+
+def _bounds(lo: float, hi: float, nan: bool, dtype: DType | np.dtype[Any]) -> DomainBounds:
+    largest, normal = _limits(dtype)
+    return DomainBounds(lo, hi, nan, largest, normal)
+
+
+def _big(dtype: DType) -> float:
+    """A large ordinary value of ``dtype`` (F16's largest; elsewhere 1e4)."""
+    return 65504.0 if dtype is DType.F16 else 1e4
 
 
 @dataclass(frozen=True, slots=True)
 class FiniteNormalResult(_Domain):
     """Finite operands whose exact result (the oracle's) is finite and normal; a zero result
     counts (an exact cancellation), a subnormal one does not."""
+
+    on_result: ClassVar[bool] = True
+
+    def describe(self) -> str:
+        return "finite operands, finite normal result"
+
+    def bounds(self, dtype: DType | np.dtype[Any]) -> DomainBounds:
+        largest, _ = _limits(dtype)
+        return _bounds(-largest, largest, False, dtype)
+
+    def edges(self, dtype: DType) -> DomainEdges:
+        return DomainEdges((0.0, -0.0, 1.0, -1.0, 3.0, 100.0, -100.0, 0.5), (math.inf,))
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,25 +286,77 @@ class Interval(_Domain):
     lo: float
     hi: float
 
+    def describe(self) -> str:
+        return f"[{self.lo:g}, {self.hi:g}]"
+
+    def bounds(self, dtype: DType | np.dtype[Any]) -> DomainBounds:
+        return _bounds(self.lo, self.hi, False, dtype)
+
+    def edges(self, dtype: DType) -> DomainEdges:
+        lo, hi = self.lo, self.hi
+        f = np.dtype(dtype.numpy).type
+        past = (float(np.nextafter(f(hi), f(math.inf))), float(np.nextafter(f(lo), f(-math.inf))))
+        return DomainEdges((lo, hi, 0.0, -0.0, lo / 2, hi / 2, 1.0), past)
+
 
 @dataclass(frozen=True, slots=True)
 class PositiveNormal(_Domain):
     """Every operand a finite positive normal number of its dtype (F32: >= 1.17549435e-38)."""
+
+    def describe(self) -> str:
+        return "positive normal"
+
+    def bounds(self, dtype: DType | np.dtype[Any]) -> DomainBounds:
+        largest, normal = _limits(dtype)
+        return _bounds(normal, largest, False, dtype)
+
+    def edges(self, dtype: DType) -> DomainEdges:
+        _, tiny = _limits(dtype)
+        return DomainEdges((tiny, 1.0, 2.0, _big(dtype), tiny * 3), (-1.0, 0.0, tiny / 2))
 
 
 @dataclass(frozen=True, slots=True)
 class FiniteInputs(_Domain):
     """Every operand finite."""
 
+    def describe(self) -> str:
+        return "finite operands"
+
+    def bounds(self, dtype: DType | np.dtype[Any]) -> DomainBounds:
+        largest, _ = _limits(dtype)
+        return _bounds(-largest, largest, False, dtype)
+
+    def edges(self, dtype: DType) -> DomainEdges:
+        big = _big(dtype)
+        return DomainEdges((0.0, -0.0, 1.0, -1.0, big, -big, 20.0, -20.0), (math.inf, -math.inf))
+
 
 @dataclass(frozen=True, slots=True)
 class NotNaN(_Domain):
     """No operand is NaN."""
 
+    def describe(self) -> str:
+        return "operands not NaN"
+
+    def bounds(self, dtype: DType | np.dtype[Any]) -> DomainBounds:
+        return _bounds(-math.inf, math.inf, False, dtype)
+
+    def edges(self, dtype: DType) -> DomainEdges:
+        return DomainEdges((0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, _big(dtype)), (math.nan,))
+
 
 @dataclass(frozen=True, slots=True)
 class AnyInput(_Domain):
     """Everything, NaN and infinities included."""
+
+    def describe(self) -> str:
+        return "any input"
+
+    def bounds(self, dtype: DType | np.dtype[Any]) -> DomainBounds:
+        return _bounds(-math.inf, math.inf, True, dtype)
+
+    def edges(self, dtype: DType) -> DomainEdges:
+        return DomainEdges((0.0, -0.0, 1.0, -1.0, math.inf, math.nan), ())
 
 
 Domain = FiniteNormalResult | Interval | PositiveNormal | FiniteInputs | NotNaN | AnyInput
@@ -206,29 +374,6 @@ def _to_result(ok: Array, shape: tuple[int, ...]) -> Array:
         rest = math.prod(ok.shape[len(shape) :])  # not -1: numpy cannot infer it when size 0
         return np.asarray(np.all(ok.reshape(*shape, rest), axis=-1))
     return np.broadcast_to(np.all(ok), shape)
-
-
-def _inside(domain: Domain, operands: Sequence[Any], result: Any) -> Array:
-    shape = np.shape(result)
-    mask = np.ones(shape, dtype=bool)
-    for op in operands:
-        x = _f64(op)
-        match domain:
-            case FiniteNormalResult() | FiniteInputs():
-                ok = np.isfinite(x)
-            case Interval(lo=lo, hi=hi):
-                ok = (x >= lo) & (x <= hi)
-            case PositiveNormal():
-                ok = np.isfinite(x) & (x >= _smallest_normal(np.asarray(op)))
-            case NotNaN():
-                ok = ~np.isnan(x)
-            case AnyInput():
-                ok = np.ones_like(x, dtype=bool)
-        mask &= _to_result(ok, shape)
-    if isinstance(domain, FiniteNormalResult):
-        r = _f64(result)
-        mask &= np.isfinite(r) & ((r == 0) | (np.abs(r) >= _smallest_normal(np.asarray(result))))
-    return mask
 
 
 @dataclass(frozen=True, slots=True)

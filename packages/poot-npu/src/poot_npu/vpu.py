@@ -88,7 +88,7 @@ from poot_ir import (
     TensorType,
     UnsupportedDevice,
 )
-from poot_planner.fp16.checks import Guard
+from poot_planner.fp16.checks import RangeCheck
 from poot_planner.fp16.narrowing import intermediate_guards
 
 from poot_npu import vpu_identity
@@ -135,7 +135,7 @@ def unframe_ir(data: bytes) -> tuple[bytes, bytes]:
 
 
 @dataclass(slots=True)
-class _Loaded:
+class _VpuLoaded:
     """One loaded artifact: its compiled model, its one infer request and what is bound: the
     buffers of the last checked dispatch (compared by identity: a replay passes the same tuple
     every step) and the tensors over their memory, set on the request's ports, inputs and
@@ -170,9 +170,9 @@ class VpuDevice(HostMemory):
         if why is not None:
             raise DeviceUnavailable(self._name, why)
         self._identity = vpu_identity.identity(self._core, device, self._config, self.stand_in)
-        self._loaded: dict[int, _Loaded] = {}
+        self._loaded: dict[int, _VpuLoaded] = {}
         self._buffers = HostBuffers(self._name)
-        self._failed: list[tuple[_Loaded, tuple[np.ndarray, ...]]] = []
+        self._failed: list[tuple[_VpuLoaded, tuple[np.ndarray, ...]]] = []
         self._poisoned = False
         self._closed = False
         self._gen = 0
@@ -227,7 +227,7 @@ class VpuDevice(HostMemory):
         if plan.score_bound and not (self._guard and plan.narrowing is not None):
             # the prelude's -2^15 mask is right only where the graph checks the scores
             raise UnsupportedDevice(self._name, "the plan's score-bound guard needs its FP16 guard")
-        guards: tuple[tuple[int, Guard], ...] = ()
+        guards: tuple[tuple[int, RangeCheck], ...] = ()
         if self._guard and plan.narrowing is not None:
             # of the program the graph is lowered from (narrowed from the legalized one): the
             # source's equation indices no longer match once legalization rewrote it
@@ -275,7 +275,7 @@ class VpuDevice(HostMemory):
         except RuntimeError as err:
             raise BlobRefused(self._name, f"no infer request: {err}") from None
         artifact = Artifact(next_id(), sig)
-        self._loaded[artifact.id] = _Loaded(artifact, compiled, request, len(sig.inputs), guard)
+        self._loaded[artifact.id] = _VpuLoaded(artifact, compiled, request, len(sig.inputs), guard)
         return artifact
 
     def compiled_model(self, artifact: Artifact) -> Any:
@@ -299,7 +299,7 @@ class VpuDevice(HostMemory):
             loaded = self._bind(artifact, buffers)
         self._run(loaded, deadline_s, single_wait_ms(deadline_s))
 
-    def _run(self, loaded: _Loaded, deadline_s: float, ms: int | None) -> None:
+    def _run(self, loaded: _VpuLoaded, deadline_s: float, ms: int | None) -> None:
         """One run of a bound request under ``deadline_s``, then its FP16 guard. ``ms`` is
         ``single_wait_ms(deadline_s)``, which a bound step works out once per deadline."""
         req = loaded.request
@@ -338,7 +338,7 @@ class VpuDevice(HostMemory):
         artifact, buffers = commands.dispatches[0]
         return _VpuStep(self, commands, self._bind(artifact, buffers))
 
-    def _bind(self, artifact: Artifact, buffers: tuple[Buffer, ...]) -> _Loaded:
+    def _bind(self, artifact: Artifact, buffers: tuple[Buffer, ...]) -> _VpuLoaded:
         """Check a dispatch's command (``check_dispatch``), then set a tensor over each buffer's
         own memory on the request's port, inputs and outputs alike: later writes into an input
         buffer are what the next run reads, and a run writes its results straight into the
@@ -400,7 +400,7 @@ def _split_guard(model: Any) -> tuple[tuple[intel_graph.ArgSignature, ...], Any]
     return entries, None
 
 
-def _check_guard(loaded: _Loaded, device: str) -> None:
+def _check_guard(loaded: _VpuLoaded, device: str) -> None:
     """``NarrowingRangeIntermediate`` for the first flag the graph set (outputs are not yet
     copied, so nothing of the refused run reaches a buffer)."""
     assert loaded.guard is not None and loaded.flags is not None  # bound with the buffers
@@ -417,7 +417,7 @@ class _VpuStep(HostStep):
 
     __slots__ = ("_artifact", "_bound", "_buffers_bound", "_deadline", "_ms", "_vpu")
 
-    def __init__(self, device: VpuDevice, commands: StepCommands, loaded: _Loaded) -> None:
+    def __init__(self, device: VpuDevice, commands: StepCommands, loaded: _VpuLoaded) -> None:
         super().__init__(device, device._buffers, commands)
         self._vpu, self._bound = device, loaded
         self._artifact, self._buffers_bound = commands.dispatches[0]

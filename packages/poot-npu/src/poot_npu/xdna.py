@@ -137,7 +137,7 @@ class _Region:
 
 
 @dataclass(slots=True)
-class _Loaded:
+class _XdnaLoaded:
     artifact: Artifact
     design: ProgramDesign
     regions: list[_Region]
@@ -169,9 +169,9 @@ class XdnaDevice(HostMemory):
         self._device: Any = device
         self._env = None if env is None else dict(env)
         self._fields: dict[str, str] | None = None
-        self._loaded: dict[int, _Loaded] = {}
+        self._loaded: dict[int, _XdnaLoaded] = {}
         self._buffers = HostBuffers(self._name)
-        self._failed: list[tuple[_Loaded, tuple[np.ndarray, ...], Any]] = []
+        self._failed: list[tuple[_XdnaLoaded, tuple[np.ndarray, ...], Any]] = []
         self._poisoned = False
         self._closed = False
         self.runs = 0
@@ -276,7 +276,7 @@ class XdnaDevice(HostMemory):
         }
         back |= {layout.slot(b.value).arena for b in layout.results}
         artifact = Artifact(next_id(), design_signature(design))
-        self._loaded[artifact.id] = _Loaded(
+        self._loaded[artifact.id] = _XdnaLoaded(
             artifact,
             design,
             regions,
@@ -364,7 +364,7 @@ class XdnaDevice(HostMemory):
             raise DeviceFailed(f"{self._name}: XRT failed artifact {artifact.id}: {err}") from None
         self.runs += 1
 
-    def _relayout(self, loaded: _Loaded, h: Relayout) -> None:
+    def _relayout(self, loaded: _XdnaLoaded, h: Relayout) -> None:
         """Host relayout ``h`` between region runs, over the arena buffer objects (the module
         docstring): each source slot synced from the device and read, the result written to
         its slot and synced to the device. An alias moves nothing."""
@@ -389,7 +389,7 @@ class XdnaDevice(HostMemory):
             bo.write(data, out.offset)
             bo.sync(sync.XCL_BO_SYNC_BO_TO_DEVICE, out.nbytes, out.offset)
 
-    def _check_flags(self, loaded: _Loaded) -> None:
+    def _check_flags(self, loaded: _XdnaLoaded) -> None:
         """Refuse the run (``DomainFlagged``) when a region's flag word, drained by its last
         core into the flags arena (``design.FlagPath``), is not zero: before any result is
         read out, so no buffer and no state changes."""
@@ -406,7 +406,7 @@ class XdnaDevice(HostMemory):
 
     def _run(
         self,
-        loaded: _Loaded,
+        loaded: _XdnaLoaded,
         r: _Region,
         arrays: tuple[np.ndarray, ...],
         left_s: float,
@@ -430,7 +430,7 @@ class XdnaDevice(HostMemory):
             raise DeviceFailed(f"{what} ended in {getattr(state, 'name', state)}")
 
     def _run_on_host(
-        self, loaded: _Loaded, specs: tuple[Any, ...], arrays: tuple[np.ndarray, ...], n_in: int
+        self, loaded: _XdnaLoaded, specs: tuple[Any, ...], arrays: tuple[np.ndarray, ...], n_in: int
     ) -> None:
         layout = loaded.design.layout
         inputs = {s.name: a for s, a in zip(specs[:n_in], arrays[:n_in], strict=True)}

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
-from poot_codegen.xdna import Direction, ProgramDesign, Relayout, lower_program
+from poot_codegen.xdna import ProgramDesign, Relayout, TransferDirection, lower_program
 from poot_codegen.xdna.execute import (
     Bytes,
     check_indices,
@@ -136,20 +136,20 @@ def traffic(design: ProgramDesign) -> RunStats:
     arguments = {b.value for b in layout.arguments}
     results = {b.value for b in layout.results}
     moved = 0
-    minimum: dict[tuple[int, Direction], int] = {}
+    minimum: dict[tuple[int, TransferDirection], int] = {}
     for region in design.regions:
         for t in region.transfers:
             moved += t.nbytes
             value = region.fifo(t.fifo).value
-            if (t.direction is Direction.TO_DEVICE and value in arguments) or (
-                t.direction is Direction.FROM_DEVICE and value in results
+            if (t.direction is TransferDirection.TO_DEVICE and value in arguments) or (
+                t.direction is TransferDirection.FROM_DEVICE and value in results
             ):
                 minimum.setdefault((value, t.direction), t.nbytes)
     return RunStats(len(design.regions), moved, sum(minimum.values()))
 
 
 @dataclass(slots=True)
-class _Loaded:
+class _HostLoaded:
     artifact: Artifact
     design: ProgramDesign
     library: ctypes.CDLL
@@ -169,10 +169,10 @@ class XdnaHostDevice(HostMemory):
         self._cache: BlobCache | None = None
         self._compiler = compiler
         self._identity: DeviceIdentity | None = None
-        self._loaded: dict[int, _Loaded] = {}
+        self._loaded: dict[int, _HostLoaded] = {}
         self._buffers = HostBuffers(self._name)
         self._runner = DeadlineRunner(f"poot {self._name} dispatch")
-        self._failed: list[tuple[_Loaded, tuple[np.ndarray, ...]]] = []
+        self._failed: list[tuple[_HostLoaded, tuple[np.ndarray, ...]]] = []
         self._last: RunStats | None = None
         self._closed = False
         self.runs = 0
@@ -264,7 +264,7 @@ class XdnaHostDevice(HostMemory):
                 raise BlobRefused(self._name, f"no kernel {symbol} in its library")
         artifact = Artifact(next_id(), design_signature(design))
         arenas = new_arenas(design.layout)
-        self._loaded[artifact.id] = _Loaded(artifact, design, library, arenas, traffic(design))
+        self._loaded[artifact.id] = _HostLoaded(artifact, design, library, arenas, traffic(design))
         return artifact
 
     def unload(self, artifact: Artifact) -> None:
@@ -348,7 +348,7 @@ class XdnaHostDevice(HostMemory):
         if self._runner.missed:
             raise DevicePoisoned(f"{self._name}: a run missed its deadline; close the device")
 
-    def _get(self, artifact: Artifact) -> _Loaded:
+    def _get(self, artifact: Artifact) -> _HostLoaded:
         self._usable()
         loaded = self._loaded.get(artifact.id)
         if loaded is None or loaded.artifact != artifact:

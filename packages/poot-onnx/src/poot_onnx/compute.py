@@ -24,8 +24,8 @@ from poot_onnx.context import (
     NUMERIC,
     Const,
     Lowering,
+    LoweringRule,
     Node,
-    Rule,
     bcast,
     check_dtype,
     norm_axes,
@@ -39,26 +39,26 @@ __all__ = ["RULES"]
 # -- elementwise ----------------------------------------------------------------------------
 
 
-def _unary(emit: Callable[[Builder, Var], Var], dtypes: Sequence[DType] = FLOATS) -> Rule:
+def _unary(emit: Callable[[Builder, Var], Var], dtypes: Sequence[DType] = FLOATS) -> LoweringRule:
     def handler(lo: Lowering, n: Node) -> None:
         x = lo.var(0)
         check_dtype(lo, x, dtypes, "the input")
         lo.set(0, emit(lo.b, x))
 
-    return Rule(handler)
+    return LoweringRule(handler)
 
 
-def _binary(emit: Callable[[Builder, Atom, Atom], Var]) -> Rule:
+def _binary(emit: Callable[[Builder, Atom, Atom], Var]) -> LoweringRule:
     def handler(lo: Lowering, n: Node) -> None:
         if len(n.inputs) != 2:
             raise lo.fail("model", f"takes 2 inputs, got {len(n.inputs)}")
         a, c = lo.atoms((0, 1))
         lo.set(0, emit(lo.b, a, c))
 
-    return Rule(handler)
+    return LoweringRule(handler)
 
 
-def _variadic(kind: str) -> Rule:
+def _variadic(kind: str) -> LoweringRule:
     """Max, Min and Sum over any number of inputs, left to right."""
 
     def handler(lo: Lowering, n: Node) -> None:
@@ -82,7 +82,7 @@ def _variadic(kind: str) -> Rule:
             )
         lo.set(0, acc)
 
-    return Rule(handler)
+    return LoweringRule(handler)
 
 
 def _identity(kind: str, lit: Literal, x: Var) -> bool:
@@ -188,7 +188,7 @@ def _cast_to(lo: Lowering, name: str, np_to: np.dtype[Any] | None) -> None:
 # -- reductions -----------------------------------------------------------------------------
 
 
-def _reduce(kind: str) -> Rule:
+def _reduce(kind: str) -> LoweringRule:
     def handler(lo: Lowering, n: Node) -> None:
         attr_axes = lo.attr_ints("axes")
         if lo.has(1):
@@ -221,7 +221,7 @@ def _reduce(kind: str) -> Rule:
                 y = b.div(y, float(count) if x.dtype.is_float else count)
         lo.set(0, reshape(b, y, kept) if keep else y)
 
-    return Rule(handler, frozenset({"axes", "keepdims", "noop_with_empty_axes"}))
+    return LoweringRule(handler, frozenset({"axes", "keepdims", "noop_with_empty_axes"}))
 
 
 # -- contraction ----------------------------------------------------------------------------
@@ -352,7 +352,7 @@ def _rmsnorm(lo: Lowering, n: Node) -> None:
     lo.set(0, reshape(b, y, x.shape))
 
 
-RULES: Mapping[str, Rule] = {
+RULES: Mapping[str, LoweringRule] = {
     "Abs": _unary(Builder.abs, NUMERIC),
     "Neg": _unary(Builder.neg, NUMERIC),
     "Reciprocal": _unary(Builder.recip),
@@ -361,12 +361,12 @@ RULES: Mapping[str, Rule] = {
     "Tanh": _unary(Builder.tanh),
     "Erf": _unary(Builder.erf),
     "Sqrt": _unary(Builder.sqrt),
-    "Relu": Rule(_relu),
+    "Relu": LoweringRule(_relu),
     "Add": _binary(Builder.add),
     "Sub": _binary(Builder.sub),
     "Mul": _binary(Builder.mul),
     "Div": _binary(Builder.div),
-    "Pow": Rule(_pow),
+    "Pow": LoweringRule(_pow),
     "Greater": _binary(Builder.gt),
     "GreaterOrEqual": _binary(Builder.ge),
     "Less": _binary(lambda b, x, y: b.gt(y, x)),
@@ -375,15 +375,15 @@ RULES: Mapping[str, Rule] = {
     "Max": _variadic("max"),
     "Min": _variadic("min"),
     "Sum": _variadic("sum"),
-    "Where": Rule(_where),
-    "Cast": Rule(_cast, frozenset({"to", "saturate", "round_mode"})),
-    "CastLike": Rule(_cast_like, frozenset({"saturate", "round_mode"})),
+    "Where": LoweringRule(_where),
+    "Cast": LoweringRule(_cast, frozenset({"to", "saturate", "round_mode"})),
+    "CastLike": LoweringRule(_cast_like, frozenset({"saturate", "round_mode"})),
     "ReduceSum": _reduce("sum"),
     "ReduceMax": _reduce("max"),
     "ReduceMean": _reduce("mean"),
-    "MatMul": Rule(_matmul),
-    "Gemm": Rule(_gemm, frozenset({"alpha", "beta", "transA", "transB"})),
-    "Softmax": Rule(_softmax, frozenset({"axis"})),
-    "LayerNormalization": Rule(_layernorm, frozenset({"axis", "epsilon", "stash_type"})),
-    "RMSNormalization": Rule(_rmsnorm, frozenset({"axis", "epsilon", "stash_type"})),
+    "MatMul": LoweringRule(_matmul),
+    "Gemm": LoweringRule(_gemm, frozenset({"alpha", "beta", "transA", "transB"})),
+    "Softmax": LoweringRule(_softmax, frozenset({"axis"})),
+    "LayerNormalization": LoweringRule(_layernorm, frozenset({"axis", "epsilon", "stash_type"})),
+    "RMSNormalization": LoweringRule(_rmsnorm, frozenset({"axis", "epsilon", "stash_type"})),
 }

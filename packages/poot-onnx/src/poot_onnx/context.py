@@ -43,8 +43,8 @@ __all__ = [
     "Handler",
     "Kind",
     "Lowering",
+    "LoweringRule",
     "Node",
-    "Rule",
     "Unreadable",
     "Value",
     "bcast",
@@ -434,7 +434,7 @@ Handler = Callable[[Lowering, Node], None]
 
 
 @dataclass(frozen=True, slots=True)
-class Rule:
+class LoweringRule:
     """How one op type lowers: ``handler``, and the attributes it reads (others are refused)."""
 
     handler: Handler

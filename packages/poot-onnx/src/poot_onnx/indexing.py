@@ -20,7 +20,16 @@ from poot_ir.core import Var
 from poot_ir.dtypes import DType
 
 from poot_onnx import resize
-from poot_onnx.context import NUMERIC, Array, Const, Lowering, Node, Rule, check_dtype, norm_axis
+from poot_onnx.context import (
+    NUMERIC,
+    Array,
+    Const,
+    Lowering,
+    LoweringRule,
+    Node,
+    check_dtype,
+    norm_axis,
+)
 from poot_onnx.folding import evaluate_node
 
 __all__ = ["RULES"]
@@ -195,7 +204,7 @@ def _targets(lo: Lowering, n: Node, idx: Array, data_shape: tuple[int, ...]) -> 
     return [int(t) for t in np.asarray(flat).reshape(-1)]
 
 
-def _arg(kind: str) -> Rule:
+def _arg(kind: str) -> LoweringRule:
     def handler(lo: Lowering, n: Node) -> None:
         b = lo.b
         x = lo.var(0)
@@ -217,7 +226,7 @@ def _arg(kind: str) -> Rule:
         lo.wide.add(y.id)  # ONNX's result is int64; every value fits
         lo.set(0, y)
 
-    return Rule(handler, frozenset({"axis", "keepdims", "select_last_index"}))
+    return LoweringRule(handler, frozenset({"axis", "keepdims", "select_last_index"}))
 
 
 def _reduce_min(lo: Lowering, x: Var, axes: tuple[int, ...]) -> Var:
@@ -268,9 +277,9 @@ _MOVED = (
     "Compress",
 )
 
-RULES: Mapping[str, Rule] = {
+RULES: Mapping[str, LoweringRule] = {
     **{
-        op: Rule(
+        op: LoweringRule(
             _moved,
             frozenset(
                 {"batch_dims", "blocksize", "mode", "axis", "batch_axis", "time_axis", "axes"}
@@ -278,9 +287,9 @@ RULES: Mapping[str, Rule] = {
         )
         for op in _MOVED
     },
-    "GatherElements": Rule(_gather_elements, frozenset({"axis"})),
-    "Pad": Rule(_pad, frozenset({"mode"})),
-    "Resize": Rule(
+    "GatherElements": LoweringRule(_gather_elements, frozenset({"axis"})),
+    "Pad": LoweringRule(_pad, frozenset({"mode"})),
+    "Resize": LoweringRule(
         _resize,
         frozenset(
             {
@@ -296,11 +305,13 @@ RULES: Mapping[str, Rule] = {
             }
         ),
     ),
-    "Upsample": Rule(_resize, frozenset({"mode"})),
-    "ScatterElements": Rule(_scatter, frozenset({"axis", "reduction"})),
-    "ScatterND": Rule(_scatter, frozenset({"reduction"})),
+    "Upsample": LoweringRule(_resize, frozenset({"mode"})),
+    "ScatterElements": LoweringRule(_scatter, frozenset({"axis", "reduction"})),
+    "ScatterND": LoweringRule(_scatter, frozenset({"reduction"})),
     "ArgMax": _arg("max"),
     "ArgMin": _arg("min"),
-    "ReduceMin": Rule(_reduce_min_op, frozenset({"axes", "keepdims", "noop_with_empty_axes"})),
-    "Dropout": Rule(_dropout, frozenset({"seed"})),
+    "ReduceMin": LoweringRule(
+        _reduce_min_op, frozenset({"axes", "keepdims", "noop_with_empty_axes"})
+    ),
+    "Dropout": LoweringRule(_dropout, frozenset({"seed"})),
 }

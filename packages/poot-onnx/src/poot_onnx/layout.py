@@ -18,8 +18,8 @@ from poot_ir.dtypes import DType
 from poot_onnx.context import (
     Const,
     Lowering,
+    LoweringRule,
     Node,
-    Rule,
     bcast,
     norm_axes,
     norm_axis,
@@ -298,20 +298,20 @@ def _size(lo: Lowering, n: Node) -> None:
     lo.set(0, np.asarray(math.prod(lo.shape(0)), dtype=np.int64))
 
 
-RULES: Mapping[str, Rule] = {
-    "Identity": Rule(_identity),
-    "Gather": Rule(_gather, frozenset({"axis"})),
-    "Transpose": Rule(_transpose, frozenset({"perm"})),
-    "Reshape": Rule(_reshape_op, frozenset({"shape", "allowzero"})),
-    "Flatten": Rule(_flatten, frozenset({"axis"})),
-    "Unsqueeze": Rule(_unsqueeze, frozenset({"axes"})),
-    "Squeeze": Rule(_squeeze, frozenset({"axes"})),
-    "Expand": Rule(_expand),
-    "Slice": Rule(_slice, frozenset({"starts", "ends", "axes"})),
-    "Concat": Rule(_concat, frozenset({"axis"})),
-    "Split": Rule(_split, frozenset({"axis", "split", "num_outputs"})),
-    "Range": Rule(_range),
-    "Constant": Rule(
+RULES: Mapping[str, LoweringRule] = {
+    "Identity": LoweringRule(_identity),
+    "Gather": LoweringRule(_gather, frozenset({"axis"})),
+    "Transpose": LoweringRule(_transpose, frozenset({"perm"})),
+    "Reshape": LoweringRule(_reshape_op, frozenset({"shape", "allowzero"})),
+    "Flatten": LoweringRule(_flatten, frozenset({"axis"})),
+    "Unsqueeze": LoweringRule(_unsqueeze, frozenset({"axes"})),
+    "Squeeze": LoweringRule(_squeeze, frozenset({"axes"})),
+    "Expand": LoweringRule(_expand),
+    "Slice": LoweringRule(_slice, frozenset({"starts", "ends", "axes"})),
+    "Concat": LoweringRule(_concat, frozenset({"axis"})),
+    "Split": LoweringRule(_split, frozenset({"axis", "split", "num_outputs"})),
+    "Range": LoweringRule(_range),
+    "Constant": LoweringRule(
         _constant,
         frozenset(
             {
@@ -326,7 +326,7 @@ RULES: Mapping[str, Rule] = {
             }
         ),
     ),
-    "ConstantOfShape": Rule(_constant_of_shape, frozenset({"value"})),
-    "Shape": Rule(_shape, frozenset({"start", "end"})),
-    "Size": Rule(_size),
+    "ConstantOfShape": LoweringRule(_constant_of_shape, frozenset({"value"})),
+    "Shape": LoweringRule(_shape, frozenset({"start", "end"})),
+    "Size": LoweringRule(_size),
 }

@@ -16,7 +16,7 @@ from poot_ir.builder import Builder
 from poot_ir.core import Atom, Var
 from poot_ir.dtypes import DType
 
-from poot_onnx.context import FLOATS, NUMERIC, Lowering, Node, Rule, check_dtype
+from poot_onnx.context import FLOATS, NUMERIC, Lowering, LoweringRule, Node, check_dtype
 
 __all__ = ["RULES"]
 
@@ -38,7 +38,7 @@ def _bools(lo: Lowering, n: Node) -> tuple[Var, Atom]:
     return c, a  # each op here is symmetric
 
 
-def _logic(kind: str) -> Rule:
+def _logic(kind: str) -> LoweringRule:
     def handler(lo: Lowering, n: Node) -> None:
         b = lo.b
         x, y = _bools(lo, n)
@@ -50,7 +50,7 @@ def _logic(kind: str) -> Rule:
             out = b.eq(b.eq(x, y), False)
         lo.set(0, out)
 
-    return Rule(handler)
+    return LoweringRule(handler)
 
 
 def _not(lo: Lowering, n: Node) -> None:
@@ -183,18 +183,18 @@ def _sigmoid(lo: Lowering, n: Node) -> None:
     lo.set(0, sigmoid(lo.b, _float_in(lo)))
 
 
-RULES: Mapping[str, Rule] = {
+RULES: Mapping[str, LoweringRule] = {
     "And": _logic("and"),
     "Or": _logic("or"),
     "Xor": _logic("xor"),
-    "Not": Rule(_not),
-    "IsNaN": Rule(_isnan),
-    "IsInf": Rule(_isinf, frozenset({"detect_positive", "detect_negative"})),
-    "Sign": Rule(_sign),
-    "Floor": Rule(_rounding("floor")),
-    "Ceil": Rule(_rounding("ceil")),
-    "Round": Rule(_rounding("round")),
-    "Mod": Rule(_mod, frozenset({"fmod"})),
-    "Clip": Rule(_clip, frozenset({"min", "max"})),
-    "Sigmoid": Rule(_sigmoid),
+    "Not": LoweringRule(_not),
+    "IsNaN": LoweringRule(_isnan),
+    "IsInf": LoweringRule(_isinf, frozenset({"detect_positive", "detect_negative"})),
+    "Sign": LoweringRule(_sign),
+    "Floor": LoweringRule(_rounding("floor")),
+    "Ceil": LoweringRule(_rounding("ceil")),
+    "Round": LoweringRule(_rounding("round")),
+    "Mod": LoweringRule(_mod, frozenset({"fmod"})),
+    "Clip": LoweringRule(_clip, frozenset({"min", "max"})),
+    "Sigmoid": LoweringRule(_sigmoid),
 }

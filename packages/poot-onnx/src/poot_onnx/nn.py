@@ -25,8 +25,8 @@ from poot_onnx.context import (
     Array,
     Const,
     Lowering,
+    LoweringRule,
     Node,
-    Rule,
     check_dtype,
     reshape,
 )
@@ -234,7 +234,7 @@ def _conv_transpose(lo: Lowering, n: Node) -> None:
     lo.set(0, b.reshape(y, (nb, m, *out)))
 
 
-def _pool(kind: str) -> Rule:
+def _pool(kind: str) -> LoweringRule:
     def handler(lo: Lowering, n: Node) -> None:
         b = lo.b
         x = lo.var(0)
@@ -265,7 +265,7 @@ def _pool(kind: str) -> Rule:
         lo.set(0, b.reshape(y, (nb, c, *out)))
 
     attrs = _WINDOW | {"ceil_mode", "count_include_pad", "storage_order"}
-    return Rule(handler, frozenset(attrs))
+    return LoweringRule(handler, frozenset(attrs))
 
 
 def _included(
@@ -286,7 +286,7 @@ def _included(
     return counts
 
 
-def _global(kind: str) -> Rule:
+def _global(kind: str) -> LoweringRule:
     def handler(lo: Lowering, n: Node) -> None:
         b = lo.b
         x = lo.var(0)
@@ -298,7 +298,7 @@ def _global(kind: str) -> Rule:
             y = b.div(b.reduce_sum(x, axes), float(math.prod(x.shape[2:])))
         lo.set(0, reshape(b, y, (*x.shape[:2], *(1,) * len(axes))))
 
-    return Rule(handler)
+    return LoweringRule(handler)
 
 
 def _channel(lo: Lowering, i: int, x: Var) -> Var:
@@ -387,15 +387,17 @@ def _instancenorm(lo: Lowering, n: Node) -> None:
     lo.set(0, b.add(b.mul(y, _channel(lo, 1, x)), _channel(lo, 2, x)))
 
 
-RULES: Mapping[str, Rule] = {
-    "Conv": Rule(_conv, _WINDOW | {"group"}),
-    "ConvTranspose": Rule(_conv_transpose, _WINDOW | {"group", "output_padding", "output_shape"}),
+RULES: Mapping[str, LoweringRule] = {
+    "Conv": LoweringRule(_conv, _WINDOW | {"group"}),
+    "ConvTranspose": LoweringRule(
+        _conv_transpose, _WINDOW | {"group", "output_padding", "output_shape"}
+    ),
     "MaxPool": _pool("max"),
     "AveragePool": _pool("avg"),
     "GlobalAveragePool": _global("avg"),
     "GlobalMaxPool": _global("max"),
-    "BatchNormalization": Rule(
+    "BatchNormalization": LoweringRule(
         _batchnorm, frozenset({"epsilon", "momentum", "training_mode", "spatial"})
     ),
-    "InstanceNormalization": Rule(_instancenorm, frozenset({"epsilon"})),
+    "InstanceNormalization": LoweringRule(_instancenorm, frozenset({"epsilon"})),
 }

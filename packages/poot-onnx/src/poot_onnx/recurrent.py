@@ -27,7 +27,7 @@ import numpy as np
 from poot_ir.builder import Builder
 from poot_ir.core import Var
 
-from poot_onnx.context import FLOATS, Lowering, Node, Rule, check_dtype, check_unrolled
+from poot_onnx.context import FLOATS, Lowering, LoweringRule, Node, check_dtype, check_unrolled
 from poot_onnx.logic import sigmoid
 
 __all__ = ["RULES"]
@@ -393,8 +393,8 @@ _COMMON = frozenset(
     }
 )
 
-RULES: Mapping[str, Rule] = {
-    "LSTM": Rule(_lstm, _COMMON | {"input_forget"}),
-    "GRU": Rule(_gru, _COMMON | {"linear_before_reset"}),
-    "RNN": Rule(_rnn, _COMMON),
+RULES: Mapping[str, LoweringRule] = {
+    "LSTM": LoweringRule(_lstm, _COMMON | {"input_forget"}),
+    "GRU": LoweringRule(_gru, _COMMON | {"linear_before_reset"}),
+    "RNN": LoweringRule(_rnn, _COMMON),
 }

@@ -34,8 +34,8 @@ from poot_onnx.context import (
     NUMERIC,
     Const,
     Lowering,
+    LoweringRule,
     Node,
-    Rule,
     check_dtype,
     check_unrolled,
     norm_axes,
@@ -318,9 +318,11 @@ def _einsum(lo: Lowering, n: Node) -> None:
     lo.set(0, b.transpose(acc, perm) if perm != list(range(len(perm))) else acc)
 
 
-RULES: Mapping[str, Rule] = {
-    "TopK": Rule(_topk, frozenset({"axis", "largest", "sorted", "k"})),
-    "OneHot": Rule(_onehot, frozenset({"axis"})),
-    "ReduceProd": Rule(_reduce_prod, frozenset({"axes", "keepdims", "noop_with_empty_axes"})),
-    "Einsum": Rule(_einsum, frozenset({"equation"})),
+RULES: Mapping[str, LoweringRule] = {
+    "TopK": LoweringRule(_topk, frozenset({"axis", "largest", "sorted", "k"})),
+    "OneHot": LoweringRule(_onehot, frozenset({"axis"})),
+    "ReduceProd": LoweringRule(
+        _reduce_prod, frozenset({"axes", "keepdims", "noop_with_empty_axes"})
+    ),
+    "Einsum": LoweringRule(_einsum, frozenset({"equation"})),
 }

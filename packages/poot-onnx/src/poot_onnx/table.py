@@ -19,10 +19,10 @@ from poot_ir.dtypes import DType
 from poot_ir.errors import EvaluationError, TypeCheckError, UnsupportedOnnx
 
 from poot_onnx import compute, functions, indexing, layout, logic, nn, recurrent, select
-from poot_onnx.context import Array, Blocked, Const, Graph, Lowering, Node, Rule
+from poot_onnx.context import Array, Blocked, Const, Graph, Lowering, LoweringRule, Node
 from poot_onnx.folding import NEVER_FOLDED, evaluate_node
 
-__all__ = ["OPS", "STATIC_INPUTS", "Rule", "lower"]
+__all__ = ["OPS", "STATIC_INPUTS", "LoweringRule", "lower"]
 
 #: Input positions whose values must be known at import time, per op type.
 STATIC_INPUTS: Mapping[str, tuple[int, ...]] = {
@@ -134,7 +134,7 @@ def _lower_node(lo: Lowering, node: Node) -> None:
 _GENERATORS = frozenset({"Range"})
 
 
-def _fold(lo: Lowering, node: Node, rule: Rule | None) -> bool:
+def _fold(lo: Lowering, node: Node, rule: LoweringRule | None) -> bool:
     """Evaluate a node whose inputs are all known at import (``folding``). Returns False, and
     does nothing, for any other node, for ``NEVER_FOLDED`` ops, and for a ``_GENERATORS`` op
     whose result has a poot dtype."""
@@ -209,7 +209,7 @@ def _if(lo: Lowering, n: Node) -> None:
 
 
 #: Every op type the importer lowers (default domain), with its rule.
-OPS: Mapping[str, Rule] = {
+OPS: Mapping[str, LoweringRule] = {
     **compute.RULES,
     **layout.RULES,
     **logic.RULES,
@@ -217,5 +217,5 @@ OPS: Mapping[str, Rule] = {
     **nn.RULES,
     **recurrent.RULES,
     **select.RULES,
-    "If": Rule(_if, frozenset({"then_branch", "else_branch"})),
+    "If": LoweringRule(_if, frozenset({"then_branch", "else_branch"})),
 }

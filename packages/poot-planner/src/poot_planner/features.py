@@ -17,18 +17,11 @@ from typing import assert_never
 from poot_ir import Builder, DType, Prim, Var, ops
 from poot_ir.numerics import (
     AbsRel,
-    AnyInput,
     BitExact,
     Bound,
     Derived,
-    Domain,
-    FiniteInputs,
-    FiniteNormalResult,
-    Interval,
     LargerOperandUlps,
     Normwise,
-    NotNaN,
-    PositiveNormal,
     Relative,
     ScaledSum,
 )
@@ -41,7 +34,7 @@ from poot_planner.plan import plan
 from poot_planner.target import AxisRule, Capability, KernelClass, Target
 from poot_planner.targets import TARGETS
 
-__all__ = ["feature_matrix", "render_bound", "render_domain"]
+__all__ = ["feature_matrix", "render_bound"]
 
 _NONE = "—"
 #: Row length at which the fused norm's derived bound is published (the seed's figure).
@@ -80,25 +73,6 @@ def render_bound(b: Bound) -> str:
             assert_never(b)
 
 
-def render_domain(d: Domain) -> str:
-    """One domain as a phrase (``[-87, 88]``, ``positive normal``)."""
-    match d:
-        case FiniteNormalResult():
-            return "finite operands, finite normal result"
-        case Interval(lo=lo, hi=hi):
-            return f"[{_num(lo)}, {_num(hi)}]"
-        case PositiveNormal():
-            return "positive normal"
-        case FiniteInputs():
-            return "finite operands"
-        case NotNaN():
-            return "operands not NaN"
-        case AnyInput():
-            return "any input"
-        case _:
-            assert_never(d)
-
-
 def _dtypes(ds: frozenset[DType]) -> str:
     return ", ".join(d.value for d in DType if d in ds)
 
@@ -129,7 +103,7 @@ def _capability_row(c: Capability) -> list[str]:
         c.kernel.value,
         "" if c.prim.is_elementwise else c.axes.value,
         render_bound(c.contract.bound),
-        render_domain(c.contract.domain),
+        c.contract.domain.describe(),
         c.note,
     ]
 

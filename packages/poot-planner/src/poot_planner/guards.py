@@ -1,5 +1,10 @@
 """Domain guards: where each equation's domain is enforced, or why it need not be.
 
+``plan()`` places them once (``place_guards``, one pass over the equations) and carries them
+as ``Plan.guards``; ``poot plan``, the engine's host checks and the XDNA2 kernels read that.
+What a domain is (its wording, bounds and membership) is the domain's own
+(``poot_ir.numerics``).
+
 A contract holds on its domain and promises nothing outside it, so a value outside the domain
 must not come back as a result. For every equation of a plan's program whose contract has a
 domain narrower than ``AnyInput``, each operand is guarded where its value is visible:
@@ -25,30 +30,59 @@ not proven). An argument is unknown (it is checked per equation on the host).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import assert_never
+from typing import Protocol
 
 from poot_ir import DType, Eqn, Literal, Prim, Program, Var
 from poot_ir.numerics import (
     AnyInput,
     Contract,
     Domain,
+    DomainBounds,
     FiniteInputs,
     FiniteNormalResult,
-    Interval,
     NotNaN,
-    PositiveNormal,
 )
 
 from poot_planner.fp16.narrowing import operating_dtype
-from poot_planner.plan import Plan
-from poot_planner.xdna2.facts import SMALLEST_NORMAL_F32
+from poot_planner.target import NarrowingContract, Target
 
-__all__ = ["Guard", "Site", "describe_domain", "device_guards", "equation_contract", "guards"]
+__all__ = [
+    "RESULT",
+    "DomainGuard",
+    "Site",
+    "equation_contract",
+    "equation_contracts",
+    "place_guards",
+]
 
 _MAX = 3.4028234663852886e38
 RESULT = -1  # the operand index of a result guard
+
+
+class _Admitted(Protocol):
+    @property
+    def eqn(self) -> int: ...
+    @property
+    def contract(self) -> Contract | None: ...
+
+
+class Planned(Protocol):
+    """What guard placement reads of a ``poot_planner.Plan`` (a protocol: ``plan()`` places
+    the guards of the plan it makes, so ``poot_planner.plan`` imports this module)."""
+
+    @property
+    def target(self) -> Target: ...
+    @property
+    def source(self) -> Program: ...
+    @property
+    def program(self) -> Program: ...
+    @property
+    def admissions(self) -> Sequence[_Admitted]: ...
+    @property
+    def narrowing(self) -> NarrowingContract | None: ...
 
 
 class Site(Enum):
@@ -58,7 +92,7 @@ class Site(Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Guard:
+class DomainGuard:
     """Operand ``operand`` (``RESULT``: the result) of equation ``eqn`` against ``domain``.
     ``argument`` names the argument of a ``HOST`` guard; ``why`` says how a ``PROVEN`` one is."""
 
@@ -71,33 +105,34 @@ class Guard:
     why: str = ""
 
 
-def equation_contract(plan: Plan, i: int, e: Eqn) -> Contract | None:
+def equation_contract(plan: Planned, i: int, e: Eqn) -> Contract | None:
     """The contract of equation ``i`` of ``plan.program``: its admission's, or the target's
-    per-primitive row (a step of a row kernel); None for one with no row (data movement)."""
+    per-primitive row (a step of a row kernel); None for one with no row (data movement).
+    For every equation at once, ``equation_contracts`` (one pass, not one per equation)."""
     if plan.program is plan.source:
         for a in plan.admissions:
             if a.eqn == i and a.contract is not None:
                 return a.contract
+    return _target_contract(plan, e)
+
+
+def equation_contracts(plan: Planned) -> tuple[Contract | None, ...]:
+    """``equation_contract`` of every equation of ``plan.program``, in order: the admissions
+    are read once (a lookup per equation made a plan's guards quadratic in its length)."""
+    admitted: dict[int, Contract] = {}
+    if plan.program is plan.source:
+        for a in plan.admissions:
+            if a.contract is not None:
+                admitted.setdefault(a.eqn, a.contract)
+    return tuple(
+        admitted[i] if i in admitted else _target_contract(plan, e)
+        for i, e in enumerate(plan.program.eqns)
+    )
+
+
+def _target_contract(plan: Planned, e: Eqn) -> Contract | None:
     cap = plan.target.capability(e.prim, operating_dtype(e))
     return None if cap is None else cap.contract
-
-
-def describe_domain(d: Domain) -> str:
-    match d:
-        case Interval(lo=lo, hi=hi):
-            return f"[{lo:g}, {hi:g}]"
-        case FiniteNormalResult():
-            return "finite operands, finite normal result"
-        case PositiveNormal():
-            return "positive normal"
-        case FiniteInputs():
-            return "finite"
-        case NotNaN():
-            return "not NaN"
-        case AnyInput():
-            return "anything"
-        case _ as unreachable:
-            assert_never(unreachable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,36 +141,14 @@ class _Range:
     hi: float = math.inf
     nan: bool = True
 
-    def inside(self, d: Domain) -> bool:
-        match d:
-            case AnyInput():
-                return True
-            case NotNaN():
-                return not self.nan
-            case FiniteInputs() | FiniteNormalResult():
-                return not self.nan and self.lo >= -_MAX and self.hi <= _MAX
-            case Interval(lo=lo, hi=hi):
-                return not self.nan and self.lo >= lo and self.hi <= hi
-            case PositiveNormal():
-                return not self.nan and self.lo >= SMALLEST_NORMAL_F32 and self.hi <= _MAX
-            case _ as unreachable:
-                assert_never(unreachable)
+    def inside(self, b: DomainBounds) -> bool:
+        """Whether every value of this range is inside a domain's F32 ``bounds``."""
+        return (b.nan or not self.nan) and self.lo >= b.lo and self.hi <= b.hi
 
-    def within(self, d: Domain) -> _Range:
-        """This range once a guard has passed (the operand is inside ``d``)."""
-        match d:
-            case AnyInput():
-                return self
-            case NotNaN():
-                return _Range(self.lo, self.hi, False)
-            case FiniteInputs() | FiniteNormalResult():
-                return _Range(max(self.lo, -_MAX), min(self.hi, _MAX), False)
-            case Interval(lo=lo, hi=hi):
-                return _Range(max(self.lo, lo), min(self.hi, hi), False)
-            case PositiveNormal():
-                return _Range(max(self.lo, SMALLEST_NORMAL_F32), min(self.hi, _MAX), False)
-            case _ as unreachable:
-                assert_never(unreachable)
+    def within(self, b: DomainBounds) -> _Range:
+        """This range once a guard has passed (the operand is inside a domain's F32
+        ``bounds``)."""
+        return _Range(max(self.lo, b.lo), min(self.hi, b.hi), self.nan and b.nan)
 
 
 _UNKNOWN = _Range()
@@ -166,7 +179,7 @@ def _output(e: Eqn, ops: list[_Range], contract: Contract | None) -> _Range:
     if e.out.dtype is not DType.F32:
         return _UNKNOWN
     nan = any(o.nan for o in ops)
-    guarded_result = contract is not None and isinstance(contract.domain, FiniteNormalResult)
+    guarded_result = contract is not None and contract.domain.on_result
     p = e.prim
     with_err = _UNKNOWN
     try:
@@ -248,7 +261,7 @@ _MOVES = frozenset(
 _CAST_KEEPS = (FiniteInputs, FiniteNormalResult, NotNaN, AnyInput)
 
 
-def _sources(plan: Plan) -> dict[int, tuple[str, ...]]:
+def _sources(plan: Planned) -> dict[int, tuple[str, ...]]:
     """Each value that is arguments moved (or, on a narrowing target, cast) without being
     computed on: the arguments it comes from, by var id."""
     program = plan.program
@@ -265,19 +278,21 @@ def _sources(plan: Plan) -> dict[int, tuple[str, ...]]:
     return found
 
 
-def guards(plan: Plan) -> tuple[Guard, ...]:
-    """Every guard of ``plan.program``, in equation and operand order (see the module). An
-    operand moved from arguments (a transpose of an input, a narrowing cast of one) is guarded
-    on the host, on each argument it comes from: every element it holds is theirs."""
-    program: Program = plan.program
+def place_guards(plan: Planned) -> tuple[DomainGuard, ...]:
+    """Every guard of ``plan.program``, in equation and operand order (see the module), from
+    the plan's other fields: ``plan()`` calls it once and carries the answer as
+    ``Plan.guards``, which every reader uses. An operand moved from arguments (a transpose of
+    an input, a narrowing cast of one) is guarded on the host, on each argument it comes from:
+    every element it holds is theirs. One pass over the equations."""
+    program = plan.program
     arg_of = {a.var.id: a.name for a in program.args}
     sources = _sources(plan)
     casts = {e.out.id for e in program.eqns if e.prim is Prim.CONVERT}
     ranges: dict[int, _Range] = {}
-    found: list[Guard] = []
-    for i, e in enumerate(program.eqns):
-        contract = equation_contract(plan, i, e)
+    found: list[DomainGuard] = []
+    for i, (e, contract) in enumerate(zip(program.eqns, equation_contracts(plan), strict=True)):
         domain = None if contract is None else contract.domain
+        bounds = None if domain is None else domain.bounds(DType.F32)
         ops: list[_Range] = []
         for k, a in enumerate(e.inputs):
             if isinstance(a, Literal):
@@ -285,31 +300,30 @@ def guards(plan: Plan) -> tuple[Guard, ...]:
                 r = _Range(v, v, math.isnan(v)) if a.dtype.is_float else _UNKNOWN
             else:
                 r = ranges.get(a.id, _UNKNOWN)
-            if domain is not None and not isinstance(domain, AnyInput) and a.dtype.is_float:
+            if (
+                domain is not None
+                and bounds is not None
+                and not bounds.anything
+                and a.dtype.is_float
+            ):
                 if isinstance(a, Var) and a.id in arg_of:
-                    found.append(Guard(i, e.prim, k, domain, Site.HOST, arg_of[a.id]))
+                    found.append(DomainGuard(i, e.prim, k, domain, Site.HOST, arg_of[a.id]))
                 elif (
                     isinstance(a, Var)
                     and a.id in sources
                     and (a.id not in casts or isinstance(domain, _CAST_KEEPS))
                 ):
                     for name in sources[a.id]:
-                        found.append(Guard(i, e.prim, k, domain, Site.HOST, name, "moved"))
-                elif r.inside(domain):
+                        found.append(DomainGuard(i, e.prim, k, domain, Site.HOST, name, "moved"))
+                elif r.inside(bounds):
                     why = "a literal inside" if isinstance(a, Literal) else "proven inside"
-                    found.append(Guard(i, e.prim, k, domain, Site.PROVEN, why=why))
+                    found.append(DomainGuard(i, e.prim, k, domain, Site.PROVEN, why=why))
                 else:
-                    found.append(Guard(i, e.prim, k, domain, Site.DEVICE))
-                r = r.within(domain)
+                    found.append(DomainGuard(i, e.prim, k, domain, Site.DEVICE))
+                r = r.within(bounds)
             ops.append(r)
-        sums = e.prim is Prim.REDUCE_SUM and domain is not None and not isinstance(domain, AnyInput)
-        on_result = isinstance(domain, FiniteNormalResult) or sums
-        if domain is not None and on_result and e.out.dtype is DType.F32:
-            found.append(Guard(i, e.prim, RESULT, domain, Site.DEVICE))
+        sums = e.prim is Prim.REDUCE_SUM and bounds is not None and not bounds.anything
+        if domain is not None and (domain.on_result or sums) and e.out.dtype is DType.F32:
+            found.append(DomainGuard(i, e.prim, RESULT, domain, Site.DEVICE))
         ranges[e.out.id] = _output(e, ops, contract)
     return tuple(found)
-
-
-def device_guards(plan: Plan) -> frozenset[tuple[int, int]]:
-    """The ``(eqn, operand)`` pairs a device must guard (``RESULT`` for a result guard)."""
-    return frozenset((g.eqn, g.operand) for g in guards(plan) if g.site is Site.DEVICE)

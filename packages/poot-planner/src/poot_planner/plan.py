@@ -48,6 +48,7 @@ from poot_planner.fp16.narrowing import (
     operating_dtype,
     splat_refusals,
 )
+from poot_planner.guards import DomainGuard, place_guards
 from poot_planner.legalize.rewrite import Legalized, Rewrite, legalize
 from poot_planner.refusal import Refusal, RefusalKind
 from poot_planner.target import CodeSize, KernelClass, NarrowingContract, RegionLimits, Target
@@ -95,6 +96,8 @@ class Plan:
     #: var ids of ``legalized`` values the device must check against the attention-mask
     #: rewrite's score bound (``poot_planner.fp16.prelude``; set by ``partition`` only)
     score_bound: frozenset[int] = frozenset()
+    #: where each equation's domain is enforced (``poot_planner.guards``), placed once here
+    guards: tuple[DomainGuard, ...] = ()
 
     @property
     def legalized(self) -> Program:
@@ -177,7 +180,7 @@ def _plan(program: Program, target: str | Target, legalization: bool) -> Plan:
     if legal.rewrites:
         refusals = [_to_source(r, legal.origin, source) for r in refusals]
     refusals.sort(key=lambda r: (r.eqn, r.kind.value))
-    return Plan(
+    made = Plan(
         target=t,
         source=source,
         program=run,
@@ -191,6 +194,7 @@ def _plan(program: Program, target: str | Target, legalization: bool) -> Plan:
         rewrites=legal.rewrites,
         legal=program if legal.rewrites else None,
     )
+    return replace(made, guards=place_guards(made))
 
 
 def _with_rewrites(cls: NumericsClass, rewrites: tuple[Rewrite, ...]) -> NumericsClass:

@@ -96,7 +96,7 @@ from poot_ir.core import (
 from poot_ir.core import Literal as PootLiteral
 from poot_ir.dtypes import DType
 from poot_ir.errors import NoLowering
-from poot_planner.fp16.checks import Guard
+from poot_planner.fp16.checks import RangeCheck
 
 from poot_codegen.intel import f16 as intel_f16
 from poot_codegen.intel import guard as intel_guard
@@ -230,17 +230,17 @@ def lower(
     program: Program,
     *,
     emulate_f16: bool = False,
-    guards: Sequence[tuple[int, Guard]] = (),
+    guards: Sequence[tuple[int, RangeCheck]] = (),
 ) -> Any:
     """``program`` as one ``ov.Model`` (see the module docstring). ``guards`` (from
     ``poot_planner.fp16.narrowing.intermediate_guards``, by equation of ``program``) add the guard
     result after the program's (``intel.guard``). Raises ``NoLowering`` for an equation
     this generator has no rule for."""
     g = _Graph(emulate_f16)
-    guarded: dict[int, list[Guard]] = {}  # an equation may have two (a score's: fp16.checks)
+    guarded: dict[int, list[RangeCheck]] = {}  # an equation may have two (a score's: fp16.checks)
     for at, guard in guards:
         guarded.setdefault(at, []).append(guard)
-    checks: list[tuple[Guard, Eqn, Node, list[Node]]] = []
+    checks: list[tuple[RangeCheck, Eqn, Node, list[Node]]] = []
     params = []
     for a in program.args:
         p = ops.parameter(list(a.var.shape), _OV_TYPE[a.var.dtype], name=a.name)

@@ -13,7 +13,7 @@ already rounded to FP16 by ``intel.f16``, so infinities appear where the NPU's w
 
 Each flag is reduced to one boolean, the flags are concatenated into one ``boolean[n]`` result,
 appended after the program's results and named ``poot:guard:<label>,<label>,...`` (each
-``Guard.label``), so the device that loads the blob knows which equation each flag names. Every
+``RangeCheck.label``), so the device that loads the blob knows which equation each flag names. Every
 op used is in ``compiler_ops.ACCEPTED`` (Abs, LessEqual, GreaterEqual, LogicalNot,
 LogicalOr, LogicalAnd, ReduceLogicalAnd, Reshape, Concat). A guard also gives each guarded
 divisor a second use, which keeps the NPU compiler from inserting its epsilon clamp in front of
@@ -28,7 +28,7 @@ from typing import Any, Final, TypeAlias
 
 import numpy as np
 from poot_ir import CodegenError, DType, Eqn, Prim, Program, Var
-from poot_planner.fp16.checks import Guard, GuardKind
+from poot_planner.fp16.checks import GuardKind, RangeCheck
 from poot_planner.fp16.prelude import SCORE_BOUND
 
 from poot_codegen.intel.quiet import opset16 as ops
@@ -96,7 +96,7 @@ def _finite(x: Node, carrier: type, name: str) -> Node:
     return ops.less_equal(ops.abs(x, name=f"{name}.abs"), top, name=name)
 
 
-def _flag(g: Guard, e: Eqn, out: Node, xs: Sequence[Node], carrier: type, name: str) -> Node:
+def _flag(g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node], carrier: type, name: str) -> Node:
     """One boolean: the check of ``g`` failed somewhere."""
     if g.kind is GuardKind.SCORE:  # NaN compares false: flagged too
         bound = ops.constant(np.array(SCORE_BOUND, carrier), name=f"{name}.bound")
@@ -128,7 +128,7 @@ def _flag(g: Guard, e: Eqn, out: Node, xs: Sequence[Node], carrier: type, name: 
 
 
 def guard_result(
-    checks: Sequence[tuple[Guard, Eqn, Node, Sequence[Node]]],
+    checks: Sequence[tuple[RangeCheck, Eqn, Node, Sequence[Node]]],
     carrier: type,
     keep: Sequence[tuple[str, Node]] = (),
 ) -> Node:

@@ -24,7 +24,6 @@ from poot_codegen.xdna.design import (
     Binding,
     Core,
     DesignError,
-    Direction,
     Fifo,
     HostLayout,
     Port,
@@ -34,6 +33,7 @@ from poot_codegen.xdna.design import (
     RelayoutKind,
     Slot,
     Transfer,
+    TransferDirection,
 )
 from poot_codegen.xdna.designer import build_design, design_program
 from poot_codegen.xdna.kernels import (
@@ -58,7 +58,6 @@ __all__ = [
     "Binding",
     "Core",
     "DesignError",
-    "Direction",
     "Fifo",
     "HostLayout",
     "Lowered",
@@ -70,6 +69,7 @@ __all__ = [
     "RelayoutKind",
     "Slot",
     "Transfer",
+    "TransferDirection",
     "artifact_identity",
     "artifact_source",
     "build_design",

@@ -65,7 +65,6 @@ __all__ = [
     "Binding",
     "Core",
     "DesignError",
-    "Direction",
     "Fifo",
     "FlagPath",
     "HostLayout",
@@ -76,6 +75,7 @@ __all__ = [
     "RelayoutKind",
     "Slot",
     "Transfer",
+    "TransferDirection",
     "flag_bytes",
     "flag_fifo",
     "words",
@@ -214,7 +214,7 @@ def _bound(bindings: tuple[Binding, ...], name: str, what: str) -> int:
 # -- regions ----------------------------------------------------------------------------------
 
 
-class Direction(Enum):
+class TransferDirection(Enum):
     TO_DEVICE = "to device"  # a shim MM2S channel: arena -> FIFO
     FROM_DEVICE = "from device"  # a shim S2MM channel: FIFO -> arena
 
@@ -292,7 +292,7 @@ class Transfer:
     channel ``channel`` of its direction, buffer descriptor ``bd``."""
 
     fifo: str
-    direction: Direction
+    direction: TransferDirection
     shim: int
     channel: int
     bd: int

@@ -40,7 +40,6 @@ from poot_codegen.xdna.design import (
     ArenaRole,
     Core,
     DesignError,
-    Direction,
     Fifo,
     FlagPath,
     HostLayout,
@@ -50,6 +49,7 @@ from poot_codegen.xdna.design import (
     Relayout,
     RelayoutKind,
     Transfer,
+    TransferDirection,
     flag_bytes,
     flag_fifo,
 )
@@ -156,7 +156,9 @@ def _region(
         shim = None
         if is_in or is_out:
             home = placed[producer.index if producer is not None else consumers[0]][0]
-            shim = shims.take(home, Direction.TO_DEVICE if is_in else Direction.FROM_DEVICE)
+            shim = shims.take(
+                home, TransferDirection.TO_DEVICE if is_in else TransferDirection.FROM_DEVICE
+            )
         fifos[v.id] = Fifo(
             name=fifo_name(v.id),
             value=v.id,
@@ -207,11 +209,13 @@ def _flag_path(
     if flags is None or not chain:  # build_layout makes it for a plan with regions: a bug
         raise DesignError("a region with no flags arena or no core", where=f"region {index}")
     last = chain[-1]
-    shim = shims.take(placed[last][0], Direction.FROM_DEVICE)
-    channel = sum(1 for t in transfers if t.shim == shim and t.direction is Direction.FROM_DEVICE)
+    shim = shims.take(placed[last][0], TransferDirection.FROM_DEVICE)
+    channel = sum(
+        1 for t in transfers if t.shim == shim and t.direction is TransferDirection.FROM_DEVICE
+    )
     drain = Transfer(
         flag_fifo(last),
-        Direction.FROM_DEVICE,
+        TransferDirection.FROM_DEVICE,
         shim,
         channel,
         shims.bd(shim),
@@ -264,11 +268,11 @@ class _Shims:
     """Shim channels and buffer descriptors handed out so far."""
 
     def __init__(self) -> None:
-        self.used: dict[tuple[int, Direction], int] = {}
-        self.channel_of: dict[tuple[int, Direction], list[int]] = {}
+        self.used: dict[tuple[int, TransferDirection], int] = {}
+        self.channel_of: dict[tuple[int, TransferDirection], list[int]] = {}
         self.bds: dict[int, int] = {}
 
-    def take(self, home: int, d: Direction) -> int:
+    def take(self, home: int, d: TransferDirection) -> int:
         for col in sorted(range(SHIM_COLUMNS), key=lambda c: (abs(c - home), c)):
             n = self.used.get((col, d), 0)
             if n < SHIM_CHANNELS:
@@ -286,12 +290,12 @@ class _Shims:
 
 def _sequence(region: Region, fifos: dict[int, Fifo], shims: _Shims) -> tuple[Transfer, ...]:
     out: list[Transfer] = []
-    channel: dict[tuple[int, Direction], int] = {}
-    plan = [(v, Direction.TO_DEVICE) for v in region.host_in]
-    plan += [(v, Direction.FROM_DEVICE) for v in region.host_out]
+    channel: dict[tuple[int, TransferDirection], int] = {}
+    plan = [(v, TransferDirection.TO_DEVICE) for v in region.host_in]
+    plan += [(v, TransferDirection.FROM_DEVICE) for v in region.host_out]
     for v, d in plan:
         f = fifos[v.id]
-        slot = f.source if d is Direction.TO_DEVICE else f.sink
+        slot = f.source if d is TransferDirection.TO_DEVICE else f.sink
         if slot is None or f.shim is None:  # a host value always gets both: a designer bug
             where = f"region {region.index}, transfer of {f.name}"
             raise DesignError(f"a {d.value} transfer of a FIFO without that end", where=where)

@@ -31,13 +31,13 @@ from poot_planner.xdna2.regions import in_step_order
 from poot_codegen.xdna.design import (
     FLAG_WORD,
     Core,
-    Direction,
     HostLayout,
     ProgramDesign,
     RegionDesign,
     Relayout,
     RelayoutKind,
     Slot,
+    TransferDirection,
 )
 from poot_codegen.xdna.guards import FLAG_FIRST, FLAG_NEXT
 from poot_codegen.xdna.hostbuild import LibraryCache, load_library
@@ -171,7 +171,7 @@ def run_region(region: RegionDesign, lib: ctypes.CDLL, arenas: Sequence[Bytes]) 
     word.value = 0
     objects: dict[str, Bytes] = {}
     for t in region.transfers:
-        if t.direction is Direction.TO_DEVICE:
+        if t.direction is TransferDirection.TO_DEVICE:
             objects[t.fifo] = arenas[t.arena][t.offset : t.offset + t.nbytes].copy()
     for f in region.fifos:
         if f.producer is not None:
@@ -184,7 +184,7 @@ def run_region(region: RegionDesign, lib: ctypes.CDLL, arenas: Sequence[Bytes]) 
         counts[core.tile], word.value = int(word.value), 0
     _run_flag_path(region, lib, word, counts, objects)
     for t in (*region.transfers, region.flag.transfer):
-        if t.direction is Direction.FROM_DEVICE:
+        if t.direction is TransferDirection.FROM_DEVICE:
             arenas[t.arena][t.offset : t.offset + t.nbytes] = objects[t.fifo]
     return flag_word(region, arenas)
 

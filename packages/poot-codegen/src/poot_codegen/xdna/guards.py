@@ -30,20 +30,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import assert_never
 
-from poot_ir import Eqn, Prim
-from poot_ir.numerics import (
-    AnyInput,
-    Domain,
-    FiniteInputs,
-    FiniteNormalResult,
-    Interval,
-    NotNaN,
-    PositiveNormal,
-)
+from poot_ir import DType, Eqn, Prim
+from poot_ir.numerics import Domain
 from poot_planner import Plan
-from poot_planner.guards import Site, guards
+from poot_planner.guards import Site
 
 __all__ = [
     "FLAG_FIRST",
@@ -117,20 +108,19 @@ void poot_flag_next(const uint32_t* in, uint32_t* out) {
 
 
 def operand_guard(domain: Domain, x: str) -> str | None:
-    """A C ``uint32_t`` expression, 1 when ``x`` is outside ``domain`` (None: no guard)."""
-    match domain:
-        case AnyInput():
-            return None
-        case FiniteInputs() | FiniteNormalResult():
-            return f"poot_g_nonfinite({x})"
-        case NotNaN():
-            return f"poot_g_nan({x})"
-        case PositiveNormal():
-            return f"poot_g_not_positive_normal({x})"
-        case Interval(lo=lo, hi=hi):
-            return f"poot_g_outside({x}, {float(lo)!r}f, {float(hi)!r}f)"
-        case _ as unreachable:
-            assert_never(unreachable)
+    """A C ``uint32_t`` expression, 1 when ``x`` is outside ``domain`` (None: no guard),
+    rendered from the domain's F32 bounds (``Domain.bounds``): a class test on the bits for
+    the dtype's own limits, a comparison for an explicit interval."""
+    b = domain.bounds(DType.F32)
+    if b.anything:
+        return None
+    if b.not_nan:
+        return f"poot_g_nan({x})"
+    if b.finite:
+        return f"poot_g_nonfinite({x})"
+    if b.positive_normal:
+        return f"poot_g_not_positive_normal({x})"
+    return f"poot_g_outside({x}, {float(b.lo)!r}f, {float(b.hi)!r}f)"
 
 
 def result_guard(prim: Prim, args: list[str], y: str) -> str:
@@ -171,7 +161,7 @@ def step_guards(
             g = operand_guard(domain, x)
             if g is not None:
                 terms.append(g)
-    if (index, RESULT) in guarded and isinstance(domain, FiniteNormalResult):
+    if (index, RESULT) in guarded and domain.on_result:
         terms.append(result_guard(e.prim, args, y))
     if not terms:
         return None
@@ -190,8 +180,8 @@ class KernelGuards:
 
 
 def kernel_guards(plan: Plan) -> KernelGuards:
-    """The device guards of ``plan`` (``poot_planner.guards``)."""
-    found = [g for g in guards(plan) if g.site is Site.DEVICE]
+    """The device guards of ``plan`` (``Plan.guards``, placed by the planner)."""
+    found = [g for g in plan.guards if g.site is Site.DEVICE]
     return KernelGuards(
         frozenset((g.eqn, g.operand) for g in found), {g.eqn: g.domain for g in found}
     )

@@ -66,9 +66,9 @@ __all__ = [
     "PEANO_FLAGS",
     "XCLBIN_NAME",
     "LinkCommand",
+    "LinkTools",
     "Progress",
     "RegionArtifact",
-    "Toolchain",
     "artifact_identity",
     "artifact_source",
     "driver",
@@ -125,7 +125,7 @@ Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True, slots=True)
-class Toolchain:
+class LinkTools:
     """Where the tools are, and the environment they run in."""
 
     clangxx: Path
@@ -216,7 +216,7 @@ def _missing_modules(env: Mapping[str, str]) -> tuple[Path | None, list[str]]:
     return python, [m for m in modules if m in absent]  # in the manifest's order
 
 
-def find_toolchain(env: Mapping[str, str] | None = None) -> Toolchain:
+def find_toolchain(env: Mapping[str, str] | None = None) -> LinkTools:
     """The toolchain in ``env`` (default: this process's environment), or
     ``ToolchainUnavailable`` naming every missing tool and module and why."""
     e = _env(env)
@@ -241,10 +241,10 @@ def find_toolchain(env: Mapping[str, str] | None = None) -> Toolchain:
             ", ".join(t for t, _ in missing), "; ".join(d for _, d in missing)
         )
     root = e.get("MLIR_AIE_DIR") or str(Path(aiecc[0]).resolve().parent.parent)
-    return Toolchain(clang, aiecc, Path(root), tuple(sorted(e.items())))
+    return LinkTools(clang, aiecc, Path(root), tuple(sorted(e.items())))
 
 
-def link_commands(lowered: Lowered, toolchain: Toolchain) -> tuple[LinkCommand, ...]:
+def link_commands(lowered: Lowered, toolchain: LinkTools) -> tuple[LinkCommand, ...]:
     """The tool runs that link ``lowered``, in order, as data (nothing runs)."""
     out: list[LinkCommand] = []
     for r in lowered.design.regions:

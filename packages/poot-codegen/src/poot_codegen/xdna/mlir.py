@@ -57,13 +57,13 @@ from poot_ir import DType
 from poot_codegen.xdna.design import (
     Core,
     DesignError,
-    Direction,
     Fifo,
     FlagPath,
     HostLayout,
     Port,
     ProgramDesign,
     RegionDesign,
+    TransferDirection,
 )
 from poot_codegen.xdna.guards import FLAG_FIRST, FLAG_NEXT
 from poot_codegen.xdna.toolchain import LinkWith, Toolchain, manifest
@@ -264,7 +264,7 @@ def _sequence(region: RegionDesign, layout: HostLayout, op: str) -> list[str]:
     name = " @sequence" if op.startswith("aiex.") else ""
     lines = [f"    {op}{name}({params}) {{"]
     for t in (*region.transfers, region.flag.transfer):
-        token = ", issue_token = true" if t.direction is Direction.FROM_DEVICE else ""
+        token = ", issue_token = true" if t.direction is TransferDirection.FROM_DEVICE else ""
         lines.append(
             f"      aiex.npu.dma_memcpy_nd(%arg{t.arena}[0, 0, 0, {t.offset}][1, 1, 1, {t.nbytes}]"
             f"[0, 0, 0, 1]) {{id = {t.bd} : i64{token}, metadata = @{t.fifo}}} : {arenas[t.arena]}"

@@ -37,13 +37,13 @@ from poot_codegen.xdna.design import (
     ArenaRole,
     Core,
     DesignError,
-    Direction,
     Fifo,
     HostLayout,
     ProgramDesign,
     RegionDesign,
     Relayout,
     RelayoutKind,
+    TransferDirection,
     flag_bytes,
     flag_fifo,
     words,
@@ -367,15 +367,15 @@ def _validate_fifo(f: Fifo, cores: dict[int, Core], layout: HostLayout, where: s
 def _validate_sequence(
     region: RegionDesign, fifos: dict[str, Fifo], layout: HostLayout, where: str
 ) -> None:
-    seen_channels: set[tuple[int, Direction, int]] = set()
+    seen_channels: set[tuple[int, TransferDirection, int]] = set()
     bds: set[tuple[int, int]] = set()
-    covered: set[tuple[str, Direction]] = set()
+    covered: set[tuple[str, TransferDirection]] = set()
     for t in region.transfers:
         w = f"{where}, transfer of {t.fifo}"
         f = fifos.get(t.fifo)
         if f is None:
             raise DesignError("a transfer of no FIFO", where=w)
-        slot = f.source if t.direction is Direction.TO_DEVICE else f.sink
+        slot = f.source if t.direction is TransferDirection.TO_DEVICE else f.sink
         if slot is None:
             raise DesignError(f"a {t.direction.value} transfer of a FIFO without that end", where=w)
         _check(
@@ -399,11 +399,13 @@ def _validate_sequence(
     for f in region.fifos:
         if f.source is not None:
             _check(
-                (f.name, Direction.TO_DEVICE) in covered, f"host input {f.name} never sent", where
+                (f.name, TransferDirection.TO_DEVICE) in covered,
+                f"host input {f.name} never sent",
+                where,
             )
         if f.sink is not None:
             _check(
-                (f.name, Direction.FROM_DEVICE) in covered,
+                (f.name, TransferDirection.FROM_DEVICE) in covered,
                 f"host output {f.name} never drained",
                 where,
             )
@@ -415,7 +417,7 @@ def _validate_sequence(
     flags = layout.arena(ArenaRole.FLAGS)
     _check(t.fifo == flag_fifo(region.flag.order[-1]), "a flag drain not from the chain's end", w)
     _check(t.fifo not in fifos, "a flag FIFO named as a data FIFO", w)
-    _check(t.direction is Direction.FROM_DEVICE, "a flag drain to the device", w)
+    _check(t.direction is TransferDirection.FROM_DEVICE, "a flag drain to the device", w)
     _check(
         flags is not None
         and (t.arena, t.offset, t.nbytes) == (flags.index, FLAG_WORD * region.index, FLAG_WORD)

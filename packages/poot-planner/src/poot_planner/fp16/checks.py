@@ -55,9 +55,9 @@ __all__ = [
     "OVERFLOW_RULE",
     "SCORE_RULE",
     "SENTINEL_RULE",
-    "Guard",
     "GuardKind",
     "Guards",
+    "RangeCheck",
     "analyse",
 ]
 
@@ -98,7 +98,7 @@ class GuardKind(Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Guard:
+class RangeCheck:
     """One in-graph check of source equation ``eqn``: ``side`` is the sentinel's sign (+1, -1)
     for ``SENTINEL``, 0 for ``OVERFLOW``; ``fresh`` for an overflow check that ignores elements
     whose operands are already infinite."""
@@ -117,7 +117,7 @@ class Guard:
 
 @dataclass(frozen=True, slots=True)
 class Guards:
-    guards: tuple[Guard, ...]
+    guards: tuple[RangeCheck, ...]
     refusals: tuple[Refusal, ...]
 
 
@@ -170,8 +170,8 @@ def analyse(program: Program, limit: float, scores: frozenset[int] = frozenset()
     side: dict[int, int] = {}  # var id -> side of a dominated value it may hold
     inf: set[int] = set()  # var ids that may hold an inherited infinity
     refusals: list[Refusal] = []
-    guards: list[Guard] = []
-    checked: list[Guard] = []  # the SCORE guards, each after its equation's other guard
+    guards: list[RangeCheck] = []
+    checked: list[RangeCheck] = []  # the SCORE guards, each after its equation's other guard
     results = {v.id for _, v in program.results()}
     live = set(results)  # values a result depends on: a dead equation's overflow changes none
     for e in reversed(program.eqns):
@@ -234,7 +234,7 @@ def analyse(program: Program, limit: float, scores: frozenset[int] = frozenset()
         if e.out.id in scores:  # before the other checks, any of which may end this one
             if not e.out.dtype.is_float:
                 raise CodegenError(f"score guard on equation {i} ({prim}): not a float value")
-            checked.append(Guard(i, prim, GuardKind.SCORE))
+            checked.append(RangeCheck(i, prim, GuardKind.SCORE))
         sides = [side.get(a.id, 0) if isinstance(a, Var) else 0 for a in e.inputs]
         lits = [_saturated(a, limit) for a in e.inputs]
         if e.prim is Prim.SUB:  # x - s is x + (-s): the second operand's side flips
@@ -255,7 +255,7 @@ def analyse(program: Program, limit: float, scores: frozenset[int] = frozenset()
                 continue
             (s,) = tainted
             side[out] = s
-            guards.append(Guard(i, prim, GuardKind.SENTINEL, s))
+            guards.append(RangeCheck(i, prim, GuardKind.SENTINEL, s))
             continue
         if any(sides):
             s = next(x for x in sides if x)
@@ -288,7 +288,7 @@ def analyse(program: Program, limit: float, scores: frozenset[int] = frozenset()
                 e.prim in (Prim.ADD, Prim.SUB, Prim.MUL) and not inherits and only_clamped(out)
             )
         ):
-            guards.append(Guard(i, prim, GuardKind.OVERFLOW, fresh=inherits))
+            guards.append(RangeCheck(i, prim, GuardKind.OVERFLOW, fresh=inherits))
     missing = scores - {e.out.id for e in program.eqns}
     if missing:  # a rewrite the device was to check lost its score: never run it unchecked
         raise CodegenError(f"score guards on values no equation makes: {sorted(missing)}")

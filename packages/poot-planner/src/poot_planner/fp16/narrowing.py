@@ -41,7 +41,7 @@ from poot_ir import (
 )
 from poot_ir.core import COMPARISONS
 
-from poot_planner.fp16.checks import Guard, analyse
+from poot_planner.fp16.checks import RangeCheck, analyse
 from poot_planner.refusal import Refusal, RefusalKind
 from poot_planner.target import NarrowingContract
 
@@ -187,7 +187,7 @@ def narrow_to_device_precision(program: Program, contract: NarrowingContract) ->
 
 def intermediate_guards(
     program: Program, contract: NarrowingContract, scores: frozenset[int] = frozenset()
-) -> tuple[tuple[int, Guard], ...]:
+) -> tuple[tuple[int, RangeCheck], ...]:
     """The in-graph guards of source ``program`` (``fp16.checks``; ``scores``: the values that
     get a ``SCORE`` guard, ``Plan.score_bound``), each with the index of the equation of the
     narrowed program that computes the guarded value."""

@@ -32,15 +32,10 @@ import numpy as np
 from poot_ir import DType, Eqn, Literal, Prim, ReduceParams, TensorType, Var
 from poot_ir.numerics import (
     AbsRel,
-    AnyInput,
     BitExact,
     Bound,
-    FiniteInputs,
-    FiniteNormalResult,
-    Interval,
+    Domain,
     LargerOperandUlps,
-    NotNaN,
-    PositiveNormal,
     Relative,
 )
 
@@ -400,18 +395,11 @@ def _step(prim: Prim, v: list[_Val]) -> _Val | str:
             return "no interval rule"
 
 
-def _inside(domain: object, ins: list[_Val]) -> bool:
-    match domain:
-        case AnyInput() | NotNaN():
-            return True
-        case FiniteInputs() | FiniteNormalResult():
-            return all(math.isfinite(v.mag + v.err) for v in ins)
-        case Interval(lo=lo, hi=hi):
-            return all(lo <= v.lo - v.err and v.hi + v.err <= hi for v in ins)
-        case PositiveNormal():
-            return all(v.lo - v.err > 0 for v in ins)
-        case _:
-            return False
+def _inside(domain: Domain, ins: list[_Val]) -> bool:
+    """Whether every operand, with its error, is inside ``domain`` at F32 (a NaN is not among
+    the values: a ``_Val`` is a finite interval)."""
+    b = domain.bounds(DType.F32)
+    return all(b.lo <= v.lo - v.err and v.hi + v.err <= b.hi for v in ins)
 
 
 def _own(bound: Bound, y: _Val, ins: list[_Val]) -> float | None:
