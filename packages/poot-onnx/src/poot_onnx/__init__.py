@@ -1,7 +1,8 @@
-"""The ONNX frontend (the ``onnx`` extra): ``import_model`` turns a model into a poot ``Program``
-and the values of its weights; ``check_model`` lists every blocker of a model at once.
+"""The ONNX frontend (package ``poot-onnx``): ``import_model`` turns a model into a poot
+``Program`` and the values of its weights; ``check_model`` lists every blocker of a model at once.
 
-``import poot_ir`` does not import onnx; ``import poot_onnx`` does. The subpackage:
+It builds through ``poot_ir`` only (``import poot_ir`` does not import onnx; this package does),
+and only the command line imports it: the planner and everything after take programs. Modules:
 ``reading`` (the file, opset, types and nodes), ``context`` (the import context, ``Lowering``),
 ``folding`` (nodes known at import, by onnx's reference evaluator), ``table`` (the op table and
 the loop over nodes) and the rules by family (``compute``, ``layout``, ``logic``, ``nn``).
