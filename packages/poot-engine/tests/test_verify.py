@@ -4,13 +4,13 @@ COMPLETED) is refused with ``ContractViolation``; the entry is poisoned and no s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import pytest
 from engine_support import affine_program
 from poot_engine import CpuDevice, Engine
+from poot_engine.cpu import BoundRun
 from poot_ir import ContractViolation, EngineError, EntryPoisoned, Program, evaluate
 
 
@@ -21,12 +21,17 @@ class GarbageDevice(CpuDevice):
         super().__init__()
         self.bad_x, self.delta = bad_x, delta
 
-    def _run(self, program: Program, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out = super()._run(program, inputs)
-        if inputs["x"][0] == self.bad_x:
-            out["y"] = out["y"].copy()
-            out["y"][2] += np.float32(self.delta)
-        return out
+    def _bind_run(self, program: Program, inputs: dict[str, np.ndarray]) -> BoundRun:
+        run, y = super()._bind_run(program, inputs), program.result_names.index("y")
+
+        def garbage() -> tuple[np.ndarray, ...]:
+            out = list(run())
+            if inputs["x"][0] == self.bad_x:
+                out[y] = out[y].copy()
+                out[y][2] += np.float32(self.delta)
+            return tuple(out)
+
+        return garbage
 
 
 def _feed(k: int) -> dict[str, np.ndarray]:

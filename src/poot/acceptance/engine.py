@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from poot_engine import Engine
+from poot_engine import BoundStep, Engine, ProtocolStep, StepCommands
 from poot_engine.device import Device
 from poot_ir import (
     Builder,
@@ -98,6 +98,10 @@ class _Wrong:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._d, name)
+
+    def bind_step(self, commands: StepCommands) -> BoundStep:
+        # every dispatch through ``dispatch`` below (the wrapped device's binding would skip it)
+        return ProtocolStep(self, commands)
 
     def dispatch(self, artifact: Any, buffers: tuple[Any, ...], deadline_s: float) -> None:
         self._d.dispatch(artifact, buffers, deadline_s)

@@ -2,21 +2,38 @@
 
 Every device here keeps its buffers in host memory (the oracle does; both NPUs address host
 memory), so a buffer is a numpy array of exactly its type, and this is the one implementation
-of allocate, free, write, read and copy, and of a step bound over them (``bind_step``). Every device takes its artifact and buffer ids from
+of allocate, free, write, read and copy, and of a step bound over them (``bind_step``):
+``HostMemory``, the kit's device base. Every device takes its artifact and buffer ids from
 ``next_id``, so a handle one device issued is never mistaken for another's.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Final
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 from poot_ir import DispatchRefused, TensorType
 from poot_ir.budget import check_array
 
-from poot_engine.device import BoundStep, Buffer, StepCommands
-from poot_engine.steps import HostStep, ProtocolStep, overrides
+from poot_engine.device import (
+    Artifact,
+    ArtifactSource,
+    BoundStep,
+    Buffer,
+    CompileProgress,
+    DeviceIdentity,
+    DeviceTraits,
+    StepCommands,
+)
+from poot_engine.lifecycle import Lifecycle
+from poot_engine.steps import HostStep
+
+if TYPE_CHECKING:
+    from poot_planner import Plan
+
+    from poot_engine.blob_cache import BlobCache
 
 __all__ = ["HostBuffers", "HostMemory", "next_id"]
 
@@ -77,15 +94,70 @@ class HostBuffers:
         self.memory.clear()
 
 
-class HostMemory:
-    """The five buffer methods of the ``Device`` protocol, for a device whose buffers are host
-    memory: it sets ``self._buffers`` and defines ``_usable()`` (raising when it is closed or
-    poisoned), and every call checks that first."""
+class HostMemory(ABC):
+    """The kit's device base: everything of the ``Device`` protocol but what is the device's
+    own, for a device whose buffers are host memory (every device here: the oracle's arrays,
+    and both NPUs address host memory).
 
-    _buffers: HostBuffers
+    ``__init__(name)`` makes the device's ``Lifecycle`` (``self._life``) and its
+    ``HostBuffers`` (``self._buffers``). Given here: the five buffer methods, each checking the
+    lifecycle first (``_usable``); ``bind_step`` (a ``HostStep``); ``traits`` (none);
+    ``use_cache`` and ``report_progress`` (nothing to keep, nothing to report); and ``close``
+    (the lifecycle, ``_release``, the buffers). A subclass writes the abstract members:
+    ``target``, ``identity``, ``lower``, ``compile``, ``load``, ``unload`` and ``dispatch``,
+    and overrides the rest where it does more (``tests/test_null_device.py`` is the smallest
+    such device)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._life = Lifecycle(name)
+        self._buffers = HostBuffers(name)
+
+    # -- what each device writes -----------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def target(self) -> str: ...
+
+    @property
+    @abstractmethod
+    def identity(self) -> DeviceIdentity: ...
+
+    @abstractmethod
+    def lower(self, plan: Plan) -> ArtifactSource: ...
+
+    @abstractmethod
+    def compile(self, source: ArtifactSource) -> bytes: ...
+
+    @abstractmethod
+    def load(self, blob: bytes) -> Artifact: ...
+
+    @abstractmethod
+    def unload(self, artifact: Artifact) -> None: ...
+
+    @abstractmethod
+    def dispatch(
+        self, artifact: Artifact, buffers: tuple[Buffer, ...], deadline_s: float
+    ) -> None: ...
+
+    # -- given -----------------------------------------------------------------------------
+
+    @property
+    def traits(self) -> DeviceTraits:
+        return DeviceTraits()
+
+    def use_cache(self, cache: BlobCache) -> None:
+        """Nothing of its own to keep."""
+        return None
+
+    def report_progress(self, progress: CompileProgress | None) -> None:
+        """No compile long enough to report."""
+        return None
 
     def _usable(self) -> None:
-        raise NotImplementedError
+        life = self._life
+        if not life.usable:
+            life.check()
 
     def allocate(self, type: TensorType) -> Buffer:
         self._usable()
@@ -108,9 +180,19 @@ class HostMemory:
         self._buffers.copy(src, dst)
 
     def bind_step(self, commands: StepCommands) -> BoundStep:
-        """``poot_engine.steps``: the buffers' arrays bound once (``HostStep``), unless a
-        subclass replaces ``write``, ``read`` or ``copy`` (then every command is its call)."""
+        """``poot_engine.steps``: the buffers' arrays bound once (``HostStep``: writes, reads
+        and copies on the arrays, each dispatch a ``dispatch`` call). A subclass that changes
+        ``write``, ``read`` or ``copy`` returns ``ProtocolStep(self, commands)`` instead."""
         self._usable()
-        if overrides(self, HostMemory, ("write", "read", "copy")):
-            return ProtocolStep(self, commands)  # type: ignore[arg-type]
-        return HostStep(self, self._buffers, commands)
+        return HostStep(self, self._life, self._buffers, commands)
+
+    def close(self) -> None:
+        """Idempotent: the first call marks the device closed, releases what ``_release``
+        releases, then every buffer."""
+        if self._life.close():
+            self._release()
+            self._buffers.clear()
+
+    def _release(self) -> None:
+        """What the device holds besides its buffers (loaded artifacts, runtime objects)."""
+        return None

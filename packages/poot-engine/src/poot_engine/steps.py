@@ -1,67 +1,43 @@
 """Bound steps: a recording's commands bound to its device once, so a replay is one call.
 
-The engine records a step's commands once (``poot_engine.recording``) and binds them here with
-``bind_step``. Every replay is then ``run`` (write the inputs, dispatch, read the results) and,
-after the engine's checks of the results, ``commit`` (the state copies); nothing is looked up,
-checked or allocated again that could be at binding, which is what keeps a step's host cost
-near the runtime's own.
+The engine records a step's commands once (``poot_engine.recording``) and has the device bind
+them (``Device.bind_step``). Every replay is then ``run`` (write the inputs, dispatch, read the
+results) and, after the engine's checks of the results, ``commit`` (the state copies); nothing
+is looked up, checked or allocated again that could be at binding, which is what keeps a step's
+host cost near the runtime's own.
 
 Three bindings, each the same commands with the same effects:
 
-- ``ProtocolStep``: every command a call of the ``Device`` protocol. Any device, and the one
-  used for a device whose class has no ``bind_step`` (a wrapper that forwards attributes with
-  ``__getattr__`` replays through its own methods, so it sees every call).
-- ``HostStep``: for a device whose buffers are host memory (``HostMemory``): writes, reads and
-  copies on the buffers' arrays directly, each dispatch through ``Device.dispatch``.
-- a device's own ``bind_step`` (``CpuDevice``, ``VpuDevice``) that also binds its dispatch.
+- ``ProtocolStep``: every command a call of the ``Device`` protocol. Any device can return it;
+  a device (a test's counting subclass, a wrapper) that changes what ``write``, ``read``,
+  ``copy`` or ``dispatch`` do must, since the faster bindings skip those calls.
+- ``HostStep``: for a device whose buffers are host memory (``HostMemory``, whose
+  ``bind_step`` it is): writes, reads and copies on the buffers' arrays directly, each dispatch
+  through ``Device.dispatch``.
+- a device's own ``HostStep`` subclass (``CpuDevice``, ``VpuDevice``) that also binds its
+  dispatch.
 
-A device's ``bind_step`` falls back to the more general binding when a subclass overrides a
-method the faster one would skip (``overrides``): a subclass that counts or changes ``write``,
-``read``, ``copy`` or ``dispatch`` still sees every call. A binding holds its buffers' memory;
-once the device frees a buffer or unloads an artifact (``HostBuffers.epoch``), running it is
-``DispatchRefused``.
+Which one a device returns is its own ``bind_step``'s choice, stated in its class; nothing here
+inspects a device's class. A binding holds its buffers' memory; once the device frees a buffer
+or unloads an artifact (``HostBuffers.epoch``), running it is ``DispatchRefused``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from time import perf_counter
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 from poot_ir import DispatchRefused
 
-from poot_engine.device import BoundStep, Buffer, Device, StepCommands
+from poot_engine.device import Device, StepCommands
+from poot_engine.lifecycle import Lifecycle
 
+if TYPE_CHECKING:
+    from poot_engine.host_buffers import HostBuffers
 
-class HostBuffers(Protocol):
-    """What a ``HostStep`` needs of ``poot_engine.host_buffers.HostBuffers`` (a protocol:
-    that module imports this one)."""
-
-    name: str
-    epoch: int
-    memory: dict[int, np.ndarray]
-
-    def get(self, buffer: Buffer) -> np.ndarray: ...
-
-
-__all__ = ["HostStep", "ProtocolStep", "bind_step", "overrides"]
-
-
-def bind_step(device: Device, commands: StepCommands) -> BoundStep:
-    """The device's binding of ``commands``: its class's ``bind_step`` if it has one (looked up
-    on the class, never through an instance's ``__getattr__``), else ``ProtocolStep``."""
-    hook = getattr(type(device), "bind_step", None)
-    if hook is None:
-        return ProtocolStep(device, commands)
-    bound: BoundStep = hook(device, commands)
-    return bound
-
-
-def overrides(obj: object, base: type, names: Sequence[str]) -> bool:
-    """Whether ``obj``'s class replaces any of ``base``'s methods ``names``."""
-    cls = type(obj)
-    return any(getattr(cls, n) is not getattr(base, n) for n in names)
+__all__ = ["HostStep", "ProtocolStep"]
 
 
 class ProtocolStep:
@@ -101,14 +77,18 @@ class HostStep:
         "_dispatches",
         "_epoch",
         "_held",
+        "_life",
         "_memory",
         "_reads",
         "_writes",
     )
 
-    def __init__(self, device: Any, memory: HostBuffers, commands: StepCommands) -> None:
+    def __init__(
+        self, device: Device, life: Lifecycle, memory: HostBuffers, commands: StepCommands
+    ) -> None:
         # ``get`` refuses a buffer not allocated here, now, before any step runs
-        self._device, self._memory, self._epoch = device, memory, memory.epoch
+        self._device, self._life, self._memory = device, life, memory
+        self._epoch = memory.epoch
         self._writes = tuple(memory.get(b) for b in commands.writes)
         self._dispatches = commands.dispatches
         self._reads = tuple(memory.get(b) for b in commands.reads)
@@ -152,7 +132,8 @@ class HostStep:
     def run(
         self, inputs: Sequence[np.ndarray], deadline_s: float
     ) -> tuple[tuple[np.ndarray, ...], float]:
-        self._device._usable()
+        if not self._life.usable:
+            self._life.check()
         self.check()
         self.write_inputs(inputs)
         device_s = 0.0
