@@ -150,7 +150,7 @@ class ReorderingDevice(CpuDevice):
         art = super().load(blob)
         sig = art.signature
         lied = dataclasses.replace(art, signature=Signature(sig.inputs[::-1] + sig.outputs))
-        self._artifacts[art.id] = (lied, self._artifacts[art.id][1])
+        self._artifacts[art.id] = (lied, *self._artifacts[art.id][1:])
         return lied
 
 
@@ -162,7 +162,7 @@ class RetypingDevice(CpuDevice):
         first = art.signature.args[0]
         retyped = ArgSpec(first.name, first.direction, first.type.with_dtype(DType.F16))
         lied = dataclasses.replace(art, signature=Signature((retyped, *art.signature.args[1:])))
-        self._artifacts[art.id] = (lied, self._artifacts[art.id][1])
+        self._artifacts[art.id] = (lied, *self._artifacts[art.id][1:])
         return lied
 
 
