@@ -15,7 +15,8 @@ from hypothesis.extra import numpy as hnp
 from poot_engine import BoundStep, CpuDevice, Engine, StepCommands
 from poot_engine.checks import _SMALL, check_ranges, range_checks, within
 from poot_engine.domain import HostGuard
-from poot_engine.steps import HostStep, ProtocolStep
+from poot_engine.host_buffers import HostStep
+from poot_engine.steps import ProtocolStep
 from poot_ir import (
     DeadlineExceeded,
     DevicePoisoned,

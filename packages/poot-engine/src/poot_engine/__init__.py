@@ -44,9 +44,9 @@ from poot_engine.device import (
 )
 from poot_engine.engine import DEFAULT_DEADLINE_S, Engine, Entry, Stats, Weights
 from poot_engine.handoff import Handoff, handoff
-from poot_engine.host_buffers import HostBuffers, HostMemory, next_id
+from poot_engine.host_buffers import HostBuffers, HostMemory, HostStep, next_id
 from poot_engine.lifecycle import Lifecycle
-from poot_engine.steps import HostStep, ProtocolStep
+from poot_engine.steps import ProtocolStep
 
 __all__ = [
     "DEFAULT_DEADLINE_S",

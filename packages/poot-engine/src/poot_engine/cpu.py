@@ -48,8 +48,7 @@ from poot_engine.device import (
     check_dispatch,
     signature_of,
 )
-from poot_engine.host_buffers import HostMemory, next_id
-from poot_engine.steps import HostStep
+from poot_engine.host_buffers import HostMemory, HostStep, next_id
 
 if TYPE_CHECKING:
     from poot_planner import Plan

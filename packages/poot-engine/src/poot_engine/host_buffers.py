@@ -2,8 +2,8 @@
 
 Every device here keeps its buffers in host memory (the oracle does; both NPUs address host
 memory), so a buffer is a numpy array of exactly its type, and this is the one implementation
-of allocate, free, write, read and copy, and of a step bound over them (``bind_step``):
-``HostMemory``, the kit's device base. Every device takes its artifact and buffer ids from
+of allocate, free, write, read and copy (``HostBuffers``), of a step bound over them
+(``HostStep``) and of the device base that puts both together (``HostMemory``, the kit's). Every device takes its artifact and buffer ids from
 ``next_id``, so a handle one device issued is never mistaken for another's.
 """
 
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import itertools
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from time import perf_counter
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -23,19 +25,19 @@ from poot_engine.device import (
     BoundStep,
     Buffer,
     CompileProgress,
+    Device,
     DeviceIdentity,
     DeviceTraits,
     StepCommands,
 )
 from poot_engine.lifecycle import Lifecycle
-from poot_engine.steps import HostStep
 
 if TYPE_CHECKING:
     from poot_planner import Plan
 
     from poot_engine.blob_cache import BlobCache
 
-__all__ = ["HostBuffers", "HostMemory", "next_id"]
+__all__ = ["HostBuffers", "HostMemory", "HostStep", "next_id"]
 
 _ids: Final = itertools.count(1)
 
@@ -196,3 +198,85 @@ class HostMemory(ABC):
     def _release(self) -> None:
         """What the device holds besides its buffers (loaded artifacts, runtime objects)."""
         return None
+
+
+class HostStep:
+    """Host-memory buffers bound as arrays: a write or a copy is one ``np.copyto``, a read one
+    ``ndarray.copy``; dispatches go through ``device.dispatch`` (which binds its own command
+    once: a replay passes the same buffer tuple every step)."""
+
+    __slots__ = (
+        "_copies",
+        "_device",
+        "_dispatches",
+        "_epoch",
+        "_held",
+        "_life",
+        "_memory",
+        "_reads",
+        "_writes",
+    )
+
+    def __init__(
+        self, device: Device, life: Lifecycle, memory: HostBuffers, commands: StepCommands
+    ) -> None:
+        # ``get`` refuses a buffer not allocated here, now, before any step runs
+        self._device, self._life, self._memory = device, life, memory
+        self._epoch = memory.epoch
+        self._writes = tuple(memory.get(b) for b in commands.writes)
+        self._dispatches = commands.dispatches
+        self._reads = tuple(memory.get(b) for b in commands.reads)
+        self._copies = tuple((memory.get(s), memory.get(d)) for s, d in commands.copies)
+        for (s, d), (ms, md) in zip(commands.copies, self._copies, strict=True):
+            if s.type != d.type or ms.shape != md.shape:
+                raise DispatchRefused(f"{memory.name}: copy from {s.type} into {d.type}")
+        every = [
+            *commands.writes,
+            *commands.reads,
+            *(b for _, bs in commands.dispatches for b in bs),
+        ]
+        every += [b for pair in commands.copies for b in pair]
+        self._held = tuple({b.id: (b.id, memory.get(b)) for b in every}.values())
+
+    def check(self) -> None:
+        """After the device freed a buffer or unloaded an artifact (any: ``HostBuffers.epoch``),
+        the step's own buffers and artifacts are looked at again: ``DispatchRefused`` if one of
+        them is gone, else the binding stands."""
+        if self._memory.epoch == self._epoch:
+            return
+        memory = self._memory.memory
+        if any(memory.get(i) is not arr for i, arr in self._held) or not self.loaded():
+            raise DispatchRefused(
+                f"{self._memory.name}: a buffer or artifact of this step was released"
+            )
+        self._epoch = self._memory.epoch
+
+    def loaded(self) -> bool:
+        """Whether every artifact the step dispatches is still loaded (``HostStep``: each
+        dispatch goes through ``Device.dispatch``, which refuses one that is not)."""
+        return True
+
+    def write_inputs(self, inputs: Sequence[np.ndarray]) -> None:
+        # Item assignment, not ``np.copyto`` (a third of its cost on a small array): every
+        # input was checked to be exactly its buffer's dtype and shape, so nothing casts or
+        # broadcasts.
+        for mem, x in zip(self._writes, inputs, strict=True):
+            mem[...] = x
+
+    def run(
+        self, inputs: Sequence[np.ndarray], deadline_s: float
+    ) -> tuple[tuple[np.ndarray, ...], float]:
+        if not self._life.usable:
+            self._life.check()
+        self.check()
+        self.write_inputs(inputs)
+        device_s = 0.0
+        for artifact, buffers in self._dispatches:
+            t0 = perf_counter()
+            self._device.dispatch(artifact, buffers, deadline_s)
+            device_s += perf_counter() - t0
+        return tuple(m.copy() for m in self._reads), device_s
+
+    def commit(self) -> None:
+        for src, dst in self._copies:  # checked at binding: the same dtype and shape
+            dst[...] = src

@@ -73,8 +73,7 @@ from poot_engine.device import (
     StepCommands,
     check_dispatch,
 )
-from poot_engine.host_buffers import HostMemory, next_id
-from poot_engine.steps import HostStep
+from poot_engine.host_buffers import HostMemory, HostStep, next_id
 from poot_ir import (
     BlobRefused,
     CompileFailed,
