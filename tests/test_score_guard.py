@@ -269,8 +269,8 @@ def test_a_score_guard_the_program_cannot_carry_is_refused() -> None:
 
 
 def test_poot_run_cuts_as_the_engine_does_for_a_checking_device(tmp_path: Path) -> None:
-    # `poot run` partitions before it opens the engine: it must ask the device the same
-    # question (checks_score_bound), or a padded encoder keeps -inf and is refused on vpu-cpu
+    # `poot run` runs the engine's partitioned entry: the engine cuts by the device's traits
+    # (checks_score_bound), or a padded encoder keeps -inf and is refused on vpu-cpu
     from poot_engine.run import run_program
 
     program = _matmul_scores()
