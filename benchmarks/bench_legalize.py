@@ -8,7 +8,7 @@ refused equations (the integer mask's convert, erf) run on the oracle between de
 after it, only the integer convert does, and the rest is one graph. (With a ``finfo.min`` or
 ``-inf`` mask the unlegalized partition does not run at all: the oracle span's mask value
 reaches the next device span and the engine's range check refuses it.) Each side is a ``PartitionedEntry`` over the engine's device entries (the same code the
-engine's ``partition=True`` entry uses), stepped in alternating rounds. The reference compiles
+engine's ``add_partitioned`` entry uses), stepped in alternating rounds. The reference compiles
 the un-narrowed program as one OpenVINO model on the CPU plugin (f32), with no poot engine in
 the loop: what a user gets running the model on OpenVINO directly.
 """

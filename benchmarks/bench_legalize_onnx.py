@@ -64,7 +64,7 @@ def _measure(
         tempfile.TemporaryDirectory() as tmp,
         Engine(make_device("vpu-cpu"), cache_dir=Path(tmp)) as engine,
     ):
-        entry = engine.add_entry(imp.program, engine.load_weights(imp.weights), partition=True)
+        entry = engine.add_partitioned(imp.program, engine.load_weights(imp.weights))
         parts = engine.partitioned(entry)
         assert parts is not None
         sides: dict[str, Callable[[], object]] = {

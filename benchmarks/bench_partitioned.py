@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from poot_engine import Buffer, Engine
+from poot_engine import BoundStep, Buffer, Engine, ProtocolStep, StepCommands
 from poot_ir import Storage, parse_program
 from poot_npu.vpu import VpuDevice
 from poot_planner import partition
@@ -45,6 +45,9 @@ class _Counting(VpuDevice):
         self.read_back += out.nbytes
         return out
 
+    def bind_step(self, commands: StepCommands) -> BoundStep:
+        return ProtocolStep(self, commands)  # every write and read one of the counted calls
+
 
 def run() -> list[Figure]:
     program = parse_program(EXAMPLE.read_text())
@@ -61,7 +64,7 @@ def run() -> list[Figure]:
         device = _Counting()
         with Engine(device, Path(tmp) / "cache") as engine:
             w = engine.load_weights({"w": rng.uniform(0.5, 1.5, shape).astype(np.float32)})
-            entry = engine.add_entry(program, w, partition=True)
+            entry = engine.add_partitioned(program, w)
             stats = engine.stats()
             engine.step(entry, {"x": rng.uniform(-1, 1, shape).astype(np.float32)})
             before = device.written + device.read_back

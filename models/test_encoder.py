@@ -148,12 +148,7 @@ def test_the_partitioned_run_on_vpu_cpu_is_within_narrow_storage(
     t = get_target(TARGET)
     assert t.narrowing is not None
     with Engine(make_device("vpu-cpu"), cache_dir=tmp_path) as engine:
-        entry = engine.add_entry(
-            plan(imp.program, TARGET),
-            engine.load_weights(imp.weights),
-            partition=True,
-            spans=_spans(),
-        )
+        entry = engine.add_partitioned(plan(imp.program, TARGET), engine.load_weights(imp.weights))
         got = imp.results(engine.step(entry, slots))["last_hidden_state"]
     assert got.dtype == np.float32 and np.isfinite(got).all()
     bound = Normwise(t.narrowing.normwise, t.narrowing.floor)

@@ -190,7 +190,7 @@ def test_bad_handoffs_are_typed_errors_that_change_nothing(
     cache = (CFG.heads, CFG.max_len, CFG.head_dim)
     shorter = (CFG.heads, CFG.max_len - 8, CFG.head_dim)
     for shape, dtype, what in ((shorter, DType.F32, "f32[2,40,16]"), (cache, DType.F16, "f16")):
-        other = d.engine.add_entry(_state_program(shape, dtype), partition=True)
+        other = d.engine.add_partitioned(_state_program(shape, dtype))
         before = (_snapshot(s.engine, s.prefill), _snapshot(d.engine, other))
         with pytest.raises(StateError, match=re.escape(what)) as err:
             handoff(s.engine, s.prefill, d.engine, other)
@@ -210,7 +210,7 @@ def test_bad_handoffs_are_typed_errors_that_change_nothing(
         assert nerr.value.argument == "k0" and nerr.value.element == (1, 3, 5)
     # a closed source engine: a fresh one on the same device, holding the same states
     closed = Engine(make_device(src), cache_dir=cache_dir)
-    gone = closed.add_entry(_state_program(cache, DType.F32), partition=True)
+    gone = closed.add_partitioned(_state_program(cache, DType.F32))
     closed.close()
     with pytest.raises(DeviceFailed, match="closed"):
         handoff(closed, gone, d.engine, d.decode, names=["k0"])

@@ -84,9 +84,7 @@ def test_a_flagged_span_is_named_in_the_partitioned_refusal(tmp_path: Path) -> N
     xs[1, 2] = 99.0  # y = exp(x + 1) with w = -I: exp(100), outside exp's domain [-87, 88]
     weights = {"w": -np.eye(8, dtype=np.float32)}
     with Engine(make_device("xdna-host"), cache_dir=tmp_path) as engine:
-        entry = engine.add_entry(
-            plan(program, "xdna2"), engine.load_weights(weights), partition=True
-        )
+        entry = engine.add_partitioned(plan(program, "xdna2"), engine.load_weights(weights))
         ok = engine.step(entry, {"x": np.full((4, 8), 2.0, np.float32)})["y"]
         assert np.allclose(ok, np.exp(np.float32(3.0)), rtol=1e-5)  # exp(3) inside
         with pytest.raises(DomainFlagged) as err:

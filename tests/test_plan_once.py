@@ -101,7 +101,7 @@ def test_engine_stats_count_plans_and_lowerings(
     assert [s.device for s in spans] == [True, False, True]
     plans.clear()
     with Engine(VpuDevice("CPU"), tmp_path / "a") as engine:
-        entry = engine.add_entry(program, partition=True)
+        entry = engine.add_partitioned(program)
         x = np.linspace(0, 3, 4, dtype=np.float32)
         engine.step(entry, {"x": x})
         s = engine.stats()

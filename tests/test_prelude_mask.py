@@ -134,8 +134,8 @@ def test_on_the_intel_stand_in_within_narrow_storage(tmp_path: Path) -> None:
     want = evaluate(program, inputs)["y"].astype(np.float64)
     slots = {k: v for k, v in inputs.items() if k != "w"}
     with Engine(make_device("vpu-cpu"), cache_dir=tmp_path) as engine:
-        entry = engine.add_entry(
-            plan(program, "intel-npu4"), engine.load_weights({"w": inputs["w"]}), partition=True
+        entry = engine.add_partitioned(
+            plan(program, "intel-npu4"), engine.load_weights({"w": inputs["w"]})
         )
         got = engine.step(entry, slots)["y"].astype(np.float64)
         assert np.linalg.norm(got - want) <= 2.0**-8 * np.linalg.norm(want)
@@ -157,8 +157,8 @@ def test_on_xdna2_no_bound_is_proven_and_the_mask_stays_infinite(tmp_path: Path)
     assert float("-inf") in _literals(spans[0].program)
     slots = {k: v for k, v in inputs.items() if k != "w"}
     with Engine(make_device("xdna-host"), cache_dir=tmp_path) as engine:
-        entry = engine.add_entry(
-            plan(program, "xdna2"), engine.load_weights({"w": inputs["w"]}), partition=True
+        entry = engine.add_partitioned(
+            plan(program, "xdna2"), engine.load_weights({"w": inputs["w"]})
         )
         got = engine.step(entry, slots)["y"].astype(np.float64)
     assert np.linalg.norm(got - want) <= 1e-5 * np.linalg.norm(want)
@@ -238,7 +238,7 @@ def test_unbounded_scores_keep_the_mask_and_are_refused_typed(tmp_path: Path) ->
     want = evaluate(program, {"x": x, "attention_mask": _ONE_KEY})["p"]
     assert np.array_equal(want[:, 0], np.ones(ROWS, np.float32))
     with Engine(make_device("vpu-cpu"), cache_dir=tmp_path) as engine:
-        entry = engine.add_entry(plan(program, "intel-npu4"), partition=True)
+        entry = engine.add_partitioned(plan(program, "intel-npu4"))
         with pytest.raises(NarrowingRangeInput):
             engine.step(entry, {"x": x, "attention_mask": _ONE_KEY})
 
@@ -264,7 +264,7 @@ def test_adversarial_scores_at_the_edges_match_the_oracle(scale: float, tmp_path
     got = _compose(program, spans, inputs)["p"]
     assert got.tobytes() == want.tobytes()
     with Engine(make_device("vpu-cpu"), cache_dir=tmp_path) as engine:
-        entry = engine.add_entry(plan(program, "intel-npu4"), partition=True)
+        entry = engine.add_partitioned(plan(program, "intel-npu4"))
         dev = engine.step(entry, inputs)["p"].astype(np.float64)
         err = np.linalg.norm(dev - want) / np.linalg.norm(want)
         assert err <= 2.0**-8, err

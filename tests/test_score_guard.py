@@ -142,7 +142,7 @@ def test_scores_inside_the_bound_run_within_narrow_storage(tmp_path: Path) -> No
     want = evaluate(program, inputs)["p"]
     assert np.isfinite(want).all() and (want[mask == 0] == 0).all()
     with Engine(make_device("vpu-cpu"), cache_dir=tmp_path) as engine:
-        entry = engine.add_entry(plan(program, INTEL), partition=True)
+        entry = engine.add_partitioned(plan(program, INTEL))
         spans = engine.partitioned(entry)
         assert spans is not None and MASK in _literals(spans.spans[0])
         got = engine.step(entry, inputs)["p"].astype(np.float64)
@@ -165,7 +165,7 @@ def test_scores_past_the_bound_are_refused_typed(masked: bool, tmp_path: Path) -
         rewritten = x[0] * 0.5 + np.where(mask[0] != 0, 0.0, MASK)
         assert np.argmax(rewritten) == col  # the unguarded rewrite's answer: the padded key
     with Engine(make_device("vpu-cpu"), cache_dir=tmp_path) as engine:
-        entry = engine.add_entry(plan(program, INTEL), partition=True)
+        entry = engine.add_partitioned(plan(program, INTEL))
         with pytest.raises(NarrowingRangeIntermediate, match="score bound") as err:
             engine.step(entry, {"x": x, "attention_mask": mask})
     assert err.value.check == "score" and err.value.primitive == "mul"
@@ -204,17 +204,20 @@ def test_devices_that_do_not_check_keep_infinity_and_refuse_a_checked_plan(
     x[:] = 1.0
     inputs = {"x": x, "attention_mask": mask}
     checked = partition(program, INTEL, score_guard=True)
+    (bound_plan,) = (s.plan for s in checked if s.plan is not None and s.plan.score_bound)
     for device in (CpuDevice(INTEL), VpuDevice("CPU", overflow_guard=False)):
         with Engine(device, cache_dir=tmp_path) as engine:
-            entry = engine.add_entry(plan(program, INTEL), partition=True)
+            entry = engine.add_partitioned(plan(program, INTEL))
             part = engine.partitioned(entry)
             assert part is not None
             assert MASK not in _literals(part.spans[0])  # -inf kept, as before
             if isinstance(device, VpuDevice):  # the input check refuses the -inf mask
                 with pytest.raises(NarrowingRangeInput):
                     engine.step(entry, inputs)
+            # a span's plan that carries the bound (cut for a device that checks it) is
+            # refused by one that does not
             with pytest.raises(UnsupportedDevice, match="score-bound"):
-                engine.add_entry(plan(program, INTEL), partition=True, spans=checked)
+                engine.add_entry(bound_plan)
 
 
 def _matmul_inputs(seed: int) -> dict[str, np.ndarray]:
@@ -235,7 +238,7 @@ def test_the_matmul_scores_run_within_narrow_storage(tmp_path: Path) -> None:
     inputs = _matmul_inputs(3)
     want = evaluate(program, inputs)["y"].astype(np.float64)
     with Engine(make_device("vpu-cpu"), cache_dir=tmp_path) as engine:
-        entry = engine.add_entry(plan(program, INTEL), partition=True)
+        entry = engine.add_partitioned(plan(program, INTEL))
         part = engine.partitioned(entry)
         assert part is not None and MASK in _literals(part.spans[0])
         assert any(s.plan is not None and s.plan.score_bound for s in part.spans)
@@ -266,8 +269,8 @@ def test_a_score_guard_the_program_cannot_carry_is_refused() -> None:
 
 
 def test_poot_run_cuts_as_the_engine_does_for_a_checking_device(tmp_path: Path) -> None:
-    # `poot run` partitions before it opens the engine: it must ask the device the same
-    # question (checks_score_bound), or a padded encoder keeps -inf and is refused on vpu-cpu
+    # `poot run` runs the engine's partitioned entry: the engine cuts by the device's traits
+    # (checks_score_bound), or a padded encoder keeps -inf and is refused on vpu-cpu
     from poot_engine.run import run_program
 
     program = _matmul_scores()

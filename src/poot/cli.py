@@ -50,6 +50,7 @@ from poot.decoder import EXAMPLES as DECODERS
 from poot.generate import generate, handoff_table, render_report
 
 if TYPE_CHECKING:
+    from poot_engine import Device
     from poot_onnx import Imported
 
 __all__ = ["main"]
@@ -135,14 +136,13 @@ class _InputError(PootError):
     """A file the command line could not read or write, or an argument it cannot use."""
 
 
-def _with_progress(device: object, console: Console) -> None:
+def _with_progress(device: Device, console: Console) -> None:
     """Long builds show progress: a device with a link step (XDNA2) reports each stage."""
-    if hasattr(device, "progress"):
 
-        def show(stage: str, done: int, total: int) -> None:
-            console.print(f"[dim]link {done}/{total}: {stage}[/]")
+    def show(stage: str, done: int, total: int) -> None:
+        console.print(f"[dim]link {done}/{total}: {stage}[/]")
 
-        device.progress = show
+    device.report_progress(show)
 
 
 def _demo(console: Console, args: argparse.Namespace) -> int:

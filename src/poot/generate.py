@@ -29,7 +29,6 @@ from time import perf_counter
 
 import numpy as np
 from poot_engine import Engine, Entry, Handoff, handoff
-from poot_engine.run import partition_of
 from poot_engine.verify import check_results, check_spans
 from poot_ir import Comparison, Program, Storage, UnknownEntry, evaluate
 from poot_ir.numerics import NumericsClass, compare
@@ -124,8 +123,8 @@ class Loaded:
         engine = Engine(make_device(name), cache_dir=cache_dir)
         try:
             w = engine.load_weights(weights(cfg))
-            pe = engine.add_entry(programs[0], w, partition=True) if prefill else None
-            de = engine.add_entry(programs[1], w, partition=True) if decode else None
+            pe = engine.add_partitioned(programs[0], w) if prefill else None
+            de = engine.add_partitioned(programs[1], w) if decode else None
         except BaseException:
             engine.close()
             raise
@@ -202,7 +201,7 @@ def run_handoff(
             a.name: oracle.prefill_feed[a.name] for a in prefill.args if a.storage is Storage.WEIGHT
         }
         trace = {**w, **part.trace}
-        pchecks = check_spans(prefill, partition_of(prefill, target), trace, pout)
+        pchecks = check_spans(prefill, part.spans, trace, pout)
     moved = handoff(src.engine, src.prefill, dst.engine, dst.decode)
     report = GenerateReport(
         cfg.name,

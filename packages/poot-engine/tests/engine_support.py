@@ -1,9 +1,10 @@
 """Programs, stand-in devices and process workers shared by the engine tests.
 
 The stand-ins are ``CpuDevice`` with one behaviour changed, so everything else is the real
-device: ``CountingDevice`` counts every protocol call, ``SlowDevice`` sleeps inside its run (to
-miss a deadline), ``ReorderingDevice`` compiles artifacts whose arguments are reordered, and
-``RetypingDevice`` one whose first input is retyped.
+device: ``CountingDevice`` counts every protocol call (so it binds its steps as protocol calls,
+``ProtocolStep``), ``SlowDevice`` sleeps inside its run (to miss a deadline; ``_bind_run``, so
+the whole-step binding keeps it), ``ReorderingDevice`` compiles artifacts whose arguments are
+reordered, and ``RetypingDevice`` one whose first input is retyped.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
-from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -19,11 +19,15 @@ from poot_engine import (
     ArgSpec,
     Artifact,
     ArtifactSource,
+    BoundStep,
     Buffer,
     CpuDevice,
     Engine,
+    ProtocolStep,
     Signature,
+    StepCommands,
 )
+from poot_engine.cpu import BoundRun
 from poot_ir import Builder, DType, Program, TensorType
 
 F32, I32 = DType.F32, DType.I32
@@ -114,6 +118,9 @@ class CountingDevice(CpuDevice):
         self.calls["dispatch"] += 1
         super().dispatch(artifact, buffers, deadline_s)
 
+    def bind_step(self, commands: StepCommands) -> BoundStep:
+        return ProtocolStep(self, commands)  # every command one of the counted calls
+
 
 class SlowDevice(CpuDevice):
     """Its runs take ``delay_s`` (in the worker thread, where a hung runtime would hang)."""
@@ -122,9 +129,14 @@ class SlowDevice(CpuDevice):
         super().__init__()
         self.delay_s = delay_s
 
-    def _run(self, program: Program, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        time.sleep(self.delay_s)
-        return super()._run(program, inputs)
+    def _bind_run(self, program: Program, inputs: dict[str, np.ndarray]) -> BoundRun:
+        run = super()._bind_run(program, inputs)
+
+        def slow() -> tuple[np.ndarray, ...]:
+            time.sleep(self.delay_s)
+            return run()
+
+        return slow
 
     @property
     def live_buffers(self) -> set[int]:
@@ -138,7 +150,7 @@ class ReorderingDevice(CpuDevice):
         art = super().load(blob)
         sig = art.signature
         lied = dataclasses.replace(art, signature=Signature(sig.inputs[::-1] + sig.outputs))
-        self._artifacts[art.id] = (lied, self._artifacts[art.id][1])
+        self._artifacts[art.id] = (lied, *self._artifacts[art.id][1:])
         return lied
 
 
@@ -150,7 +162,7 @@ class RetypingDevice(CpuDevice):
         first = art.signature.args[0]
         retyped = ArgSpec(first.name, first.direction, first.type.with_dtype(DType.F16))
         lied = dataclasses.replace(art, signature=Signature((retyped, *art.signature.args[1:])))
-        self._artifacts[art.id] = (lied, self._artifacts[art.id][1])
+        self._artifacts[art.id] = (lied, *self._artifacts[art.id][1:])
         return lied
 
 

@@ -12,10 +12,11 @@ from engine_support import CountingDevice, SlowDevice, affine_program, running_s
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from poot_engine import CpuDevice, Engine
+from poot_engine import BoundStep, CpuDevice, Engine, StepCommands
 from poot_engine.checks import _SMALL, check_ranges, range_checks, within
 from poot_engine.domain import HostGuard
-from poot_engine.steps import HostStep, ProtocolStep, bind_step
+from poot_engine.host_buffers import HostStep
+from poot_engine.steps import ProtocolStep
 from poot_ir import (
     DeadlineExceeded,
     DevicePoisoned,
@@ -45,13 +46,22 @@ def _oracle_steps(n: int = 4) -> list[dict[str, np.ndarray]]:
 
 
 class _Forwarding:
-    """A wrapper that forwards every attribute (as acceptance's wrong device does)."""
+    """A wrapper that forwards every attribute but ``dispatch``, which it counts (as
+    acceptance's wrong device changes it), and so binds its steps as protocol calls."""
 
     def __init__(self, device: CpuDevice) -> None:
         self._d = device
+        self.dispatches = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._d, name)
+
+    def dispatch(self, artifact: Any, buffers: tuple[Any, ...], deadline_s: float) -> None:
+        self.dispatches += 1
+        self._d.dispatch(artifact, buffers, deadline_s)
+
+    def bind_step(self, commands: StepCommands) -> BoundStep:
+        return ProtocolStep(self, commands)
 
 
 def test_each_binding_replays_what_the_oracle_computes(tmp_path: Path) -> None:
@@ -68,12 +78,14 @@ def test_each_binding_replays_what_the_oracle_computes(tmp_path: Path) -> None:
                 assert np.array_equal(g[name], w[name]), name
 
 
-def test_a_forwarding_wrapper_gets_protocol_calls_not_the_wrapped_binding() -> None:
-    from poot_engine.device import StepCommands
-
+def test_a_wrapper_that_binds_protocol_calls_sees_every_dispatch(tmp_path: Path) -> None:
     wrapped = _Forwarding(CpuDevice())
-    bound = bind_step(wrapped, StepCommands((), (), (), ()))  # type: ignore[arg-type]
-    assert isinstance(bound, ProtocolStep)
+    with Engine(wrapped, cache_dir=tmp_path) as engine:  # type: ignore[arg-type]
+        got = _steps(engine)
+        assert isinstance(next(iter(engine._entries.values())).bound, ProtocolStep)
+    assert wrapped.dispatches == len(got)
+    for g, w in zip(got, _oracle_steps(), strict=True):
+        assert all(np.array_equal(g[n], w[n]) for n in w)
 
 
 def test_results_are_fresh_arrays_and_the_state_carries(tmp_path: Path) -> None:

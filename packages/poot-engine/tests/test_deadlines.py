@@ -5,14 +5,16 @@ from __future__ import annotations
 import itertools
 import math
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 from engine_support import CountingDevice, SlowDevice, add_program, running_sum_program
 from poot_engine import Buffer, Engine
+from poot_engine.cpu import BoundRun
 from poot_engine.deadline import MAX_WAIT_MS, DeadlineRunner, wait_slices_ms, wait_timeout_s
+from poot_engine.lifecycle import Lifecycle
 from poot_engine.recording import Dispatch, record
 from poot_ir import (
     DeadlineExceeded,
@@ -24,8 +26,6 @@ from poot_ir import (
     Program,
     TensorType,
 )
-
-Results = dict[str, np.ndarray]
 
 ONES = np.ones(3, np.float32)
 
@@ -158,10 +158,30 @@ def test_any_positive_deadline_steps_on_the_cpu_device(tmp_path: Path, deadline_
 
 @pytest.mark.parametrize("deadline_s", [math.inf, 30 * 86400.0])
 def test_the_deadline_runner_takes_any_positive_deadline(deadline_s: float) -> None:
-    runner = DeadlineRunner("test")
+    runner = DeadlineRunner(Lifecycle("test"))
     try:
         assert runner.run(lambda: 42, deadline_s) == 42
     finally:
+        runner.close()
+
+
+def test_a_runner_that_misses_poisons_its_devices_lifecycle() -> None:
+    life = Lifecycle("the runner's device")
+    runner = DeadlineRunner(life)
+    release = threading.Event()
+    try:
+        with pytest.raises(DeadlineExceeded):
+            runner.run(release.wait, 0.01)
+        assert life.poisoned and not life.usable
+        with pytest.raises(DevicePoisoned, match="the runner's device"):
+            runner.run(lambda: 1, 1.0)
+        with pytest.raises(DevicePoisoned):
+            life.check()
+        assert life.close() and not life.close()  # only the first close releases
+        with pytest.raises(DeviceFailed, match="closed"):
+            runner.run(lambda: 1, 1.0)
+    finally:
+        release.set()
         runner.close()
 
 
@@ -178,9 +198,14 @@ def test_the_cpu_device_runs_on_the_callers_thread(tmp_path: Path) -> None:
     seen: list[int] = []
 
     class Watching(CountingDevice):
-        def _run(self, program: Program, inputs: Mapping[str, np.ndarray]) -> Results:
-            seen.append(threading.get_ident())
-            return super()._run(program, inputs)
+        def _bind_run(self, program: Program, inputs: dict[str, np.ndarray]) -> BoundRun:
+            run = super()._bind_run(program, inputs)
+
+            def watched() -> tuple[np.ndarray, ...]:
+                seen.append(threading.get_ident())
+                return run()
+
+            return watched
 
     threads = threading.active_count()
     with Engine(Watching(), cache_dir=tmp_path) as engine:

@@ -36,7 +36,7 @@ def _load(engine: Engine) -> tuple[Entry, dict[str, np.ndarray], np.ndarray]:
     inputs = sample_inputs(LOG_STATE, 0)
     w = engine.load_weights({"w": inputs["w"]})
     s0 = inputs["s"]
-    return engine.add_entry(LOG_STATE, w, {"s": s0}, partition=True), inputs, s0
+    return engine.add_partitioned(LOG_STATE, w, {"s": s0}), inputs, s0
 
 
 def test_without_partition_it_is_refused_as_today(engine: Engine) -> None:
@@ -108,7 +108,7 @@ def test_an_admitted_program_gets_the_ordinary_entry(tmp_path: Path) -> None:
     engine = Engine(CpuDevice(), cache_dir=tmp_path)
     inputs = sample_inputs(LOG_STATE, 0)
     w = engine.load_weights({"w": inputs["w"]})
-    entry = engine.add_entry(LOG_STATE, w, partition=True)
+    entry = engine.add_partitioned(LOG_STATE, w)
     assert engine.partitioned(entry) is None
     got = engine.step(entry, {"x": inputs["x"]})
     want = evaluate(LOG_STATE, {**inputs, "s": np.zeros((4, 8), np.float32)})

@@ -13,7 +13,7 @@ import pytest
 from engine_support import CpuDevice, SlowDevice, affine_program, running_sum_program
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from poot_engine import Engine, Entry, handoff
+from poot_engine import BoundStep, Engine, Entry, ProtocolStep, StepCommands, handoff
 from poot_engine.device import Artifact, Buffer
 from poot_ir import (
     Builder,
@@ -176,6 +176,9 @@ class _Reentrant(CpuDevice):
                 assert "a step of this engine is running" in str(err)
         super().dispatch(artifact, buffers, deadline_s)
 
+    def bind_step(self, commands: StepCommands) -> BoundStep:
+        return ProtocolStep(self, commands)  # each replay's dispatch is the one above
+
 
 def test_no_state_moves_while_a_step_is_running(tmp_path: Path) -> None:
     dev = _Reentrant()
@@ -246,7 +249,7 @@ def test_a_narrowing_device_range_checks_a_written_state_like_an_upload(
 
 def test_partitioned_entries_read_and_write_their_host_states(npu: Engine) -> None:
     w = np.full((4, 8), 0.5, np.float32)
-    e = npu.add_entry(LOG_STATE, npu.load_weights({"w": w}), partition=True)
+    e = npu.add_partitioned(LOG_STATE, npu.load_weights({"w": w}))
     assert npu.partitioned(e) is not None
     s = np.linspace(-2.0, 2.0, 32, dtype=np.float32).reshape(4, 8)
     npu.write_state(e, "s", s)

@@ -8,25 +8,36 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+import poot_engine.verify
+import poot_planner.error_bounds
 import pytest
 from engine_support import affine_program
 from poot_engine import CpuDevice, Engine
+from poot_engine.cpu import BoundRun
+from poot_engine.run import run_program
 from poot_ir import ContractViolation, EngineError, EntryPoisoned, Program, evaluate
+from poot_ir.numerics import Bounded
+from poot_planner import plan
 
 
 class GarbageDevice(CpuDevice):
     """A CpuDevice that adds ``delta`` to element 2 of ``y`` when ``x[0]`` is ``bad_x``."""
 
-    def __init__(self, bad_x: float, delta: float = 1.0) -> None:
-        super().__init__()
+    def __init__(self, bad_x: float, delta: float = 1.0, target: str = "cpu") -> None:
+        super().__init__(target)
         self.bad_x, self.delta = bad_x, delta
 
-    def _run(self, program: Program, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out = super()._run(program, inputs)
-        if inputs["x"][0] == self.bad_x:
-            out["y"] = out["y"].copy()
-            out["y"][2] += np.float32(self.delta)
-        return out
+    def _bind_run(self, program: Program, inputs: dict[str, np.ndarray]) -> BoundRun:
+        run, y = super()._bind_run(program, inputs), program.result_names.index("y")
+
+        def garbage() -> tuple[np.ndarray, ...]:
+            out = list(run())
+            if inputs["x"][0] == self.bad_x:
+                out[y] = out[y].copy()
+                out[y][2] += np.float32(self.delta)
+            return tuple(out)
+
+        return garbage
 
 
 def _feed(k: int) -> dict[str, np.ndarray]:
@@ -92,3 +103,55 @@ def test_a_fraction_verifies_some_steps_at_random(tmp_path: Path) -> None:
 def test_a_bad_verify_mode_is_refused(tmp_path: Path, mode: object) -> None:
     with pytest.raises(EngineError, match="verify must be"):
         Engine(CpuDevice(), cache_dir=tmp_path, verify=mode)  # type: ignore[arg-type]
+
+
+# -- the oracle, once per verified step --------------------------------------------------------
+
+
+def _count_oracle(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every oracle evaluation a step's check makes (``poot_engine.verify`` and the error
+    analysis it calls, ``poot_planner.error_bounds``), by program name. The device's own run
+    (``CpuDevice``: ``bind_evaluation``) is not counted."""
+    seen: list[str] = []
+
+    def counted(program: Program, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        seen.append(program.name)
+        return evaluate(program, inputs)
+
+    monkeypatch.setattr(poot_engine.verify, "evaluate", counted)
+    monkeypatch.setattr(poot_planner.error_bounds, "evaluate", counted)
+    return seen
+
+
+def test_a_verified_step_of_a_bounded_plan_evaluates_the_oracle_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = plan(affine_program(), "xdna2")
+    assert isinstance(p.numerics, Bounded) and p.legal is None  # the case: no rewrite
+    seen = _count_oracle(monkeypatch)
+    with Engine(CpuDevice("xdna2"), cache_dir=tmp_path, verify="always") as engine:
+        entry = engine.add_entry(p, engine.load_weights({"w": W}))
+        for k in range(3):
+            engine.step(entry, _feed(k))
+        assert engine.stats().verified_steps == 3
+    assert len(seen) == 3, seen
+
+
+def test_run_program_checks_a_bounded_step_with_one_evaluation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = _count_oracle(monkeypatch)
+    report = run_program(affine_program(), CpuDevice("xdna2"), "cpu", steps=2, cache_dir=tmp_path)
+    assert report.ok and len(report.steps) == 2
+    assert isinstance(report.plan.numerics, Bounded)
+    assert len(seen) == 2, seen
+
+
+def test_the_once_evaluated_reference_still_catches_a_wrong_result(tmp_path: Path) -> None:
+    # the reference read from the analysis's values is the oracle's: a wrong element breaches
+    with Engine(GarbageDevice(bad_x=1.0, target="xdna2"), tmp_path, verify="always") as engine:
+        entry = engine.add_entry(affine_program(), engine.load_weights({"w": W}))
+        engine.step(entry, _feed(0))
+        with pytest.raises(ContractViolation) as err:
+            engine.step(entry, _feed(1))
+    assert err.value.result == "y" and err.value.element == (2,)

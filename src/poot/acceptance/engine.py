@@ -9,11 +9,22 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-from poot_engine import Engine
-from poot_engine.device import Device
+from poot_engine import (
+    Artifact,
+    ArtifactSource,
+    BlobCache,
+    BoundStep,
+    Buffer,
+    CompileProgress,
+    Device,
+    DeviceIdentity,
+    DeviceTraits,
+    Engine,
+    ProtocolStep,
+    StepCommands,
+)
 from poot_ir import (
     Builder,
     ContractViolation,
@@ -22,8 +33,10 @@ from poot_ir import (
     DType,
     EntryPoisoned,
     Program,
+    TensorType,
 )
 from poot_npu.registry import DeviceInfo
+from poot_planner import Plan
 
 __all__ = ["Check", "cache_checks", "neg_chain", "poisoning_checks"]
 
@@ -91,19 +104,69 @@ def cache_checks(info: DeviceInfo, make: Callable[[], Device], root: Path) -> It
 
 
 class _Wrong:
-    """A device whose results are off by one in element 0: a contract violation to catch."""
+    """A device whose results are off by one in element 0: a contract violation to catch.
+    Every other member is the wrapped device's, forwarded by name (no attribute lookup)."""
 
     def __init__(self, device: Device) -> None:
         self._d = device
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._d, name)
+    @property
+    def target(self) -> str:
+        return self._d.target
 
-    def dispatch(self, artifact: Any, buffers: tuple[Any, ...], deadline_s: float) -> None:
+    @property
+    def identity(self) -> DeviceIdentity:
+        return self._d.identity
+
+    @property
+    def traits(self) -> DeviceTraits:
+        return self._d.traits
+
+    def use_cache(self, cache: BlobCache) -> None:
+        self._d.use_cache(cache)
+
+    def report_progress(self, progress: CompileProgress | None) -> None:
+        self._d.report_progress(progress)
+
+    def lower(self, plan: Plan) -> ArtifactSource:
+        return self._d.lower(plan)
+
+    def compile(self, source: ArtifactSource) -> bytes:
+        return self._d.compile(source)
+
+    def load(self, blob: bytes) -> Artifact:
+        return self._d.load(blob)
+
+    def unload(self, artifact: Artifact) -> None:
+        self._d.unload(artifact)
+
+    def allocate(self, type: TensorType) -> Buffer:
+        return self._d.allocate(type)
+
+    def free(self, buffer: Buffer) -> None:
+        self._d.free(buffer)
+
+    def write(self, buffer: Buffer, data: np.ndarray) -> None:
+        self._d.write(buffer, data)
+
+    def read(self, buffer: Buffer) -> np.ndarray:
+        return self._d.read(buffer)
+
+    def copy(self, src: Buffer, dst: Buffer) -> None:
+        self._d.copy(src, dst)
+
+    def bind_step(self, commands: StepCommands) -> BoundStep:
+        # every dispatch through ``dispatch`` below (the wrapped device's binding would skip it)
+        return ProtocolStep(self, commands)
+
+    def dispatch(self, artifact: Artifact, buffers: tuple[Buffer, ...], deadline_s: float) -> None:
         self._d.dispatch(artifact, buffers, deadline_s)
         out = self._d.read(buffers[-1])  # the last buffer is the artifact's output
         out.reshape(-1)[0] += 1
         self._d.write(buffers[-1], out)
+
+    def close(self) -> None:
+        self._d.close()
 
 
 def poisoning_checks(make: Callable[[], Device], root: Path) -> Iterator[Check]:

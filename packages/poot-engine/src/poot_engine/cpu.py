@@ -8,17 +8,21 @@ returns (``poot_engine.deadline``: the oracle cannot hang, so no worker thread i
 With ``target="intel-npu4"`` it evaluates the narrowed program the planner produces for that
 target: an ideal FP16 device, as the oracle rounds F16 after every primitive.
 
-A recorded step is bound once (``bind_step``, ``poot_engine.steps``): the dispatch's command
-is checked and its program bound to its buffers' memory when the engine records
-(``poot_ir.oracle.bind_evaluation``), so a replay writes the inputs, runs the oracle, checks the
-deadline and returns the oracle's own fresh results without a protocol call; the commit copies
-each state update from those results (the output buffers, which only the commit would read,
-are written by ``dispatch`` but not by a bound step).
+A dispatch's command is checked once and its program bound to its buffers' memory
+(``_bind_run``: ``poot_ir.oracle.bind_evaluation``); a replay of the same command runs the bound
+program. A recorded step is bound whole (``bind_step``, ``poot_engine.steps``): a replay writes
+the inputs, runs the bound program, checks the deadline and returns the oracle's own fresh
+results without a protocol call; the commit copies each state update from those results (the
+output buffers, which only the commit would read, are written by ``dispatch`` but not by a
+bound step). A subclass changes the run by overriding ``_bind_run`` (both paths call it); one
+that changes ``dispatch``, ``write``, ``read`` or ``copy`` overrides ``bind_step`` to return
+``ProtocolStep(self, commands)`` (the whole-step binding makes none of those calls).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib import metadata
 from time import perf_counter
 from typing import TYPE_CHECKING
@@ -27,11 +31,8 @@ import numpy as np
 from poot_ir import (
     BlobRefused,
     DeadlineExceeded,
-    DeviceFailed,
-    DevicePoisoned,
     IRError,
     Program,
-    evaluate,
     format_program,
     parse_program,
 )
@@ -47,32 +48,37 @@ from poot_engine.device import (
     check_dispatch,
     signature_of,
 )
-from poot_engine.host_buffers import HostBuffers, HostMemory, next_id
-from poot_engine.steps import HostStep, overrides
+from poot_engine.host_buffers import HostMemory, HostStep, next_id
 
 if TYPE_CHECKING:
     from poot_planner import Plan
 
 __all__ = ["CpuDevice"]
 
-#: A checked dispatch command: its buffers, the program, its inputs by name (the buffers' own
-#: memory) and each output's name and memory.
-_Bound = tuple[
-    tuple[Buffer, ...], Program, dict[str, np.ndarray], tuple[tuple[str, np.ndarray], ...]
-]
+#: A program bound to its arguments' memory: each call its results in ``result_names`` order.
+BoundRun = Callable[[], tuple[np.ndarray, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    """A checked dispatch command: its buffers, the program, the program bound to its input
+    buffers' memory (``run``) and each result's output buffer memory, in ``result_names``
+    order."""
+
+    buffers: tuple[Buffer, ...]
+    program: Program
+    run: BoundRun
+    outputs: tuple[np.ndarray, ...]
 
 
 class CpuDevice(HostMemory):
     """The oracle as a device. ``runs`` counts completed dispatches (tests count with it)."""
 
     def __init__(self, target: str = "cpu") -> None:
+        super().__init__(f"CpuDevice({target})")
         self._target = target
-        self._name = f"CpuDevice({target})"
         self._artifacts: dict[int, tuple[Artifact, Program, tuple[str, ...]]] = {}
-        self._buffers = HostBuffers(self._name)
         self._bound: dict[int, _Bound] = {}
-        self._missed = False
-        self._closed = False
         self.runs = 0
 
     @property
@@ -118,49 +124,39 @@ class CpuDevice(HostMemory):
     def dispatch(self, artifact: Artifact, buffers: tuple[Buffer, ...], deadline_s: float) -> None:
         self._usable()
         bound = self._bound.get(artifact.id)
-        if bound is None or bound[0] is not buffers:
+        if bound is None or bound.buffers is not buffers:
             bound = self._bind(artifact, buffers)
         self._timed_run(artifact, bound, deadline_s)
 
-    def _timed_run(
-        self, artifact: Artifact, bound: _Bound, deadline_s: float
-    ) -> tuple[dict[str, np.ndarray], float]:
-        """Run a bound command and check its deadline: the results and the seconds it took."""
-        _, program, inputs, outputs = bound
+    def _timed_run(self, artifact: Artifact, bound: _Bound, deadline_s: float) -> None:
+        """Run a bound command and check its deadline, then write its output buffers."""
         t0 = perf_counter()
-        results = self._run(program, inputs)
-        took = perf_counter() - t0
-        if took > deadline_s:  # poot_engine.deadline: checked after the run
-            # Checked after the run (the module docstring): the results are dropped, so no
-            # output buffer changes, and the device is poisoned as a timeout would poison it.
+        results = bound.run()
+        if perf_counter() - t0 > deadline_s:  # poot_engine.deadline: checked after the run
+            # the results are dropped, so no output buffer changes, and the device is poisoned
+            # as a timeout would poison it
             raise self._missed_deadline(artifact, deadline_s)
-        for name, out in outputs:  # the oracle's results are exactly the outputs' types
-            out[...] = results[name]
+        for out, value in zip(bound.outputs, results, strict=True):
+            out[...] = value  # the oracle's results are exactly the outputs' types
         self.runs += 1
-        return results, took
 
     def bind_step(self, commands: StepCommands) -> BoundStep:
-        """``poot_engine.steps``: one dispatch whose results are every read and every copy's
-        source is bound whole (``_CpuStep``); anything else, or a subclass that replaces
-        ``dispatch``, ``write``, ``read`` or ``copy`` gets the general binding, which goes
-        through those methods."""
+        """``poot_engine.steps``: a step of one dispatch whose results are every read and every
+        copy's source is bound whole (``_CpuStep``); anything else gets ``HostStep``."""
         self._usable()
-        if len(commands.dispatches) == 1 and not overrides(
-            self, CpuDevice, ("dispatch", "write", "read", "copy")
-        ):
+        if len(commands.dispatches) == 1:
             artifact, buffers = commands.dispatches[0]
             bound = self._bind(artifact, buffers)
-            outputs = buffers[len(buffers) - len(bound[3]) :]
-            outs = {b.id: name for (name, _), b in zip(bound[3], outputs, strict=True)}
+            outputs = buffers[len(buffers) - len(bound.outputs) :]
+            outs = {b.id: i for i, b in enumerate(outputs)}  # by position in the results
             sources = [b for b in commands.reads] + [s for s, _ in commands.copies]
             if all(b.id in outs for b in sources):
                 return _CpuStep(self, commands, artifact, bound, outs)
         return super().bind_step(commands)
 
     def _missed_deadline(self, artifact: Artifact, deadline_s: float) -> DeadlineExceeded:
-        """A run took longer than its deadline: the device is poisoned (``_usable``)."""
-        self._missed = True
-        return DeadlineExceeded(deadline_s, f"{self._name} dispatch of artifact {artifact.id}")
+        """A run took longer than its deadline: the device is poisoned (``Lifecycle``)."""
+        return self._life.missed(deadline_s, f"{self._name} dispatch of artifact {artifact.id}")
 
     def _bind(self, artifact: Artifact, buffers: tuple[Buffer, ...]) -> _Bound:
         """Check a dispatch's command (``check_dispatch``) and keep what it binds: the replay
@@ -172,42 +168,32 @@ class CpuDevice(HostMemory):
         )
         n_in = len(program.args)
         inputs = {n: memory[b.id] for n, b in zip(names[:n_in], buffers[:n_in], strict=True)}
-        outputs = tuple(
-            (n, memory[b.id]) for n, b in zip(names[n_in:], buffers[n_in:], strict=True)
-        )
-        bound = (buffers, program, inputs, outputs)
+        outputs = tuple(memory[b.id] for b in buffers[n_in:])
+        bound = _Bound(buffers, program, self._bind_run(program, inputs), outputs)
         self._bound[artifact.id] = bound
         return bound
+
+    def _bind_run(self, program: Program, inputs: dict[str, np.ndarray]) -> BoundRun:
+        """The device's own run of ``program`` over ``inputs`` (its input buffers' memory, read
+        at each call): the oracle, bound once. Tests slow it down or change its results here."""
+        return bind_evaluation(program, inputs)
 
     def free(self, buffer: Buffer) -> None:
         self._bound.clear()
         super().free(buffer)
 
-    def _run(self, program: Program, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The device's own run: the oracle. Tests slow it down here."""
-        return evaluate(program, inputs)
-
-    def close(self) -> None:
-        self._closed = True
+    def _release(self) -> None:
         self._bound.clear()
         self._artifacts.clear()
-        self._buffers.clear()
-
-    def _usable(self) -> None:
-        if self._closed:
-            raise DeviceFailed(f"{self._name} is closed")
-        if self._missed:
-            raise DevicePoisoned(f"{self._name}: a dispatch missed its deadline; close the device")
 
 
 class _CpuStep(HostStep):
-    """A recorded step of one dispatch, bound whole. The program is bound to its buffers'
-    memory once (``poot_ir.oracle.bind_evaluation``: the arguments' types were checked then;
-    a subclass that replaces ``_run`` has its own run called instead), so a replay writes the inputs, runs the oracle and checks the deadline. The results a step
-    reads are the oracle's own fresh arrays, in ``reads`` order; the commit copies each state
-    update from them into its state buffer. The output buffers are not written: only the
-    commit would read them, and it reads the results themselves (a dispatch outside the
-    step, ``CpuDevice.dispatch``, writes them as ever)."""
+    """A recorded step of one dispatch, bound whole: the program bound to its buffers' memory
+    once (``_Bound.run``), so a replay writes the inputs, runs it and checks the deadline. The
+    results a step reads are the oracle's own fresh arrays, in ``reads`` order; the commit
+    copies each state update from them into its state buffer. The output buffers are not
+    written: only the commit would read them, and it reads the results themselves (a dispatch
+    outside the step, ``CpuDevice.dispatch``, writes them as ever)."""
 
     __slots__ = ("_artifact", "_commits", "_cpu", "_evaluate", "_last", "_picks")
 
@@ -217,26 +203,16 @@ class _CpuStep(HostStep):
         commands: StepCommands,
         artifact: Artifact,
         bound: _Bound,
-        outputs: dict[int, str],
+        outputs: dict[int, int],
     ) -> None:
-        super().__init__(device, device._buffers, commands)
+        super().__init__(device, device._life, device._buffers, commands)
         self._cpu, self._artifact = device, artifact
-        program, arrays = bound[1], bound[2]
-        names = program.result_names
-        self._evaluate: Callable[[], tuple[np.ndarray, ...]] = bind_evaluation(program, arrays)
-        if overrides(device, CpuDevice, ("_run",)):  # a subclass's own run (tests slow it)
-
-            def run() -> tuple[np.ndarray, ...]:
-                results = device._run(program, arrays)
-                return tuple([results[n] for n in names])
-
-            self._evaluate = run
-        index = {name: i for i, name in enumerate(names)}
-        picks = tuple(index[outputs[b.id]] for b in commands.reads)
+        self._evaluate = bound.run
+        picks = tuple(outputs[b.id] for b in commands.reads)
         # None: the reads are every result in order, returned as the run returns them
-        self._picks = None if picks == tuple(range(len(index))) else picks
+        self._picks = None if picks == tuple(range(len(outputs))) else picks
         self._commits = tuple(
-            (index[outputs[s.id]], dst)
+            (outputs[s.id], dst)
             for (s, _), (_, dst) in zip(commands.copies, self._copies, strict=True)
         )
         self._last: tuple[np.ndarray, ...] = ()
@@ -249,8 +225,8 @@ class _CpuStep(HostStep):
         self, inputs: Sequence[np.ndarray], deadline_s: float
     ) -> tuple[tuple[np.ndarray, ...], float]:
         cpu = self._cpu
-        if cpu._closed or cpu._missed:
-            cpu._usable()
+        if not self._life.usable:
+            self._life.check()
         self.check()
         self.write_inputs(inputs)
         t0 = perf_counter()

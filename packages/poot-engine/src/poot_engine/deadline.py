@@ -21,7 +21,8 @@ zero, a negative number and NaN.) Three ways a device holds a run to it:
   would, and its results are discarded (no output buffer, so no state, changes). The miss is
   reported when the run ends, not at the deadline; no thread hand-off is paid per step.
 
-After a miss, on every device, every later call but ``close`` raises ``DevicePoisoned``.
+After a miss, on every device, every later call but ``close`` raises ``DevicePoisoned``
+(``poot_engine.lifecycle``, the one place a device keeps that state).
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Final, Generic, TypeVar
 
-from poot_ir import DeadlineExceeded, DevicePoisoned, EngineError
+from poot_ir import EngineError
+
+from poot_engine.lifecycle import Lifecycle
 
 __all__ = [
     "MAX_WAIT_MS",
@@ -108,31 +111,31 @@ class _Job(Generic[T]):
 
 
 class DeadlineRunner:
-    """One worker thread that runs calls one at a time, each under a deadline.
-
-    After a miss every later ``run`` raises ``DevicePoisoned``: the abandoned call still owns
-    the worker. ``close`` lets the worker exit once its current call returns.
+    """One worker thread that runs calls one at a time, each under a deadline, for the device
+    whose lifecycle is ``life``: a miss poisons it (``Lifecycle.missed``), and ``run`` raises
+    as ``Lifecycle.check`` does once the device is closed or poisoned (the abandoned call still
+    owns the worker). ``close`` lets the worker exit once its current call returns.
     """
 
-    def __init__(self, name: str) -> None:
-        self._name = name
+    def __init__(self, life: Lifecycle) -> None:
+        self._life = life
         self._jobs: queue.SimpleQueue[_Job[object] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self.missed = False
 
     def run(self, fn: Callable[[], T], deadline_s: float, what: str = "run") -> T:
-        if self.missed:
-            raise DevicePoisoned(f"{self._name}: a run missed its deadline; close the device")
+        life = self._life
+        if not life.usable:
+            life.check()
         if self._thread is None:
-            self._thread = threading.Thread(target=self._work, name=self._name, daemon=True)
+            name = f"poot {life.name} dispatch"
+            self._thread = threading.Thread(target=self._work, name=name, daemon=True)
             self._thread.start()
         job: _Job[T] = _Job(fn)
         start = time.perf_counter()
         self._jobs.put(job)  # type: ignore[arg-type]
         done = job.done.wait(wait_timeout_s(deadline_s))
         if not done or time.perf_counter() - start > deadline_s:
-            self.missed = True
-            raise DeadlineExceeded(deadline_s, what)
+            raise life.missed(deadline_s, what)
         if job.error is not None:
             raise job.error
         return job.result  # type: ignore[return-value]

@@ -9,9 +9,16 @@ and runs one dispatch under a deadline.
 Handles (``Artifact``, ``Buffer``) are small frozen values a device issues and recognizes; the
 memory and runtime objects behind them stay inside the device.
 
-A device may also bind a whole step once (``bind_step``, optional: ``poot_engine.steps``): the
-engine hands it a recording's commands (``StepCommands``) when it records, and every replay is
-then one ``BoundStep.run`` and one ``BoundStep.commit`` instead of a protocol call per command.
+Every member is required; nothing is looked up with ``getattr``. What a device can do beyond the
+protocol's calls is its ``traits`` (``DeviceTraits``, a frozen value). A device binds a whole
+step once (``bind_step``, ``poot_engine.steps``): the engine hands it a recording's commands
+(``StepCommands``) when it records, and every replay is then one ``BoundStep.run`` and one
+``BoundStep.commit`` instead of a protocol call per command; a device with no faster binding
+returns ``ProtocolStep(self, commands)``. ``use_cache`` hands it the engine's blob cache (for
+files of its own) and ``report_progress`` a callback for a long compile; a device with no use
+for either does nothing. The kit in ``poot_engine`` (``HostMemory``, ``HostBuffers``,
+``HostStep``, ``Lifecycle``, ``DeadlineRunner``) gives a device all of these but its own
+lowering, compiler and run; ``tests/test_null_device.py`` is the smallest device built from it.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from poot_ir import DispatchRefused, Program, TensorType
 if TYPE_CHECKING:
     from poot_planner import Plan
 
+    from poot_engine.blob_cache import BlobCache
+
 T = TypeVar("T")
 
 __all__ = [
@@ -35,15 +44,33 @@ __all__ = [
     "ArtifactSource",
     "BoundStep",
     "Buffer",
+    "CompileProgress",
     "Device",
     "DeviceIdentity",
+    "DeviceTraits",
     "Direction",
     "Signature",
     "StepCommands",
     "check_dispatch",
-    "checks_score_bound",
     "signature_of",
 ]
+
+#: Called as ``(stage, done, total)`` while a long compile runs (``Device.report_progress``).
+CompileProgress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTraits:
+    """What a device does beyond the protocol's calls, as one value the engine and ``poot
+    run`` read (never by probing the device for attributes).
+
+    ``checks_score_bound``: the device checks a plan's ``score_bound`` in its graph
+    (``VpuDevice`` with its FP16 guard on). Only then may a partition make the attention-mask
+    rewrite whose score bound it cannot prove (``poot_planner.fp16.prelude``), and only then
+    does the engine load a plan that carries one; for every other device the mask keeps
+    ``-inf``."""
+
+    checks_score_bound: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +195,20 @@ class Device(Protocol):
     @property
     def identity(self) -> DeviceIdentity: ...
 
+    @property
+    def traits(self) -> DeviceTraits:
+        """What the device does beyond the protocol's calls (``DeviceTraits``)."""
+        ...
+
+    def use_cache(self, cache: BlobCache) -> None:
+        """The engine's blob cache, handed over when an ``Engine`` takes the device: a device
+        that keeps files of its own (xdna-host's kernel libraries) keeps them there."""
+        ...
+
+    def report_progress(self, progress: CompileProgress | None) -> None:
+        """Call ``progress`` while a long compile runs (XDNA2's link step; None: silent)."""
+        ...
+
     def lower(self, plan: Plan) -> ArtifactSource:
         """The artifact source of a checked plan (codegen; no compiler runs)."""
         ...
@@ -207,6 +248,13 @@ class Device(Protocol):
         misses ``deadline_s`` is ``DeadlineExceeded`` and poisons the device."""
         ...
 
+    def bind_step(self, commands: StepCommands) -> BoundStep:
+        """``commands`` bound once (``poot_engine.steps``): each replay the same effects as
+        the commands' protocol calls. A device, or a wrapper, that changes what ``write``,
+        ``read``, ``copy`` or ``dispatch`` do returns ``ProtocolStep(self, commands)``, which
+        makes those calls; a faster binding skips them."""
+        ...
+
     def close(self) -> None:
         """Release everything, the buffers of a failed run included. Idempotent."""
         ...
@@ -242,11 +290,3 @@ def check_dispatch(
                 f"{spec} (argument {spec.name!r})"
             )
     return record
-
-
-def checks_score_bound(device: object) -> bool:
-    """Whether ``device`` checks a plan's ``score_bound`` in its graph (``VpuDevice`` with its
-    FP16 guard on): only then may a partition make the attention-mask rewrite whose score bound
-    it cannot prove (``poot_planner.fp16.prelude``); for every other device it keeps ``-inf``. The
-    engine and ``poot run`` partition by this one answer."""
-    return bool(getattr(device, "checks_score_bound", False))

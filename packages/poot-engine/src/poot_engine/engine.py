@@ -4,8 +4,9 @@
 
     engine = Engine(CpuDevice())                  # cache_dir defaults to the user cache dir
     weights = engine.load_weights({"w": w})       # uploaded once; range-checked on a narrowing target
-    entry = engine.add_entry(program, weights)    # plan, lower, compile or load from cache, load
-    part = engine.add_entry(program, weights, partition=True)  # refused spans on the oracle
+    entry = engine.add_entry(plan, weights)       # lower, compile or load from cache, load
+    entry = engine.add_entry(program, weights)    # the same, planned for the device's target
+    part = engine.add_partitioned(plan, weights)  # refused spans on the oracle
     out = engine.step(entry, {"x": x})            # first step records, later steps replay
     engine.reset_state(entry); engine.remove_entry(entry); engine.stats(); engine.close()
     engine.read_state(entry, "k"); engine.write_state(entry, "k", k)  # poot_engine.handoff
@@ -16,8 +17,9 @@ Each step's host-visible values are checked against the domains of the equations
 it commits (``verify``: ``ContractViolation`` poisons the entry, ``EntryPoisoned`` after).
 
 One engine drives one device and is not thread-safe. After a dispatch misses its deadline the
-engine is poisoned: every later call but ``close`` raises ``DevicePoisoned``, and the failed
-recording's buffers stay allocated until ``close`` closes the device.
+engine is poisoned (``poot_engine.lifecycle``, as its device is): every later call but
+``close`` raises ``DevicePoisoned``, and the failed recording's buffers stay allocated until
+``close`` closes the device.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from time import perf_counter
 import numpy as np
 from poot_ir import (
     DeadlineExceeded,
-    DeviceFailed,
     DevicePoisoned,
     EngineError,
     Program,
@@ -51,9 +52,10 @@ from poot_engine.blob_cache import BlobCache
 from poot_engine.checks import bind_weights, initial_states
 from poot_engine.counters import Counters
 from poot_engine.deadline import check_deadline
-from poot_engine.device import Artifact, ArtifactSource, Buffer, Device, checks_score_bound
+from poot_engine.device import Artifact, ArtifactSource, Buffer, Device
 from poot_engine.handles import Entry, Stats, Weights, check_handle, unknown_entry
 from poot_engine.handoff import check_state, state_type
+from poot_engine.lifecycle import Lifecycle
 from poot_engine.live import LiveEntry, make_entry, upload_weights
 from poot_engine.partitioned import PartitionedEntry
 from poot_engine.verify import Verifier, VerifyMode
@@ -83,9 +85,7 @@ class Engine:
         self._verify = Verifier(verify)  # before anything is opened: a bad mode raises
         self.cache = BlobCache(cache_dir)
         # a device that keeps files of its own (xdna-host's kernel libraries) keeps them here
-        use_cache = getattr(device, "use_cache", None)
-        if callable(use_cache):
-            use_cache(self.cache)
+        device.use_cache(self.cache)
         narrowing = get_target(device.target).narrowing
         #: The largest F32 magnitude the device's narrowing contract holds for, if it has one.
         self.limit: float | None = None if narrowing is None else narrowing.max_magnitude
@@ -95,8 +95,7 @@ class Engine:
         self._entries: dict[int, LiveEntry] = {}
         self._parts: dict[int, PartitionedEntry] = {}
         self._failed: list[tuple[Buffer, ...]] = []  # kept alive after a missed deadline
-        self._poisoned = False
-        self._closed = False
+        self._life = Lifecycle("the engine")
         self._count = Counters()
         self._stepping = False  # read_state / write_state refuse while a step runs
         self._planned: dict[int, NumericsClass] = {}  # each entry's plan's numerics class
@@ -116,35 +115,42 @@ class Engine:
 
     def add_entry(
         self,
-        program: Program | Plan,
+        plan: Plan | Program,
         weights: Weights | None = None,
         initial_state: Mapping[str, np.ndarray] | None = None,
-        *,
-        partition: bool = False,
-        spans: tuple[Span, ...] | None = None,
-        planned: Plan | None = None,
     ) -> Entry:
-        """Plan ``program`` for the device's target (once; a ``Plan`` for that target is used as
-        given), lower it, load its blob (from the cache, or compiled and cached) and bind
-        ``weights`` to its weight arguments by name. States start at zero, or at
+        """The ordinary entry of ``plan`` (a ``Plan`` for the device's target; a ``Program`` is
+        planned for it here, once): lowered, its blob loaded (from the cache, or compiled and
+        cached), ``weights`` bound to its weight arguments by name. States start at zero, or at
         ``initial_state``. Raises ``PlanRefused`` (every refusal), ``WeightMismatch``,
         ``StepInputError`` (a bad initial state), ``NarrowingRangeInput`` (an initial state
-        beyond the range) and ``SignatureMismatch``. With ``partition`` a program the target
-        refuses in part runs its refused spans on the host oracle (``poot_engine.partitioned``;
-        ``spans``, from ``poot_planner.partition`` of the same program, are used as given, each
-        device span loaded from the plan it carries); an admitted one gets the ordinary entry.
-        ``planned``: a caller's plan of this very program (the same as passing the plan)."""
+        beyond the range) and ``SignatureMismatch``."""
         self._usable()
-        if planned is not None and isinstance(program, Program) and planned.source is program:
-            program = planned
-        planned = self._plan(program)
+        planned = self._plan(plan)
         wbufs = self._weights_of(weights) if weights is not None else {}
-        if partition and not planned.admitted:
-            part = self._add_partitioned(planned, wbufs, initial_state or {}, spans)
-            handle = Entry(self._id, next(self._ids), planned.source.name)
-            self._parts[handle.id] = part
-        else:
-            handle = self._add(planned, wbufs, initial_state or {})
+        handle = self._add(planned, wbufs, initial_state or {})
+        self._planned[handle.id] = planned.numerics
+        return handle
+
+    def add_partitioned(
+        self,
+        plan: Plan | Program,
+        weights: Weights | None = None,
+        initial_state: Mapping[str, np.ndarray] | None = None,
+    ) -> Entry:
+        """``add_entry``, but a plan that refuses a part runs its refused spans on the host
+        oracle (``poot_engine.partitioned``): the engine cuts it into spans once
+        (``poot_planner.partition``, with the device's ``traits``), each device span loaded
+        from the plan it carries; ``partitioned(entry)`` gives the spans. An admitted plan gets
+        the ordinary entry. Raises as ``add_entry`` does."""
+        self._usable()
+        planned = self._plan(plan)
+        if planned.admitted:
+            return self.add_entry(planned, weights, initial_state)
+        wbufs = self._weights_of(weights) if weights is not None else {}
+        part = self._add_partitioned(planned, wbufs, initial_state or {})
+        handle = Entry(self._id, next(self._ids), planned.source.name)
+        self._parts[handle.id] = part
         self._planned[handle.id] = planned.numerics
         return handle
 
@@ -156,6 +162,10 @@ class Engine:
                     f"{self.device.target!r}"
                 )
             return program
+        given: object = program  # callers outside mypy pass text or a dict
+        if not isinstance(given, Program):
+            kind = type(given).__name__
+            raise EngineError(f"an entry is made of a Plan or a Program, got a {kind}")
         self._count.plans += 1
         return plan(program, self.device.target)
 
@@ -163,7 +173,7 @@ class Engine:
         self, planned: Plan, wbufs: Mapping[str, Buffer], initial_state: Mapping[str, np.ndarray]
     ) -> Entry:
         """The ordinary entry of a plan, bound to exactly the weight buffers ``wbufs``."""
-        if planned.score_bound and not checks_score_bound(self.device):
+        if planned.score_bound and not self.device.traits.checks_score_bound:
             # the prelude's -2^15 mask is right only where the device checks the scores
             raise UnsupportedDevice(
                 self.device.identity.part, "a plan whose score-bound guard it does not check"
@@ -179,7 +189,6 @@ class Engine:
         planned: Plan,
         wbufs: Mapping[str, Buffer],
         initial_state: Mapping[str, np.ndarray],
-        spans: tuple[Span, ...] | None,
     ) -> PartitionedEntry:
         """The partitioned entry of a refused plan: each device span an ordinary sub-entry bound
         to the subset of ``wbufs`` it reads, loaded from the plan its span carries."""
@@ -187,10 +196,8 @@ class Engine:
         program = planned.source
         bind_weights(program, {n: b.type for n, b in wbufs.items()})  # exactly the program's
         states = initial_states(program, initial_state, self.limit)
-        if spans is None:
-            spans = partition_program(
-                program, self.device.target, planned, score_guard=checks_score_bound(self.device)
-            )
+        guard = self.device.traits.checks_score_bound
+        spans = partition_program(program, self.device.target, planned, score_guard=guard)
 
         def add_sub(span: Span) -> Entry:
             names = [a.name for a in span.program.args if a.storage is Storage.WEIGHT]
@@ -246,8 +253,8 @@ class Engine:
         step is one step (``poot_engine.partitioned``); an ordinary one is
         ``poot_engine.live``."""
         t0 = perf_counter()
-        if self._poisoned or self._closed:
-            self._usable()
+        if not self._life.usable:
+            self._life.check()
         given: object = inputs  # callers outside mypy pass a list or None
         if type(given) is not dict and not isinstance(given, Mapping):
             kind = type(given).__name__
@@ -283,7 +290,7 @@ class Engine:
     def _poison(self, e: LiveEntry) -> None:
         """A dispatch of ``e`` missed its deadline: the engine is poisoned, and the buffers of
         the failed step stay alive until ``close``."""
-        self._poisoned = True
+        self._life.poison()
         if e.recording is not None:
             self._failed.append(e.recording.buffers)
 
@@ -344,9 +351,8 @@ class Engine:
 
     def close(self) -> None:
         """Close the device, releasing every buffer (a failed recording's too). Idempotent."""
-        if self._closed:
+        if not self._life.close():
             return
-        self._closed = True
         self._entries.clear()
         self._parts.clear()
         self._weights.clear()
@@ -362,12 +368,7 @@ class Engine:
     # -- internals -----------------------------------------------------------------------------
 
     def _usable(self) -> None:
-        if self._closed:
-            raise DeviceFailed("the engine is closed")
-        if self._poisoned:
-            raise DevicePoisoned(
-                "a dispatch missed its deadline earlier; the device is poisoned until closed"
-            )
+        self._life.check()
 
     def _entry(self, entry: Entry) -> LiveEntry:
         check_handle(entry, Entry, "entry")

@@ -5,7 +5,7 @@ every other buffer, write the initial states). ``LiveEntry.step`` is one step:
 
 1. the inputs against the slots, in one pass (``SlotCheck``; ``StepInputError``);
 2. on the first step, the recording (``poot_engine.recording``), bound to the device once
-   (``poot_engine.steps``), with its range checks resolved to positions;
+   (``Device.bind_step``), with its range checks resolved to positions;
 3. the host-side checks before anything runs: F32 inputs against the narrowing range, windows,
    domains;
 4. the bound step's run (writes, dispatches, reads), then the results against the range and the
@@ -50,7 +50,6 @@ from poot_engine.counters import Counters
 from poot_engine.device import Artifact, ArtifactSource, BoundStep, Buffer, Device, signature_of
 from poot_engine.domain import EntryDomains, entry_domains
 from poot_engine.recording import Read, Recording, record
-from poot_engine.steps import bind_step
 
 __all__ = ["LiveEntry", "SlotCheck", "free_all", "make_entry", "upload_weights"]
 
@@ -170,7 +169,7 @@ class LiveEntry:
             check_ranges(NarrowingRangeInput, self.input_checks, arrays)
         if self.windows or self.domains is not None:
             self._check_host(arrays)
-        self.recording, self.bound = rec, bind_step(device, rec.step_commands())
+        self.recording, self.bound = rec, device.bind_step(rec.step_commands())
         counts.recordings += 1
         return self._run(self.bound, arrays, deadline_s, verify)
 

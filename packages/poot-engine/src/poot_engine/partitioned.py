@@ -1,6 +1,6 @@
 """Partitioned entries: a program its target refuses in part, run span by span.
 
-``Engine.add_entry(program, weights, initial_state, partition=True)`` makes one when the plan
+``Engine.add_partitioned(program, weights, initial_state)`` makes one when the plan
 refuses something (an admitted program gets the ordinary entry). ``poot_planner.partition``
 cuts the program into spans (each device span carrying its plan); here:
 

@@ -6,8 +6,9 @@ The check is ``poot_engine.verify`` (``check_results``, ``check_spans``): the sa
 engine judge a step alike. The reference for step ``k`` reads the state the device carried out
 of step ``k - 1``, so a comparison measures one step, never accumulated drift. Here a breach is
 reported (``StepCheck``), not raised, so the run shows every step. A partitioned run
-(``partition=True`` and a plan that refuses something) is checked span by span on the boundary
-values the engine fed each span (``Engine.partitioned(entry).trace``).
+(``partition=True`` and a plan that refuses something) is the engine's partitioned entry
+(``Engine.add_partitioned``: the engine cuts the plan, once), checked span by span on the
+boundary values the engine fed each span (``Engine.partitioned(entry)``: its spans and trace).
 """
 
 from __future__ import annotations
@@ -16,14 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from poot_ir import Program, Storage, evaluate, sample_inputs
+from poot_ir import Program, Storage, sample_inputs
 from poot_ir.budget import check_alloc, nbytes
 from poot_ir.sampling import sample_bytes, value_bytes
 from poot_planner import Plan, Span, plan
-from poot_planner import partition as partition_spans
 
-from poot_engine import Engine
-from poot_engine.device import Device, checks_score_bound
+from poot_engine.device import Device
+from poot_engine.engine import Engine
 from poot_engine.verify import StepCheck, check_results, check_spans
 
 __all__ = ["RunReport", "StepCheck", "run_program"]
@@ -65,11 +65,8 @@ def run_program(
     are ``inputs[k]`` (every argument: weights are read from step 0 only, states from step 0 as
     initial values) or deterministic samples."""
     p = plan(program, device.target)  # the one plan: the engine loads it (and its spans') as is
-    parted: tuple[Span, ...] = ()
-    if partition and not p.admitted:  # cut as the engine would cut it for this device
-        parted = partition_spans(program, device.target, p, score_guard=checks_score_bound(device))
-    report = RunReport(program, device_name, p, spans=parted)
-    if not p.admitted and not parted:
+    report = RunReport(program, device_name, p)
+    if not p.admitted and not partition:
         return report
     storage = {a.name: a.storage for a in program.args}
     if inputs is None:
@@ -89,20 +86,19 @@ def run_program(
     engine = Engine(device, cache_dir=cache_dir)
     try:
         handle = engine.load_weights(weights)
-        entry = engine.add_entry(
-            p, handle, initial_state=states, partition=bool(parted), spans=parted or None
-        )
+        add = engine.add_partitioned if partition else engine.add_entry
+        entry = add(p, handle, states)
+        part = engine.partitioned(entry)
+        report.spans = part.spans if part is not None else ()
         for k, sample in enumerate(per_step):
             slots = {n: v for n, v in sample.items() if storage[n] is Storage.SLOT}
             got = engine.step(entry, slots)
-            feed = {**weights, **states, **slots}
-            part = engine.partitioned(entry)
             if part is not None:
                 trace = {**weights, **part.trace}  # a device span's weights stay on the device
-                report.steps.append(StepCheck(k, check_spans(program, parted, trace, got)))
+                report.steps.append(StepCheck(k, check_spans(program, part.spans, trace, got)))
             else:
-                want = evaluate(program, feed)
-                report.steps.append(StepCheck(k, check_results(p, feed, got, want)))
+                feed = {**weights, **states, **slots}
+                report.steps.append(StepCheck(k, check_results(p, feed, got)))
             report.outputs.append(got)
             states = {n: got[n] for n in states}
         stats = engine.stats()
@@ -110,8 +106,3 @@ def run_program(
     finally:
         engine.close()
     return report
-
-
-def partition_of(program: Program, target: str) -> tuple[Span, ...]:
-    """``program``'s spans for ``target``, each device span carrying its own (admitted) plan."""
-    return partition_spans(program, target)

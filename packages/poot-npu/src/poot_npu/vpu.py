@@ -67,19 +67,17 @@ from poot_engine.device import (
     BoundStep,
     Buffer,
     DeviceIdentity,
+    DeviceTraits,
     Direction,
     Signature,
     StepCommands,
     check_dispatch,
 )
-from poot_engine.host_buffers import HostBuffers, HostMemory, next_id
-from poot_engine.steps import HostStep, overrides
+from poot_engine.host_buffers import HostMemory, HostStep, next_id
 from poot_ir import (
     BlobRefused,
     CompileFailed,
-    DeadlineExceeded,
     DeviceFailed,
-    DevicePoisoned,
     DeviceUnavailable,
     DispatchRefused,
     DType,
@@ -160,10 +158,10 @@ class VpuDevice(HostMemory):
     def __init__(self, device: str = "NPU", *, overflow_guard: bool = True) -> None:
         if device not in DEVICES:
             raise UnsupportedDevice(device, f"VpuDevice runs on {' or '.join(DEVICES)} only")
+        super().__init__(f"VpuDevice({device})")
         self._device = device
         # the in-graph FP16 guard of narrowed graphs (module docstring); off only to measure it
         self._guard = overflow_guard
-        self._name = f"VpuDevice({device})"
         self._core = ov.Core()
         self._config = dict(intel_graph.CPU_STANDIN_CONFIG if self.stand_in else NPU_CONFIG)
         why = vpu_identity.probe(self._core, device, self._config)
@@ -171,10 +169,7 @@ class VpuDevice(HostMemory):
             raise DeviceUnavailable(self._name, why)
         self._identity = vpu_identity.identity(self._core, device, self._config, self.stand_in)
         self._loaded: dict[int, _VpuLoaded] = {}
-        self._buffers = HostBuffers(self._name)
         self._failed: list[tuple[_VpuLoaded, tuple[np.ndarray, ...]]] = []
-        self._poisoned = False
-        self._closed = False
         self._gen = 0
         self.runs = 0
 
@@ -213,10 +208,10 @@ class VpuDevice(HostMemory):
         return f"{self._name}: Intel NPU4 ({i.part}), compiled by {i.compiler} {i.compiler_version}"
 
     @property
-    def checks_score_bound(self) -> bool:
-        """Whether this device's narrowed graphs check a plan's ``score_bound`` (the in-graph
-        FP16 guard is on): ``poot_planner.partition`` makes the unproven mask rewrite for it."""
-        return self._guard
+    def traits(self) -> DeviceTraits:
+        """Its narrowed graphs check a plan's ``score_bound`` when the in-graph FP16 guard is
+        on: ``poot_planner.partition`` makes the unproven mask rewrite for it."""
+        return DeviceTraits(checks_score_bound=self._guard)
 
     # -- artifacts -----------------------------------------------------------------------------
 
@@ -314,11 +309,12 @@ class VpuDevice(HostMemory):
                 f"{self._name}: the run of artifact {loaded.artifact.id} failed: {err}"
             ) from None
         if not done:
-            self._poisoned = True
             memory = self._buffers.memory
             kept = tuple(memory[b.id] for b in loaded.buffers or ())
             self._failed.append((loaded, kept))
-            raise DeadlineExceeded(deadline_s, f"{self._name} run of artifact {loaded.artifact.id}")
+            raise self._life.missed(
+                deadline_s, f"{self._name} run of artifact {loaded.artifact.id}"
+            )
         self.runs += 1
         # The run wrote its outputs; a set flag commits nothing. ``flags`` is bound with the
         # buffers when the graph has a guard; any flag set is argmax (cheaper than ``any`` here).
@@ -328,12 +324,11 @@ class VpuDevice(HostMemory):
 
     def bind_step(self, commands: StepCommands) -> BoundStep:
         """``poot_engine.steps``: a step of one dispatch is bound whole (``_VpuStep``: the
-        command checked and the request's tensors set once); anything else, or a subclass that
-        replaces ``dispatch``, ``write``, ``read`` or ``copy``, gets the general binding."""
+        command checked and the request's tensors set once); anything else gets ``HostStep``.
+        A subclass that changes ``dispatch``, ``write``, ``read`` or ``copy`` returns
+        ``ProtocolStep(self, commands)`` instead."""
         self._usable()
-        if len(commands.dispatches) != 1 or overrides(
-            self, VpuDevice, ("dispatch", "write", "read", "copy")
-        ):
+        if len(commands.dispatches) != 1:
             return super().bind_step(commands)
         artifact, buffers = commands.dispatches[0]
         return _VpuStep(self, commands, self._bind(artifact, buffers))
@@ -368,22 +363,12 @@ class VpuDevice(HostMemory):
         self._gen += 1  # a binding over a freed buffer is never reused
         super().free(buffer)
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    def _release(self) -> None:
         for loaded, arrays in self._failed:
             if not _cancel(loaded.request):
                 _abandoned.append((loaded, arrays))
         self._failed.clear()
         self._loaded.clear()
-        self._buffers.clear()
-
-    def _usable(self) -> None:
-        if self._closed:
-            raise DeviceFailed(f"{self._name} is closed")
-        if self._poisoned:
-            raise DevicePoisoned(f"{self._name}: a run missed its deadline; close the device")
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -418,7 +403,7 @@ class _VpuStep(HostStep):
     __slots__ = ("_artifact", "_bound", "_buffers_bound", "_deadline", "_ms", "_vpu")
 
     def __init__(self, device: VpuDevice, commands: StepCommands, loaded: _VpuLoaded) -> None:
-        super().__init__(device, device._buffers, commands)
+        super().__init__(device, device._life, device._buffers, commands)
         self._vpu, self._bound = device, loaded
         self._artifact, self._buffers_bound = commands.dispatches[0]
         self._deadline = math.nan  # unequal to every deadline: the first run works its wait out
@@ -431,8 +416,8 @@ class _VpuStep(HostStep):
         self, inputs: Sequence[np.ndarray], deadline_s: float
     ) -> tuple[tuple[np.ndarray, ...], float]:
         vpu, loaded = self._vpu, self._bound
-        if vpu._closed or vpu._poisoned:
-            vpu._usable()
+        if not self._life.usable:
+            self._life.check()
         self.check()
         if loaded.buffers is not self._buffers_bound or loaded.generation != vpu._gen:
             vpu._bind(self._artifact, self._buffers_bound)  # another command ran since

@@ -82,14 +82,19 @@ from poot_codegen.xdna.execute import (
 )
 from poot_codegen.xdna.link import Progress
 from poot_engine.deadline import wait_slices_ms
-from poot_engine.device import Artifact, ArtifactSource, Buffer, DeviceIdentity, check_dispatch
-from poot_engine.host_buffers import HostBuffers, HostMemory, next_id
+from poot_engine.device import (
+    Artifact,
+    ArtifactSource,
+    Buffer,
+    CompileProgress,
+    DeviceIdentity,
+    check_dispatch,
+)
+from poot_engine.host_buffers import HostMemory, next_id
 from poot_ir import (
     BlobRefused,
     CompileFailed,
-    DeadlineExceeded,
     DeviceFailed,
-    DevicePoisoned,
     DeviceUnavailable,
     DomainFlagged,
     UnsupportedDevice,
@@ -155,7 +160,7 @@ class XdnaDevice(HostMemory):
     def __init__(
         self, env: Mapping[str, str] | None = None, progress: Progress | None = None
     ) -> None:
-        self._name = "XdnaDevice"
+        super().__init__("XdnaDevice")
         #: Called as ``(stage, done, total)`` while the link step runs (the CLI renders it).
         self.progress = progress
         xrt, why = _import_pyxrt()
@@ -170,10 +175,7 @@ class XdnaDevice(HostMemory):
         self._env = None if env is None else dict(env)
         self._fields: dict[str, str] | None = None
         self._loaded: dict[int, _XdnaLoaded] = {}
-        self._buffers = HostBuffers(self._name)
         self._failed: list[tuple[_XdnaLoaded, tuple[np.ndarray, ...], Any]] = []
-        self._poisoned = False
-        self._closed = False
         self.runs = 0
 
     @staticmethod
@@ -191,6 +193,10 @@ class XdnaDevice(HostMemory):
     @property
     def stand_in(self) -> bool:
         return False
+
+    def report_progress(self, progress: CompileProgress | None) -> None:
+        """The link step's stages go to ``progress`` (``poot_codegen.xdna.link.Progress``)."""
+        self.progress = progress
 
     @property
     def target(self) -> str:
@@ -415,17 +421,15 @@ class XdnaDevice(HostMemory):
         states = self._xrt.ert_cmd_state
         what = f"{self._name} run of artifact {loaded.artifact.id}, region {r.design.index}"
         if left_s <= 0:  # the deadline passed before this region started: nothing is running
-            self._poisoned = True
-            raise DeadlineExceeded(deadline_s, what)
+            raise self._life.missed(deadline_s, what)
         run = r.kernel(OPCODE, r.insts, r.n_words, *loaded.arenas)
         for ms in wait_slices_ms(left_s):  # any deadline, inf too, in waits XRT can take
             state = run.wait(ms)
             if state != states.ERT_CMD_STATE_TIMEOUT:
                 break
         if state == states.ERT_CMD_STATE_TIMEOUT:
-            self._poisoned = True
             self._failed.append((loaded, arrays, run))
-            raise DeadlineExceeded(deadline_s, what)
+            raise self._life.missed(deadline_s, what)
         if state != states.ERT_CMD_STATE_COMPLETED:
             raise DeviceFailed(f"{what} ended in {getattr(state, 'name', state)}")
 
@@ -442,10 +446,7 @@ class XdnaDevice(HostMemory):
             np.copyto(out, results[spec.name], casting="no")
         self.runs += 1
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    def _release(self) -> None:
         timeout = self._xrt.ert_cmd_state.ERT_CMD_STATE_TIMEOUT
         for failed in self._failed:
             try:
@@ -456,14 +457,7 @@ class XdnaDevice(HostMemory):
                 _abandoned.append(failed)
         self._failed.clear()
         self._loaded.clear()
-        self._buffers.clear()
         self._device = None
-
-    def _usable(self) -> None:
-        if self._closed:
-            raise DeviceFailed(f"{self._name} is closed")
-        if self._poisoned:
-            raise DevicePoisoned(f"{self._name}: a run missed its deadline; close the device")
 
     def _identity_fields(self) -> dict[str, str]:
         if self._fields is None:

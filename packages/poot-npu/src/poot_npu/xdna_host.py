@@ -81,13 +81,12 @@ from poot_engine.device import (
     DeviceIdentity,
     check_dispatch,
 )
-from poot_engine.host_buffers import HostBuffers, HostMemory, next_id
+from poot_engine.host_buffers import HostMemory, next_id
 from poot_ir import (
     BlobRefused,
     CompileFailed,
     DeadlineExceeded,
     DeviceFailed,
-    DevicePoisoned,
     DomainFlagged,
     UnsupportedDevice,
 )
@@ -164,17 +163,15 @@ class XdnaHostDevice(HostMemory):
     ``cc``, then ``gcc``). ``runs`` counts completed dispatches."""
 
     def __init__(self, cache_dir: Path | str | None = None, *, compiler: str | None = None) -> None:
-        self._name = "XdnaHostDevice"
+        super().__init__("XdnaHostDevice")
         self._cache_dir = cache_dir
         self._cache: BlobCache | None = None
         self._compiler = compiler
         self._identity: DeviceIdentity | None = None
         self._loaded: dict[int, _HostLoaded] = {}
-        self._buffers = HostBuffers(self._name)
-        self._runner = DeadlineRunner(f"poot {self._name} dispatch")
+        self._runner = DeadlineRunner(self._life)  # a miss poisons this device
         self._failed: list[tuple[_HostLoaded, tuple[np.ndarray, ...]]] = []
         self._last: RunStats | None = None
-        self._closed = False
         self.runs = 0
 
     def use_cache(self, cache: BlobCache) -> None:
@@ -333,20 +330,12 @@ class XdnaHostDevice(HostMemory):
         """One region's kernel call (in the worker thread). Tests slow it down here."""
         run_region(region, library, arenas)
 
-    def close(self) -> None:
+    def _release(self) -> None:
         # A run that missed its deadline may still be writing its arenas: its worker holds its
         # own references, so dropping ours here cannot free memory under it.
-        self._closed = True
         self._runner.close()
         self._failed.clear()
         self._loaded.clear()
-        self._buffers.clear()
-
-    def _usable(self) -> None:
-        if self._closed:
-            raise DeviceFailed(f"{self._name} is closed")
-        if self._runner.missed:
-            raise DevicePoisoned(f"{self._name}: a run missed its deadline; close the device")
 
     def _get(self, artifact: Artifact) -> _HostLoaded:
         self._usable()

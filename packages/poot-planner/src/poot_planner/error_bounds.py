@@ -59,7 +59,7 @@ from poot_planner.legalize.rewrite import Rewrite
 from poot_planner.legalize.rules import Numerics
 from poot_planner.plan import Plan
 
-__all__ = ["result_bounds"]
+__all__ = ["legalized_values", "result_bounds"]
 
 Array = np.ndarray
 _ERF_SLOPE = 2.0 / np.sqrt(np.pi)  # the largest derivative of erf
@@ -297,11 +297,26 @@ def _scaled_sums(plan: Plan) -> dict[int, Callable[[Array], Array]]:
     return out
 
 
-def result_bounds(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[str, Array]:
+def legalized_values(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[int, Array]:
+    """The oracle's value of every argument and equation of ``plan.legalized`` on ``inputs``,
+    by var id: one evaluation. When no rewrite was made (the legalized program is the source)
+    the source's results are among them, so a caller checking a step reads its reference here
+    instead of evaluating the program again."""
+    program = plan.legalized
+    values = evaluate(_everything(program), inputs)
+    out: dict[int, Array] = {a.var.id: np.asarray(inputs[a.name]) for a in program.args}
+    out.update((e.out.id, values[f"v{e.out.id}"]) for e in program.eqns)
+    return out
+
+
+def result_bounds(
+    plan: Plan, inputs: Mapping[str, np.ndarray], values: Mapping[int, Array] | None = None
+) -> dict[str, Array]:
     """For each result of ``plan.source`` (by name): the largest error a device running
     ``plan`` may have at each element, for these ``inputs`` (inf: nothing promised). The
     analysis runs over the legalized program (``plan.legalized``, the same results), so each
-    rewrite is carried step by step under its steps' contracts."""
+    rewrite is carried step by step under its steps' contracts. ``values``: the
+    ``legalized_values`` of these inputs, when the caller has them (else evaluated here)."""
     program = plan.legalized
     # a rewrite by a published approximation adds the formula's own error at its last step
     approximation = {
@@ -315,13 +330,14 @@ def result_bounds(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[str, Arr
     whole = {rw.last: rw for rw in plan.rewrites if rw.rule.carried}
     producer = {e.out.id: e for e in plan.source.eqns}
     device = plan.narrowing.device_dtype if plan.narrowing is not None else None
-    values = evaluate(_everything(program), inputs)
+    if values is None:
+        values = legalized_values(plan, inputs)
     val: dict[int, Array] = {a.var.id: np.asarray(inputs[a.name]) for a in program.args}
     err: dict[int, Array] = {a.var.id: np.zeros(a.var.shape) for a in program.args}
     for i, e in enumerate(program.eqns):
         ops = [val[a.id] if isinstance(a, Var) else np.asarray(a.value) for a in e.inputs]
         eops = [err[a.id] if isinstance(a, Var) else np.zeros(()) for a in e.inputs]
-        y = values[f"v{e.out.id}"]
+        y = values[e.out.id]
         own = _own(_contract(plan, i, e), e, ops, y)
         if i in approximation:
             # the formula's own error, and the reference's: the source's exact function value

@@ -61,7 +61,7 @@ Checked at run time. Scores made by a matmul of already scaled operands (HF's al
 scales q and k by d^-1/4 each) are not proven: the matmul's output is only checked for |s| <=
 65504, and no literal bounds a contraction. For a device that checks the precondition itself
 (``partition(..., score_guard=True)``, which the engine passes for ``VpuDevice`` with its FP16
-guard on: ``checks_score_bound``), the rewrite is made anyway where each unproven score (through
+guard on: ``DeviceTraits.checks_score_bound``), the rewrite is made anyway where each unproven score (through
 movement, which keeps its values) is made by an equation of a narrowed device span whose
 legalized program still makes it (``_Proof.checkable``), and that span's plan names those
 scores (``Plan.score_bound``, var ids, which survive legalization where equation indices do
