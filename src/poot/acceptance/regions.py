@@ -59,7 +59,7 @@ def _fan_out(n: int) -> Program:
 def _gather(rows: int) -> Program:
     """A gather of one row of a ``rows x 1`` table: the table and the index resident, the
     gathered row double buffered. Its bytes step by 4, so it meets any word-sized limit exactly
-    (a row and its sum step by 8, which the flag path's 12 bytes leave 4 short of)."""
+    (a row and its sum step by 8, which the reserved bytes could leave 4 short of)."""
     b = Builder(f"accept_gather{rows}")
     b.output("y", b.gather(b.weight("t", F32, (rows, 1)), b.slot("i", DType.I32, (1,))))
     return b.build()
@@ -194,7 +194,8 @@ def _region_checks(engine: Engine, target: str, limits: RegionLimits) -> Iterato
             )
 
     # tile bytes: the table and the index, the gathered row double buffered (and the flag
-    # path's words and the guard count, ``flag_bytes``)
+    # path's words and the link's data sections, ``reserved_bytes``: at the limit, aiecc's
+    # linker script leaves the data region after the buffers that reserve, so it links)
     rows = (limits.data_tile_bytes - 4 - 2 * 4) // 4
     yield from _at_and_past(
         engine,

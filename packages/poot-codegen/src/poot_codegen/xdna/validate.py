@@ -44,8 +44,8 @@ from poot_codegen.xdna.design import (
     RegionDesign,
     Relayout,
     RelayoutKind,
-    flag_bytes,
     flag_fifo,
+    reserved_bytes,
     words,
 )
 
@@ -226,7 +226,7 @@ def validate_region(region: RegionDesign, layout: HostLayout, limits: RegionLimi
     drains = region.flag.order[-1]
     for c in region.cores:
         w = f"{where}, core {c.symbol}"
-        _validate_core(c, fifos, limits, flag_bytes(c.tile == first), w)
+        _validate_core(c, fifos, limits, reserved_bytes(c.tile == first), w)
         # its data output and, on the chain's last core, the flag drain: DMA channels out
         out = 1 + (c.tile == drains)
         _check(
@@ -277,7 +277,7 @@ def _validate_chain(region: RegionDesign, where: str) -> None:
 
 
 def _validate_core(
-    c: Core, fifos: dict[str, Fifo], limits: RegionLimits, flag_bytes: int, where: str
+    c: Core, fifos: dict[str, Fifo], limits: RegionLimits, reserved: int, where: str
 ) -> None:
     _check(0 <= c.column < SHIM_COLUMNS, "compute tile column", where, c.column, SHIM_COLUMNS - 1)
     _check(c.row in COMPUTE_ROWS, "compute tile row", where, c.row, COMPUTE_ROWS[-1])
@@ -291,7 +291,7 @@ def _validate_core(
     ports = (*c.inputs, c.output)
     for port in ports:
         _check(port.fifo in fifos, f"port on a FIFO {port.fifo!r} the region lacks", where)
-    total = sum(fifos[p.fifo].depth * fifos[p.fifo].nbytes for p in ports) + flag_bytes
+    total = sum(fifos[p.fifo].depth * fifos[p.fifo].nbytes for p in ports) + reserved
     _check(total <= limits.tile_bytes, "tile-local bytes", where, total, limits.tile_bytes)
     _check(total == c.buffer_bytes, "buffer bytes are not its FIFOs'", where, total, c.buffer_bytes)
     for port in ports:
