@@ -29,6 +29,7 @@ from poot_codegen.xdna import design_program
 from poot_engine import Engine
 from poot_ir import Builder, DomainFlagged, DType, PootError, Program, Storage, ops
 from poot_npu import xdna_contexts as contexts
+from poot_npu.xdna import XdnaDevice
 from poot_npu.xdna_contexts import NODE
 from poot_planner import Plan, RefusalKind, RegionLimits, get_target, plan
 
@@ -137,7 +138,7 @@ def region_checks(engine: Engine, target: str) -> Iterator[Check]:
         for c in _region_checks(engine, target, limits):
             checks.append(c)
             yield c
-    if not engine.device.stand_in:
+    if isinstance(engine.device, XdnaDevice):  # the NPU itself, not a stand-in
         yield from record_contexts(checks, limits.contexts)
 
 
