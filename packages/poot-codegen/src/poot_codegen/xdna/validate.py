@@ -3,7 +3,8 @@
 The bounds (``RegionLimits``, measured on Strix Halo): 32 compute tiles on 8 columns x rows
 2..5; 16 host streams in and 16 out, spread over the 8 shims, 2 channels each way per shim
 (and 16 buffer descriptors per shim); at most 2 streams into and out of a compute tile; at
-most 64512 bytes of FIFO buffers per tile (64 KiB less the 1 KiB stack); at most 5 host
+most 64512 bytes per tile (64 KiB less the 1 KiB stack) of FIFO buffers, flag words and the
+link's data sections after them (``design.reserved_bytes``); at most 5 host
 buffers per kernel call. The consistency rules are the execution contract of ``design``:
 every FIFO object has one size all its endpoints agree on, every streaming endpoint makes as
 many calls as the FIFO has objects, every transfer covers its slot's whole tensor.
