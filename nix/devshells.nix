@@ -13,7 +13,15 @@
 }:
 let
   inherit (nixpkgs) lib;
-  pkgs = nixpkgs.legacyPackages.${system};
+  # nixpkgs with its intel-npu-driver moved to the release of nix/intel-npu.json, the one the
+  # graph compiler comes from (nix/pkgs/intel-npu-driver.nix): every use below sees the override
+  pkgs = nixpkgs.legacyPackages.${system}.extend (
+    final: prev: {
+      intel-npu-driver = final.callPackage ./pkgs/intel-npu-driver.nix {
+        inherit (prev) intel-npu-driver;
+      };
+    }
+  );
 
   # Flakes whose packages a shell may name as "<input>#<package>".
   flakeInputs = {
@@ -26,8 +34,12 @@ let
     in
     flakeInputs.${builtins.head parts}.packages.${system}.${lib.last parts};
   amd = nix-amd-npu.packages.${system};
-  # The NPU graph compiler nixpkgs' driver lacks, at the driver's own version (pkgs/intel-npu-compiler.nix).
+  # The NPU graph compiler nixpkgs' driver lacks, from the driver's release (pkgs/intel-npu-compiler.nix).
   intelNpuCompiler = pkgs.callPackage ./pkgs/intel-npu-compiler.nix { };
+  intelNpuPaired = import ./intel-npu-pair.nix {
+    driver = pkgs.intel-npu-driver.version;
+    compiler = intelNpuCompiler.version;
+  };
 
   workspace = uv2nix.lib.workspace.loadWorkspace { inherit workspaceRoot; };
   overlay = workspace.mkPyprojectOverlay { sourcePreference = "wheel"; };
@@ -43,6 +55,25 @@ let
     };
   };
 
+  # aiecc's own environment: the mlir-aie wheel with the Python requirements it declares
+  # (numpy<2), locked in nix/aiecc/uv.lock, apart from the workspace's numpy 2; the link step
+  # runs aiecc with its interpreter ($POOT_AIECC_PYTHON, poot_codegen/xdna/link.py).
+  aieccWorkspace = uv2nix.lib.workspace.loadWorkspace { workspaceRoot = ./aiecc; };
+  aieccSetFor =
+    spec:
+    (pkgs.callPackage pyproject-nix.build.packages { python = pkgs.${spec.python}; }).overrideScope (
+      lib.composeManyExtensions [
+        pyproject-build-systems.overlays.wheel
+        (aieccWorkspace.mkPyprojectOverlay { sourcePreference = "wheel"; })
+        extrasOverlay
+      ]
+    );
+  aieccEnvFor =
+    spec: aiecc:
+    (aieccSetFor spec).mkVirtualEnv "poot-aiecc-env" (
+      aieccWorkspace.deps.default // lib.genAttrs aiecc.pythonExtras (_: [ ])
+    );
+
   pythonSetFor =
     spec:
     (pkgs.callPackage pyproject-nix.build.packages { python = pkgs.${spec.python}; }).overrideScope (
@@ -55,20 +86,22 @@ let
     );
 
   # Values of the manifest's envFromBuild names; a name missing here fails evaluation.
-  builtEnv = set: {
+  builtEnv = spec: set: {
     UV_PYTHON = set.python.interpreter;
     XILINX_XRT = "${amd.xrt-amdxdna}/opt/xilinx/xrt";
     PEANO_INSTALL_DIR = "${set.llvm-aie}/${set.python.sitePackages}/llvm-aie";
-    MLIR_AIE_DIR = "${set.mlir-aie}/${set.python.sitePackages}/mlir_aie";
+    MLIR_AIE_DIR = "${(aieccSetFor spec).mlir-aie}/${set.python.sitePackages}/mlir_aie";
+    POOT_AIECC_PYTHON = "${aieccEnvFor spec spec.aiecc}/bin/python";
     # libze_loader finds the NPU driver, and the driver's dlopen finds the compiler, here
     LD_LIBRARY_PATH =
-      assert lib.assertMsg (pkgs.intel-npu-driver.version == intelNpuCompiler.version)
-        "nix/pkgs/intel-npu-compiler.nix is ${intelNpuCompiler.version}, nixpkgs' intel-npu-driver ${pkgs.intel-npu-driver.version}: the compiler must be the driver's release";
+      assert intelNpuPaired;
       lib.makeLibraryPath [
         pkgs.level-zero
         pkgs.intel-npu-driver
         intelNpuCompiler
       ];
+    # the firmware of the driver's release, for a host whose linux-firmware is older
+    POOT_NPU_FIRMWARE = "${lib.getOutput "firmware" pkgs.intel-npu-driver}/lib/firmware/intel/vpu";
   };
 
   # uv.lock records no entry for an extra without dependencies (poot-npu[xdna]: pyxrt comes with
@@ -90,7 +123,7 @@ let
       venv = set.mkVirtualEnv "poot-${name}-env" (
         builtins.mapAttrs (lockedExtras set) spec.workspace // lib.genAttrs spec.pythonExtras (_: [ ])
       );
-      env = spec.env // lib.getAttrs (lib.attrNames spec.envFromBuild) (builtEnv set);
+      env = spec.env // lib.getAttrs (lib.attrNames spec.envFromBuild) (builtEnv spec set);
     in
     assert lib.assertMsg (spec.env.POOT_NIX_SHELL == name) "nix/shells.nix: ${name} sets POOT_NIX_SHELL to ${spec.env.POOT_NIX_SHELL}";
     pkgs.mkShell {
@@ -98,6 +131,9 @@ let
         [ venv ]
         # each extra's own bin on PATH too (mlir-aie: aiecc.py, aie-opt, bootgen, ...)
         ++ map (name: set.${name}) spec.pythonExtras
+        # aiecc's own packages' tools (mlir-aie: aie-opt, aie-translate, bootgen, ...), not its
+        # virtualenv, whose python must not shadow the workspace's
+        ++ map (name: (aieccSetFor spec).${name}) (spec.aiecc.pythonExtras or [ ])
         ++ map (attr: lib.getAttrFromPath (lib.splitString "." attr) pkgs) spec.nixpkgs
         ++ map flakePackage spec.flakePackages;
       inherit env;

@@ -109,48 +109,65 @@ def test_every_placeholder_is_listed(copy: tuple[ModuleType, Path]) -> None:
     assert len(cn.placeholders(files)) == len(found) + 1
 
 
-# What the pinned driver imports, read from upstream (not from the manifest): the non-stdlib
-# imports of Xilinx/mlir-aie python/compiler/aiecc/main.py (read at 84c05228, 2025-12-03, and
-# 771dc151, 2025-12-19: the same list on both sides of the v1.1.4 tag's window), the
-# aie.extras.dialects.ext modules python/dialects/aie.py imports before PR #2742, and the
-# requirements of erwei-xilinx/mlir-python-extras (requirements.txt: PyYAML, bytecode,
-# cloudpickle, numpy; import names).
+# What the pinned driver imports, read from upstream (not from the manifest): the imports of
+# Xilinx/mlir-aie python/compiler/aiecc/main.py (read at 84c05228, 2025-12-03, and 771dc151,
+# 2025-12-19: the same list on both sides of the v1.1.4 tag's window; `import rich.progress as
+# progress`), the aie.extras modules python/dialects/aie.py imports before PR #2742 (upstream
+# MLIR's extras.types and extras.meta, and the fork's extras.dialects.ext), ml_dtypes
+# (python/helpers/util.py:17), and the requirements of erwei-xilinx/mlir-python-extras
+# (requirements.txt: PyYAML, bytecode, cloudpickle, numpy; import names).
 AIECC_IMPORTS = (
     "aie.extras.runtime.passes",
     "aie.extras.util",
     "aiofiles",
-    "rich",
-    "aie.compiler.aiecc.main",
+    "rich.progress",
+    "aie.compiler.aiecc.cl_arguments",
+    "aie.compiler.aiecc.configure",
     "aie.dialects.aie",
+    "aie.dialects.aiex",
+    "aie.ir",
+    "aie.passmanager",
+    "aie.compiler.aiecc.main",
 )
-EXTRAS_IMPORTS = ("aie.extras.dialects.ext.arith", "yaml", "bytecode", "cloudpickle", "numpy")
-# the ones PyPI provides, so uv.lock must, each in the package that needs it: (import name,
-# distribution, locked package and its extra; "" for an ordinary dependency)
+DIALECT_IMPORTS = ("aie.extras.types", "aie.extras.meta", "aie.extras.dialects.ext.arith")
+EXTRAS_IMPORTS = ("ml_dtypes", "yaml", "bytecode", "cloudpickle", "numpy")
+# the ones PyPI provides, so aiecc's own lock (nix/aiecc/uv.lock) must: (import name,
+# distribution)
 FROM_PYPI = (
-    ("aiofiles", "aiofiles", "poot-npu", "xdna"),
-    ("yaml", "pyyaml", "poot-npu", "xdna"),
-    ("bytecode", "bytecode", "poot-npu", "xdna"),
-    ("cloudpickle", "cloudpickle", "poot-npu", "xdna"),
-    ("rich", "rich", "poot", ""),  # the root command line's
-    ("numpy", "numpy", "poot-ir", ""),
+    ("aiofiles", "aiofiles"),
+    ("rich.progress", "rich"),
+    ("ml_dtypes", "ml-dtypes"),
+    ("yaml", "pyyaml"),
+    ("bytecode", "bytecode"),
+    ("cloudpickle", "cloudpickle"),
+    ("numpy", "numpy"),
 )
+AIECC_LOCK = ROOT / "nix" / "aiecc" / "uv.lock"
 
 
-def _locked(package: str, extra: str) -> set[str]:
-    """The distributions uv.lock lists for ``package`` (its ``extra``'s, when named)."""
-    lock = tomllib.loads((Path(__file__).resolve().parents[1] / "uv.lock").read_text())
-    (p,) = (p for p in lock["package"] if p["name"] == package)
-    deps = p.get("optional-dependencies", {}).get(extra, []) if extra else p.get("dependencies", [])
-    return {d["name"] for d in deps}
+def _aiecc_locked() -> dict[str, str]:
+    """The distributions aiecc's own lock holds for its environment, with their versions."""
+    lock = tomllib.loads(AIECC_LOCK.read_text())
+    (env,) = (p for p in lock["package"] if p["name"] == "poot-aiecc-env")
+    wanted = {d["name"] for d in env.get("dependencies", [])}
+    return {p["name"]: p["version"] for p in lock["package"] if p["name"] in wanted}
 
 
 def test_the_manifest_names_every_module_the_driver_and_its_extras_import() -> None:
-    modules = set(manifest().python_modules)
-    missing = [m for m in (*AIECC_IMPORTS, *EXTRAS_IMPORTS) if m not in modules]
-    assert missing == []
-    assert [m for m, *_ in FROM_PYPI if m not in (*AIECC_IMPORTS, *EXTRAS_IMPORTS)] == []
-    unlocked = [(d, p, x) for _, d, p, x in FROM_PYPI if d not in _locked(p, x)]
-    assert unlocked == []
+    modules = manifest().python_modules
+    wanted = (*AIECC_IMPORTS, *DIALECT_IMPORTS, *EXTRAS_IMPORTS)
+    assert [m for m in wanted if m not in modules] == []
+    assert modules[-1] == "aie.compiler.aiecc.main"  # last: whatever else it imports fails there
+    assert [m for m, _ in FROM_PYPI if m not in wanted] == []
+    locked = _aiecc_locked()
+    assert [d for _, d in FROM_PYPI if d not in locked] == []
+
+
+def test_aiecc_gets_numpy_below_2_in_its_own_lock() -> None:
+    """The wheel declares numpy<2 (python/requirements.txt at 19cce64c); the extras <=2.1.2."""
+    major = int(_aiecc_locked()["numpy"].split(".")[0])
+    assert major < 2
+    assert _aiecc_locked()["bytecode"] == "0.17.0"
 
 
 def test_the_extras_pin_names_a_revision_and_the_archive_of_it() -> None:

@@ -16,10 +16,19 @@ CI=true and skips elsewhere); this script installs nothing. The checks, each rep
   toolchain  the XDNA2 toolchain manifest (packages/poot-codegen/src/poot_codegen/xdna/
              toolchain.json) is what the npu shell evaluates to (`toolchain`), and the wheel
              derivations take their version, URL and hash from it, not from literals of their own
-  placeholders  every hash nothing offline can compute, listed (not a failure): a null hash in
-             the toolchain manifest, any lib.fakeHash / fakeSha256 in a tracked .nix file other
-             than the manifest's null fallback
-  uv-lock    `uv lock --check`: uv.lock matches the workspace's pyproject.toml files
+  graph      `nix eval --file nix/offline-eval.nix`: every nix/pkgs/*.nix evaluated with stand-ins
+             for nixpkgs (as far as the graph goes offline). The npu-intel pairing assert
+             (nix/intel-npu-pair.nix) holds for the driver as the shell overrides it, and the
+             locked nixpkgs' own driver (nix/intel-npu.json nixpkgs_at_lock, whose rev must be
+             flake.lock's) is reported with whether it would trip it; the mlir-aie install step
+             runs nix/pkgs/merge-extras.sh; each hash is known or a placeholder that stops
+             evaluation naming tools/pin_hashes.py, and the placeholders are the manifests' nulls
+  placeholders  every hash nothing offline can compute, listed (not a failure) with the one
+             command that computes them once online (`uv run python tools/pin_hashes.py`): a
+             null hash in a manifest (tools/pin_hashes.py MANIFESTS), any lib.fakeHash /
+             fakeSha256 in a tracked .nix file
+  uv-lock    `uv lock --check`: uv.lock matches the workspace's pyproject.toml files, and
+             nix/aiecc/uv.lock (aiecc's own environment) its pyproject.toml
 
 What it cannot prove: that any shell builds or can be entered, the fixed-output hashes that need
 network (the nixpkgs narHash is copied from uv2nix's lock; see README "Nix shells"), hardware.
@@ -37,6 +46,10 @@ import time
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, however it is loaded
+import pin_hashes
 
 ROOT = Path(__file__).resolve().parent.parent
 NIX_FLAGS = [
@@ -66,7 +79,16 @@ REQUIRED_KEYS = {
     "env",
     "envFromBuild",
 }
-TRACKED = ["flake.nix", "flake.lock", "uv.lock", "nix/shells.nix", "nix/devshells.nix"]
+TRACKED = [
+    "flake.nix",
+    "flake.lock",
+    "uv.lock",
+    "nix/shells.nix",
+    "nix/devshells.nix",
+    "nix/intel-npu.json",
+    "nix/aiecc/pyproject.toml",
+    "nix/aiecc/uv.lock",
+]
 REV = re.compile(r"[0-9a-f]{40}")
 NAR_HASH = re.compile(r"sha256-[A-Za-z0-9+/]{43}=")
 
@@ -242,9 +264,19 @@ def check_manifest() -> str:
             if ref.count("#") != 1:
                 errors.append(f"{where}: flake package {ref!r} is not <input>#<package>")
     if "npu" in manifest:
-        for key in ("PEANO_INSTALL_DIR", "MLIR_AIE_DIR"):
+        for key in ("PEANO_INSTALL_DIR", "MLIR_AIE_DIR", "POOT_AIECC_PYTHON"):
             if key not in manifest["npu"].get("envFromBuild", {}):
                 errors.append(f"shell npu: {key} is not set")
+        project = manifest["npu"].get("aiecc", {}).get("project", "")
+        if not all((ROOT / project / f).is_file() for f in ("pyproject.toml", "uv.lock")):
+            errors.append(
+                f"shell npu: aiecc's project {project!r} has no pyproject.toml and uv.lock"
+            )
+    if "npu-intel" in manifest:
+        release = json.loads((ROOT / "nix" / "intel-npu.json").read_text())["release"]
+        got = manifest["npu-intel"]["env"].get("POOT_NPU_RELEASE")
+        if got != release:
+            errors.append(f"shell npu-intel: POOT_NPU_RELEASE is {got!r}, not {release!r}")
     if errors:
         raise CheckFailed("\n".join(errors))
     return f"{len(manifest)} shells, sessions {sorted({s['nox'] for s in manifest.values()})}"
@@ -262,7 +294,6 @@ READS_MANIFEST = re.compile(
 )
 #: The function both wheels install through (nix/pkgs/prebuilt-wheel.nix), given their pin.
 WHEEL_FUNCTION = "nix/pkgs/prebuilt-wheel.nix"
-NULL_FALLBACK = "if pin.hash == null then lib.fakeHash else pin.hash"
 FAKE = re.compile(r"lib\.fakeHash|lib\.fakeSha256|fakeHash|fakeSha256")
 
 
@@ -312,15 +343,11 @@ def check_toolchain() -> str:
 def placeholders(files: list[str] | None = None) -> list[str]:
     """Every hash nothing offline can compute (see the module), in ``files`` (default: every
     tracked .nix file)."""
-    found = []
-    pinned = json.loads((ROOT / TOOLCHAIN).read_text())
-    for key, entry in pinned.items():
-        if isinstance(entry, dict) and "hash" in entry and not entry["hash"]:
-            found.append(f"{TOOLCHAIN}: {key}.hash is null")
+    found = [f"{p.name} is null" for p in pin_hashes.placeholders(ROOT)]
     for path in run(["git", "ls-files", "*.nix"]).split() if files is None else files:
         for n, line in enumerate((ROOT / path).read_text().splitlines(), 1):
             code = line.split("#", 1)[0]  # a comment naming it is no placeholder
-            if FAKE.search(code) and NULL_FALLBACK not in code:
+            if FAKE.search(code):
                 found.append(f"{path}:{n}: {line.strip()}")
             elif "unverified-hash" in line and "hash" in code:
                 found.append(f"{path}:{n}: unverified: {code.strip()}")
@@ -331,12 +358,73 @@ def check_placeholders() -> str:
     found = placeholders()
     if not found:
         return "none"
-    return f"{len(found)} to fill in with network:\n  " + "\n  ".join(found)
+    return (
+        f"{len(found)} to fill in with network, once: `{pin_hashes.COMMAND}` computes and "
+        'writes them (README "Hardware"):\n  ' + "\n  ".join(found)
+    )
+
+
+INTEL_NPU = "nix/intel-npu.json"
+
+
+def _hashes(graph: dict[str, Any]) -> dict[str, str]:
+    """Each evaluated derivation's hash (or "placeholder"), by "shell.package"."""
+    return {
+        f"{shell}.{name}": d["hash"]
+        for shell, packages in graph.items()
+        for name, d in packages.items()
+        if isinstance(d, dict) and "hash" in d
+    }
+
+
+def graph_problems(graph: dict[str, Any], lock: dict[str, Any], intel: dict[str, Any]) -> list[str]:
+    """What the offline evaluation of the package graph (nix/offline-eval.nix) shows wrong."""
+    errors = []
+    pair = graph["npu-intel"]
+    release = intel["release"]
+    for side in ("driver", "compiler"):
+        if pair[side]["version"] != release:
+            errors.append(f"npu-intel {side} is {pair[side]['version']}, not the release {release}")
+    if not pair["paired"]:
+        errors.append(
+            "npu-intel: the driver/compiler pairing assert (nix/intel-npu-pair.nix) trips"
+        )
+    locked_rev = lock["nodes"]["nixpkgs"]["locked"]["rev"]
+    recorded = intel["nixpkgs_at_lock"]["rev"]
+    if recorded != locked_rev:
+        errors.append(
+            f"{INTEL_NPU} nixpkgs_at_lock is {recorded}, flake.lock's nixpkgs {locked_rev}: "
+            "record that rev's intel-npu-driver version"
+        )
+    if not graph["npu"]["mlir-aie"]["mergesExtras"]:
+        errors.append("npu: nix/pkgs/mlir-aie.nix does not merge the extras with merge-extras.sh")
+    return errors
+
+
+def check_graph() -> str:
+    graph = json.loads(nix("eval", "--json", "--file", "nix/offline-eval.nix"))
+    lock = json.loads((ROOT / "flake.lock").read_text())
+    intel = json.loads((ROOT / INTEL_NPU).read_text())
+    errors = graph_problems(graph, lock, intel)
+    hashes = _hashes(graph)
+    open_ = sorted(k for k, v in hashes.items() if v == "placeholder")
+    if len(open_) != len(pin_hashes.placeholders(ROOT)):
+        errors.append(f"placeholders evaluated {open_} are not the manifests' null hashes")
+    if errors:
+        raise CheckFailed("\n".join(errors))
+    pair = graph["npu-intel"]
+    trips = "would trip" if not pair["lockedDriverPairs"] else "would not trip"
+    return (
+        f"{len(hashes)} derivations evaluate; npu-intel pairs driver and compiler "
+        f"{pair['driver']['version']} (the locked nixpkgs' own driver {pair['lockedDriver']} "
+        f"{trips} the assert: overridden); mlir-aie merges its extras; placeholders {open_}"
+    )
 
 
 def check_uv_lock() -> str:
     run(["uv", "lock", "--check"])
-    return "uv.lock is up to date"
+    run(["env", "UV_PYTHON_DOWNLOADS=never", "uv", "lock", "--check", "--directory", "nix/aiecc"])
+    return "uv.lock and nix/aiecc/uv.lock are up to date"
 
 
 CHECKS: list[tuple[str, Callable[[], str]]] = [
@@ -346,6 +434,7 @@ CHECKS: list[tuple[str, Callable[[], str]]] = [
     ("lock", check_lock),
     ("manifest", check_manifest),
     ("toolchain", check_toolchain),
+    ("graph", check_graph),
     ("placeholders", check_placeholders),
     ("uv-lock", check_uv_lock),
 ]

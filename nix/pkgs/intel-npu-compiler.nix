@@ -12,10 +12,12 @@
 # npu-intel shell puts $out/lib there (nix/devshells.nix).
 #
 # The version must be the user-mode driver's: the compiler and the driver speak one VCL API
-# version per release. nix/devshells.nix refuses to evaluate when nixpkgs' intel-npu-driver has
-# another version. The hash below was recorded by a public flake for this very URL and could not
-# be recomputed here (no network): `nox -s nix` lists it as unverified. A wrong hash fails the
-# first build with a fixed-output mismatch that prints the right one.
+# version per release. Both come from nix/intel-npu.json's release (the driver through
+# nix/pkgs/intel-npu-driver.nix), and nix/devshells.nix refuses to evaluate when they differ
+# (nix/intel-npu-pair.nix). The release, build, URL and hash are read from that manifest; the
+# hash there was recorded by independent public install scripts for this very URL and could not
+# be recomputed here (no network). A wrong hash fails the first build with a fixed-output
+# mismatch that prints the right one.
 {
   lib,
   stdenv,
@@ -26,14 +28,17 @@
   zlib,
   zstd,
 }:
-stdenv.mkDerivation (finalAttrs: {
+let
+  pin = builtins.fromJSON (builtins.readFile ../intel-npu.json);
+  placeholder = import ../placeholder.nix;
+in
+stdenv.mkDerivation {
   pname = "intel-npu-compiler";
-  version = "1.35.0";
-  build = "20260722-29947505341";
+  version = pin.release;
 
   src = fetchurl {
-    url = "https://github.com/intel/linux-npu-driver/releases/download/v${finalAttrs.version}/linux-npu-driver-v${finalAttrs.version}.${finalAttrs.build}-ubuntu2404.tar.gz";
-    hash = "sha256-OYND5T/axgI60IVu+Iu2ARseEkR6ESvlXoXifvf5bGY="; # unverified-hash (see above)
+    inherit (pin.compiler) url;
+    hash = placeholder "intel-npu-compiler" pin.compiler.hash;
   };
 
   nativeBuildInputs = [
@@ -71,4 +76,4 @@ stdenv.mkDerivation (finalAttrs: {
     license = lib.licenses.asl20; # openvinotoolkit/npu_compiler
     platforms = [ "x86_64-linux" ];
   };
-})
+}

@@ -5,10 +5,9 @@
 # Installed as a wheel (pyprojectWheelHook), not unzipped: console scripts are created and a
 # top-level .pth lands in the virtualenv's own site-packages, where Python reads it. Prebuilt
 # native code: autoPatchelf, never stripped. A null hash in the manifest is a placeholder
-# (nothing offline can compute it; `nox -s nix` lists it), built as lib.fakeHash so the first
-# build with network prints the real hash, which goes into the manifest.
+# (nothing offline can compute it; `nox -s nix` lists it): evaluation stops naming the command
+# that computes it once online, `uv run python tools/pin_hashes.py` (nix/placeholder.nix).
 {
-  lib,
   stdenv,
   fetchurl,
   autoPatchelfHook,
@@ -34,7 +33,7 @@ stdenv.mkDerivation {
 
   src = fetchurl {
     inherit (pin) url;
-    hash = if pin.hash == null then lib.fakeHash else pin.hash;
+    hash = import ../placeholder.nix pname pin.hash;
   };
 
   nativeBuildInputs = [

@@ -18,6 +18,7 @@ from poot_codegen.xdna.design import (
     ARENA_ALIGN,
     FLAG_WORD,
     GUARD_WORD,
+    LINK_DATA_BYTES,
     Arena,
     ArenaRole,
     DesignError,
@@ -266,8 +267,8 @@ def _big() -> Program:
         # 17 values and the flag word
         (_fanout(17), {"host_streams_out": 32}, "host streams out", 18, 16),
         (_three_streams(), {"streams_per_tile": 3}, "streams into a tile", 3, 2),
-        # the whole tensor in and out, double buffered, the one core's flag word and its count
-        (_big(), {"tile_bytes": 1 << 20}, "tile-local bytes", 640008, 64512),
+        # the tensor in and out, double buffered, the one core's flag word and the link's data
+        (_big(), {"tile_bytes": 1 << 20}, "tile-local bytes", 640260, 64512),
     ],
 )
 def test_validation_refuses_a_design_past_each_bound(
@@ -358,9 +359,10 @@ def test_the_guard_count_is_the_only_data_a_region_object_defines(
     assert GUARD_WORD == 4
 
 
-def test_each_core_counts_the_flag_words_and_its_guard_count() -> None:
-    """The chain's first core holds the word it makes and its count; every other core the word
-    it takes too. The planner counts the most any core holds on every tile."""
+def test_each_core_counts_the_flag_words_and_the_links_data() -> None:
+    """The chain's first core holds the word it makes; every other core the word it takes too;
+    each, past its buffers, the link's data sections (its guard count among them). The planner
+    counts the most any core holds on every tile."""
     pl = plan(_negs(3), "xdna2").check()
     (region,) = build_design(pl).regions
     first = region.flag.order[0]
@@ -369,26 +371,45 @@ def test_each_core_counts_the_flag_words_and_its_guard_count() -> None:
         fifo_bytes = sum(
             fifos[p.fifo].depth * fifos[p.fifo].nbytes for p in (*core.inputs, core.output)
         )
-        words = 4 + 4 if core.tile == first else 4 + 4 + 4
-        assert core.buffer_bytes == fifo_bytes + words
-    assert XDNA2.region_limits is not None
-    assert XDNA2.region_limits.flag_bytes == 2 * FLAG_WORD + GUARD_WORD == 12
-    assert all(t.tile_bytes == 2 * (16 + 16) + 12 for t in pl.tiles)  # (4,) f32 in and out
+        words = 4 if core.tile == first else 4 + 4
+        assert core.buffer_bytes == fifo_bytes + words + LINK_DATA_BYTES
+    limits = XDNA2.region_limits
+    assert limits is not None
+    assert limits.flag_bytes == 2 * FLAG_WORD == 8
+    assert limits.link_data_bytes == LINK_DATA_BYTES >= GUARD_WORD
+    assert all(t.tile_bytes == 2 * (16 + 16) + 8 + LINK_DATA_BYTES for t in pl.tiles)
 
 
-@pytest.mark.parametrize(("rows", "fits"), [(16122, True), (16123, False)])
-def test_a_gather_at_the_tile_byte_limit_designs_and_validates(rows: int, fits: bool) -> None:
-    """The table (rows x 1 f32) and one index resident, the gathered row double buffered, and
-    12 bytes of flag path and count: 16122 rows meet 64512 exactly, one more is refused."""
+# aiecc's linker script (mlir-aie lib/Targets/AIETargetLdScript.cpp): the stack at the bottom
+# of the tile's 64 KiB, then its buffers; the ``data`` region, where ``.data``, ``.rodata`` and
+# ``.bss`` go, starts at the end of the highest buffer and runs to the end of the tile.
+TILE_MEMORY, STACK = 64 * 1024, 1024
+
+
+def _link_data_region(buffers: int) -> int:
+    """Bytes of the linker script's ``data`` region of a core whose buffers (packed from the
+    stack's end, as the basic-sequential allocator does) take ``buffers`` bytes."""
+    return TILE_MEMORY - (STACK + buffers)
+
+
+@pytest.mark.parametrize(("rows", "fits"), [(16059, True), (16060, False)])
+def test_a_gather_at_the_tile_byte_limit_designs_validates_and_links(rows: int, fits: bool) -> None:
+    """The table (rows x 1 f32) and one index resident, the gathered row double buffered, the
+    flag path's words and the link's data: 16059 rows meet 64512 exactly and leave the link's
+    data region its reserve (the guard word and 252 bytes more); one more row is refused."""
     b = Builder("gather")
     table = b.weight("t", DType.F32, (rows, 1))
     b.output("y", b.gather(table, b.slot("i", DType.I32, (1,))))
     pl = plan(b.build(), "xdna2")
-    needed = 4 * rows + 4 + 2 * 4 + 12
+    fifo_bytes = 4 * rows + 4 + 2 * 4
+    needed = fifo_bytes + 2 * FLAG_WORD + LINK_DATA_BYTES
     if not fits:
         assert not pl.admitted and pl.refusals[0].fact("needed") == needed > 64512
         return
     assert needed == 64512 and pl.admitted and pl.tiles[0].tile_bytes == needed
     (region,) = validate(build_design(pl)).regions
-    (core,) = region.cores  # the chain's only core: its word out and its count, no word in
+    (core,) = region.cores  # the chain's only core: its word out, no word in
     assert core.buffer_bytes == needed - FLAG_WORD <= 64512
+    buffers = fifo_bytes + FLAG_WORD  # what the allocator places: the FIFOs and the word out
+    assert _link_data_region(buffers) == LINK_DATA_BYTES + FLAG_WORD  # the word in is not there
+    assert _link_data_region(buffers) - GUARD_WORD >= 252  # room for the objects' own data

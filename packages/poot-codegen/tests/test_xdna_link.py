@@ -53,13 +53,15 @@ def fake_toolchain(
     *,
     clang_fails: bool = False,
     aiecc_insts: bool = True,
-    driver: str = "aiecc",
+    driver: str = "aiecc.py",
     missing_modules: str = "",
+    aiecc_python: bool = False,
 ) -> dict[str, str]:
-    """An environment whose Peano clang++, aiecc driver (``driver``: "aiecc", "aiecc.py", or
-    "" for none, so the link step falls back to ``python3 -c``), python3 (the module probe,
-    which reports ``missing_modules`` as not importable), xclbinutil and bootgen are shell
-    scripts recording their argv."""
+    """An environment whose Peano clang++, aiecc driver (``driver``: "aiecc.py", or "" for
+    none, so the link step falls back to ``python3 -c``), python3 (the module probe, which
+    reports ``missing_modules`` as not importable), xclbinutil and bootgen are shell scripts
+    recording their argv. With ``aiecc_python``, aiecc's own environment's interpreter
+    (``aiecc-env/bin/python``, recorded as ``python``) is named in ``$POOT_AIECC_PYTHON``."""
     log = root / "log"
     log.mkdir(parents=True)
     peano, bin_ = root / "peano", root / "bin"
@@ -81,17 +83,23 @@ def fake_toolchain(
     # python3: the module probe (argv: -c PROBE modules...) or the driver's last resort
     probe = 'n=$(ls "$FAKE_LOG" | wc -l); { pwd; echo "$1"; echo PROBE; shift 2; '
     probe += 'for a in "$@"; do echo "$a"; done; } > "$FAKE_LOG/$n.python3"; '
-    python = 'case "$2" in *find_spec*) ' + probe
-    python += 'for m in $FAKE_MISSING_MODULES; do echo "$m"; done; exit 0;; esac\n'
+    python = 'case "$2" in *import_module*) ' + probe
+    python += "for m in $FAKE_MISSING_MODULES; do "
+    python += 'printf "%s\\tModuleNotFoundError: No module named %s\\n" "$m" "$m"; '
+    python += "done; exit 0;; esac\n"
     python += 'if [ "$3" = "--version" ]; then echo "aiecc.py 0fake"; exit 0; fi\n'
     python += aiecc.split("\n", 1)[1]  # the driver's body, recording every argument
     _script(bin_ / "python3", python)
+    if aiecc_python:
+        _script(root / "aiecc-env" / "bin" / "python", python)
     for tool in ("xclbinutil", "bootgen"):
         _script(bin_ / tool, "exit 0\n")
     env = {"PATH": f"{bin_}:/usr/bin:/bin", "PEANO_INSTALL_DIR": str(peano), "FAKE_LOG": str(log)}
     env["FAKE_MISSING_MODULES"] = missing_modules
     if clang_fails:
         env["FAKE_CLANG_FAILS"] = "1"
+    if aiecc_python:
+        env[xlink.AIECC_PYTHON] = str(root / "aiecc-env" / "bin" / "python")
     return env
 
 
@@ -102,7 +110,7 @@ def recorded(env: dict[str, str], *, probes: bool = False) -> list[tuple[str, li
 
 
 def _probe(tool: str, argv: list[str]) -> bool:
-    return tool == "python3" and argv[:2] == ["-c", "PROBE"]
+    return tool in ("python3", "python") and argv[:2] == ["-c", "PROBE"]
 
 
 def runs_of(env: dict[str, str]) -> list[tuple[str, str, list[str]]]:
@@ -124,8 +132,8 @@ def test_no_toolchain_is_unavailable_naming_every_missing_tool(tmp_path: Path) -
         link(_plan(), env={"PATH": str(tmp_path)})
     assert err.value.tool == "clang++, aiecc, xclbinutil, bootgen, python modules"
     assert "PEANO_INSTALL_DIR is not set" in err.value.detail
-    assert "none of aiecc or aiecc.py or python3 on PATH" in err.value.detail
-    assert "no python3 on PATH to import aie, " in err.value.detail
+    assert "none of aiecc.py or python3 on PATH, nor $POOT_AIECC_PYTHON" in err.value.detail
+    assert "no python3 on PATH (nor $POOT_AIECC_PYTHON) to import aie, " in err.value.detail
 
 
 def test_this_machine_raises_unavailable_rather_than_skipping() -> None:
@@ -284,7 +292,7 @@ def test_module_exports() -> None:
 # -- the toolchain manifest: the link step's own command lines against it ---------------------
 
 
-@pytest.mark.parametrize("driver", ["aiecc", "aiecc.py", ""])
+@pytest.mark.parametrize("driver", ["aiecc.py", ""])
 def test_the_link_steps_argv_is_what_the_manifest_names(driver: str, tmp_path: Path) -> None:
     """The fake tools record their argv: the module probe asks for exactly the manifest's
     modules, the driver is the first of the manifest's drivers on PATH (else ``python3 -c`` on
@@ -312,7 +320,8 @@ def test_a_module_the_driver_imports_missing_is_unavailable_naming_it(tmp_path: 
     with pytest.raises(ToolchainUnavailable) as err:
         find_toolchain(env)
     assert err.value.tool == "python modules"
-    assert "aie.extras.runtime.passes, aiofiles" in err.value.detail
+    assert "aiofiles, aie.extras.runtime.passes (mlir-aie" in err.value.detail  # manifest order
+    assert "aiofiles: ModuleNotFoundError: No module named aiofiles" in err.value.detail
     assert f"mlir-aie {manifest().mlir_aie_version}" in err.value.detail
 
 

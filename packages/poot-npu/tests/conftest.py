@@ -12,3 +12,20 @@ from pathlib import Path
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
+
+
+import pytest  # noqa: E402
+from poot_npu import xdna_contexts  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fresh_contexts(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Each test starts with no hardware context held in the process, no allowance from the
+    environment, and an acceptance record of its own (none): the default is what is tested."""
+    monkeypatch.setattr(xdna_contexts, "_held", {})
+    monkeypatch.setattr(xdna_contexts, "_lifted", {})
+    monkeypatch.delenv(xdna_contexts.ALLOW_ENV, raising=False)
+    record = tmp_path_factory.mktemp("contexts") / "xdna-contexts.json"
+    monkeypatch.setenv(xdna_contexts.RECORD_ENV, str(record))

@@ -280,7 +280,7 @@ def fake_toolchain(root: Path) -> dict[str, str]:
         path.chmod(0o755)
 
     script(root / "peano" / "bin" / "clang++", FAKE_CLANG)
-    script(root / "bin" / "aiecc", FAKE_AIECC)
+    script(root / "bin" / "aiecc.py", FAKE_AIECC)
     script(root / "bin" / "python3", FAKE_PYTHON3)
     for tool in ("xclbinutil", "bootgen"):
         script(root / "bin" / tool, "")

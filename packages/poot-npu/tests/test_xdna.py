@@ -48,6 +48,7 @@ from poot_ir import (
 )
 from poot_ir.numerics import Comparison
 from poot_npu import xdna as xdna_module
+from poot_npu import xdna_contexts
 from poot_npu.xdna import XdnaDevice
 from poot_npu.xdna_artifact import frame, unframe
 from poot_planner import plan
@@ -279,7 +280,10 @@ def test_dispatch_refusals_touch_no_xrt(engine: Engine, tmp_path: Path) -> None:
     assert len(fake_pyxrt.STATE.log) == before and device.runs == 0
 
 
-def test_more_contexts_than_the_npu_has_is_a_typed_error(engine: Engine, tmp_path: Path) -> None:
+def test_more_contexts_than_the_npu_has_is_a_typed_error(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(xdna_contexts.ALLOW_ENV, "16")  # the hardware limit, not #3654's default
     program = _install(cases.sums(17), tmp_path)  # two regions: two contexts per entry
     entries = [engine.add_entry(program) for _ in range(8)]  # 16 contexts
     contexts = sum(1 for e in fake_pyxrt.STATE.log if e[0] == "hw_context")

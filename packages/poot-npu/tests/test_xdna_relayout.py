@@ -18,6 +18,7 @@ from poot_codegen.xdna import RelayoutKind, design_program
 from poot_engine import Engine
 from poot_ir import Builder, DomainFlagged, DType, Program, Var, evaluate
 from poot_npu import xdna as xdna_module
+from poot_npu import xdna_contexts
 from poot_npu.xdna import XdnaDevice
 from poot_npu.xdna_host import XdnaHostDevice
 from poot_planner import plan
@@ -133,7 +134,10 @@ def test_relayouts_on_the_host_stand_in(name: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
-def test_relayouts_through_xrt(name: str, fake: ModuleType, tmp_path: Path) -> None:
+def test_relayouts_through_xrt(
+    name: str, fake: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(xdna_contexts.ALLOW_ENV, "16")  # three regions: past the #3654 default
     program = _build(name, PROGRAMS[name])
     pl = plan(program, "xdna2").check()
     fake_pyxrt.install(pl, tmp_path / "kernels")

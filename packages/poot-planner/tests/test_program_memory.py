@@ -71,3 +71,22 @@ def test_a_table_without_a_figure_for_an_admitted_primitive_is_refused_at_import
     odd = ((Prim.ERF, ("nosuch",), 1), *bodies)
     with pytest.raises(TargetTableError, match="erf calls unknown routine nosuch"):
         dataclasses.replace(XDNA2, code_size=CodeSize(1, 1, CS.routines, odd))
+
+
+@pytest.mark.parametrize("prim", [Prim.ADD, Prim.SUB], ids=lambda p: p.value)
+def test_a_guarded_add_or_sub_counts_the_float_compare_it_calls(prim: Prim) -> None:
+    """The result guard of an add or sub asks whether its operands cancel exactly, a float
+    ``!=`` (``poot_codegen.xdna.guards.result_guard``): on aie2p a soft-float compare routine
+    linked into the core beside the adder, so the estimate counts it too."""
+    from poot_codegen.xdna.guards import result_guard
+
+    assert CS is not None
+    guard = result_guard(prim, ["a[i]", "b[i]"], "y")
+    assert "!=" in guard  # a float compare of the operands
+    alone = 1536 + 96 + 1424 + 1000  # by hand: base, body, addsf3, cmpsf2
+    assert CS.estimate((prim,)) == alone
+    b = Builder(prim.value)
+    x, w = b.slot("x", F32, (4, 8)), b.slot("w", F32, (4, 8))
+    b.output("y", b.add(x, w) if prim is Prim.ADD else b.sub(x, w))
+    (tile,) = plan(b.build(), "xdna2").check().tiles
+    assert tile.code_bytes == alone

@@ -88,8 +88,9 @@ def test_weight_is_resident_and_rows_stream() -> None:
     assert (w.var.name, w.resident) == ("w", True)
     assert (tile.units, tile.out_unit, tile.chunk) == (4, 64, 4)
     # resident weight once, then two row buffers each of x and y per row of the chunk
-    # (and the region's flag path: one word in, one out, and the core's guard count)
-    assert tile.tile_bytes == 64 * 4 + 2 * 4 * (64 * 4 + 64 * 4) + 12
+    # (and the region's flag path, one word in and one out, and the link's data sections
+    # after the buffers, the core's guard count and a reserve: 8 + 256)
+    assert tile.tile_bytes == 64 * 4 + 2 * 4 * (64 * 4 + 64 * 4) + 8 + 256
 
 
 @pytest.mark.parametrize(("shape", "weight"), [((64,), False), ((2, 3, 64), True)])

@@ -8,8 +8,10 @@ the planner and the design count them, the flag path included):
   limit one region, run and verified; one past, two regions, run and verified;
 - tile-local bytes and streams into a tile: at the limit admitted, run and verified; one past
   refused before anything runs (``REGION_LIMIT`` naming the limit, the need and the bound);
-- contexts: at the limit (that many regions, each its own hardware context) run and verified;
-  one past refused (``CONTEXT_LIMIT``);
+- contexts: three in one process (mlir-aie #3654), then at the limit (that many regions, each
+  its own hardware context), run and verified; one past refused (``CONTEXT_LIMIT``); these run
+  with ``XdnaDevice``'s default of two contexts per process lifted, and on the NPU a pass is
+  recorded where ``XdnaDevice`` reads it (``poot_npu.xdna_contexts``);
 - host buffers per kernel call: a program using all five arenas (weights, inputs, results,
   scratch, flags) runs; one past cannot be built (the layout has five roles), which is said;
 - elements per tensor: at the limit admitted (planned only: 8 GiB of F32 is not run here), one
@@ -26,11 +28,14 @@ import numpy as np
 from poot_codegen.xdna import design_program
 from poot_engine import Engine
 from poot_ir import Builder, DomainFlagged, DType, PootError, Program, Storage, ops
-from poot_planner import Plan, RefusalKind, get_target, plan
+from poot_npu import xdna_contexts as contexts
+from poot_npu.xdna import XdnaDevice
+from poot_npu.xdna_contexts import NODE
+from poot_planner import Plan, RefusalKind, RegionLimits, get_target, plan
 
 from poot.acceptance.engine import Check, neg_chain
 
-__all__ = ["region_checks"]
+__all__ = ["record_contexts", "region_checks"]
 
 F32 = DType.F32
 
@@ -55,7 +60,7 @@ def _fan_out(n: int) -> Program:
 def _gather(rows: int) -> Program:
     """A gather of one row of a ``rows x 1`` table: the table and the index resident, the
     gathered row double buffered. Its bytes step by 4, so it meets any word-sized limit exactly
-    (a row and its sum step by 8, which the flag path's 12 bytes leave 4 short of)."""
+    (a row and its sum step by 8, which the reserved bytes could leave 4 short of)."""
     b = Builder(f"accept_gather{rows}")
     b.output("y", b.gather(b.weight("t", F32, (rows, 1)), b.slot("i", DType.I32, (1,))))
     return b.build()
@@ -118,10 +123,57 @@ def _name(what: str, n: int, limit: int) -> str:
 
 
 def region_checks(engine: Engine, target: str) -> Iterator[Check]:
-    """The region bounds of ``target`` (none for a target without regions) and its flag word."""
+    """The region bounds of ``target`` (none for a target without regions) and its flag word.
+
+    First, the hardware contexts one process may hold (``poot_npu.xdna_contexts``, mlir-aie
+    #3654): the checks run with the default of two lifted, and three contexts in one process,
+    every result verified, is measured; on the NPU (not a stand-in) its result, and that of the
+    contexts-at-the-limit check, is recorded where ``XdnaDevice`` reads it, which lifts the
+    default for later processes on this machine."""
     limits = get_target(target).region_limits
     if limits is None:
         return
+    checks: list[Check] = []
+    with contexts.lift(NODE, limits.contexts):
+        for c in _region_checks(engine, target, limits):
+            checks.append(c)
+            yield c
+    if isinstance(engine.device, XdnaDevice):  # the NPU itself, not a stand-in
+        yield from record_contexts(checks, limits.contexts)
+
+
+def record_contexts(checks: list[Check], limit: int) -> Iterator[Check]:
+    """When three contexts in one process ran verified, record how many did (the limit when the
+    contexts-at-the-limit check passed too) where ``XdnaDevice`` reads it, and say so."""
+    three = next((c for c in checks if c.name.startswith(_CONTEXTS_3654)), None)
+    if three is None or not three.passed:
+        return
+    at_limit = _name("contexts", limit, limit)
+    n = limit if any(c.name == at_limit and c.passed for c in checks) else 3
+    path = contexts.write_record(n, f"poot acceptance: {three.detail}")
+    yield Check(
+        "hardware contexts allowed in one process (recorded)", True, n, "contexts", str(path)
+    )
+
+
+_CONTEXTS_3654 = "hardware contexts in one process (mlir-aie #3654)"
+
+
+def _three_contexts(engine: Engine, target: str, tiles: int) -> Iterator[Check]:
+    """Three distinct xclbins, three hardware contexts in one process, every result verified:
+    the pattern of mlir-aie #3654, which returned wrong data reporting COMPLETED."""
+    program = neg_chain(2 * tiles + 1)
+    p = plan(program, target)
+    name = f"{_CONTEXTS_3654}: 3 distinct xclbins, verified"
+    try:
+        detail = _run_verified(engine, program)
+        yield Check(name, p.admitted and p.contexts == 3, p.contexts, "contexts", detail)
+    except PootError as err:
+        yield Check(name, False, p.contexts, "contexts", f"{type(err).__name__}: {err}")
+
+
+def _region_checks(engine: Engine, target: str, limits: RegionLimits) -> Iterator[Check]:
+    yield from _three_contexts(engine, target, limits.compute_tiles)
     splits: list[tuple[str, Callable[[int], Program], int, int]] = [
         ("compute tiles", neg_chain, limits.compute_tiles, limits.compute_tiles),
         ("host streams in", _add_chain, limits.host_streams_in, limits.host_streams_in),
@@ -143,7 +195,8 @@ def region_checks(engine: Engine, target: str) -> Iterator[Check]:
             )
 
     # tile bytes: the table and the index, the gathered row double buffered (and the flag
-    # path's words and the guard count, ``flag_bytes``)
+    # path's words and the link's data sections, ``reserved_bytes``: at the limit, aiecc's
+    # linker script leaves the data region after the buffers that reserve, so it links)
     rows = (limits.data_tile_bytes - 4 - 2 * 4) // 4
     yield from _at_and_past(
         engine,

@@ -8,8 +8,10 @@ vcl_symbols.hpp``, and a graph call without it is ``ZE_RESULT_ERROR_UNSUPPORTED_
 ``ext/compiler.cpp``). So the NPU is available only when OpenVINO lists it, its
 ``NPU_COMPILER_VERSION`` is non-zero (the driver leaves the version at zero when no compiler
 loads, ``ext/graph.cpp`` ``getDeviceGraphProperties``) and a one-equation graph compiles and runs
-and gives the right numbers; otherwise the reason says which step failed. A success is
-remembered for the process.
+and gives the right numbers; otherwise the reason says which step failed, and, where the graph
+does not run, the NPU firmware the kernel loaded and what to install when the driver says
+``MAPPED_INFERENCE_VERSION is NOT compatible`` (``vpu_firmware``: the host's firmware is older
+than the shell's compiler). A success is remembered for the process.
 
 The identity (``identity``). The versions OpenVINO reports do not follow the compiler:
 ``NPU_COMPILER_VERSION`` is the compiler's API version (7.4 across driver releases 1.22 to 1.26,
@@ -34,6 +36,8 @@ import numpy as np
 from poot_codegen.intel.quiet import opset16 as ops
 from poot_codegen.intel.quiet import ov
 from poot_engine.device import DeviceIdentity
+
+from poot_npu import vpu_firmware
 
 __all__ = ["LIBRARIES", "identity", "library_options", "probe", "prop"]
 
@@ -102,10 +106,26 @@ def _one_equation(core: Any, device: str, config: dict[str, str]) -> str | None:
         got = core.compile_model(model, device, config).create_infer_request().infer([value])
         out = np.asarray(next(iter(got.values())))
     except (RuntimeError, StopIteration) as err:
-        return f"a one-equation graph does not compile and run on the NPU: {err}"
+        return f"a one-equation graph does not compile and run on the NPU: {err}; " + _firmware(
+            str(err)
+        )
     if out.shape != (4,) or not np.array_equal(out.astype(np.float16), value + value):
         return f"a one-equation graph runs on the NPU but returns {out!r}, not {value + value!r}"
     return None
+
+
+def _firmware(error: str) -> str:
+    """The firmware part of a failed first inference's reason (``vpu_firmware``): what to install
+    when the driver says the firmware is too old, else the firmware the kernel loaded and what to
+    install should the driver's log say so."""
+    firmware = vpu_firmware.kernel_firmware()
+    said = vpu_firmware.advice(error, firmware)
+    if said is not None:
+        return said
+    return (
+        f"{vpu_firmware.describe(firmware)}; if the driver's log says "
+        f"'{vpu_firmware.MISMATCH}', {vpu_firmware.remedy()}"
+    )
 
 
 def _mapped(maps_text: str) -> list[Path]:

@@ -17,8 +17,10 @@ The artifact (one per program; one xclbin, instruction stream and hardware conte
   tool that fails is ``CompileFailed`` with its log. The blob frames the design and each
   region's xclbin and instructions.
 - ``load``: checks the frame, its digest and the design (else ``BlobRefused``); a blob needing
-  more hardware contexts than are free (16 on Strix-class NPUs, shared by every loaded artifact)
-  is ``DeviceFailed`` naming the bound. Then for each region: ``device.register_xclbin``, one
+  more hardware contexts than are free (16 on Strix-class NPUs, shared by every loaded artifact
+  of every XdnaDevice in the process), or more than the process may hold before an acceptance
+  run has verified three or more (mlir-aie #3654), is ``ContextLimit`` naming the bound
+  (``poot_npu.xdna_contexts``). Then for each region: ``device.register_xclbin``, one
   ``hw_context(device, uuid)``, ``kernel(ctx, "MLIR_AIE")`` and the instruction buffer
   ``bo(device, nbytes, bo.cacheable, kernel.group_id(1))``, written and synced to the device.
   The arenas, shared by every region (a value crossing regions goes through its scratch slot),
@@ -48,8 +50,9 @@ Any other state but ``ERT_CMD_STATE_COMPLETED`` is ``DeviceFailed`` naming it. T
 arena is synced from the device and each result read from its slot.
 
 Known upstream hazards (``xdna-toolchain.md``): a third distinct hardware context in one process
-returning garbage while reporting COMPLETED, and a sync returning before the last DMA landed.
-Nothing here can see either; tests that sample results against the oracle do.
+returning garbage while reporting COMPLETED (refused by default until verified, see ``load``),
+and a sync returning before the last DMA landed, which nothing here can see; tests that sample
+results against the oracle do.
 """
 
 from __future__ import annotations
@@ -100,12 +103,13 @@ from poot_ir import (
     UnsupportedDevice,
 )
 
+from poot_npu import xdna_contexts as contexts
 from poot_npu.xdna_artifact import decode_design, design_signature, encode_design, frame, unframe
 
 if TYPE_CHECKING:
     from poot_planner import Plan
 
-__all__ = ["KERNEL", "OPCODE", "TARGET", "XdnaDevice"]
+__all__ = ["KERNEL", "NODE", "OPCODE", "TARGET", "XdnaDevice"]
 
 TARGET: Final = "xdna2"
 KERNEL: Final = "MLIR_AIE"
@@ -116,6 +120,7 @@ INSTS_GROUP: Final = 1
 """The kernel argument index (and memory group) of the instruction buffer."""
 ARENA_GROUP: Final = 3
 """The kernel argument index of the first arena; arena ``i`` is argument ``3 + i``."""
+NODE: Final = contexts.NODE
 _SOURCE: Final = "xdna2 xrt source"
 _BLOB: Final = "xdna2 xrt blob"
 _CLOSE_GRACE_MS: Final = 1000
@@ -258,13 +263,8 @@ class XdnaDevice(HostMemory):
         n = len(design.regions)
         if len(parts) != 2 * n or any(not p or len(p) % 4 for p in parts[1::2]):
             raise BlobRefused(self._name, f"not {n} regions of an xclbin and whole-word insts")
-        limit = design.limits.contexts
-        used = sum(len(x.regions) for x in self._loaded.values())
-        if n > limit - used:
-            raise DeviceFailed(
-                f"{self._name}: hardware contexts: needs {n}, available {limit - used} "
-                f"(of {limit}; {used} held by loaded artifacts)"
-            )
+        # device-wide, shared with every XdnaDevice in the process (poot_npu.xdna_contexts)
+        contexts.reserve(NODE, n, design.limits.contexts, self._name)
         try:
             regions = [
                 self._load_region(r, parts[2 * i], parts[2 * i + 1])
@@ -272,6 +272,7 @@ class XdnaDevice(HostMemory):
             ]
             arenas = self._arenas(design, regions)
         except RuntimeError as err:
+            contexts.release(NODE, n)
             raise BlobRefused(self._name, f"XRT refused it: {err}") from None
         layout = design.layout
         written = {layout.slot(b.value).arena for b in layout.arguments}
@@ -319,7 +320,9 @@ class XdnaDevice(HostMemory):
 
     def unload(self, artifact: Artifact) -> None:
         self._usable()
-        self._loaded.pop(artifact.id, None)
+        gone = self._loaded.pop(artifact.id, None)
+        if gone is not None:
+            contexts.release(NODE, len(gone.regions))
 
     # -- running -------------------------------------------------------------------------------
 
@@ -448,6 +451,7 @@ class XdnaDevice(HostMemory):
 
     def _release(self) -> None:
         timeout = self._xrt.ert_cmd_state.ERT_CMD_STATE_TIMEOUT
+        kept = 0  # the contexts of a run still going stay held for the process
         for failed in self._failed:
             try:
                 still = failed[2].wait(_CLOSE_GRACE_MS) == timeout
@@ -455,7 +459,9 @@ class XdnaDevice(HostMemory):
                 still = False
             if still:
                 _abandoned.append(failed)
+                kept += len(failed[0].regions)
         self._failed.clear()
+        contexts.release(NODE, sum(len(x.regions) for x in self._loaded.values()) - kept)
         self._loaded.clear()
         self._device = None
 

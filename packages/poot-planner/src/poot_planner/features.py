@@ -213,7 +213,11 @@ def _target_section(t: Target) -> list[str]:
                 ["host streams out per region", str(lim.host_streams_out)],
                 ["streams per tile (each way)", str(lim.streams_per_tile)],
                 ["tile-local bytes", str(lim.tile_bytes)],
-                ["of those, the flag path's and guard count's on every tile", str(lim.flag_bytes)],
+                ["of those, the flag path's on every tile", str(lim.flag_bytes)],
+                [
+                    "of those, the link's data sections (guard count and reserve) on every tile",
+                    str(lim.link_data_bytes),
+                ],
                 ["of the streams out, the flag word's", str(lim.flag_streams_out)],
                 ["hardware contexts (one per region)", str(lim.contexts)],
                 ["host buffers per kernel call", str(lim.host_buffers)],

@@ -307,7 +307,7 @@ def _xdna2_layout(
         # whole and double-buffered fits: one call is a chunking, so no search (the region
         # chunks its tiles again in any case)
         if unchunked_bytes(job) > limits.data_tile_bytes:  # the flag path takes the rest
-            alone = chunk_region([job], limits.data_tile_bytes, limits.flag_bytes)
+            alone = chunk_region([job], limits.data_tile_bytes, limits.reserved_bytes)
             if isinstance(alone, int):
                 refusals.append(_limit(at, prim, "tile_bytes", alone, limits.tile_bytes))
                 continue

@@ -74,21 +74,37 @@ class RegionLimits:
     tile_bytes: int  # 64 KiB data memory less the 1 KiB stack
     contexts: int  # hardware contexts: one per loaded artifact (region)
     host_buffers: int  # buffers one kernel call takes (opcode, insts, n, bo0..bo4)
-    #: Tile bytes the region's flag path takes on every core: one 32-bit word in from the
-    #: previous core of the chain, one out (``poot_codegen.xdna.design.FlagPath``; depth 1),
-    #: and the core's own count, the 32-bit global ``poot_guard_word`` every kernel object
-    #: defines (``poot_codegen.xdna.guards.GUARD_PRELUDE``), which lives in the same data
-    #: memory as the FIFO buffers.
-    flag_bytes: int = 12
+    #: Tile bytes the region's flag path takes on every core as FIFO buffers: one 32-bit word in
+    #: from the previous core of the chain, one out (``poot_codegen.xdna.design.FlagPath``;
+    #: depth 1).
+    flag_bytes: int = 8
+    #: Tile bytes the link puts in the core's data memory after its buffers. aiecc's linker
+    #: script (mlir-aie lib/Targets/AIETargetLdScript.cpp, ``AIETranslateToLdScript``) starts
+    #: the ``data`` region at the end of the tile's highest buffer (``origin = base + max``,
+    #: ``length = getLocalMemorySize() - max``) and places there ``.data`` and ``.rodata`` of
+    #: every object linked, then ``.bss``: the 32-bit ``poot_guard_word`` each kernel object
+    #: defines (``poot_codegen.xdna.guards.GUARD_PRELUDE``), and whatever the kernel object,
+    #: compiler-rt's soft-float routines and crt0 bring, with their alignment. 4 bytes of guard
+    #: word and an UNMEASURED reserve of 252 bytes for the rest (poot's kernels define no other
+    #: data; a jump table or a literal pool would land in ``.rodata``): the ``xdna`` hardware
+    #: test measures every linked core's data sections against this figure.
+    link_data_bytes: int = 256
     #: Host streams out the flag path takes per region: its last core drains the region's word.
     flag_streams_out: int = 1
     #: Elements of one tensor: the kernel ABI counts units and elements in ``int32_t``.
     tensor_elements: int = 2**31 - 1
 
     @property
+    def reserved_bytes(self) -> int:
+        """Tile bytes every core holds besides its data FIFOs: its flag path's buffers and what
+        the link adds after the buffers."""
+        return self.flag_bytes + self.link_data_bytes
+
+    @property
     def data_tile_bytes(self) -> int:
-        """Tile bytes left for a core's data FIFOs once its flag path has its own."""
-        return self.tile_bytes - self.flag_bytes
+        """Tile bytes left for a core's data FIFOs once its flag path and the link's data
+        sections have their own."""
+        return self.tile_bytes - self.reserved_bytes
 
     @property
     def data_streams_out(self) -> int:

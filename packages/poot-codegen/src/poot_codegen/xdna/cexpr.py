@@ -1,8 +1,9 @@
 """C expressions for the elementwise steps of XDNA2 kernels, and their literals.
 
 Each step is one ``poot_math.h`` routine or one C operator on ``float`` operands: the core has
-no scalar FPU, so add and sub go to its vector float unit, mul and div to correctly rounded
-software routines, and the rest to poot's own software math (exp clamped to +-88, log, tanh,
+no scalar FPU, so add, sub, mul, div and compares are compiler-rt's software routines (llvm-aie
+``AIE2PLegalizerInfo.cpp`` makes every scalar f32 operation a library call on aie2p), and the
+rest poot's own software math (exp clamped to +-88, log, tanh,
 erf, sqrt as a bit-halving estimate plus four Newton steps). A literal is a ``const float``
 built from its exact bit pattern: never a decimal (which could round differently, and which
 C would read as ``double`` without a suffix).

@@ -59,6 +59,7 @@ __all__ = [
     "DEVICE",
     "FLAG_WORD",
     "GUARD_WORD",
+    "LINK_DATA_BYTES",
     "SHIM_COLUMNS",
     "Arena",
     "ArenaRole",
@@ -76,8 +77,8 @@ __all__ = [
     "Slot",
     "Transfer",
     "TransferDirection",
-    "flag_bytes",
     "flag_fifo",
+    "reserved_bytes",
     "words",
 ]
 
@@ -98,8 +99,12 @@ FLAG_WORD = 4
 flags arena."""
 GUARD_WORD = 4
 """Bytes of a core's own guard count, the ``uint32_t poot_guard_word`` global every region object
-defines (``guards.GUARD_PRELUDE``): data memory beside the core's FIFO buffers, so counted in
-``Core.buffer_bytes`` (the planner's ``RegionLimits.flag_bytes`` is two words and this one)."""
+defines (``guards.GUARD_PRELUDE``): ``.bss``, which aiecc's linker script places after the tile's
+highest buffer, so part of ``LINK_DATA_BYTES``."""
+LINK_DATA_BYTES = 256
+"""Bytes of a core's data memory the link fills after its buffers: the guard word and a reserve
+for the ``.data``/``.rodata``/``.bss`` of the objects linked (the planner's
+``RegionLimits.link_data_bytes``, which says why; a test holds the two equal)."""
 
 
 words = chunking_words  # one rounding rule for the planner's chunking and the layout
@@ -336,10 +341,11 @@ class FlagPath:
         return (flag_fifo(self.order[k - 1]) if k else None), flag_fifo(tile)
 
 
-def flag_bytes(first: bool) -> int:
-    """Data memory a core's flag path takes besides its FIFOs (``FlagPath``): the word it makes,
-    the one it takes unless it is the chain's ``first`` core, and its own count."""
-    return FLAG_WORD * (1 if first else 2) + GUARD_WORD
+def reserved_bytes(first: bool) -> int:
+    """Data memory a core takes besides its data FIFOs: its flag path's (``FlagPath``: the word
+    it makes, the one it takes unless it is the chain's ``first`` core) and the link's data
+    sections (``LINK_DATA_BYTES``, its own count among them)."""
+    return FLAG_WORD * (1 if first else 2) + LINK_DATA_BYTES
 
 
 def flag_fifo(tile: int) -> str:

@@ -50,8 +50,8 @@ from poot_codegen.xdna.design import (
     RelayoutKind,
     Transfer,
     TransferDirection,
-    flag_bytes,
     flag_fifo,
+    reserved_bytes,
 )
 from poot_codegen.xdna.kernels import kernel_symbol, region_object
 from poot_codegen.xdna.validate import validate
@@ -258,7 +258,7 @@ def _core(
         chunk=t.chunk,
         n_chunks=n,
         # the flag word it makes, but for the chain's first core the one it takes, and its count
-        buffer_bytes=sum(f.depth * f.nbytes for f in used) + flag_bytes(first),
+        buffer_bytes=sum(f.depth * f.nbytes for f in used) + reserved_bytes(first),
         index_guard=t.index_guard,
         index_axis=index_axis,
     )

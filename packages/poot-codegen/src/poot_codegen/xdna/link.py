@@ -10,12 +10,19 @@ For region ``N``, in its own work directory ``region<N>/`` holding ``region<N>.c
     <aiecc> --no-xchesscc --no-xbridge --aie-generate-xclbin --aie-generate-npu-insts
         --xclbin-name=final.xclbin --npu-insts-name=insts.bin aie.mlir
 
-``<aiecc>`` is the compiler driver the pinned mlir-aie wheel provides (``toolchain.json``): the
-first of its ``drivers`` on PATH (the ``aiecc`` console script the wheel declares, then the
-``aiecc.py`` it installs in ``bin``), else ``python3 -c "from aie.compiler.aiecc.main import
-main; main()"`` (the module has no ``__main__`` guard, so ``-m`` would do nothing). Before
-anything runs, ``python3`` on PATH must import every module the manifest lists for the driver
-(``aie``, ``aie.extras``, ``aiofiles``, ...): one probe, ``python3 -c <probe> <modules>``.
+``<aiecc>`` is the compiler driver the pinned mlir-aie wheel provides (``toolchain.json``), run
+by aiecc's own Python: the wheel declares ``numpy<2`` and the workspace has numpy 2, so the
+``.#npu`` shell builds aiecc an environment of its own from the wheel's requirements and names
+its interpreter in ``$POOT_AIECC_PYTHON`` (the manifest's ``aiecc.python``). When that is set,
+``<aiecc>`` is ``$POOT_AIECC_PYTHON -c "from aie.compiler.aiecc.main import main; main()"`` (the
+module has no ``__main__`` guard, so ``-m`` would do nothing). Elsewhere it is the first of the
+manifest's ``drivers`` on PATH (the ``aiecc.py`` console script the wheel declares), else the
+same ``-c`` line run by ``python3`` on PATH. Before anything runs, that same interpreter must
+import every module the manifest lists for the driver (everything
+``aie.compiler.aiecc.main`` imports, and the module itself): one probe, ``<python> -c <probe>
+<modules>``, which imports each (not only locates it), so a module that fails at import time
+(numpy 2 under a module built for numpy 1, a missing dependency of a dependency) is
+``ToolchainUnavailable`` naming it and its error, before any tool runs.
 
 Each region's kernels are one object, but compiled with ``-ffunction-sections
 -fdata-sections``: aiecc links every core with ``--gc-sections``, so each core keeps only its
@@ -60,6 +67,7 @@ from poot_codegen.xdna.toolchain import manifest
 
 __all__ = [
     "AIECC_FLAGS",
+    "AIECC_PYTHON",
     "ARCH",
     "INSTS_NAME",
     "PART",
@@ -69,6 +77,7 @@ __all__ = [
     "LinkTools",
     "Progress",
     "RegionArtifact",
+    "aiecc_python",
     "artifact_identity",
     "artifact_source",
     "driver",
@@ -108,18 +117,20 @@ CLANGXX: Final = manifest().peano_tools[0]
 MLIR_NAME: Final = "aie.mlir"
 AIECC_HELPERS: Final = manifest().aiecc_helpers
 PYTHON: Final = "python3"
-"""The interpreter on PATH that runs the driver (the shell's virtualenv)."""
+"""The interpreter on PATH that runs the driver when ``$POOT_AIECC_PYTHON`` is not set."""
+AIECC_PYTHON: Final = manifest().aiecc_python
+"""The variable naming aiecc's own interpreter (``toolchain.json`` ``aiecc.python``)."""
 PROBE: Final = (
-    "import importlib.util, sys\n"
+    "import importlib, sys\n"
     "for m in sys.argv[1:]:\n"
     "    try:\n"
-    "        found = importlib.util.find_spec(m) is not None\n"
-    "    except (ImportError, ValueError):\n"
-    "        found = False\n"
-    "    if not found:\n"
-    "        print(m)\n"
+    "        importlib.import_module(m)\n"
+    "    except (Exception, SystemExit) as e:\n"
+    "        why = ' '.join(f'{type(e).__name__}: {e}'.split())[:300]\n"
+    "        print(f'{m}\\t{why}')\n"
 )
-"""Prints each module named on its command line that does not import."""
+"""Imports each module named on its command line and prints a line ``module<TAB>error`` for
+each that does not import."""
 
 Progress = Callable[[str, int, int], None]
 
@@ -180,26 +191,36 @@ def _which(tool: str, env: Mapping[str, str]) -> Path | None:
     return Path(found) if found else None
 
 
+def aiecc_python(env: Mapping[str, str]) -> Path | None:
+    """The interpreter aiecc runs in (see the module): ``$POOT_AIECC_PYTHON`` when set (None
+    if it is not an executable), else ``python3`` on PATH (None if there is none)."""
+    named = env.get(AIECC_PYTHON)
+    if named:
+        return Path(named) if _executable(Path(named)) else None
+    return _which(PYTHON, env)
+
+
 def driver(env: Mapping[str, str]) -> tuple[str, ...] | None:
     """The argv prefix of the pinned wheel's aiecc driver in ``env`` (see the module), or None
-    when neither a driver nor ``python3`` is on PATH."""
+    when there is no interpreter to run it."""
     tc = manifest()
-    for name in tc.aiecc_drivers:
-        found = _which(name, env)
-        if found is not None:
-            return (str(found),)
-    python = _which(PYTHON, env)
+    if not env.get(AIECC_PYTHON):
+        for name in tc.aiecc_drivers:
+            found = _which(name, env)
+            if found is not None:
+                return (str(found),)
+    python = aiecc_python(env)
     if python is None:
         return None
     return (str(python), "-c", f"from {tc.aiecc_module} import main; main()")
 
 
-def _missing_modules(env: Mapping[str, str]) -> tuple[Path | None, list[str]]:
-    """(``python3`` on PATH, the manifest's driver modules it cannot import)."""
-    python = _which(PYTHON, env)
+def _unimportable(env: Mapping[str, str]) -> tuple[Path | None, list[tuple[str, str]]]:
+    """(aiecc's interpreter, each manifest module it cannot import with the reason)."""
+    python = aiecc_python(env)
     modules = list(manifest().python_modules)
     if python is None:
-        return None, modules
+        return None, [(m, "no interpreter") for m in modules]
     try:
         done = subprocess.run(
             [str(python), "-c", PROBE, *modules],
@@ -208,12 +229,13 @@ def _missing_modules(env: Mapping[str, str]) -> tuple[Path | None, list[str]]:
             env=dict(env),
             check=False,
         )
-    except OSError:
-        return python, modules
+    except OSError as err:
+        return python, [(m, f"{python} does not run: {err}") for m in modules]
     if done.returncode != 0:
-        return python, modules
-    absent = set(done.stdout.split())
-    return python, [m for m in modules if m in absent]  # in the manifest's order
+        why = " ".join((done.stderr or f"exit status {done.returncode}").split())[:300]
+        return python, [(m, f"the import probe failed: {why}") for m in modules]
+    failed = dict(line.split("\t", 1) for line in done.stdout.splitlines() if "\t" in line)
+    return python, [(m, failed[m]) for m in modules if m in failed]  # in the manifest's order
 
 
 def find_toolchain(env: Mapping[str, str] | None = None) -> LinkTools:
@@ -227,15 +249,26 @@ def find_toolchain(env: Mapping[str, str] | None = None) -> LinkTools:
     aiecc = driver(e)
     if aiecc is None:
         names = " or ".join([*manifest().aiecc_drivers, PYTHON])
-        missing.append(("aiecc", f"aiecc: none of {names} on PATH"))
+        missing.append(("aiecc", f"aiecc: none of {names} on PATH, nor ${AIECC_PYTHON}"))
     for tool in AIECC_HELPERS:
         if _which(tool, e) is None:
             missing.append((tool, f"{tool}: not on PATH, which aiecc runs"))
-    python, modules = _missing_modules(e)
-    if modules:
-        where = f"{python} cannot import" if python else f"no {PYTHON} on PATH to import"
+    python, failed = _unimportable(e)
+    if failed:
+        names = ", ".join(m for m, _ in failed)
         what = f"mlir-aie {manifest().mlir_aie_version}'s aiecc"
-        missing.append(("python modules", f"{where} {', '.join(modules)} ({what} needs them)"))
+        if python is None:
+            where = (
+                f"${AIECC_PYTHON} ({e[AIECC_PYTHON]}) is not an executable to import"
+                if e.get(AIECC_PYTHON)
+                else f"no {PYTHON} on PATH (nor ${AIECC_PYTHON}) to import"
+            )
+            missing.append(("python modules", f"{where} {names} ({what} needs them)"))
+        else:
+            reasons = "; ".join(f"{m}: {why}" for m, why in failed)
+            missing.append(
+                ("python modules", f"{python} cannot import {names} ({what} needs them): {reasons}")
+            )
     if missing or clang is None or aiecc is None:  # a None tool is in missing already
         raise ToolchainUnavailable(
             ", ".join(t for t, _ in missing), "; ".join(d for _, d in missing)

@@ -47,6 +47,7 @@ class Toolchain:
     link_with: LinkWith
     runtime_sequence: str  # "aiex.runtime_sequence" or "aie.runtime_sequence"
     aiecc_drivers: tuple[str, ...]  # executables tried in order on PATH
+    aiecc_python: str  # the variable naming aiecc's own interpreter (its own environment)
     aiecc_module: str  # the driver's module: the last resort is `python -c` on its main()
     aiecc_flags: tuple[str, ...]  # this version's options: Peano, an xclbin and instructions
     aiecc_helpers: tuple[str, ...]  # tools aiecc itself runs from PATH
@@ -74,6 +75,7 @@ def load_manifest(path: Path = MANIFEST_PATH) -> Toolchain:
             link_with=LinkWith(raw["mlir"]["link_with"]),
             runtime_sequence=seq,
             aiecc_drivers=tuple(raw["aiecc"]["drivers"]),
+            aiecc_python=str(raw["aiecc"]["python"]),
             aiecc_module=str(raw["aiecc"]["module"]),
             aiecc_flags=tuple(raw["aiecc"]["flags"]),
             aiecc_helpers=tuple(raw["aiecc"]["helpers"]),

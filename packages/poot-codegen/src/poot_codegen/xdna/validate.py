@@ -3,7 +3,8 @@
 The bounds (``RegionLimits``, measured on Strix Halo): 32 compute tiles on 8 columns x rows
 2..5; 16 host streams in and 16 out, spread over the 8 shims, 2 channels each way per shim
 (and 16 buffer descriptors per shim); at most 2 streams into and out of a compute tile; at
-most 64512 bytes of FIFO buffers per tile (64 KiB less the 1 KiB stack); at most 5 host
+most 64512 bytes per tile (64 KiB less the 1 KiB stack) of FIFO buffers, flag words and the
+link's data sections after them (``design.reserved_bytes``); at most 5 host
 buffers per kernel call. The consistency rules are the execution contract of ``design``:
 every FIFO object has one size all its endpoints agree on, every streaming endpoint makes as
 many calls as the FIFO has objects, every transfer covers its slot's whole tensor.
@@ -44,8 +45,8 @@ from poot_codegen.xdna.design import (
     Relayout,
     RelayoutKind,
     TransferDirection,
-    flag_bytes,
     flag_fifo,
+    reserved_bytes,
     words,
 )
 
@@ -226,7 +227,7 @@ def validate_region(region: RegionDesign, layout: HostLayout, limits: RegionLimi
     drains = region.flag.order[-1]
     for c in region.cores:
         w = f"{where}, core {c.symbol}"
-        _validate_core(c, fifos, limits, flag_bytes(c.tile == first), w)
+        _validate_core(c, fifos, limits, reserved_bytes(c.tile == first), w)
         # its data output and, on the chain's last core, the flag drain: DMA channels out
         out = 1 + (c.tile == drains)
         _check(
@@ -277,7 +278,7 @@ def _validate_chain(region: RegionDesign, where: str) -> None:
 
 
 def _validate_core(
-    c: Core, fifos: dict[str, Fifo], limits: RegionLimits, flag_bytes: int, where: str
+    c: Core, fifos: dict[str, Fifo], limits: RegionLimits, reserved: int, where: str
 ) -> None:
     _check(0 <= c.column < SHIM_COLUMNS, "compute tile column", where, c.column, SHIM_COLUMNS - 1)
     _check(c.row in COMPUTE_ROWS, "compute tile row", where, c.row, COMPUTE_ROWS[-1])
@@ -291,7 +292,7 @@ def _validate_core(
     ports = (*c.inputs, c.output)
     for port in ports:
         _check(port.fifo in fifos, f"port on a FIFO {port.fifo!r} the region lacks", where)
-    total = sum(fifos[p.fifo].depth * fifos[p.fifo].nbytes for p in ports) + flag_bytes
+    total = sum(fifos[p.fifo].depth * fifos[p.fifo].nbytes for p in ports) + reserved
     _check(total <= limits.tile_bytes, "tile-local bytes", where, total, limits.tile_bytes)
     _check(total == c.buffer_bytes, "buffer bytes are not its FIFOs'", where, total, c.buffer_bytes)
     for port in ports:

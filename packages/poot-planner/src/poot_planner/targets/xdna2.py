@@ -56,8 +56,10 @@ CODE_SIZE = CodeSize(
     base=1536,
     routines=((_A, 1424), (_M, 1168), (_D, 1440), (_C, 1000), (_V, 464), (_I, 400)),
     bodies=(
-        (Prim.ADD, (_A,), 96),
-        (Prim.SUB, (_A,), 96),
+        # add and sub call the compare too: their result guard tests whether the operands
+        # cancel exactly (poot_codegen.xdna.guards.result_guard, a float `!=`)
+        (Prim.ADD, (_A, _C), 96),
+        (Prim.SUB, (_A, _C), 96),
         (Prim.MUL, (_M,), 96),
         (Prim.DIV, (_D,), 96),
         (Prim.NEG, (), 64),

@@ -163,7 +163,7 @@ def chunk_region(
     """The region's tiles with the chunking they run (``TileOp.chunk`` and ``tile_bytes``
     updated) and the region's largest tile bytes, or what ``chunk_calls`` says is needed.
     ``limit`` is what the data FIFOs may take; ``reserved`` the bytes every tile holds besides
-    (the flag path and the guard word, ``RegionLimits.flag_bytes``): counted in ``tile_bytes``
+    (the flag path and the link's data sections, ``RegionLimits.reserved_bytes``): counted in ``tile_bytes``
     and in the need."""
     got = chunk_calls(tiles, limit)
     if isinstance(got, int):

@@ -9,8 +9,8 @@ Regions are formed greedily in program order: a region closes where adding the n
 would break a bound (``RegionLimits``): compute tiles, host streams in, host streams out, or
 tile-local bytes once the tiles that share a FIFO share its object size
 (``poot_planner.xdna2.chunking``). The region's flag path (its domain-guard word, chained core to core
-and drained to the host) is counted too: ``RegionLimits.flag_bytes`` on every tile (the words
-in and out and the core's own guard count) and
+and drained to the host) is counted too: ``RegionLimits.reserved_bytes`` on every tile (the words
+in and out, and what the link adds after the buffers: the core's own guard count and a reserve) and
 ``flag_streams_out`` host stream out per region. The streams of a candidate region are counted exactly: a value
 produced inside it goes out to the host only if a tile outside it (earlier or later) or the
 program's results read it. The tiles of a formed region carry the chunking they run. A program
@@ -201,7 +201,7 @@ def form_regions(
     def close() -> None:
         group = current.tiles
         h_in, h_out, internal = _streams(group, readers, results)
-        chunked = chunk_region(group, limits.data_tile_bytes, limits.flag_bytes)
+        chunked = chunk_region(group, limits.data_tile_bytes, limits.reserved_bytes)
         tiles_ = tuple(chunked[0]) if not isinstance(chunked, int) else tuple(group)
         regions.append(Region(len(regions), tiles_, tuple(h_in), tuple(h_out), tuple(internal)))
 
