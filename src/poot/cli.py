@@ -28,27 +28,23 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tokenize
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
-from poot_engine.run import run_program
-from poot_ir import PootError, Program, format_program, parse_program, sample_inputs
+from poot_ir import InputError, PootError, Program, format_program, parse_program
 from poot_ir.budget import budget_set, check_alloc
-from poot_ir.sampling import sample_bytes
-from poot_npu.registry import DEVICES, DeviceKind, device_info, make_device
-from poot_planner import TARGETS, plan
-from poot_planner.features import feature_matrix
 from rich.console import Console
 from rich.markup import escape
 
-from poot import render
-from poot.decoder import EXAMPLES as DECODERS
-from poot.generate import generate, handoff_table, render_report
+from poot import files
 
+# Each subcommand imports what it needs when it runs: `poot import` loads neither the engine,
+# the devices nor the planner (tests/test_cli.py checks it with -X importtime).
 if TYPE_CHECKING:
     from poot_onnx import Imported
 
@@ -57,14 +53,8 @@ __all__ = ["main"]
 EXAMPLES = Path(__file__).parent / "examples"
 
 
-def _read_program(path: str) -> Program:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise _InputError(f"cannot read {path}: {err.strerror}") from None
-    except UnicodeDecodeError as err:
-        raise _InputError(f"{path} is not UTF-8 text (byte {err.start}): not a program") from None
-    return parse_program(text)
+def _read_program(path: str, limit: int) -> Program:
+    return parse_program(files.read_text(path, "program", limit))
 
 
 def _shapes(specs: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
@@ -78,7 +68,7 @@ def _shapes(specs: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
         except ValueError:
             extents = ()
         if not sep or not name or not extents or any(d < 0 for d in extents):
-            raise _InputError(f"--shape {spec!r}: expected NAME=AxBx... (non-negative integers)")
+            raise InputError(f"--shape {spec!r}", "expected NAME=AxBx... (non-negative integers)")
         out[name] = extents
     return out
 
@@ -86,33 +76,48 @@ def _shapes(specs: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
 def _import_onnx(path: str, shapes: Sequence[str] | None) -> Imported:
     from poot_onnx import import_model
 
+    files.regular_file(path, "model")  # read whole: held to the memory budget
     return import_model(path, shapes=_shapes(shapes))
 
 
-def _load(path: str, shapes: Sequence[str] | None) -> tuple[Program, Imported | None]:
+def _load(path: str, shapes: Sequence[str] | None, limit: int) -> tuple[Program, Imported | None]:
     """A program from a ``.poot`` file, or imported from an ``.onnx`` one (with its weights)."""
     if path.endswith(".onnx"):
         imported = _import_onnx(path, shapes)
         return imported.program, imported
-    return _read_program(path), None
+    return _read_program(path, limit), None
 
 
 def _read_inputs(path: str) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` file, refused (one line) when it is missing, no ``.npz``, or
-    holds anything but plain arrays."""
+    """The arrays of an ``.npz`` file, refused (one line) when it is missing, not a regular
+    file, no ``.npz``, larger than the memory budget (unpacked), or holds anything but plain
+    arrays."""
+    what = f"inputs {path}"
+    files.regular_file(path, "inputs")
     try:
         data = np.load(path, allow_pickle=False)
     except OSError as err:
-        raise _InputError(f"cannot read inputs {path}: {err.strerror or err}") from None
+        raise InputError(what, f"cannot read it: {err.strerror or err}") from None
     except (ValueError, EOFError) as err:  # pickled, or no numpy file at all
-        raise _InputError(f"inputs {path} are not a plain .npz: {err}") from None
+        raise InputError(what, f"not a plain .npz: {err}") from None
     if not isinstance(data, np.lib.npyio.NpzFile):
-        raise _InputError(f"inputs {path} are one array (.npy); expected an .npz of named arrays")
-    try:
-        with data:
+        raise InputError(what, "one array (.npy); expected an .npz of named arrays")
+    with data:
+        # what the members unpack to, before one is unpacked
+        members = data.zip.infolist() if data.zip is not None else []
+        check_alloc(what, sum(int(m.file_size) for m in members))
+        try:
             return {k: data[k] for k in data.files}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:  # an object array
-        raise _InputError(f"inputs {path} hold an array that is not plain data: {err}") from None
+        except (
+            ValueError,  # an object array
+            OSError,
+            EOFError,
+            KeyError,
+            zipfile.BadZipFile,
+            SyntaxError,  # a header numpy's literal_eval cannot read
+            tokenize.TokenError,  # a header numpy's tokenizer cannot read
+        ) as err:
+            raise InputError(what, f"holds an array that is not plain data: {err}") from None
 
 
 def _origins(console: Console, p: Any, imported: Imported | None) -> None:
@@ -131,10 +136,6 @@ def _origins(console: Console, p: Any, imported: Imported | None) -> None:
             console.print(f"equation {r.eqn} ({r.primitive}) comes from {where}", highlight=False)
 
 
-class _InputError(PootError):
-    """A file the command line could not read or write, or an argument it cannot use."""
-
-
 def _with_progress(device: object, console: Console) -> None:
     """Long builds show progress: a device with a link step (XDNA2) reports each stage."""
     if hasattr(device, "progress"):
@@ -146,6 +147,12 @@ def _with_progress(device: object, console: Console) -> None:
 
 
 def _demo(console: Console, args: argparse.Namespace) -> int:
+    from poot_engine.run import run_program
+    from poot_npu.registry import DEVICES
+
+    from poot import render
+    from poot.generate import generate, handoff_table
+
     examples = sorted(EXAMPLES.glob("*.poot"))
     devices = [(d, d.unavailable_reason()) for d in DEVICES]
     console.print(render.devices_table(devices, proves=False))
@@ -179,6 +186,9 @@ def _demo(console: Console, args: argparse.Namespace) -> int:
 
 
 def _generate(console: Console, args: argparse.Namespace) -> int:
+    from poot.decoder import EXAMPLES as DECODERS
+    from poot.generate import generate, render_report
+
     cfg = DECODERS[args.example]
     if args.prompt_len is not None:
         cfg = cfg.with_prompt(args.prompt_len)
@@ -196,7 +206,13 @@ def _positive(text: str) -> int:
 
 
 def _plan(console: Console, args: argparse.Namespace) -> int:
-    program, imported = _load(args.file, args.shape)
+    from poot_planner import TARGETS, plan
+
+    from poot import render
+
+    program, imported = _load(
+        args.file, args.shape, files.max_program_bytes(args.max_program_bytes)
+    )
     targets = [args.target] if args.target else list(TARGETS)
     code = 0
     for t in targets:
@@ -210,15 +226,37 @@ def _plan(console: Console, args: argparse.Namespace) -> int:
     return code
 
 
+def _device_for(device: str | None, target: str | None) -> str:
+    """The device ``poot run`` uses: ``--device``, whose target ``--target`` (when given) must
+    be; else the first device present for ``--target``; else the CPU."""
+    from poot_npu.registry import DEVICES, device_info
+
+    if device is None:
+        return next(
+            (d.name for d in DEVICES if d.target == target and d.unavailable_reason() is None),
+            "cpu",
+        )
+    runs = device_info(device).target
+    if target is not None and runs != target:
+        raise InputError(
+            f"--target {target}", f"device {device!r} runs target {runs!r}, not {target!r}"
+        )
+    return device
+
+
 def _run(console: Console, args: argparse.Namespace) -> int:
-    program, imported = _load(args.file, args.shape)
-    name = args.device or next(
-        (d.name for d in DEVICES if d.target == args.target and d.unavailable_reason() is None),
-        "cpu",
-    )
-    info = device_info(name)
-    if args.target and info.target != args.target:
-        raise _InputError(f"device {name!r} runs target {info.target!r}, not {args.target!r}")
+    from poot_engine.run import run_program
+    from poot_ir import sample_inputs
+    from poot_ir.sampling import sample_bytes
+    from poot_npu.registry import make_device
+
+    from poot import render
+
+    limit = files.max_program_bytes(args.max_program_bytes)
+    name = _device_for(args.device, args.target)
+    if args.inputs:
+        files.regular_file(args.inputs, "inputs")  # before the program is even read
+    program, imported = _load(args.file, args.shape, limit)
     device = make_device(name)
     _with_progress(device, console)
     try:
@@ -229,7 +267,9 @@ def _run(console: Console, args: argparse.Namespace) -> int:
                 given = {imported.inputs.get(k, k): v for k, v in given.items()}
                 given = {**imported.weights, **given}
             if extra := sorted(set(given) - {a.name for a in program.args}):
-                raise _InputError(f"inputs {args.inputs}: {extra} are not arguments of the program")
+                raise InputError(
+                    f"inputs {args.inputs}", f"{extra} are not arguments of the program"
+                )
             inputs = [given]
         elif imported is not None:
             check_alloc(f"{args.steps} steps of samples", args.steps * sample_bytes(program))
@@ -250,6 +290,10 @@ def _run(console: Console, args: argparse.Namespace) -> int:
 
 
 def _devices(console: Console, args: argparse.Namespace) -> int:
+    from poot_npu.registry import DEVICES, DeviceKind, device_info
+
+    from poot import render
+
     devices = [(d, d.unavailable_reason()) for d in DEVICES]
     console.print(render.devices_table(devices))
     if args.require:
@@ -264,6 +308,8 @@ def _devices(console: Console, args: argparse.Namespace) -> int:
 
 
 def _features(console: Console, args: argparse.Namespace) -> int:
+    from poot_planner.features import feature_matrix
+
     sys.stdout.write(feature_matrix())
     return 0
 
@@ -272,26 +318,32 @@ def _import(console: Console, args: argparse.Namespace) -> int:
     from poot_onnx import check_model
 
     if args.check:
+        files.regular_file(args.model, "model")
         blockers = check_model(args.model, shapes=_shapes(args.shape))
         for b in blockers:
             console.print(str(b), highlight=False, markup=False)
         console.print(f"{len(blockers)} blocker(s)" if blockers else "imports: no blockers")
         return 1 if blockers else 0
+    out = weights = None
+    if args.output:
+        out = Path(args.output)
+        if out.suffix == ".npz":
+            raise InputError(
+                f"-o {out}", "the weights go to FILE with .npz; name the program .poot"
+            )
+        # both outputs checked before the import's work
+        out = files.check_output(out, "program")
+        weights = files.check_output(out.with_suffix(".npz"), "weights")
     imported = _import_onnx(args.model, args.shape)
     text = format_program(imported.program)
-    if not args.output:
+    if out is None or weights is None:
         sys.stdout.write(text)
         return 0
-    out = Path(args.output)
-    weights = out.with_suffix(".npz")
-    if out.suffix == ".npz":
-        raise _InputError(f"-o {out}: the weights go to FILE with .npz; name the program .poot")
-    try:
-        out.write_text(text, encoding="utf-8")
-        # Always written (empty for a model without weights), so `poot run` finds them.
-        np.savez(weights, allow_pickle=False, **imported.weights)
-    except OSError as err:
-        raise _InputError(f"cannot write {err.filename or out}: {err.strerror or err}") from None
+    files.write_text(out, text, "program")
+    # Always written (empty for a model without weights), so `poot run` finds them.
+    files.write_file(
+        weights, "weights", lambda f: np.savez(f, allow_pickle=False, **imported.weights)
+    )
     console.print(
         f"wrote {out} ({len(imported.program.eqns)} equations) and its weights {weights} "
         f"({len(imported.weights)} arrays)"
@@ -302,6 +354,8 @@ def _import(console: Console, args: argparse.Namespace) -> int:
 def _cache(console: Console, args: argparse.Namespace) -> int:
     from poot_engine import blob_cache
     from poot_engine.cache_root import cache_root
+
+    from poot import render
 
     # where the cache is for the directory named (poot's own poot/ inside a directory it did
     # not create); nothing is created or changed to find out
@@ -354,11 +408,54 @@ def _memory_budget(text: str) -> int:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def _bytes(text: str) -> int:
+    """``--max-program-bytes``: bytes, with an optional K/M/G/T suffix."""
+    return _memory_budget(text)
+
+
 def _cache_dir(text: str) -> Path:
     """``--cache-dir``: an empty name would silently mean the current directory."""
     if not text:
         raise argparse.ArgumentTypeError("the cache directory must not be empty")
     return Path(text)
+
+
+class _Names:
+    """``choices=`` named on first use (``in``, iteration), so that building the parser loads
+    neither the device registry nor the planner: only the subcommand that reads them does."""
+
+    def __init__(self, load: Callable[[], Iterable[str]]) -> None:
+        self._load = load
+        self._names: tuple[str, ...] | None = None
+
+    def _get(self) -> tuple[str, ...]:
+        if self._names is None:
+            self._names = tuple(self._load())
+        return self._names
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._get()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+
+def _device_names() -> list[str]:
+    from poot_npu.registry import DEVICES
+
+    return [d.name for d in DEVICES]
+
+
+def _target_names() -> list[str]:
+    from poot_planner import TARGETS
+
+    return list(TARGETS)
+
+
+def _decoder_names() -> list[str]:
+    from poot.decoder import EXAMPLES
+
+    return list(EXAMPLES)
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -386,6 +483,17 @@ def _parser() -> argparse.ArgumentParser:
         help="bytes (K/M/G/T suffixes) any one allocation sized by the input may take "
         "(default: half the available memory; also POOT_MEMORY_BUDGET)",
     )
+    ap.add_argument(
+        "--max-program-bytes",
+        type=_bytes,
+        default=None,
+        help="the largest program text read, in bytes (K/M/G/T suffixes; default "
+        f"{files.MAX_PROGRAM_BYTES >> 20}M; also POOT_MAX_PROGRAM_BYTES)",
+    )
+    # the metavars keep argparse from listing the choices (which loads them) while it builds
+    # the parser; a subcommand's --help lists them
+    devices, targets = _Names(_device_names), _Names(_target_names)
+    device_help = "one of %(choices)s"
     sub = ap.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="the example programs on every target and device present")
     d.add_argument("--steps", type=_steps, default=3)
@@ -394,7 +502,12 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="how a target runs a program, or why it refuses it")
     p.add_argument("file")
     p.add_argument("--shape", action="append", help=shape_help)
-    p.add_argument("--target", choices=list(TARGETS))
+    p.add_argument(
+        "--target",
+        choices=targets,
+        metavar="TARGET",
+        help="one of %(choices)s (default: every one)",
+    )
     p.add_argument(
         "--program", action="store_true", help="also print the program as the target runs it"
     )
@@ -402,8 +515,18 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a program on a device, checked against the oracle")
     r.add_argument("file")
     r.add_argument("--shape", action="append", help=shape_help)
-    r.add_argument("--target", choices=list(TARGETS), default="cpu")
-    r.add_argument("--device", choices=[d.name for d in DEVICES])
+    r.add_argument(
+        "--target",
+        choices=targets,
+        metavar="TARGET",
+        help="one of %(choices)s (default: the device's; without --device, cpu)",
+    )
+    r.add_argument(
+        "--device",
+        choices=devices,
+        metavar="DEVICE",
+        help="one of %(choices)s (default: the first present for --target)",
+    )
     r.add_argument("--steps", type=_steps, default=3)
     r.add_argument("--inputs", help="an .npz of every argument (default: deterministic samples)")
     r.add_argument(
@@ -413,16 +536,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     r.set_defaults(fn=_run)
     g = sub.add_parser("generate", help="prefill on one device, decode on another (KV handoff)")
-    g.add_argument("example", choices=list(DECODERS))
-    g.add_argument("--prefill-device", choices=[d.name for d in DEVICES], default="cpu")
-    g.add_argument("--decode-device", choices=[d.name for d in DEVICES], default="cpu")
+    g.add_argument(
+        "example", choices=_Names(_decoder_names), metavar="EXAMPLE", help="one of %(choices)s"
+    )
+    g.add_argument("--prefill-device", choices=devices, metavar="DEVICE", default="cpu")
+    g.add_argument("--decode-device", choices=devices, metavar="DEVICE", default="cpu")
     g.add_argument("--steps", type=_positive, default=32)
     g.add_argument("--prompt-len", type=_positive, help="prefill's T (default: the example's)")
     g.set_defaults(fn=_generate)
     f = sub.add_parser("features", help="the feature matrix, generated from the target tables")
     f.set_defaults(fn=_features)
     v = sub.add_parser("devices", help="the devices poot knows and whether they are here")
-    v.add_argument("--require", choices=[d.name for d in DEVICES])
+    v.add_argument("--require", choices=devices, metavar="DEVICE", help=device_help)
     v.set_defaults(fn=_devices)
     i = sub.add_parser("import", help="import an ONNX model as a poot program")
     i.add_argument("model")
@@ -436,7 +561,7 @@ def _parser() -> argparse.ArgumentParser:
     c.set_defaults(fn=_cache)
     a = sub.add_parser("acceptance", help="check every claim for a device on it: a receipt")
     group = a.add_mutually_exclusive_group(required=True)
-    group.add_argument("--device", choices=[d.name for d in DEVICES])
+    group.add_argument("--device", choices=devices, metavar="DEVICE", help=device_help)
     group.add_argument("--compare", nargs=2, metavar="RECEIPT", help="two receipts side by side")
     a.add_argument("-o", "--output", type=Path, help="write the receipt (JSON) here")
     a.set_defaults(fn=_acceptance)
