@@ -22,6 +22,8 @@ from poot_planner import plan
 
 from poot.cli import EXAMPLES, main
 
+from cli_errors import check_error_lines
+
 LAYERNORM = str(EXAMPLES / "layernorm.poot")
 
 
@@ -35,6 +37,7 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     assert code == 2, (argv, code, err)
     lines = err.strip("\n").split("\n")
     assert len(lines) == 1 and lines[0], (argv, err)
+    check_error_lines(lines[0])
     return lines[0]
 
 

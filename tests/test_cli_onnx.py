@@ -15,12 +15,15 @@ from poot_ir import parse_program
 
 from poot.cli import main
 
+from cli_errors import check_error_lines
+
 W = np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32)
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out = capsys.readouterr()
+    check_error_lines(out.err)
     return code, out.out, out.err
 
 
