@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_errors import check_error_lines
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from poot_engine import CpuDevice, Engine
@@ -21,8 +22,6 @@ from poot_ir.budget import BudgetExceeded, set_budget
 from poot_planner import plan
 
 from poot.cli import EXAMPLES, main
-
-from cli_errors import check_error_lines
 
 LAYERNORM = str(EXAMPLES / "layernorm.poot")
 

@@ -8,12 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_errors import check_error_lines, is_public, public_errors
 from poot_ir import parse_program
 from poot_planner import feature_matrix, plan
 
 from poot.cli import EXAMPLES, main
-
-from cli_errors import check_error_lines, is_public, public_errors
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -153,13 +152,14 @@ def test_every_error_class_of_the_library_is_public() -> None:
     import importlib
     import pkgutil
 
-    import poot
     import poot_codegen
     import poot_engine
     import poot_ir
     import poot_npu
     import poot_onnx
     import poot_planner
+
+    import poot
 
     for package in (poot, poot_codegen, poot_engine, poot_ir, poot_npu, poot_onnx, poot_planner):
         for m in pkgutil.walk_packages(package.__path__, package.__name__ + "."):

@@ -20,10 +20,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_errors import check_error_lines
 
 from poot.cli import EXAMPLES, main
-
-from cli_errors import check_error_lines
 
 PROGRAM = "program p\n  slot x %0: f32[2]\n  %1: f32[2] = neg %0\nend\n"
 

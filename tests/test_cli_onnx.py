@@ -9,13 +9,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from cli_errors import check_error_lines
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from poot_ir import parse_program
 
 from poot.cli import main
-
-from cli_errors import check_error_lines
 
 W = np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32)
 

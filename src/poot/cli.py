@@ -5,8 +5,9 @@
     poot demo                               the example programs, planned for every target and
                                             run on every device present, checked against the oracle
     poot plan FILE --target T               admission, regions, contexts, refusals, numerics
-    poot run FILE --target T [--device D]   run a program and check it against the oracle
-             [--partition]                  (refused spans on the CPU oracle, the rest on D)
+    poot run FILE [--device D] [--target T] run a program and check it against the oracle
+             [--partition]                  (T: D's target; D: the first device present for T;
+                                            refused spans on the CPU oracle, the rest on D)
     poot generate EXAMPLE                   prefill on one device, hand the KV cache over,
              [--prefill-device D]           decode greedily on another; checked against a
              [--decode-device D] [--steps N]  whole run on the oracle
@@ -20,8 +21,12 @@
     poot acceptance --compare A B           two receipts side by side
 
 Exit status: 0 on success, 1 when a check failed or a program was refused, 2 on bad input
-(a typed ``PootError``, one line naming what is wrong, or a usage error from the argument
-parser), 3 when ``acceptance`` finds its device absent ("hardware unavailable: ...").
+(a typed ``PootError`` of a public class, one line naming what is wrong, or a usage error from
+the argument parser), 3 when ``acceptance`` finds its device absent ("hardware unavailable:
+...").
+
+Every file read is checked before it is opened and every file written before the work starts
+(``poot.files``).
 """
 
 from __future__ import annotations
