@@ -5,7 +5,8 @@ The checks, each with a figure and a verdict (``ACCEPTANCE_CHECKS`` lists them b
 
 - every capability of the device's target against the oracle, on inputs reaching its domain's
   edges from inside (a verified engine: the worst error over its bound is the figure), and one
-  value past the domain, which must be refused with a typed error;
+  value past the domain, which must be refused with a typed error (the values:
+  ``poot_ir.edges``, which the conformance suite and the device tests share);
 - XDNA2 (``acceptance.regions``): every region bound of the target table at and one past its
   limit (compute tiles, host streams in and out, tile-local bytes, streams into a tile,
   contexts, host buffers, elements per tensor), several regions in one program, each run
@@ -53,15 +54,7 @@ from poot_ir import (
     Program,
     evaluate,
 )
-from poot_ir.numerics import (
-    AnyInput,
-    Domain,
-    FiniteInputs,
-    FiniteNormalResult,
-    Interval,
-    NotNaN,
-    PositiveNormal,
-)
+from poot_ir.edges import domain_edges
 from poot_npu.registry import DeviceInfo, DeviceKind
 from poot_planner import get_target, plan
 from poot_planner.features import render_bound, render_domain
@@ -161,30 +154,6 @@ def _identity(info: DeviceInfo, device: Device) -> dict[str, Any]:
 
 # -- capabilities at their domains' edges -----------------------------------------------------
 
-_TINY, _BIG = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
-
-
-def _edges(domain: Domain, dtype: DType) -> tuple[list[float], float | None]:
-    """Values inside ``domain`` reaching its edges, and one value just past it (None: nothing
-    is past it)."""
-    big = 65504.0 if dtype is DType.F16 else 1e4
-    match domain:
-        case Interval(lo=lo, hi=hi):
-            return [lo, hi, 0.0, -0.0, lo / 2, hi / 2, 1.0], float(
-                np.nextafter(np.float32(hi), 1e9)
-            )
-        case PositiveNormal():
-            tiny = 6.104e-05 if dtype is DType.F16 else _TINY
-            return [tiny, 1.0, 2.0, big, tiny * 3], -1.0
-        case FiniteNormalResult():
-            return [0.0, -0.0, 1.0, -1.0, 3.0, 100.0, -100.0, 0.5], np.inf
-        case FiniteInputs():
-            return [0.0, -0.0, 1.0, -1.0, big, -big, 20.0, -20.0], np.inf
-        case NotNaN():
-            return [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, big], np.nan
-        case AnyInput():
-            return [0.0, -0.0, 1.0, -1.0, np.inf, np.nan], None
-
 
 def _single(prim: Prim, dtype: DType, n: int) -> Program | None:
     b = Builder(f"accept_{prim.value}_{dtype.value}")
@@ -204,7 +173,8 @@ def _capabilities(engine: Engine, target: str, receipt: Receipt) -> Iterator[Che
     t = get_target(target)
     for cap in t.capabilities:
         for dtype in sorted(cap.dtypes & {DType.F32, DType.F16}, key=lambda d: d.value):
-            inside, past = _edges(cap.contract.domain, dtype)
+            edges = domain_edges(cap.contract.domain, dtype)
+            inside, past = list(edges.inside), edges.past
             program = _single(cap.prim, dtype, len(inside))
             if program is None or not plan(program, target).admitted:
                 continue
