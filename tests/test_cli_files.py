@@ -155,6 +155,22 @@ def test_an_npz_whose_header_does_not_parse(
     assert f"inputs {inputs}" in err and "not plain data" in err
 
 
+def test_an_npz_declaring_an_array_over_the_budget_is_refused_unread(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A 200-byte member whose header declares 4 TB: numpy allocated it (MemoryError, a
+    traceback) before finding the data short."""
+    inputs = tmp_path / "in.npz"
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000,), }\n"
+    _npz_with_header(inputs, header)
+    program = str(EXAMPLES / "row_stats.poot")
+    err = _refused(
+        capsys, "--cache-dir", str(tmp_path), "run", program, "--inputs", str(inputs),
+        error="BudgetExceeded",
+    )  # fmt: skip
+    assert f"inputs {inputs} needs 3.6 TiB" in err
+
+
 # -- writing: every output path checked before the work -----------------------------------------
 
 

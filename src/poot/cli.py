@@ -32,6 +32,7 @@ Every file read is checked before it is opened and every file written before the
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import tokenize
 import zipfile
@@ -96,34 +97,52 @@ def _load(path: str, shapes: Sequence[str] | None, limit: int) -> tuple[Program,
 
 def _read_inputs(path: str) -> dict[str, np.ndarray]:
     """The arrays of an ``.npz`` file, refused (one line) when it is missing, not a regular
-    file, no ``.npz``, larger than the memory budget (unpacked), or holds anything but plain
-    arrays."""
+    file, no ``.npz``, larger than the memory budget (unpacked, or as its headers declare), or
+    holds anything but plain arrays."""
     what = f"inputs {path}"
-    files.regular_file(path, "inputs")
-    try:
-        data = np.load(path, allow_pickle=False)
-    except OSError as err:
-        raise InputError(what, f"cannot read it: {err.strerror or err}") from None
-    except (ValueError, EOFError) as err:  # pickled, or no numpy file at all
-        raise InputError(what, f"not a plain .npz: {err}") from None
-    if not isinstance(data, np.lib.npyio.NpzFile):
-        raise InputError(what, "one array (.npy); expected an .npz of named arrays")
-    with data:
-        # what the members unpack to, before one is unpacked
-        members = data.zip.infolist() if data.zip is not None else []
-        check_alloc(what, sum(int(m.file_size) for m in members))
+    with files.open_regular(path, "inputs") as f:
         try:
-            return {k: data[k] for k in data.files}
-        except (
-            ValueError,  # an object array
-            OSError,
-            EOFError,
-            KeyError,
-            zipfile.BadZipFile,
-            SyntaxError,  # a header numpy's literal_eval cannot read
-            tokenize.TokenError,  # a header numpy's tokenizer cannot read
-        ) as err:
-            raise InputError(what, f"holds an array that is not plain data: {err}") from None
+            data = np.load(f, allow_pickle=False)
+        except OSError as err:
+            raise InputError(what, f"cannot read it: {err.strerror or err}") from None
+        except (ValueError, EOFError) as err:  # pickled, or no numpy file at all
+            raise InputError(what, f"not a plain .npz: {err}") from None
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise InputError(what, "one array (.npy); expected an .npz of named arrays")
+        with data:
+            try:
+                # what the members unpack to and the arrays they declare, before one is read
+                check_alloc(what, _declared_bytes(data))
+                return {k: data[k] for k in data.files}
+            except (
+                ValueError,  # an object array
+                OSError,
+                EOFError,
+                KeyError,
+                zipfile.BadZipFile,
+                SyntaxError,  # a header numpy's literal_eval cannot read
+                tokenize.TokenError,  # a header numpy's tokenizer cannot read
+            ) as err:
+                raise InputError(what, f"holds an array that is not plain data: {err}") from None
+
+
+def _declared_bytes(data: np.lib.npyio.NpzFile) -> int:
+    """The bytes an ``.npz``'s members unpack to, and the arrays their headers declare."""
+    archive = data.zip
+    if archive is None:
+        return 0
+    members = archive.infolist()
+    total = sum(int(m.file_size) for m in members)
+    for m in members:
+        with archive.open(m) as f:
+            version = np.lib.format.read_magic(f)
+            # version 3.0 differs from 2.0 only in the header's text encoding
+            read = np.lib.format.read_array_header_1_0
+            if version != (1, 0):
+                read = np.lib.format.read_array_header_2_0
+            shape, _, dtype = read(f)
+            total += math.prod(shape) * dtype.itemsize
+    return total
 
 
 def _origins(console: Console, p: Any, imported: Imported | None) -> None:

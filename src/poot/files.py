@@ -30,6 +30,7 @@ __all__ = [
     "MAX_PROGRAM_BYTES",
     "check_output",
     "max_program_bytes",
+    "open_regular",
     "read_bytes",
     "read_text",
     "regular_file",
@@ -91,22 +92,32 @@ def _within(path: str | Path, what: str, size: int, limit: int | None) -> None:
         )
 
 
-def read_bytes(path: str | Path, what: str, limit: int | None = None) -> bytes:
-    """The bytes of the regular file ``path`` (``regular_file``'s checks, repeated on the
-    descriptor opened)."""
+def open_regular(path: str | Path, what: str, limit: int | None = None) -> BinaryIO:
+    """``path`` opened for reading, after ``regular_file``'s checks, which are repeated on the
+    descriptor (opened non-blocking: a FIFO put in its place since cannot hang the open)."""
     regular_file(path, what, limit)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as err:
         raise InputError(f"{what} {path}", f"cannot read it: {err.strerror or err}") from None
-    with os.fdopen(fd, "rb") as f:
+    f = os.fdopen(fd, "rb")
+    try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):  # replaced since the stat
+        if not stat.S_ISREG(st.st_mode):
             raise InputError(f"{what} {path}", f"is {_kind(st.st_mode)}, not a regular file")
         _within(path, what, st.st_size, limit)
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+def read_bytes(path: str | Path, what: str, limit: int | None = None) -> bytes:
+    """The bytes of the regular file ``path`` (``open_regular``), no more than ``limit``."""
+    with open_regular(path, what, limit) as f:
         try:
             # one byte past the size: a file that grew since is refused, not read on and on
-            data = f.read(st.st_size + 1)
+            data = f.read(os.fstat(f.fileno()).st_size + 1)
         except OSError as err:
             raise InputError(f"{what} {path}", f"cannot read it: {err.strerror or err}") from None
     _within(path, what, len(data), limit)
