@@ -66,7 +66,7 @@ def _kind(mode: int) -> str:
         return "a device"
     if stat.S_ISSOCK(mode):
         return "a socket"
-    return "not a regular file"
+    return "a special file"
 
 
 def regular_file(path: str | Path, what: str, limit: int | None = None) -> int:
