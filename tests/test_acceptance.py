@@ -7,12 +7,15 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_errors import check_error_lines
 from poot_npu.registry import DEVICES, DeviceKind
 
 from poot.cli import main
 
 
-def test_acceptance_on_cpu_passes_and_writes_a_stand_in_receipt(tmp_path: Path) -> None:
+def test_acceptance_on_cpu_passes_and_writes_a_stand_in_receipt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "receipt.json"
     assert main(["acceptance", "--device", "cpu", "-o", str(out)]) == 0
     r = json.loads(out.read_text())
@@ -31,7 +34,10 @@ def test_acceptance_on_cpu_passes_and_writes_a_stand_in_receipt(tmp_path: Path) 
     assert main(["acceptance", "--compare", str(out), str(out)]) == 0
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
+    capsys.readouterr()
     assert main(["acceptance", "--compare", str(out), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert check_error_lines(err) == ["InputError"] and f"receipt {bad}" in err
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_errors import check_error_lines
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from poot_engine import CpuDevice, Engine
@@ -35,6 +36,7 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     assert code == 2, (argv, code, err)
     lines = err.strip("\n").split("\n")
     assert len(lines) == 1 and lines[0], (argv, err)
+    check_error_lines(lines[0])
     return lines[0]
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_errors import check_error_lines, is_public, public_errors
 from poot_ir import parse_program
 from poot_planner import feature_matrix, plan
 
@@ -17,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out = capsys.readouterr()
+    check_error_lines(out.err)
     return code, out.out, out.err
 
 
@@ -105,6 +109,80 @@ def test_a_device_of_another_target_is_a_typed_error(capsys: pytest.CaptureFixtu
         capsys, "run", str(EXAMPLES / "row_stats.poot"), "--target", "xdna2", "--device", "vpu-cpu"
     )
     assert code == 2 and "runs target 'intel-npu4', not 'xdna2'" in err
+    assert check_error_lines(err) == ["InputError"]
+
+
+def test_the_target_defaults_to_the_devices(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The README's first command: the device fixes the target, so --target is not needed
+    (it defaulted to cpu, and the device of another target was refused)."""
+    program = str(EXAMPLES / "rmsnorm_step.poot")
+    cache = ["--cache-dir", str(tmp_path)]
+    code, out, err = _run(capsys, *cache, "run", program, "--device", "xdna-host", "--steps", "1")
+    assert code == 0 and "xdna2" in out and not err
+    # still settable: the device's own target is accepted
+    code, out, err = _run(
+        capsys, *cache, "run", program, "--device", "xdna-host", "--target", "xdna2", "--steps", "1"
+    )
+    assert code == 0 and not err
+
+
+def test_import_help_loads_no_engine_devices_or_planner() -> None:
+    """`poot import` needs the ONNX importer, not the engine, the devices or the planner: its
+    --help must not load them (each subcommand imports what it needs)."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "poot", "import", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0 and "usage: poot import" in done.stdout
+    # -X importtime: "import time: self [us] | cumulative | imported package" on stderr
+    loaded = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line]
+    assert "poot.cli" in loaded
+    heavy = [m for m in loaded if m.split(".")[0] in {"poot_engine", "poot_npu", "poot_planner"}]
+    assert not heavy, heavy
+
+
+def test_every_error_class_of_the_library_is_public() -> None:
+    """The class an `error:` line names is a PootError subclass exported where it is defined:
+    every one the library defines (after importing each of its modules that imports here)."""
+    import importlib
+    import pkgutil
+
+    import poot_codegen
+    import poot_engine
+    import poot_ir
+    import poot_npu
+    import poot_onnx
+    import poot_planner
+
+    import poot
+
+    for package in (poot, poot_codegen, poot_engine, poot_ir, poot_npu, poot_onnx, poot_planner):
+        for m in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            if m.name.endswith(".__main__"):  # runs the command line
+                continue
+            try:
+                importlib.import_module(m.name)
+            except ImportError:  # an optional runtime (OpenVINO, XRT) not installed here
+                continue
+    errors = public_errors()
+    assert {"InputError", "BudgetExceeded", "ParseError"} <= set(errors)
+    private = sorted(f"{c.__module__}.{n}" for n, c in errors.items() if not is_public(c))
+    assert not private, private
+
+
+def test_the_error_tree_draws_every_error() -> None:
+    """poot_ir.errors' docstring draws the tree: every class it exports is drawn, under its
+    own base."""
+    from poot_ir import errors
+
+    lines = [line.strip() for line in (errors.__doc__ or "").splitlines()]
+    drawn = {line.lstrip("│├└─ ").split()[0] for line in lines if line.lstrip("│├└─ ")[:1]}
+    assert set(errors.__all__) <= drawn, set(errors.__all__) - drawn
 
 
 def test_bad_files_are_typed_errors_naming_what_is_wrong(

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from cli_errors import check_error_lines
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from poot_ir import parse_program
@@ -21,6 +22,7 @@ W = np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32)
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out = capsys.readouterr()
+    check_error_lines(out.err)
     return code, out.out, out.err
 
 

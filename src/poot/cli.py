@@ -5,8 +5,9 @@
     poot demo                               the example programs, planned for every target and
                                             run on every device present, checked against the oracle
     poot plan FILE --target T               admission, regions, contexts, refusals, numerics
-    poot run FILE --target T [--device D]   run a program and check it against the oracle
-             [--partition]                  (refused spans on the CPU oracle, the rest on D)
+    poot run FILE [--device D] [--target T] run a program and check it against the oracle
+             [--partition]                  (T: D's target; D: the first device present for T;
+                                            refused spans on the CPU oracle, the rest on D)
     poot generate EXAMPLE                   prefill on one device, hand the KV cache over,
              [--prefill-device D]           decode greedily on another; checked against a
              [--decode-device D] [--steps N]  whole run on the oracle
@@ -20,35 +21,37 @@
     poot acceptance --compare A B           two receipts side by side
 
 Exit status: 0 on success, 1 when a check failed or a program was refused, 2 on bad input
-(a typed ``PootError``, one line naming what is wrong, or a usage error from the argument
-parser), 3 when ``acceptance`` finds its device absent ("hardware unavailable: ...").
+(a typed ``PootError`` of a public class, one line naming what is wrong, or a usage error from
+the argument parser), 3 when ``acceptance`` finds its device absent ("hardware unavailable:
+...").
+
+Every file read is checked before it is opened and every file written before the work starts
+(``poot.files``).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+import tokenize
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from poot_engine.run import run_program
-from poot_ir import PootError, Program, format_program, parse_program, sample_inputs
+from poot_ir import InputError, PootError, Program, format_program, parse_program
 from poot_ir.budget import budget_set, check_alloc
-from poot_ir.sampling import sample_bytes
-from poot_npu.registry import DEVICES, DeviceKind, device_info, make_device
-from poot_planner import TARGETS, plan
-from poot_planner.features import feature_matrix
 from rich.console import Console
 from rich.markup import escape
 
-from poot import render
-from poot.decoder import EXAMPLES as DECODERS
-from poot.generate import generate, handoff_table, render_report
+from poot import files
+from poot.arguments import parser
 
+# Each subcommand imports what it needs when it runs: `poot import` loads neither the engine,
+# the devices nor the planner (tests/test_cli.py checks it with -X importtime).
 if TYPE_CHECKING:
     from poot_engine import Device
     from poot_onnx import Imported
@@ -58,14 +61,8 @@ __all__ = ["main"]
 EXAMPLES = Path(__file__).parent / "examples"
 
 
-def _read_program(path: str) -> Program:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise _InputError(f"cannot read {path}: {err.strerror}") from None
-    except UnicodeDecodeError as err:
-        raise _InputError(f"{path} is not UTF-8 text (byte {err.start}): not a program") from None
-    return parse_program(text)
+def _read_program(path: str, limit: int) -> Program:
+    return parse_program(files.read_text(path, "program", limit))
 
 
 def _shapes(specs: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
@@ -79,7 +76,7 @@ def _shapes(specs: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
         except ValueError:
             extents = ()
         if not sep or not name or not extents or any(d < 0 for d in extents):
-            raise _InputError(f"--shape {spec!r}: expected NAME=AxBx... (non-negative integers)")
+            raise InputError(f"--shape {spec!r}", "expected NAME=AxBx... (non-negative integers)")
         out[name] = extents
     return out
 
@@ -87,33 +84,66 @@ def _shapes(specs: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
 def _import_onnx(path: str, shapes: Sequence[str] | None) -> Imported:
     from poot_onnx import import_model
 
+    files.regular_file(path, "model")  # read whole: held to the memory budget
     return import_model(path, shapes=_shapes(shapes))
 
 
-def _load(path: str, shapes: Sequence[str] | None) -> tuple[Program, Imported | None]:
+def _load(path: str, shapes: Sequence[str] | None, limit: int) -> tuple[Program, Imported | None]:
     """A program from a ``.poot`` file, or imported from an ``.onnx`` one (with its weights)."""
     if path.endswith(".onnx"):
         imported = _import_onnx(path, shapes)
         return imported.program, imported
-    return _read_program(path), None
+    return _read_program(path, limit), None
 
 
 def _read_inputs(path: str) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` file, refused (one line) when it is missing, no ``.npz``, or
+    """The arrays of an ``.npz`` file, refused (one line) when it is missing, not a regular
+    file, no ``.npz``, larger than the memory budget (unpacked, or as its headers declare), or
     holds anything but plain arrays."""
-    try:
-        data = np.load(path, allow_pickle=False)
-    except OSError as err:
-        raise _InputError(f"cannot read inputs {path}: {err.strerror or err}") from None
-    except (ValueError, EOFError) as err:  # pickled, or no numpy file at all
-        raise _InputError(f"inputs {path} are not a plain .npz: {err}") from None
-    if not isinstance(data, np.lib.npyio.NpzFile):
-        raise _InputError(f"inputs {path} are one array (.npy); expected an .npz of named arrays")
-    try:
+    what = f"inputs {path}"
+    with files.open_regular(path, "inputs") as f:
+        try:
+            data = np.load(f, allow_pickle=False)
+        except OSError as err:
+            raise InputError(what, f"cannot read it: {err.strerror or err}") from None
+        except (ValueError, EOFError) as err:  # pickled, or no numpy file at all
+            raise InputError(what, f"not a plain .npz: {err}") from None
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise InputError(what, "one array (.npy); expected an .npz of named arrays")
         with data:
-            return {k: data[k] for k in data.files}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:  # an object array
-        raise _InputError(f"inputs {path} hold an array that is not plain data: {err}") from None
+            try:
+                # what the members unpack to and the arrays they declare, before one is read
+                check_alloc(what, _declared_bytes(data))
+                return {k: data[k] for k in data.files}
+            except (
+                ValueError,  # an object array
+                OSError,
+                EOFError,
+                KeyError,
+                zipfile.BadZipFile,
+                SyntaxError,  # a header numpy's literal_eval cannot read
+                tokenize.TokenError,  # a header numpy's tokenizer cannot read
+            ) as err:
+                raise InputError(what, f"holds an array that is not plain data: {err}") from None
+
+
+def _declared_bytes(data: np.lib.npyio.NpzFile) -> int:
+    """The bytes an ``.npz``'s members unpack to, and the arrays their headers declare."""
+    archive = data.zip
+    if archive is None:
+        return 0
+    members = archive.infolist()
+    total = sum(int(m.file_size) for m in members)
+    for m in members:
+        with archive.open(m) as f:
+            version = np.lib.format.read_magic(f)
+            # version 3.0 differs from 2.0 only in the header's text encoding
+            read = np.lib.format.read_array_header_1_0
+            if version != (1, 0):
+                read = np.lib.format.read_array_header_2_0
+            shape, _, dtype = read(f)
+            total += math.prod(shape) * dtype.itemsize
+    return total
 
 
 def _origins(console: Console, p: Any, imported: Imported | None) -> None:
@@ -132,10 +162,6 @@ def _origins(console: Console, p: Any, imported: Imported | None) -> None:
             console.print(f"equation {r.eqn} ({r.primitive}) comes from {where}", highlight=False)
 
 
-class _InputError(PootError):
-    """A file the command line could not read or write, or an argument it cannot use."""
-
-
 def _with_progress(device: Device, console: Console) -> None:
     """Long builds show progress: a device with a link step (XDNA2) reports each stage."""
 
@@ -146,6 +172,12 @@ def _with_progress(device: Device, console: Console) -> None:
 
 
 def _demo(console: Console, args: argparse.Namespace) -> int:
+    from poot_engine.run import run_program
+    from poot_npu.registry import DEVICES
+
+    from poot import render
+    from poot.generate import generate, handoff_table
+
     examples = sorted(EXAMPLES.glob("*.poot"))
     devices = [(d, d.unavailable_reason()) for d in DEVICES]
     console.print(render.devices_table(devices, proves=False))
@@ -179,6 +211,9 @@ def _demo(console: Console, args: argparse.Namespace) -> int:
 
 
 def _generate(console: Console, args: argparse.Namespace) -> int:
+    from poot.decoder import EXAMPLES as DECODERS
+    from poot.generate import generate, render_report
+
     cfg = DECODERS[args.example]
     if args.prompt_len is not None:
         cfg = cfg.with_prompt(args.prompt_len)
@@ -189,14 +224,14 @@ def _generate(console: Console, args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return int(text)
-
-
 def _plan(console: Console, args: argparse.Namespace) -> int:
-    program, imported = _load(args.file, args.shape)
+    from poot_planner import TARGETS, plan
+
+    from poot import render
+
+    program, imported = _load(
+        args.file, args.shape, files.max_program_bytes(args.max_program_bytes)
+    )
     targets = [args.target] if args.target else list(TARGETS)
     code = 0
     for t in targets:
@@ -210,15 +245,37 @@ def _plan(console: Console, args: argparse.Namespace) -> int:
     return code
 
 
+def _device_for(device: str | None, target: str | None) -> str:
+    """The device ``poot run`` uses: ``--device``, whose target ``--target`` (when given) must
+    be; else the first device present for ``--target``; else the CPU."""
+    from poot_npu.registry import DEVICES, device_info
+
+    if device is None:
+        return next(
+            (d.name for d in DEVICES if d.target == target and d.unavailable_reason() is None),
+            "cpu",
+        )
+    runs = device_info(device).target
+    if target is not None and runs != target:
+        raise InputError(
+            f"--target {target}", f"device {device!r} runs target {runs!r}, not {target!r}"
+        )
+    return device
+
+
 def _run(console: Console, args: argparse.Namespace) -> int:
-    program, imported = _load(args.file, args.shape)
-    name = args.device or next(
-        (d.name for d in DEVICES if d.target == args.target and d.unavailable_reason() is None),
-        "cpu",
-    )
-    info = device_info(name)
-    if args.target and info.target != args.target:
-        raise _InputError(f"device {name!r} runs target {info.target!r}, not {args.target!r}")
+    from poot_engine.run import run_program
+    from poot_ir import sample_inputs
+    from poot_ir.sampling import sample_bytes
+    from poot_npu.registry import make_device
+
+    from poot import render
+
+    limit = files.max_program_bytes(args.max_program_bytes)
+    name = _device_for(args.device, args.target)
+    if args.inputs:
+        files.regular_file(args.inputs, "inputs")  # before the program is even read
+    program, imported = _load(args.file, args.shape, limit)
     device = make_device(name)
     _with_progress(device, console)
     try:
@@ -229,7 +286,9 @@ def _run(console: Console, args: argparse.Namespace) -> int:
                 given = {imported.inputs.get(k, k): v for k, v in given.items()}
                 given = {**imported.weights, **given}
             if extra := sorted(set(given) - {a.name for a in program.args}):
-                raise _InputError(f"inputs {args.inputs}: {extra} are not arguments of the program")
+                raise InputError(
+                    f"inputs {args.inputs}", f"{extra} are not arguments of the program"
+                )
             inputs = [given]
         elif imported is not None:
             check_alloc(f"{args.steps} steps of samples", args.steps * sample_bytes(program))
@@ -250,6 +309,10 @@ def _run(console: Console, args: argparse.Namespace) -> int:
 
 
 def _devices(console: Console, args: argparse.Namespace) -> int:
+    from poot_npu.registry import DEVICES, DeviceKind, device_info
+
+    from poot import render
+
     devices = [(d, d.unavailable_reason()) for d in DEVICES]
     console.print(render.devices_table(devices))
     if args.require:
@@ -264,6 +327,8 @@ def _devices(console: Console, args: argparse.Namespace) -> int:
 
 
 def _features(console: Console, args: argparse.Namespace) -> int:
+    from poot_planner.features import feature_matrix
+
     sys.stdout.write(feature_matrix())
     return 0
 
@@ -272,26 +337,32 @@ def _import(console: Console, args: argparse.Namespace) -> int:
     from poot_onnx import check_model
 
     if args.check:
+        files.regular_file(args.model, "model")
         blockers = check_model(args.model, shapes=_shapes(args.shape))
         for b in blockers:
             console.print(str(b), highlight=False, markup=False)
         console.print(f"{len(blockers)} blocker(s)" if blockers else "imports: no blockers")
         return 1 if blockers else 0
+    out = weights = None
+    if args.output:
+        out = Path(args.output)
+        if out.suffix == ".npz":
+            raise InputError(
+                f"-o {out}", "the weights go to FILE with .npz; name the program .poot"
+            )
+        # both outputs checked before the import's work
+        out = files.check_output(out, "program")
+        weights = files.check_output(out.with_suffix(".npz"), "weights")
     imported = _import_onnx(args.model, args.shape)
     text = format_program(imported.program)
-    if not args.output:
+    if out is None or weights is None:
         sys.stdout.write(text)
         return 0
-    out = Path(args.output)
-    weights = out.with_suffix(".npz")
-    if out.suffix == ".npz":
-        raise _InputError(f"-o {out}: the weights go to FILE with .npz; name the program .poot")
-    try:
-        out.write_text(text, encoding="utf-8")
-        # Always written (empty for a model without weights), so `poot run` finds them.
-        np.savez(weights, allow_pickle=False, **imported.weights)
-    except OSError as err:
-        raise _InputError(f"cannot write {err.filename or out}: {err.strerror or err}") from None
+    files.write_text(out, text, "program")
+    # Always written (empty for a model without weights), so `poot run` finds them.
+    files.write_file(
+        weights, "weights", lambda f: np.savez(f, allow_pickle=False, **imported.weights)
+    )
     console.print(
         f"wrote {out} ({len(imported.program.eqns)} equations) and its weights {weights} "
         f"({len(imported.weights)} arrays)"
@@ -302,6 +373,8 @@ def _import(console: Console, args: argparse.Namespace) -> int:
 def _cache(console: Console, args: argparse.Namespace) -> int:
     from poot_engine import blob_cache
     from poot_engine.cache_root import cache_root
+
+    from poot import render
 
     # where the cache is for the directory named (poot's own poot/ inside a directory it did
     # not create); nothing is created or changed to find out
@@ -334,126 +407,25 @@ def _acceptance(console: Console, args: argparse.Namespace) -> int:
     return acceptance_cli.main(console, args)
 
 
-def _steps(text: str) -> int:
-    """``--steps``: a positive number of steps."""
-    try:
-        steps = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of steps") from None
-    if steps < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {steps}")
-    return steps
-
-
-def _memory_budget(text: str) -> int:
-    from poot_ir.budget import parse_budget
-
-    try:
-        return parse_budget(text)
-    except PootError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def _cache_dir(text: str) -> Path:
-    """``--cache-dir``: an empty name would silently mean the current directory."""
-    if not text:
-        raise argparse.ArgumentTypeError("the cache directory must not be empty")
-    return Path(text)
-
-
-class _ArgumentParser(argparse.ArgumentParser):
-    """A usage error is one line on stderr and exit status 2, like a typed error (``--help``
-    shows the usage)."""
-
-    def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: usage error: {' '.join(message.split())}\n")
-        sys.exit(2)
-
-
-def _parser() -> argparse.ArgumentParser:
-    ap = _ArgumentParser(prog="poot", description="Typed tensor programs on laptop NPUs.")
-    ap.add_argument(
-        "--cache-dir",
-        type=_cache_dir,
-        default=None,
-        help="compiled-blob cache (default: the user cache dir; a directory poot did not "
-        "create gets poot's own subdirectory poot/)",
-    )
-    ap.add_argument(
-        "--memory-budget",
-        type=_memory_budget,
-        default=None,
-        help="bytes (K/M/G/T suffixes) any one allocation sized by the input may take "
-        "(default: half the available memory; also POOT_MEMORY_BUDGET)",
-    )
-    sub = ap.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("demo", help="the example programs on every target and device present")
-    d.add_argument("--steps", type=_steps, default=3)
-    d.set_defaults(fn=_demo)
-    shape_help = "fix a dynamic dim of an .onnx model: INPUT=8x128 or DIM=128 (repeatable)"
-    p = sub.add_parser("plan", help="how a target runs a program, or why it refuses it")
-    p.add_argument("file")
-    p.add_argument("--shape", action="append", help=shape_help)
-    p.add_argument("--target", choices=list(TARGETS))
-    p.add_argument(
-        "--program", action="store_true", help="also print the program as the target runs it"
-    )
-    p.add_argument(
-        "--guards",
-        action="store_true",
-        help="list every rewrite and domain guard (a long program's are summarised per kind)",
-    )
-    p.set_defaults(fn=_plan)
-    r = sub.add_parser("run", help="run a program on a device, checked against the oracle")
-    r.add_argument("file")
-    r.add_argument("--shape", action="append", help=shape_help)
-    r.add_argument("--target", choices=list(TARGETS), default="cpu")
-    r.add_argument("--device", choices=[d.name for d in DEVICES])
-    r.add_argument("--steps", type=_steps, default=3)
-    r.add_argument("--inputs", help="an .npz of every argument (default: deterministic samples)")
-    r.add_argument(
-        "--partition",
-        action="store_true",
-        help="run a refused program in spans: refused ones on the CPU oracle, the rest on the device",
-    )
-    r.set_defaults(fn=_run)
-    g = sub.add_parser("generate", help="prefill on one device, decode on another (KV handoff)")
-    g.add_argument("example", choices=list(DECODERS))
-    g.add_argument("--prefill-device", choices=[d.name for d in DEVICES], default="cpu")
-    g.add_argument("--decode-device", choices=[d.name for d in DEVICES], default="cpu")
-    g.add_argument("--steps", type=_positive, default=32)
-    g.add_argument("--prompt-len", type=_positive, help="prefill's T (default: the example's)")
-    g.set_defaults(fn=_generate)
-    f = sub.add_parser("features", help="the feature matrix, generated from the target tables")
-    f.set_defaults(fn=_features)
-    v = sub.add_parser("devices", help="the devices poot knows and whether they are here")
-    v.add_argument("--require", choices=[d.name for d in DEVICES])
-    v.set_defaults(fn=_devices)
-    i = sub.add_parser("import", help="import an ONNX model as a poot program")
-    i.add_argument("model")
-    i.add_argument("-o", "--output", help="the program (.poot); its weights go beside it (.npz)")
-    i.add_argument("--shape", action="append", help=shape_help)
-    i.add_argument("--check", action="store_true", help="list every blocker of the model")
-    i.set_defaults(fn=_import)
-    c = sub.add_parser("cache", help="the compiled-blob cache")
-    c.add_argument("action", choices=["ls", "verify", "clear"])
-    c.add_argument("--bad", action="store_true", help="clear: only damaged or foreign entries")
-    c.set_defaults(fn=_cache)
-    a = sub.add_parser("acceptance", help="check every claim for a device on it: a receipt")
-    group = a.add_mutually_exclusive_group(required=True)
-    group.add_argument("--device", choices=[d.name for d in DEVICES])
-    group.add_argument("--compare", nargs=2, metavar="RECEIPT", help="two receipts side by side")
-    a.add_argument("-o", "--output", type=Path, help="write the receipt (JSON) here")
-    a.set_defaults(fn=_acceptance)
-    return ap
+_COMMANDS: dict[str, Callable[[Console, argparse.Namespace], int]] = {
+    "demo": _demo,
+    "plan": _plan,
+    "run": _run,
+    "generate": _generate,
+    "features": _features,
+    "devices": _devices,
+    "import": _import,
+    "cache": _cache,
+    "acceptance": _acceptance,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     console = Console()
     try:
         with budget_set(args.memory_budget) if args.memory_budget is not None else nullcontext():
-            code: int = args.fn(console, args)
+            code = _COMMANDS[args.command](console, args)
     except PootError as err:
         Console(stderr=True).print(
             f"[bold red]error:[/] {type(err).__name__}: {escape(str(err))}",

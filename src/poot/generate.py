@@ -31,7 +31,9 @@ import numpy as np
 from poot_engine import Engine, Entry, Handoff, handoff
 from poot_engine.verify import check_results, check_spans
 from poot_ir import Comparison, Program, Storage, UnknownEntry, evaluate
+from poot_ir.budget import check_alloc, nbytes
 from poot_ir.numerics import NumericsClass, compare
+from poot_ir.sampling import sample_bytes, value_bytes
 from poot_npu.registry import device_info, make_device
 from poot_planner import plan
 from rich.console import Group
@@ -247,6 +249,7 @@ def generate(
     if c.max_len < c.prompt_len + steps:  # a cache long enough for every step
         c = c.with_prompt(c.prompt_len, c.prompt_len + steps)
     programs = (build_prefill(c), build_decode(c))
+    check_alloc(f"generate {example}, {steps} steps", run_bytes(*programs))
     oracle = oracle_run(c, weights(c), prompt_tokens(c), steps, *programs)
     same = prefill_device == decode_device
     src = Loaded.open(prefill_device, c, programs, cache_dir, decode=same)
@@ -258,6 +261,20 @@ def generate(
             dst.close()
     finally:
         src.close()
+
+
+def run_bytes(prefill: Program, decode: Program) -> int:
+    """What ``generate`` holds at its peak, at least: the weights and states (as the seeded
+    draw makes them, float64 first), a copy of the states on each of two devices and the
+    oracle's, and one evaluation keeping every value (``value_bytes``). Checked against the
+    memory budget before anything is allocated: a long ``--steps`` grows every one of them."""
+    states = sum(
+        nbytes(a.var.type.shape, a.var.type.dtype.itemsize)
+        for a in decode.args
+        if a.storage is Storage.STATE
+    )
+    peak = max(value_bytes(prefill), value_bytes(decode))
+    return sample_bytes(decode) + 2 * states + peak
 
 
 # -- rendering (``poot generate``, ``poot demo``) -------------------------------------------

@@ -41,6 +41,7 @@ from poot_engine.run import run_program
 from poot_ir import (
     DomainError,
     DomainFlagged,
+    DType,
     EvaluationError,
     GatherParams,
     NarrowingRangeError,
@@ -51,7 +52,7 @@ from poot_ir import (
     Var,
 )
 from poot_npu.registry import DEVICES, DeviceInfo, DeviceKind
-from poot_planner import plan
+from poot_planner import TARGETS, plan
 from poot_planner.guards import Site
 
 from conformance.devices import Lent, Opened, opened
@@ -62,30 +63,23 @@ STAND_INS = [d for d in DEVICES if d.kind is not DeviceKind.HARDWARE]
 EXAMPLES = {"cpu": 60, "vpu-cpu": 50, "xdna-host": 50}
 REFUSALS = (DomainError, DomainFlagged, NarrowingRangeError, EvaluationError)
 
-_F32_MAX = float(np.finfo(np.float32).max)
-_EDGES = [
-    0.0,
-    -0.0,
-    1.0,
-    -1.0,
-    2.0,
-    float(np.finfo(np.float32).tiny),
-    1e-40,  # subnormal
-    -87.0,
-    -88.0,
-    87.0,
-    88.0,
-    89.0,
-    100.0,
-    65504.0,
-    65520.0,
-    1e38,
-    -3e38,
-    _F32_MAX,
-    np.inf,
-    -np.inf,
-    np.nan,
-]
+
+def _edges() -> list[float]:
+    """Every domain's edge values and the value just past it (``poot_ir.edges``, which
+    ``poot acceptance`` shares), for F32 and F16, over the domains the targets' contracts use;
+    and what lies further past: exp's -88, 89 and 100, F16's 65520 (rounds to infinity), an F32
+    subnormal."""
+    values: list[float] = [-88.0, 89.0, 100.0, 65520.0, 1e-40]
+    for t in TARGETS.values():
+        for cap in t.capabilities:
+            for dtype in (DType.F32, DType.F16):
+                e = cap.contract.domain.edges(dtype)
+                values += [*e.every, *e.past]
+    by_bits = {np.float64(v).tobytes(): v for v in values}  # keeps -0.0 beside 0.0
+    return sorted(by_bits.values(), key=lambda v: (np.isnan(v), v))
+
+
+_EDGES = _edges()
 
 
 def _index_sizes(program: Program) -> dict[str, int]:

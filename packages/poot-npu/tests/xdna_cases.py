@@ -9,16 +9,10 @@ from typing import Any
 import numpy as np
 from poot_engine import Engine
 from poot_ir import Builder, DType, Prim, Program, Storage, Var, evaluate, ops
-from poot_ir.numerics import (
-    Comparison,
-    Contract,
-    FiniteInputs,
-    FiniteNormalResult,
-    Interval,
-    NotNaN,
-    PositiveNormal,
-)
+from poot_ir.edges import edge_sample
+from poot_ir.numerics import Comparison, Contract
 from poot_planner import TARGETS
+from poot_planner.xdna2.probes import add_chain, fan_out, neg_chain
 
 XDNA2 = TARGETS["xdna2"]
 F32, I32 = DType.F32, DType.I32
@@ -36,31 +30,10 @@ def contract(prim: Prim) -> Contract:
 
 
 def sample(prim: Prim, shape: tuple[int, ...], rng: np.random.Generator) -> Array:
-    """F32 values inside ``prim``'s contract domain, reaching its edges (and a few outside it,
-    which the comparison masks out)."""
-    tiny, big = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
-    n = int(np.prod(shape))
-    match contract(prim).domain:
-        case Interval(lo=lo, hi=hi):
-            x = rng.uniform(lo, hi, n)
-            edges = [lo, hi, 0.0, -0.0, 1e-30, -1e-30, lo / 2, hi / 2]
-        case PositiveNormal():
-            x = np.exp2(rng.uniform(np.log2(tiny), np.log2(big) - 1, n))
-            edges = [tiny, big, 1.0, 4.0, 2.0**40, tiny * 3, 2.0**-126]
-        case FiniteNormalResult():
-            x = rng.choice([-1.0, 1.0], n) * np.exp2(rng.uniform(-20, 20, n))
-            edges = [0.0, -0.0, 1.0, -1.0, 3.0, 1e10, 3e38, -3e38, 1e-38]
-        case FiniteInputs():
-            x = rng.choice([-1.0, 1.0], n) * np.exp2(rng.uniform(-12, 8, n))
-            edges = [0.0, -0.0, big, -big, tiny, 20.0, -20.0, 1e-30, 4.0, -4.0]
-        case NotNaN():
-            x = rng.uniform(-100, 100, n)
-            edges = [0.0, -0.0, np.inf, -np.inf, big, -big]
-        case other:
-            raise AssertionError(f"no sampler for {other}")
-    at = rng.choice(n, size=min(len(edges), n), replace=False)
-    x[at] = edges[: len(at)]
-    return x.astype(np.float32).reshape(shape)
+    """F32 values inside ``prim``'s contract domain, reaching its edges (``poot_ir.edges``, which
+    ``poot acceptance`` shares; a few give results outside the domain, which the comparison
+    masks out)."""
+    return edge_sample(contract(prim).domain, F32, shape, rng)
 
 
 def pointwise(prim: Prim, shape: tuple[int, ...] = POINTWISE_SHAPE) -> Program:
@@ -121,32 +94,17 @@ def twenty() -> Program:
 
 def negs(n: int) -> Program:
     """A chain of ``n`` neg tiles: ``n`` compute tiles, one stream in and out."""
-    b = Builder(f"negs{n}")
-    x = b.slot("x", F32, (4, 16))
-    for _ in range(n):
-        x = b.neg(x)
-    b.output("y", x)
-    return b.build()
+    return neg_chain(n, (4, 16))
 
 
 def sums(n: int) -> Program:
-    """The sum of ``n`` slots: ``n`` host streams in."""
-    b = Builder(f"sums{n}")
-    xs = [b.slot(f"x{i}", F32, (4, 8)) for i in range(n)]
-    acc = xs[0]
-    for x in xs[1:]:
-        acc = b.add(acc, x)
-    b.output("s", acc)
-    return b.build()
+    """The sum of ``n`` slots (result ``s``): ``n`` host streams in."""
+    return add_chain(n, (4, 8))
 
 
 def fanout(n: int) -> Program:
     """``n`` results of one slot: ``n`` host streams out."""
-    b = Builder(f"fanout{n}")
-    x = b.slot("x", F32, (4, 8))
-    for i in range(n):
-        b.output(f"y{i}", b.exp(x) if i % 2 else b.neg(x))
-    return b.build()
+    return fan_out(n, (4, 8))
 
 
 def uniform_inputs(program: Program, seed: int) -> dict[str, Array]:

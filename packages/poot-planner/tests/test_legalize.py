@@ -349,3 +349,27 @@ def test_counters_past_fp16s_exact_integers_stay_refused() -> None:
     assert {(r.primitive, r.kind) for r in p.refusals} >= {
         ("convert", RefusalKind.INTEGER_TO_FLOAT)
     }
+
+
+def test_a_rules_bound_does_not_depend_on_what_was_planned_before() -> None:
+    """A rule's chain differs with its operand (an F16 value against an F32 one narrowed on
+    entry), and so does its derived bound: the memo of derivations keys the chain, so planning
+    one program first cannot hand its bound to the other (it did: the erf of an F32 slot was
+    published with the F16 chain's 0.0199 after a conformance test planned that first)."""
+    from poot_planner.legalize import bounds
+
+    def erf_bound(dtype: DType) -> str:
+        b = Builder(f"erf_{dtype.value}")
+        b.output("y", b.erf(b.slot("x", dtype, (4, 8))))
+        p = plan(b.build(), "intel-npu4")
+        (rewrite,) = p.rewrites
+        return rewrite.derivation.describe()
+
+    bounds._MEMO.clear()
+    f32_first = erf_bound(DType.F32)
+    f16_after = erf_bound(DType.F16)
+    bounds._MEMO.clear()
+    f16_first = erf_bound(DType.F16)
+    f32_after = erf_bound(DType.F32)
+    assert (f32_first, f16_first) == (f32_after, f16_after)
+    assert f32_first != f16_first  # two chains, two bounds: the case the memo confused

@@ -4,8 +4,9 @@ receipt a hardware owner can send back.
 The checks, each with a figure and a verdict (``ACCEPTANCE_CHECKS`` lists them by device):
 
 - every capability of the device's target against the oracle, on inputs reaching its domain's
-  edges from inside (a verified engine: the worst error over its bound is the figure), and one
-  value past the domain, which must be refused with a typed error;
+  edges from inside (a verified engine: the worst error over its bound is the figure), and each
+  value past the domain, which must be refused with a typed error (the values: each domain's
+  own ``Domain.edges``, which the conformance suite and the device tests share);
 - XDNA2 (``acceptance.regions``): every region bound of the target table at and one past its
   limit (compute tiles, host streams in and out, tile-local bytes, streams into a tile,
   contexts, host buffers, elements per tensor), several regions in one program, each run

@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from poot_ir import PootError
+from poot_ir import InputError
 from poot_npu.registry import device_info
 from rich.console import Console
 from rich.table import Table
 
+from poot import files
 from poot.acceptance.checks import Check, run_acceptance
 
 __all__ = ["main"]
 
 EXIT_UNAVAILABLE = 3
-
-
-class ReceiptError(PootError):
-    """A receipt that cannot be read (missing, not JSON, not a receipt)."""
+#: A receipt is some tens of kilobytes; anything past this is not one.
+_RECEIPT_BYTES = 16 << 20
 
 
 def _figure(c: dict[str, Any] | Check) -> str:
@@ -33,6 +33,8 @@ def _figure(c: dict[str, Any] | Check) -> str:
 def main(console: Console, args: argparse.Namespace) -> int:
     if args.compare:
         return _compare(console, *args.compare)
+    if args.output is not None:  # before the checks: a bad -o must not cost their run
+        files.check_output(args.output, "receipt")
     info = device_info(args.device)
     why = info.unavailable_reason()
     if why is not None:
@@ -58,22 +60,38 @@ def main(console: Console, args: argparse.Namespace) -> int:
         f"{receipt.device['part']} ({kind})"
     )
     if args.output is not None:
-        args.output.write_text(receipt.to_json() + "\n", encoding="utf-8")
+        _write(receipt.to_json() + "\n", args.output)
         console.print(f"receipt written to {args.output}")
     return 0 if receipt.passed else 1
 
 
-def _load(path: str) -> dict[str, Any]:
+def _write(text: str, path: Path) -> None:
+    """The receipt to ``path``; should that fail after all (a full disk), it is kept in a
+    temporary file the error names, so the run's checks are not lost."""
     try:
-        body = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ReceiptError(f"{path}: not a readable receipt ({err})") from None
+        files.write_text(path, text, "receipt")
+    except InputError as err:
+        with tempfile.NamedTemporaryFile(
+            "w", prefix="poot-receipt-", suffix=".json", delete=False, encoding="utf-8"
+        ) as kept:
+            kept.write(text)
+        raise InputError(err.what, f"{err.reason}; the receipt is kept in {kept.name}") from None
+
+
+def _load(path: str) -> dict[str, Any]:
+    text = files.read_text(path, "receipt", _RECEIPT_BYTES)
+    try:
+        body = json.loads(text)
+    except ValueError as err:
+        raise InputError(f"receipt {path}", f"not a readable receipt ({err})") from None
     if not isinstance(body, dict) or "checks" not in body or "device" not in body:
-        raise ReceiptError(f"{path}: not a poot acceptance receipt")
+        raise InputError(f"receipt {path}", "not a poot acceptance receipt")
     return body
 
 
 def _compare(console: Console, a: str, b: str) -> int:
+    for path in (a, b):  # both, before either is read
+        files.regular_file(path, "receipt", _RECEIPT_BYTES)
     ra, rb = _load(a), _load(b)
     head = Table("", a, b, title="receipts")
     for key in ("name", "kind", "part", "compiler_version"):

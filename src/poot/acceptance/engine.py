@@ -26,19 +26,17 @@ from poot_engine import (
     StepCommands,
 )
 from poot_ir import (
-    Builder,
     ContractViolation,
     DeadlineExceeded,
     DevicePoisoned,
-    DType,
     EntryPoisoned,
-    Program,
     TensorType,
 )
 from poot_npu.registry import DeviceInfo
 from poot_planner import Plan
+from poot_planner.xdna2.probes import neg_chain
 
-__all__ = ["Check", "cache_checks", "neg_chain", "poisoning_checks"]
+__all__ = ["Check", "cache_checks", "poisoning_checks"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,21 +48,12 @@ class Check:
     detail: str = ""
 
 
-def neg_chain(n: int, shape: tuple[int, ...] = (2, 8)) -> Program:
-    b = Builder(f"accept_chain{n}")
-    v = b.slot("x", DType.F32, shape)
-    for _ in range(n):
-        v = b.neg(v)
-    b.output("y", v)
-    return b.build()
-
-
 _SECOND = """
 import sys
 from pathlib import Path
 from poot_engine import Engine
 from poot_npu.registry import device_info
-from poot.acceptance.engine import neg_chain
+from poot_planner.xdna2.probes import neg_chain
 with Engine(device_info(sys.argv[1]).make(), cache_dir=Path(sys.argv[2])) as e:
     e.add_entry(neg_chain(3))
     s = e.stats()

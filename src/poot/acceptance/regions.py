@@ -2,7 +2,8 @@
 and the region flag word.
 
 Each bound is met exactly by one program and broken by the next (``RegionLimits``, counted as
-the planner and the design count them, the flag path included):
+the planner and the design count them, the flag path included; the chains and fan-outs are
+``poot_planner.xdna2.probes``, which the device tests share):
 
 - compute tiles, host streams in, host streams out (the flag word takes one of them): at the
   limit one region, run and verified; one past, two regions, run and verified;
@@ -32,29 +33,13 @@ from poot_npu import xdna_contexts as contexts
 from poot_npu.xdna import XdnaDevice
 from poot_npu.xdna_contexts import NODE
 from poot_planner import Plan, RefusalKind, RegionLimits, get_target, plan
+from poot_planner.xdna2.probes import add_chain, fan_out, neg_chain
 
-from poot.acceptance.engine import Check, neg_chain
+from poot.acceptance.engine import Check
 
 __all__ = ["record_contexts", "region_checks"]
 
 F32 = DType.F32
-
-
-def _add_chain(slots: int) -> Program:
-    b = Builder(f"accept_streams{slots}")
-    acc = b.slot("x0", F32, (2, 8))
-    for i in range(1, slots):
-        acc = b.add(acc, b.slot(f"x{i}", F32, (2, 8)))
-    b.output("y", acc)
-    return b.build()
-
-
-def _fan_out(n: int) -> Program:
-    b = Builder(f"accept_fanout{n}")
-    x = b.slot("x", F32, (2, 8))
-    for i in range(n):
-        b.output(f"y{i}", b.neg(x))
-    return b.build()
 
 
 def _gather(rows: int) -> Program:
@@ -176,9 +161,9 @@ def _region_checks(engine: Engine, target: str, limits: RegionLimits) -> Iterato
     yield from _three_contexts(engine, target, limits.compute_tiles)
     splits: list[tuple[str, Callable[[int], Program], int, int]] = [
         ("compute tiles", neg_chain, limits.compute_tiles, limits.compute_tiles),
-        ("host streams in", _add_chain, limits.host_streams_in, limits.host_streams_in),
+        ("host streams in", add_chain, limits.host_streams_in, limits.host_streams_in),
         # the flag word takes one stream out of every region
-        ("host streams out", _fan_out, limits.data_streams_out, limits.host_streams_out),
+        ("host streams out", fan_out, limits.data_streams_out, limits.host_streams_out),
     ]
     for what, make, at, limit in splits:
         for n, regions in ((at, 1), (at + 1, 2)):

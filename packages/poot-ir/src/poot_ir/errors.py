@@ -46,7 +46,8 @@ them to a caller who asked for a program that must run.
     │   └── StateError                    a state read or written wrongly: names the state
     ├── CacheError                    the blob cache directory is unsafe (owner, mode, symlink)
     ├── DeviceUnavailable             no such device here ("hardware unavailable", not "unsupported")
-    └── UnsupportedDevice             a device or a use of one poot never drives (OpenVINO's AUTO)
+    ├── UnsupportedDevice             a device or a use of one poot never drives (OpenVINO's AUTO)
+    └── InputError                    a file or an argument the command line cannot use: names it
 
 Every error carries the facts as attributes as well as in its message, so tests and callers can
 match on them without parsing text.
@@ -75,6 +76,7 @@ __all__ = [
     "EvaluationError",
     "IRError",
     "IndexOutOfRange",
+    "InputError",
     "IntegerDivisionByZero",
     "NarrowingRangeError",
     "NarrowingRangeInput",
@@ -526,3 +528,15 @@ class UnsupportedDevice(PootError):
         super().__init__(f"{device}: unsupported ({why})")
         self.device = device
         self.why = why
+
+
+class InputError(PootError):
+    """A file or an argument the command line cannot use: a path that is missing, not a
+    regular file, too large or not what it should hold (a program, an ``.npz``, a receipt), an
+    output path that cannot be written, or options that contradict each other. ``what`` names
+    the file or the option."""
+
+    def __init__(self, what: str, message: str) -> None:
+        super().__init__(f"{what}: {message}")
+        self.what = what
+        self.reason = message

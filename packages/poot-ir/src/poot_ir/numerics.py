@@ -210,11 +210,24 @@ class DomainBounds:
 
 @dataclass(frozen=True, slots=True)
 class DomainEdges:
-    """Values of one dtype at a domain's edges: ``inside`` reaches each edge from inside (and a
-    few ordinary values), ``past`` is just past each edge (empty: nothing is outside)."""
+    """Values of one dtype at a domain's edges, for everything that tests a contract there
+    (``poot acceptance``, the conformance suite, the device tests; ``poot_ir.edges`` plants them
+    in samples). ``inside`` reaches each edge from inside (its limits, zeros of both signs, the
+    largest finite value where the domain allows it, a few ordinary values); ``extremes`` are
+    further values inside at the ends of the dtype (the smallest normal, underflowing products,
+    magnitudes whose results overflow); ``past`` is just past each edge (empty: nothing is
+    outside). Every value is representable in the dtype: no finite value overflows to infinity.
+    ``poot acceptance`` runs ``inside`` (every device must meet its contract there); the test
+    suites add ``extremes``."""
 
     inside: tuple[float, ...]
+    extremes: tuple[float, ...]
     past: tuple[float, ...]
+
+    @property
+    def every(self) -> tuple[float, ...]:
+        """``inside`` and ``extremes``: every value inside the domain."""
+        return self.inside + self.extremes
 
 
 class _Domain:
@@ -233,6 +246,11 @@ class _Domain:
 
     def edges(self, dtype: DType) -> DomainEdges:
         """Values of ``dtype`` at and just past this domain's edges."""
+        raise NotImplementedError
+
+    def ordinary(self, dtype: DType, n: int, rng: np.random.Generator) -> Array:
+        """``n`` ordinary float64 values from inside this domain (a sample's bulk, where
+        ``poot_ir.edges`` plants the edges)."""
         raise NotImplementedError
 
     def inside(self, operands: Sequence[Any], result: Any) -> Array:
@@ -256,9 +274,14 @@ def _bounds(lo: float, hi: float, nan: bool, dtype: DType | np.dtype[Any]) -> Do
     return DomainBounds(lo, hi, nan, largest, normal)
 
 
-def _big(dtype: DType) -> float:
-    """A large ordinary value of ``dtype`` (F16's largest; elsewhere 1e4)."""
-    return 65504.0 if dtype is DType.F16 else 1e4
+def _fit(values: Sequence[float], dtype: DType) -> tuple[float, ...]:
+    """The finite ``values`` that ``dtype`` holds (none overflows to infinity)."""
+    largest, _ = _limits(dtype)
+    return tuple(v for v in values if abs(v) <= largest)
+
+
+def _signs(rng: np.random.Generator, n: int) -> Array:
+    return rng.choice(np.array([-1.0, 1.0]), n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,7 +299,13 @@ class FiniteNormalResult(_Domain):
         return _bounds(-largest, largest, False, dtype)
 
     def edges(self, dtype: DType) -> DomainEdges:
-        return DomainEdges((0.0, -0.0, 1.0, -1.0, 3.0, 100.0, -100.0, 0.5), (math.inf,))
+        # operands whose results leave the domain (exp(1e10)) sit in ``extremes``: a comparison
+        # masks them out with ``inside``, as it must for any input
+        inside = (0.0, -0.0, 1.0, -1.0, 0.5, 3.0, 100.0, -100.0)
+        return DomainEdges(inside, _fit((1e10, 3e38, -3e38, 1e-38), dtype), (math.inf,))
+
+    def ordinary(self, dtype: DType, n: int, rng: np.random.Generator) -> Array:
+        return _signs(rng, n) * np.exp2(rng.uniform(-20, 20, n))
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,9 +323,14 @@ class Interval(_Domain):
 
     def edges(self, dtype: DType) -> DomainEdges:
         lo, hi = self.lo, self.hi
+        inside = [v for v in (lo, hi, 0.0, -0.0, lo / 2, hi / 2, 1.0) if lo <= v <= hi]
+        small = [v for v in (1e-30, -1e-30) if lo <= v <= hi]
         f = np.dtype(dtype.numpy).type
         past = (float(np.nextafter(f(hi), f(math.inf))), float(np.nextafter(f(lo), f(-math.inf))))
-        return DomainEdges((lo, hi, 0.0, -0.0, lo / 2, hi / 2, 1.0), past)
+        return DomainEdges(_fit(inside, dtype), _fit(small, dtype), past)
+
+    def ordinary(self, dtype: DType, n: int, rng: np.random.Generator) -> Array:
+        return rng.uniform(self.lo, self.hi, n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,8 +345,13 @@ class PositiveNormal(_Domain):
         return _bounds(normal, largest, False, dtype)
 
     def edges(self, dtype: DType) -> DomainEdges:
-        _, tiny = _limits(dtype)
-        return DomainEdges((tiny, 1.0, 2.0, _big(dtype), tiny * 3), (-1.0, 0.0, tiny / 2))
+        big, tiny = _limits(dtype)
+        inside = _fit((tiny, 1.0, 2.0, 4.0, tiny * 3, big), dtype)
+        return DomainEdges(inside, _fit((2.0**40,), dtype), (-1.0, 0.0, tiny / 2))
+
+    def ordinary(self, dtype: DType, n: int, rng: np.random.Generator) -> Array:
+        big, tiny = _limits(dtype)
+        return np.exp2(rng.uniform(np.log2(tiny), np.log2(big) - 1, n))
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,8 +366,12 @@ class FiniteInputs(_Domain):
         return _bounds(-largest, largest, False, dtype)
 
     def edges(self, dtype: DType) -> DomainEdges:
-        big = _big(dtype)
-        return DomainEdges((0.0, -0.0, 1.0, -1.0, big, -big, 20.0, -20.0), (math.inf, -math.inf))
+        big, tiny = _limits(dtype)
+        inside = (0.0, -0.0, 1.0, -1.0, 4.0, -4.0, 20.0, -20.0, big, -big)
+        return DomainEdges(_fit(inside, dtype), (tiny, 1e-30), (math.inf, -math.inf))
+
+    def ordinary(self, dtype: DType, n: int, rng: np.random.Generator) -> Array:
+        return _signs(rng, n) * np.exp2(rng.uniform(-12, 8, n))
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,7 +385,12 @@ class NotNaN(_Domain):
         return _bounds(-math.inf, math.inf, False, dtype)
 
     def edges(self, dtype: DType) -> DomainEdges:
-        return DomainEdges((0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, _big(dtype)), (math.nan,))
+        big, _ = _limits(dtype)
+        inside = (0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, big, -big)
+        return DomainEdges(inside, (), (math.nan,))
+
+    def ordinary(self, dtype: DType, n: int, rng: np.random.Generator) -> Array:
+        return rng.uniform(-100, 100, n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,7 +404,11 @@ class AnyInput(_Domain):
         return _bounds(-math.inf, math.inf, True, dtype)
 
     def edges(self, dtype: DType) -> DomainEdges:
-        return DomainEdges((0.0, -0.0, 1.0, -1.0, math.inf, math.nan), ())
+        _, tiny = _limits(dtype)
+        return DomainEdges((0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, math.nan), (tiny / 4,), ())
+
+    def ordinary(self, dtype: DType, n: int, rng: np.random.Generator) -> Array:
+        return rng.uniform(-100, 100, n)
 
 
 Domain = FiniteNormalResult | Interval | PositiveNormal | FiniteInputs | NotNaN | AnyInput

@@ -69,7 +69,25 @@ class Derivation:
                 return repr(other)
 
 
-_MEMO: dict[tuple[Rule, Target, DType], Derivation] = {}
+#: Derivations by rule, target, device dtype and the chain's structure (``_chain_key``): a rule
+#: emits different chains for different operands (a literal, a dtype), and the bound is the
+#: chain's, so the structure is part of the key (keyed by the rule alone, the first program
+#: planned decided every later one's bound).
+_MEMO: dict[tuple[Rule, Target, DType, tuple[object, ...]], Derivation] = {}
+
+
+def _chain_key(eqns: list[Eqn]) -> tuple[object, ...]:
+    """``eqns`` up to the names and shapes of their values: each equation's primitive, params
+    and operands and output (a value by dtype and its first use in the chain, a literal by dtype
+    and bits)."""
+    ids: dict[int, int] = {}
+
+    def ref(x: Var | Literal) -> object:
+        if isinstance(x, Literal):
+            return (x.dtype, x.bits)
+        return (x.type.dtype, ids.setdefault(x.id, len(ids)))
+
+    return tuple((e.prim, e.params, tuple(ref(x) for x in e.inputs), ref(e.out)) for e in eqns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +112,8 @@ def derive(rule: Rule, eqns: list[Eqn], target: Target, dtype: DType) -> Derivat
         case Numerics.SENTINEL:
             return Derivation(BitExact(signed_zero=False))  # exact where FP16 holds the value
         case Numerics.REDUCED:
-            key = (rule, target, device)
+            key: tuple[Rule, Target, DType, tuple[object, ...]] = (rule, target, device, ())
+            # the reduced form is the rule's, not the chain's
             if key not in _MEMO:
                 _MEMO[key] = _reduced(rule, target, device)
             return _MEMO[key]
@@ -102,8 +121,8 @@ def derive(rule: Rule, eqns: list[Eqn], target: Target, dtype: DType) -> Derivat
             return _scaled_sum(eqns, target, device)
         case Numerics.APPROXIMATION:
             # the chain of an approximation does not depend on the shape it runs at, so its
-            # analysis (some thousands of interval steps) is made once per rule and target
-            key = (rule, target, device)
+            # analysis (some thousands of interval steps) is made once per rule, target and chain
+            key = (rule, target, device, _chain_key(eqns))
             if key not in _MEMO:
                 _MEMO[key] = _approximation(rule, eqns, target, device)
             return _MEMO[key]

@@ -1,3 +1,3 @@
 """The XDNA2 layout: value facts (``facts``), fused row groups (``rowfusion``), one tile per
 equation (``tiles``), chunking through tile memory (``chunking``) and regions with their host
-relayouts (``regions``)."""
+relayouts (``regions``); programs that meet each region bound exactly (``probes``)."""
