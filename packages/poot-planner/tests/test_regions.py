@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 from poot_ir import Builder, DType, Program, ops
 from poot_planner import KernelClass, Plan, RefusalKind, plan
+from poot_planner.xdna2 import probes
 
 F32, I32 = DType.F32, DType.I32
 LIMIT = 64512  # 64 KiB of data memory less the 1 KiB stack
@@ -27,12 +28,7 @@ def xdna2(source: Program) -> Plan:
 
 
 def neg_chain(n: int, shape: tuple[int, ...] = (4, 64)) -> Program:
-    b = Builder(f"chain{n}")
-    v = b.slot("x", F32, shape)
-    for _ in range(n):
-        v = b.neg(v)
-    b.output("y", v)
-    return b.build()
+    return probes.neg_chain(n, shape)
 
 
 def region_sizes(p: Plan) -> list[int]:
@@ -74,13 +70,7 @@ def test_33_tiles_are_two_regions_and_the_value_between_them_goes_out() -> None:
 
 def add_chain(slots: int) -> Program:
     """``x0 + x1 + ... + x{slots-1}`` in order: ``slots - 1`` tiles, ``slots`` host streams."""
-    b = Builder(f"sum{slots}")
-    xs = [b.slot(f"x{i}", F32, (4, 64)) for i in range(slots)]
-    acc = xs[0]
-    for v in xs[1:]:
-        acc = b.add(acc, v)
-    b.output("y", acc)
-    return b.build()
+    return probes.add_chain(slots, (4, 64))
 
 
 def test_16_host_streams_in_are_one_region() -> None:
