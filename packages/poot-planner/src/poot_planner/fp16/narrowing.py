@@ -41,9 +41,9 @@ from poot_ir import (
 )
 from poot_ir.core import COMPARISONS
 
+from poot_planner.capability import NarrowingContract
 from poot_planner.fp16.checks import Guard, analyse
 from poot_planner.refusal import Refusal, RefusalKind
-from poot_planner.target import NarrowingContract
 
 __all__ = [
     "ARITHMETIC",
