@@ -37,11 +37,8 @@ from poot_ir.numerics import (
     looser,
 )
 
-from poot_planner import admission
-from poot_planner.admission import admit_all
-from poot_planner.fp16 import narrowing as narrowing_rules
+from poot_planner.admission import PlanMemo
 from poot_planner.fp16.narrowing import (
-    literal_refusals,
     narrow_to_device_precision,
     needs_narrowing,
     splat_refusals,
@@ -121,29 +118,17 @@ class Plan:
 def plan(program: Program, target: str | Target, *, legalization: bool = True) -> Plan:
     """Plan ``program`` for ``target`` (a name in ``poot_planner.TARGETS`` or a Target);
     ``legalization=False`` plans it as written (what the target refuses before any rewrite)."""
-    # admission and the literal analysis remember their last answer so one plan asks each
-    # once (legalization and the plan ask of the same program); no answer outlives the plan,
-    # so each plan (and each benchmark repeat) does the whole work once
-    admission.forget()
-    narrowing_rules.forget()
-    try:
-        return _plan(program, target, legalization)
-    finally:
-        admission.forget()
-        narrowing_rules.forget()
-
-
-def _plan(program: Program, target: str | Target, legalization: bool) -> Plan:
     if not isinstance(program, Program):
         raise TypeCheckError(f"plan: expected a Program, got a {type(program).__name__}")
     t = get_target(target)
+    memo = PlanMemo()  # this plan's alone: legalization and admission ask it the same questions
     source = program
-    legal = legalize(source, t) if legalization else Legalized(source, (), ())
+    legal = legalize(source, t, memo) if legalization else Legalized(source, (), ())
     program = legal.program
     claim = t.layout.claim(program, t) if t.layout is not None else None
     refusals = list(claim.refusals) if claim is not None else []
     admissions: dict[int, Admission] = {}
-    for i, got in enumerate(admit_all(program, t)):
+    for i, got in enumerate(memo.admit_all(program, t)):
         if claim is not None and i in claim.eqns:
             continue
         if isinstance(got, Refusal):
@@ -156,7 +141,7 @@ def _plan(program: Program, target: str | Target, legalization: bool) -> Plan:
     if t.narrowing is not None:  # an FP16 device: its compiler clamps infinite F16 literals
         refusals.extend(splat_refusals(program))
     if t.narrowing is not None and needs_narrowing(program):
-        refusals.extend(literal_refusals(program, t.narrowing))
+        refusals.extend(memo.literal_refusals(program, t.narrowing))
         narrowing = t.narrowing
 
     laid = LaidOut()
