@@ -39,7 +39,7 @@ from poot_ir import (
     infer_type,
     validate,
 )
-from poot_ir.core import COMPARISONS
+from poot_ir.core import COMPARISONS, MOVEMENT
 
 from poot_planner.capability import NarrowingContract
 from poot_planner.fp16.checks import Guard, analyse
@@ -55,13 +55,8 @@ __all__ = [
     "splat_refusals",
 ]
 
-#: Primitives that compute values (everything but data movement and converts).
-ARITHMETIC = frozenset(p for p in Prim if p.is_unary or p.is_binary) | {
-    Prim.REDUCE_SUM,
-    Prim.REDUCE_MAX,
-    Prim.MATMUL,
-    Prim.SELECT,
-}
+#: Primitives that compute values (everything but data movement, converts and ``iota``).
+ARITHMETIC = frozenset(Prim) - MOVEMENT - {Prim.CONVERT, Prim.IOTA}
 
 _ADDITIVE = (Prim.ADD, Prim.SUB)
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from poot_ir import DType, Eqn, Literal, Prim, ReduceParams, TensorType, Var
+from poot_ir.core import COMPUTING
 from poot_ir.numerics import (
     AbsRel,
     AnyInput,
@@ -52,7 +53,6 @@ from poot_planner.target import Target
 __all__ = ["Derivation", "derive"]
 
 _UNIT = {DType.F16: 2.0**-11, DType.F32: 2.0**-24}
-_ROUNDS = frozenset({Prim.ADD, Prim.SUB, Prim.MUL, Prim.DIV, Prim.EXP})
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,7 +307,7 @@ def _analyse_val(
             env[e.out.id] = _Val(got.lo, got.hi, kept)
             continue
         exact = _exact_scaling(e) or _exact_point(got, ins, device) or _adds_zero(e.prim, ins)
-        if e.prim in _ROUNDS and not exact:
+        if e.prim in COMPUTING and not exact:  # the rest of ``_step``'s moves or chooses
             own += unit * (got.mag + got.err)
         y = _Val(got.lo, got.hi, got.err + own)
         if not y.mag + y.err <= limit:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from poot_ir import Atom, BroadcastParams, ConvertParams, DType, Eqn, IotaParams, Literal, Prim, Var
+from poot_ir.core import REARRANGEMENT
 
 from poot_planner.legalize.emit import Emit, RuleContext
 
@@ -151,10 +152,6 @@ def exact_float(em: Emit, a: Atom, ctx: RuleContext) -> Atom | None:
     return None
 
 
-#: the pure data movements a mask is looked through (here and in ``poot_planner.fp16.prelude``)
-MOVES = frozenset({Prim.RESHAPE, Prim.BROADCAST_IN_DIM, Prim.TRANSPOSE, Prim.SLICE})
-
-
 def readers_through_movement(vid: int, ctx: RuleContext) -> list[Eqn] | None:
     """The equations that compute with value ``vid``, looking through pure data movement (a
     mask is reshaped and broadcast before it is added); None when a moved copy is a result."""
@@ -165,7 +162,7 @@ def readers_through_movement(vid: int, ctx: RuleContext) -> list[Eqn] | None:
         if v in ctx.results:
             return None
         for r in ctx.consumers.get(v, ()):
-            if r.prim in MOVES:
+            if r.prim in REARRANGEMENT:
                 stack.append(r.out.id)
             else:
                 out.append(r)
