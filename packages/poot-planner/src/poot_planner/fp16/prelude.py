@@ -106,9 +106,8 @@ from poot_ir import (
 )
 from poot_ir.core import REARRANGEMENT
 
+from poot_planner.emit import Emit, RuleContext, readers_through_movement
 from poot_planner.fp16.checks import GuardKind, analyse
-from poot_planner.legalize.emit import Emit, RuleContext
-from poot_planner.legalize.steps import readers_through_movement
 
 if TYPE_CHECKING:
     from poot_planner.plan import Plan

@@ -45,8 +45,8 @@ from poot_ir.numerics import (
     Relative,
 )
 
+from poot_planner.emit import Emit
 from poot_planner.legalize import logarithm
-from poot_planner.legalize.emit import Emit
 from poot_planner.legalize.rules import Numerics, Rule
 from poot_planner.target import Target
 

@@ -30,9 +30,9 @@ from poot_ir import (
 )
 
 from poot_planner.admission import PlanMemo, admit
+from poot_planner.emit import Emit
 from poot_planner.fp16.narrowing import literal_refusals, needs_narrowing, operating_dtype
 from poot_planner.legalize.bounds import Derivation, derive
-from poot_planner.legalize.emit import Emit
 from poot_planner.legalize.rules import Rule, RuleContext, rules_for
 from poot_planner.refusal import Refusal
 from poot_planner.target import Target

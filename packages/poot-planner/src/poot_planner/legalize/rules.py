@@ -42,7 +42,7 @@ from enum import Enum
 
 from poot_ir import ConvertParams, DType, Eqn, Literal, Prim, Var
 
-from poot_planner.legalize.emit import Emit, RuleContext
+from poot_planner.emit import Emit, RuleContext, readers_through_movement
 from poot_planner.legalize.logarithm import (
     SOFTPLUS_REMAINDER,
     SOFTPLUS_TOP,
@@ -56,7 +56,6 @@ from poot_planner.legalize.steps import (
     mask_of,
     multiplicand,
     predicate_and_literal,
-    readers_through_movement,
     sigmoid_operand,
     sign,
 )
