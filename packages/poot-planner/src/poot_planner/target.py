@@ -8,7 +8,11 @@ one fails when its module is imported.
 
 What a target plans beyond its table is its ``layout`` (``Layout``): xdna2's row kernels, tiles
 and regions (``poot_planner.xdna2.layout``); a target without one (cpu, intel-npu4) runs the
-admitted program as it is. ``plan`` calls the hook and never asks which target it plans for.
+admitted program as it is. ``plan`` calls the hook and never asks which target it plans for:
+another NPU with a layout of the same kind sets its own ``Layout``; one of another kind adds
+its products to ``LaidOut`` (and to ``Plan``), whose fields are XDNA2's tiles and regions
+because the plan's are. The pieces of a target (``poot_planner.capability``) live below this
+module so that those tile and region types can use them.
 """
 
 from __future__ import annotations

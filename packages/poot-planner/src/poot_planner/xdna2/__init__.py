@@ -1,3 +1,3 @@
-"""The XDNA2 layout: value facts (``facts``), fused row groups (``rowfusion``), one tile per
-equation (``tiles``), chunking through tile memory (``chunking``) and regions with their host
-relayouts (``regions``)."""
+"""The XDNA2 layout, xdna2's ``Target.layout`` (``layout``): value facts (``facts``), fused row
+groups (``rowfusion``), one tile per equation (``tiles``), chunking through tile memory
+(``chunking``) and regions with their host relayouts (``regions``)."""
