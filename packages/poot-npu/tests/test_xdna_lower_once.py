@@ -2,13 +2,12 @@
 region design once; compiling the artifact (the host C build, the Peano/aiecc link) reads the
 lowering the artifact source carries and never plans or designs again.
 
-Counted where the work happens: ``poot_planner.plan._xdna2_layout`` (the XDNA2 part of every
+Counted where the work happens: ``poot_planner.xdna2.layout.lay_out`` (the XDNA2 part of every
 plan) and ``poot_codegen.xdna.designer.build_design`` (every design build).
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -21,10 +20,9 @@ from poot_codegen.xdna import designer
 from poot_ir import Program, parse_program
 from poot_npu import xdna as xdna_module
 from poot_planner import plan
+from poot_planner.xdna2 import layout as layout_module
 
 from poot.cli import main
-
-plan_module = importlib.import_module("poot_planner.plan")  # the module, not the function
 
 EXAMPLES = Path(main.__code__.co_filename).parent / "examples"
 #: The examples xdna2 admits (the others are refused before anything is lowered).
@@ -44,8 +42,8 @@ def _counting(counts: Counter[str], name: str, fn: Callable[..., Any]) -> Callab
 
 def _count(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     counts: Counter[str] = Counter()
-    layout = _counting(counts, "plans", plan_module._xdna2_layout)
-    monkeypatch.setattr(plan_module, "_xdna2_layout", layout)
+    layout = _counting(counts, "plans", layout_module.lay_out)
+    monkeypatch.setattr(layout_module, "lay_out", layout)
     build = _counting(counts, "designs", designer.build_design)
     monkeypatch.setattr(designer, "build_design", build)
     return counts

@@ -12,8 +12,8 @@ from onnx import TensorProto, helper
 from poot_ir import AbsRel, Builder, DType, Output, Program, evaluate, validate
 from poot_onnx import import_model
 from poot_planner import TARGETS, narrow_to_device_precision, plan
+from poot_planner.emit import Emit
 from poot_planner.error_bounds import result_bounds
-from poot_planner.legalize.emit import Emit
 from poot_planner.legalize.logarithm import K_RANGE, M_HI, M_LO, SOFTPLUS_TOP, reduce
 from poot_planner.legalize.rules import Numerics
 

@@ -97,6 +97,10 @@ class Prim(Enum):
     def is_elementwise(self) -> bool:
         return self in UNARY or self in BINARY or self in (Prim.SELECT, Prim.CONVERT)
 
+    @property
+    def is_movement(self) -> bool:
+        return self in MOVEMENT
+
 
 UNARY = frozenset(
     {Prim.NEG, Prim.RECIP, Prim.EXP, Prim.LOG, Prim.TANH, Prim.ERF, Prim.SQRT, Prim.ABS}
@@ -105,6 +109,31 @@ BINARY = frozenset(
     {Prim.ADD, Prim.SUB, Prim.MUL, Prim.DIV, Prim.MAX, Prim.MIN, Prim.GE, Prim.GT, Prim.EQ}
 )
 COMPARISONS = frozenset({Prim.GE, Prim.GT, Prim.EQ})
+#: Data movement: each element of the result is an element of an operand (a gather's table, a
+#: concat's operands, a dynamic update's operand or update), moved; nothing is computed, so it
+#: is exact in every dtype. (``iota`` makes its counter instead: it is no movement.)
+MOVEMENT = frozenset(
+    {
+        Prim.GATHER,
+        Prim.TRANSPOSE,
+        Prim.RESHAPE,
+        Prim.BROADCAST_IN_DIM,
+        Prim.SLICE,
+        Prim.CONCAT,
+        Prim.DYNAMIC_UPDATE_SLICE,
+    }
+)
+#: Movement of one operand alone (no table, no second operand, no indices): each result element
+#: is an element of that operand, so whatever holds of every element of the operand (a mask's
+#: 0/1 values, a guard, a side of a dominated value) holds of the result too.
+REARRANGEMENT = frozenset({Prim.TRANSPOSE, Prim.RESHAPE, Prim.BROADCAST_IN_DIM, Prim.SLICE})
+#: Arithmetic whose every result element is an operand's element or its negation: it chooses
+#: (max, min, select, reduce_max) or sets a sign (neg, abs), so it never rounds.
+EXACT_ARITHMETIC = frozenset({Prim.NEG, Prim.ABS, Prim.MAX, Prim.MIN, Prim.SELECT, Prim.REDUCE_MAX})
+#: Arithmetic that computes new values: a float result is rounded and can overflow. The rest
+#: moves (``MOVEMENT``), chooses or sets signs (``EXACT_ARITHMETIC``), compares, converts or
+#: counts (``iota``).
+COMPUTING = frozenset(Prim) - MOVEMENT - EXACT_ARITHMETIC - COMPARISONS - {Prim.CONVERT, Prim.IOTA}
 #: Unary primitives defined only on floating types (the others also take I32).
 FLOAT_ONLY = frozenset({Prim.RECIP, Prim.EXP, Prim.LOG, Prim.TANH, Prim.ERF, Prim.SQRT})
 

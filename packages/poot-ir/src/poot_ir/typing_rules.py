@@ -54,20 +54,7 @@ DTYPES_OF: dict[Prim, frozenset[DType]] = {
     Prim.REDUCE_MAX: _NUMERIC,
     Prim.MATMUL: _NUMERIC,
     Prim.IOTA: _NUMERIC,
-    **{
-        p: _ALL
-        for p in (
-            Prim.SELECT,
-            Prim.CONVERT,
-            Prim.GATHER,
-            Prim.TRANSPOSE,
-            Prim.RESHAPE,
-            Prim.BROADCAST_IN_DIM,
-            Prim.SLICE,
-            Prim.CONCAT,
-            Prim.DYNAMIC_UPDATE_SLICE,
-        )
-    },
+    **{p: _ALL for p in Prim if p.is_movement or p in (Prim.SELECT, Prim.CONVERT)},
 }
 
 

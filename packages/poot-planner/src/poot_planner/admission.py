@@ -9,31 +9,50 @@ from __future__ import annotations
 
 from poot_ir import DType, Eqn, Prim, Program, ReduceParams
 
-from poot_planner.fp16.narrowing import ARITHMETIC, operating_dtype
+from poot_planner.fp16.narrowing import ARITHMETIC, literal_refusals, operating_dtype
 from poot_planner.refusal import Refusal, RefusalKind
-from poot_planner.target import AxisRule, Capability, Target
+from poot_planner.target import AxisRule, Capability, NarrowingContract, Target
 
-__all__ = ["admit", "admit_all"]
-
-
-# The last answer of ``admit_all``: planning admits the same program twice (legalization
-# looks for what to rewrite, then the plan admits what it runs). Programs and targets are
-# immutable; the entry holds both, so their ids are not reused while it lives.
-_LAST: list[tuple[Program, Target, tuple[Capability | Refusal, ...]]] = []
-
-
-def forget() -> None:
-    """Drop the remembered answer (``plan`` does, before and after each plan)."""
-    _LAST.clear()
+__all__ = ["PlanMemo", "admit", "admit_all"]
 
 
 def admit_all(program: Program, target: Target) -> tuple[Capability | Refusal, ...]:
     """``admit`` of each equation of ``program``, in order."""
-    if _LAST and _LAST[0][0] is program and _LAST[0][1] is target:
-        return _LAST[0][2]
-    got = tuple(admit(i, e, target) for i, e in enumerate(program.eqns))
-    _LAST[:] = [(program, target, got)]
-    return got
+    return tuple(admit(i, e, target) for i, e in enumerate(program.eqns))
+
+
+class PlanMemo:
+    """The answers one plan asks twice, remembered for that plan alone: legalization looks for
+    what to rewrite, then the plan admits what it runs, and both ask ``admit_all`` and the
+    narrowing's ``literal_refusals`` of the same program (the same object when nothing was
+    rewritten). ``plan`` makes one per call and passes it down, so no answer outlives its plan
+    and two plans made at once (two threads) share nothing.
+
+    Each answer is the last one asked, keyed by the identity of its (immutable) arguments,
+    which the memo holds, so their ids are not reused while it lives."""
+
+    __slots__ = ("_admitted", "_literals")
+
+    def __init__(self) -> None:
+        self._admitted: tuple[Program, Target, tuple[Capability | Refusal, ...]] | None = None
+        self._literals: tuple[Program, NarrowingContract, tuple[Refusal, ...]] | None = None
+
+    def admit_all(self, program: Program, target: Target) -> tuple[Capability | Refusal, ...]:
+        """``admit_all(program, target)``, once per program and target."""
+        got = self._admitted
+        if got is None or got[0] is not program or got[1] is not target:
+            got = (program, target, admit_all(program, target))
+            self._admitted = got
+        return got[2]
+
+    def literal_refusals(self, program: Program, contract: NarrowingContract) -> list[Refusal]:
+        """``poot_planner.fp16.narrowing.literal_refusals(program, contract)``, once per
+        program and contract (a fresh list each time: callers extend it)."""
+        got = self._literals
+        if got is None or got[0] is not program or got[1] is not contract:
+            got = (program, contract, tuple(literal_refusals(program, contract)))
+            self._literals = got
+        return list(got[2])
 
 
 def admit(i: int, e: Eqn, target: Target) -> Capability | Refusal:

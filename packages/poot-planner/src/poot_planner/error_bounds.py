@@ -52,8 +52,8 @@ from poot_ir.numerics import (
     ScaledSum,
 )
 
+from poot_planner.emit import RuleContext
 from poot_planner.fp16.narrowing import operating_dtype
-from poot_planner.legalize.emit import RuleContext
 from poot_planner.legalize.logarithm import operand_of_softplus
 from poot_planner.legalize.rewrite import Rewrite
 from poot_planner.legalize.rules import Numerics

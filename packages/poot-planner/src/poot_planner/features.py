@@ -26,9 +26,9 @@ from poot_ir.numerics import (
     ScaledSum,
 )
 
+from poot_planner.emit import Emit
 from poot_planner.fp16.checks import OVERFLOW_RULE, SCORE_RULE, SENTINEL_RULE
 from poot_planner.legalize.bounds import derive
-from poot_planner.legalize.emit import Emit
 from poot_planner.legalize.rules import RULES, Rule, RuleContext
 from poot_planner.plan import plan
 from poot_planner.target import AxisRule, Capability, KernelClass, Target

@@ -36,6 +36,7 @@ from enum import Enum
 from typing import Protocol
 
 from poot_ir import DType, Eqn, Literal, Prim, Program, Var
+from poot_ir.core import MOVEMENT
 from poot_ir.numerics import (
     AnyInput,
     Contract,
@@ -253,9 +254,9 @@ def _output(e: Eqn, ops: list[_Range], contract: Contract | None) -> _Range:
 
 #: Steps whose every result element is an element of an operand (all operands for concat; a
 #: gather's table): a guard on the operands is a guard on the result.
-_MOVES = frozenset(
-    {Prim.TRANSPOSE, Prim.RESHAPE, Prim.BROADCAST_IN_DIM, Prim.SLICE, Prim.CONCAT, Prim.GATHER}
-)
+#: (Not a dynamic update: its start indices are operands too, and only a gather's are left
+#: out below.)
+_MOVES = MOVEMENT - {Prim.DYNAMIC_UPDATE_SLICE}
 #: Domains a narrowing cast F32 -> device dtype keeps (on values the range check let through,
 #: |x| <= the device's largest magnitude, a finite value stays finite and NaN stays NaN).
 _CAST_KEEPS = (FiniteInputs, FiniteNormalResult, NotNaN, AnyInput)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["Refusal", "RefusalKind"]
+__all__ = ["Refusal", "RefusalKind", "limit_refusal"]
 
 
 class RefusalKind(Enum):
@@ -50,3 +50,10 @@ class Refusal:
         where = "program" if self.eqn < 0 else f"equation {self.eqn} ({self.primitive})"
         facts = ", ".join(f"{k}={v}" for k, v in self.facts)
         return f"{where}: {self.kind.value}" + (f": {facts}" if facts else "")
+
+
+def limit_refusal(eqn: int, primitive: str, limit: str, needed: int, available: int) -> Refusal:
+    """Equation ``eqn`` refused for needing ``needed`` of a limit of which ``available`` exist
+    (``REGION_LIMIT``; the facts in the order ``limit``, ``needed``, ``available``)."""
+    facts = (("limit", limit), ("needed", needed), ("available", available))
+    return Refusal(RefusalKind.REGION_LIMIT, eqn, primitive, facts)

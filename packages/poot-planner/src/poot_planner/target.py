@@ -1,180 +1,91 @@
-"""What a target is: data. Capability rows, limits and the narrowing contract.
+"""What a target is: data. Capability rows, limits and the narrowing contract, and the
+target's own layout step.
 
 A target module (``poot_planner.targets.<name>``) builds one ``Target`` from these types. The
 same rows drive admission, the feature matrix (``poot features``) and the conformance tests, so
 a capability is declared exactly once. ``Target.__post_init__`` checks the table, so a malformed
 one fails when its module is imported.
+
+What a target plans beyond its table is its ``layout`` (``Layout``): xdna2's row kernels, tiles
+and regions (``poot_planner.xdna2.layout``); a target without one (cpu, intel-npu4) runs the
+admitted program as it is. ``plan`` calls the hook and never asks which target it plans for:
+another NPU with a layout of the same kind sets its own ``Layout``; one of another kind adds
+its products to ``LaidOut`` (and to ``Plan``), whose fields are XDNA2's tiles and regions
+because the plan's are. The pieces of a target (``poot_planner.capability``) live below this
+module so that those tile and region types can use them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
+from typing import Protocol
 
-from poot_ir import DType, Prim, TargetTableError
+from poot_ir import DType, Prim, Program, TargetTableError
 from poot_ir.numerics import Contract
+
+from poot_planner.capability import (
+    AxisRule,
+    Capability,
+    CodeSize,
+    KernelClass,
+    NarrowingContract,
+    RegionLimits,
+)
+from poot_planner.refusal import Refusal
+from poot_planner.xdna2.regions import HostRelayout, Region
+from poot_planner.xdna2.tiles import TileOp
 
 __all__ = [
     "AxisRule",
     "Capability",
+    "Claim",
     "CodeSize",
     "KernelClass",
+    "LaidOut",
+    "Layout",
     "NarrowingContract",
     "RegionLimits",
     "Target",
 ]
 
 
-class KernelClass(Enum):
-    """How an admitted equation runs on its target."""
-
-    ORACLE = "oracle"  # cpu: the numpy oracle itself
-    POINTWISE = "pointwise"  # xdna2: the ordinary body, its thread grid turned into loops
-    ROW = "row"  # xdna2: last-axis reduction, one lane per row, row loop serialized
-    FUSED_NORM = "fused norm"  # xdna2: a recognized RMSNorm chain as one row kernel
-    GATHER = "gather"  # xdna2: table and indices resident, output streamed
-    GRAPH_OP = "graph op"  # intel-npu4: one OpenVINO opset op inside the one graph
-    #: xdna2: a pure relayout between regions, absorbed by the host arenas: no tile, no
-    #: context, no stream of its own (``poot_planner.xdna2.regions.HostRelayout``). A reshape is an
-    #: alias (the same arena bytes read with another shape); the others one host copy.
-    HOST_RELAYOUT = "host relayout"
-
-
-class AxisRule(Enum):
-    """Which axes a reduction (or gather) may run over."""
-
-    ANY = "any axis"
-    LAST = "last axis only"
-
-
 @dataclass(frozen=True, slots=True)
-class Capability:
-    """One admitted (primitive, dtypes) pair and what is promised about it.
+class LaidOut:
+    """What a target's layout gives its plan: the tile jobs, regions and host relayouts (the
+    ``Plan`` fields of the same names), the refusals of what does not fit, and ``placed``, each
+    equation a tile computes as ``(equation, kernel class, tile index)`` in placing order."""
 
-    ``contract`` is the numerical contract measured for it (bound and domain); data movement
-    that is bit exact says so with a ``BitExact`` contract too, so every row has one.
-    """
-
-    prim: Prim
-    dtypes: frozenset[DType]
-    kernel: KernelClass
-    contract: Contract
-    axes: AxisRule = AxisRule.ANY
-    note: str = ""
+    tiles: tuple[TileOp, ...] = ()
+    regions: tuple[Region, ...] = ()
+    relayouts: tuple[HostRelayout, ...] = ()
+    refusals: tuple[Refusal, ...] = ()
+    placed: tuple[tuple[int, KernelClass, int], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class RegionLimits:
-    """XDNA2 region bounds (measured on Strix Halo, aie2p; agree with the upstream sources)."""
-
-    compute_tiles: int  # one equation per compute tile
-    host_streams_in: int  # shim MM2S channels over all shims
-    host_streams_out: int  # shim S2MM channels
-    streams_per_tile: int  # compute-tile DMA channels, each way
-    tile_bytes: int  # 64 KiB data memory less the 1 KiB stack
-    contexts: int  # hardware contexts: one per loaded artifact (region)
-    host_buffers: int  # buffers one kernel call takes (opcode, insts, n, bo0..bo4)
-    #: Tile bytes the region's flag path takes on every core as FIFO buffers: one 32-bit word in
-    #: from the previous core of the chain, one out (``poot_codegen.xdna.design.FlagPath``;
-    #: depth 1).
-    flag_bytes: int = 8
-    #: Tile bytes the link puts in the core's data memory after its buffers. aiecc's linker
-    #: script (mlir-aie lib/Targets/AIETargetLdScript.cpp, ``AIETranslateToLdScript``) starts
-    #: the ``data`` region at the end of the tile's highest buffer (``origin = base + max``,
-    #: ``length = getLocalMemorySize() - max``) and places there ``.data`` and ``.rodata`` of
-    #: every object linked, then ``.bss``: the 32-bit ``poot_guard_word`` each kernel object
-    #: defines (``poot_codegen.xdna.guards.GUARD_PRELUDE``), and whatever the kernel object,
-    #: compiler-rt's soft-float routines and crt0 bring, with their alignment. 4 bytes of guard
-    #: word and an UNMEASURED reserve of 252 bytes for the rest (poot's kernels define no other
-    #: data; a jump table or a literal pool would land in ``.rodata``): the ``xdna`` hardware
-    #: test measures every linked core's data sections against this figure.
-    link_data_bytes: int = 256
-    #: Host streams out the flag path takes per region: its last core drains the region's word.
-    flag_streams_out: int = 1
-    #: Elements of one tensor: the kernel ABI counts units and elements in ``int32_t``.
-    tensor_elements: int = 2**31 - 1
+class Claim(Protocol):
+    """The equations a layout takes before admission (xdna2: the steps of its row kernels),
+    which the capability table then does not admit or refuse, and the refusals among them. It
+    keeps what it found for ``lay_out``, so one plan's claim is laid out by that plan alone."""
 
     @property
-    def reserved_bytes(self) -> int:
-        """Tile bytes every core holds besides its data FIFOs: its flag path's buffers and what
-        the link adds after the buffers."""
-        return self.flag_bytes + self.link_data_bytes
+    def eqns(self) -> frozenset[int]: ...
 
     @property
-    def data_tile_bytes(self) -> int:
-        """Tile bytes left for a core's data FIFOs once its flag path and the link's data
-        sections have their own."""
-        return self.tile_bytes - self.reserved_bytes
+    def refusals(self) -> tuple[Refusal, ...]: ...
 
-    @property
-    def data_streams_out(self) -> int:
-        """Host streams out left for a region's values once its flag word has its own."""
-        return self.host_streams_out - self.flag_streams_out
+    def lay_out(self, admitted: Mapping[int, KernelClass]) -> LaidOut:
+        """The layout of the claimed equations and of ``admitted`` (each equation the table
+        admitted, ascending, with its kernel class)."""
+        ...
 
 
-@dataclass(frozen=True, slots=True)
-class CodeSize:
-    """Program memory per compute tile and an estimate of what one tile's kernel takes there.
+class Layout(Protocol):
+    """A target's own planning step beside its capability table (``Target.layout``)."""
 
-    Each core is linked alone (its kernel and what it calls; the toolchain drops the rest), so a
-    tile needs ``base`` bytes (start-up code, the core's FIFO loop) plus, once each, the library
-    routines its primitives call (``routines``: on aie2p every scalar float add, multiply,
-    divide, compare and conversion is one) plus each primitive's own body (``bodies``). An
-    equation whose tile needs more than ``program_bytes`` is refused (``program_bytes``).
-    ``measured`` is False while the figures are estimates: the ``xdna`` hardware test measures
-    every linked core with the toolchain's size tool, and the figures are recorded from it."""
-
-    program_bytes: int
-    base: int
-    routines: tuple[tuple[str, int], ...]
-    bodies: tuple[tuple[Prim, tuple[str, ...], int], ...]  # (primitive, routines it calls, bytes)
-    measured: bool = False
-    source: str = ""
-
-    def estimate(self, prims: tuple[Prim, ...]) -> int:
-        """Bytes of program memory of one tile computing ``prims`` (None of them unknown:
-        ``TargetTableError`` names a primitive with no body figure)."""
-        table, routines = _code_tables(self)
-        used: set[str] = set()
-        total = self.base
-        for p in dict.fromkeys(prims):
-            if p not in table:
-                raise TargetTableError("code size", f"no body figure for {p.value}")
-            calls, n = table[p]
-            used.update(calls)
-            total += n
-        return total + sum(routines[r] for r in sorted(used))
-
-
-_Tables = tuple[dict[Prim, tuple[tuple[str, ...], int]], dict[str, int]]
-_TABLES: dict[int, tuple[CodeSize, _Tables]] = {}
-
-
-def _code_tables(cs: CodeSize) -> _Tables:
-    """``cs``'s figures as lookups, built once per table (planning asks for every tile; keyed
-    by identity, since hashing the whole table each time is what this saves)."""
-    got = _TABLES.get(id(cs))
-    if got is None or got[0] is not cs:  # the table is kept alive with its lookups
-        got = (cs, ({p: (calls, n) for p, calls, n in cs.bodies}, dict(cs.routines)))
-        _TABLES[id(cs)] = got
-    return got[1]
-
-
-@dataclass(frozen=True, slots=True)
-class NarrowingContract:
-    """A target that computes in FP16 and records how far a narrowed graph may stray.
-
-    ``normwise`` bounds ||y - ref|| / ||ref|| of each F32 result of a narrowed graph against the
-    F32 oracle, above ``floor`` per element (the device type's absolute resolution near zero:
-    FP16's smallest subnormal, 2^-24); ``max_magnitude`` is the largest F32 value the bound
-    holds for (FP16's 65504).
-    """
-
-    device_dtype: DType
-    normwise: float
-    max_magnitude: float
-    measured_on: str
-    floor: float = 0.0
+    def claim(self, program: Program, target: Target) -> Claim:
+        """What the layout takes of ``program`` (the legalized program) before admission."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +102,9 @@ class Target:
     #: The most bytes one tensor may take on the device, at the dtype the device stores it in
     #: (a narrowed F32 as its ``device_dtype``): a larger one is refused (``tensor_bytes``).
     tensor_bytes: int | None = None
+    #: The target's own planning after admission (xdna2: row kernels, tiles, regions); None:
+    #: the admitted program runs as it is.
+    layout: Layout | None = None
 
     def __post_init__(self) -> None:
         seen: set[tuple[Prim, DType]] = set()

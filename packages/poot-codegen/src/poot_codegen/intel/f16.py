@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Any, Final, TypeAlias
 
 import numpy as np
-from poot_ir.core import Eqn, Prim
+from poot_ir.core import EXACT_ARITHMETIC, MOVEMENT, Eqn, Prim
 from poot_ir.dtypes import DType
 
 from poot_codegen.intel.quiet import opset16 as ops
@@ -44,24 +44,8 @@ __all__ = ["computes_f16", "fix_subnormal_ties", "round_result", "round_to_f16"]
 Node: TypeAlias = Any
 """An OpenVINO node or output port: openvino has no type stubs, so ``Any`` stays here."""
 
-_EXACT_F16: Final = frozenset(
-    {
-        Prim.NEG,
-        Prim.ABS,
-        Prim.MAX,
-        Prim.MIN,
-        Prim.SELECT,
-        Prim.REDUCE_MAX,
-        Prim.GATHER,
-        Prim.TRANSPOSE,
-        Prim.RESHAPE,
-        Prim.BROADCAST_IN_DIM,
-        Prim.SLICE,
-        Prim.CONCAT,
-        Prim.DYNAMIC_UPDATE_SLICE,
-        Prim.IOTA,
-    }
-)
+#: What never rounds in FP16: data movement, choosing and signs, and ``iota``'s counter.
+_EXACT_F16: Final = MOVEMENT | EXACT_ARITHMETIC | {Prim.IOTA}
 
 
 def computes_f16(e: Eqn, f32_is_fp16: bool = False) -> bool:

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from poot_ir import CodegenError, DType, Eqn, Literal, Prim, Program, Var
+from poot_ir.core import COMPUTING, REARRANGEMENT
 
 from poot_planner.refusal import Refusal, RefusalKind
 
@@ -121,35 +122,9 @@ class Guards:
     refusals: tuple[Refusal, ...]
 
 
-#: Equations that compute new values (what FP16 can overflow in).
-COMPUTING = frozenset(
-    {
-        Prim.ADD,
-        Prim.SUB,
-        Prim.MUL,
-        Prim.DIV,
-        Prim.RECIP,
-        Prim.SQRT,
-        Prim.EXP,
-        Prim.LOG,
-        Prim.TANH,
-        Prim.ERF,
-        Prim.REDUCE_SUM,
-        Prim.MATMUL,
-    }
-)
-#: Uses through which a dominated value keeps its side (its value is carried, not computed on).
-_CARRY = frozenset(
-    {
-        Prim.GATHER,
-        Prim.TRANSPOSE,
-        Prim.RESHAPE,
-        Prim.BROADCAST_IN_DIM,
-        Prim.SLICE,
-        Prim.CONVERT,
-        Prim.REDUCE_MAX,
-    }
-)
+#: Uses through which a dominated value keeps its side (its value is carried, not computed on):
+#: a concat and a dynamic update carry it only when their data operands agree (below).
+_CARRY = REARRANGEMENT | {Prim.GATHER, Prim.CONVERT, Prim.REDUCE_MAX}
 
 
 def _saturated(a: object, limit: float) -> int:

@@ -39,11 +39,11 @@ from poot_ir import (
     infer_type,
     validate,
 )
-from poot_ir.core import COMPARISONS
+from poot_ir.core import COMPARISONS, MOVEMENT
 
+from poot_planner.capability import NarrowingContract
 from poot_planner.fp16.checks import RangeCheck, analyse
 from poot_planner.refusal import Refusal, RefusalKind
-from poot_planner.target import NarrowingContract
 
 __all__ = [
     "ARITHMETIC",
@@ -55,13 +55,8 @@ __all__ = [
     "splat_refusals",
 ]
 
-#: Primitives that compute values (everything but data movement and converts).
-ARITHMETIC = frozenset(p for p in Prim if p.is_unary or p.is_binary) | {
-    Prim.REDUCE_SUM,
-    Prim.REDUCE_MAX,
-    Prim.MATMUL,
-    Prim.SELECT,
-}
+#: Primitives that compute values (everything but data movement, converts and ``iota``).
+ARITHMETIC = frozenset(Prim) - MOVEMENT - {Prim.CONVERT, Prim.IOTA}
 
 _ADDITIVE = (Prim.ADD, Prim.SUB)
 
@@ -92,28 +87,9 @@ def needs_narrowing(program: Program) -> bool:
     return any(e.prim in ARITHMETIC and operating_dtype(e) is wide for e in program.eqns)
 
 
-# The last answer of ``literal_refusals``: planning asks it of the same program twice
-# (legalization, then the plan), and the analysis walks every equation. Programs and contracts
-# are immutable; the entry holds both, so their ids are not reused while it lives.
-_LAST: list[tuple[Program, NarrowingContract, tuple[Refusal, ...]]] = []
-
-
-def forget() -> None:
-    """Drop the remembered answer (``plan`` does, before and after each plan)."""
-    _LAST.clear()
-
-
 def literal_refusals(program: Program, contract: NarrowingContract) -> list[Refusal]:
     """Refusals of the literals narrowing cannot carry (see the module). The convert rules are
     admission's (``poot_planner.admission``), since they hold with or without a contract."""
-    if _LAST and _LAST[0][0] is program and _LAST[0][1] is contract:
-        return list(_LAST[0][2])
-    out = _literal_refusals(program, contract)
-    _LAST[:] = [(program, contract, tuple(out))]
-    return out
-
-
-def _literal_refusals(program: Program, contract: NarrowingContract) -> list[Refusal]:
     out: list[Refusal] = []
     limit = contract.max_magnitude
     for i, e in enumerate(program.eqns):

@@ -104,10 +104,10 @@ from poot_ir import (
     TransposeParams,
     Var,
 )
+from poot_ir.core import REARRANGEMENT
 
+from poot_planner.emit import Emit, RuleContext, readers_through_movement
 from poot_planner.fp16.checks import GuardKind, analyse
-from poot_planner.legalize.emit import Emit, RuleContext
-from poot_planner.legalize.steps import MOVES, readers_through_movement
 
 if TYPE_CHECKING:
     from poot_planner.plan import Plan
@@ -236,7 +236,7 @@ def _mask_reads(e: Eqn, ctx: RuleContext) -> list[tuple[Eqn, frozenset[int]]]:
     reads: list[Eqn] = []
     while stack:
         for r in ctx.consumers.get(stack.pop(), ()):
-            if r.prim in MOVES:
+            if r.prim in REARRANGEMENT:
                 moved.add(r.out.id)
                 stack.append(r.out.id)
             elif r not in reads:
@@ -286,7 +286,7 @@ class _Proof:
         """``v`` before the data movement that made it, the movement's equations in ``chain``."""
         while v.id in self.maker:
             e = self.program.eqns[self.maker[v.id]]
-            if e.prim not in MOVES or not isinstance(e.inputs[0], Var):
+            if e.prim not in REARRANGEMENT or not isinstance(e.inputs[0], Var):
                 break
             chain.append(self.maker[v.id])
             v = e.inputs[0]
@@ -413,7 +413,7 @@ def _rows_kept(e: Eqn, ctx: RuleContext) -> bool:
     stack = [e.out.id]
     while stack:
         for r in ctx.consumers.get(stack.pop(), ()):
-            if r.prim not in MOVES:
+            if r.prim not in REARRANGEMENT:
                 continue
             src, dst = r.inputs[0].type, r.out.type
             if src.rank == 0 or dst.rank == 0 or src.shape[-1] != dst.shape[-1]:

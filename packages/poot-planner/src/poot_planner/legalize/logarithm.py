@@ -38,7 +38,7 @@ import math
 
 from poot_ir import DType, Eqn, Literal, Prim, Var
 
-from poot_planner.legalize.emit import Emit, RuleContext
+from poot_planner.emit import Emit, RuleContext
 
 __all__ = [
     "K_RANGE",

@@ -29,10 +29,10 @@ from poot_ir import (
     validate,
 )
 
-from poot_planner.admission import admit, admit_all
+from poot_planner.admission import PlanMemo, admit
+from poot_planner.emit import Emit
 from poot_planner.fp16.narrowing import literal_refusals, needs_narrowing, operating_dtype
 from poot_planner.legalize.bounds import Derivation, derive
-from poot_planner.legalize.emit import Emit
 from poot_planner.legalize.rules import Rule, RuleContext, rules_for
 from poot_planner.refusal import Refusal
 from poot_planner.target import Target
@@ -78,10 +78,10 @@ def _dtype(e: Eqn) -> DType:
     return operating_dtype(e)
 
 
-def _refused(program: Program, t: Target) -> set[int]:
-    out = {i for i, got in enumerate(admit_all(program, t)) if isinstance(got, Refusal)}
+def _refused(program: Program, t: Target, memo: PlanMemo) -> set[int]:
+    out = {i for i, got in enumerate(memo.admit_all(program, t)) if isinstance(got, Refusal)}
     if t.narrowing is not None and needs_narrowing(program):
-        out |= {r.eqn for r in literal_refusals(program, t.narrowing)}
+        out |= {r.eqn for r in memo.literal_refusals(program, t.narrowing)}
     return out
 
 
@@ -121,9 +121,11 @@ def _try(rule: Rule, e: Eqn, ctx: RuleContext, t: Target, next_id: int) -> Emit 
     return em if _legal(em.eqns, t) else None
 
 
-def legalize(program: Program, t: Target) -> Legalized:
-    """``program`` with every refused equation a rule of ``t`` legalizes rewritten (module)."""
-    refused = _refused(program, t)
+def legalize(program: Program, t: Target, memo: PlanMemo | None = None) -> Legalized:
+    """``program`` with every refused equation a rule of ``t`` legalizes rewritten (module).
+    ``memo``: the plan's (``PlanMemo``), which remembers what admission and the narrowing
+    answered of ``program`` for the plan to ask again."""
+    refused = _refused(program, t, PlanMemo() if memo is None else memo)
     n = len(program.eqns)
 
     def candidates(i: int) -> tuple[Rule, ...]:

@@ -1,6 +1,6 @@
 """The exact steps legalization rules share: FP16 step functions and signs, a comparison's
-0/1 mask value, select branches as multiplicands, counters as floats, and the readers of a
-value through data movement. Why each is exact is in ``poot_planner.legalize.rules``."""
+0/1 mask value, select branches as multiplicands and counters as floats. Why each is exact is
+in ``poot_planner.legalize.rules``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 
 from poot_ir import Atom, BroadcastParams, ConvertParams, DType, Eqn, IotaParams, Literal, Prim, Var
 
-from poot_planner.legalize.emit import Emit, RuleContext
+from poot_planner.emit import Emit, RuleContext
 
 __all__ = [
     "EXACT_INTEGERS",
@@ -18,7 +18,6 @@ __all__ = [
     "mask_of",
     "multiplicand",
     "predicate_and_literal",
-    "readers_through_movement",
     "sigmoid_operand",
     "sign",
 ]
@@ -149,27 +148,6 @@ def exact_float(em: Emit, a: Atom, ctx: RuleContext) -> Atom | None:
             return f16
         return em.op(Prim.CONVERT, f16, params=ConvertParams(em.dtype))
     return None
-
-
-#: the pure data movements a mask is looked through (here and in ``poot_planner.fp16.prelude``)
-MOVES = frozenset({Prim.RESHAPE, Prim.BROADCAST_IN_DIM, Prim.TRANSPOSE, Prim.SLICE})
-
-
-def readers_through_movement(vid: int, ctx: RuleContext) -> list[Eqn] | None:
-    """The equations that compute with value ``vid``, looking through pure data movement (a
-    mask is reshaped and broadcast before it is added); None when a moved copy is a result."""
-    out: list[Eqn] = []
-    stack = [vid]
-    while stack:
-        v = stack.pop()
-        if v in ctx.results:
-            return None
-        for r in ctx.consumers.get(v, ()):
-            if r.prim in MOVES:
-                stack.append(r.out.id)
-            else:
-                out.append(r)
-    return out
 
 
 def _made(ctx: RuleContext, a: Atom, prim: Prim) -> Eqn | None:

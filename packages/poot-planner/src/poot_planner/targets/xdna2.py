@@ -34,6 +34,7 @@ from poot_planner.target import (
     RegionLimits,
     Target,
 )
+from poot_planner.xdna2.layout import REGIONS
 
 F32 = frozenset({DType.F32})
 #: What the host arenas hold and a relayout moves: the dtypes the tile jobs compute in.
@@ -153,6 +154,7 @@ TARGET = Target(
         host_buffers=5,
     ),
     code_size=CODE_SIZE,
+    layout=REGIONS,
     fused_steps=frozenset(
         {
             Prim.MUL,

@@ -1,3 +1,4 @@
-"""The XDNA2 layout: value facts (``facts``), fused row groups (``rowfusion``), one tile per
-equation (``tiles``), chunking through tile memory (``chunking``) and regions with their host
-relayouts (``regions``); programs that meet each region bound exactly (``probes``)."""
+"""The XDNA2 layout, xdna2's ``Target.layout`` (``layout``): value facts (``facts``), fused row
+groups (``rowfusion``), one tile per equation (``tiles``), chunking through tile memory
+(``chunking``), regions with their host relayouts (``regions``), and programs that meet each
+region bound exactly (``probes``)."""

@@ -33,7 +33,7 @@ from typing import Protocol, TypeVar
 
 from poot_ir import Prim, Program, Var
 
-from poot_planner.target import RegionLimits
+from poot_planner.capability import RegionLimits
 from poot_planner.xdna2.chunking import chunk_calls, chunk_region, unchunked_bytes
 from poot_planner.xdna2.tiles import TileOp
 

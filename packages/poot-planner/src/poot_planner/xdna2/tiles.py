@@ -16,7 +16,7 @@ from enum import Enum
 
 from poot_ir import Eqn, GatherParams, Literal, Var
 
-from poot_planner.target import KernelClass
+from poot_planner.capability import KernelClass
 
 __all__ = ["IndexGuard", "TileOp", "TileOperand", "tile_for_eqn", "tile_for_group"]
 

@@ -1,4 +1,7 @@
-"""``Emit``: the small builder a legalization rule writes its decomposition with.
+"""``Emit``: the small builder a planner rewrite writes its equations with (a legalization
+rule, ``poot_planner.legalize``; the host prelude's mask rewrite, ``poot_planner.fp16.prelude``),
+and ``RuleContext``, what it reads of the program around it (who makes and who reads each
+value, the results; the readers of a value through rearrangement, ``readers_through_movement``).
 
 A rule replaces one equation by ordinary equations of the same program: fresh value ids after
 every id the program uses, literals in the dtype the replaced equation computes in, and the
@@ -12,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from poot_ir import Atom, DType, Eqn, Literal, NoParams, Params, Prim, Var, infer_type
+from poot_ir.core import REARRANGEMENT
 
-__all__ = ["Emit", "RuleContext"]
+__all__ = ["Emit", "RuleContext", "readers_through_movement"]
 
 Value = Atom | float
 
@@ -107,3 +111,20 @@ def _f(v: Value) -> float:
 
 def _neg(em: Emit, v: Value) -> Value:
     return em.neg(v) if isinstance(v, Var) else -_f(v)
+
+
+def readers_through_movement(vid: int, ctx: RuleContext) -> list[Eqn] | None:
+    """The equations that compute with value ``vid``, looking through pure data movement (a
+    mask is reshaped and broadcast before it is added); None when a moved copy is a result."""
+    out: list[Eqn] = []
+    stack = [vid]
+    while stack:
+        v = stack.pop()
+        if v in ctx.results:
+            return None
+        for r in ctx.consumers.get(v, ()):
+            if r.prim in REARRANGEMENT:
+                stack.append(r.out.id)
+            else:
+                out.append(r)
+    return out
