@@ -53,7 +53,10 @@ def oracle_cpu_features(session: nox.Session) -> None:
     (issue 26: the oracle's bits must not depend on the loops numpy picks on a processor)."""
     levels = session.run("python", "-c", _CPU_FEATURE_LEVELS, silent=True) or ""
     paths = ["packages/poot-ir/tests", "packages/poot-onnx/tests/test_onnx_ops.py"]
-    paths.append("packages/poot-onnx/tests/test_onnx.py")
+    paths += [
+        "packages/poot-onnx/tests/test_onnx.py",
+        "packages/poot-onnx/tests/test_onnx_weights.py",
+    ]
     for level in ["", *str(levels).splitlines()]:
         session.log(f"NPY_DISABLE_CPU_FEATURES={level!r}")
         env = {"NPY_DISABLE_CPU_FEATURES": level}
