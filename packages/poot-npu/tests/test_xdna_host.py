@@ -326,11 +326,11 @@ def test_a_second_engine_on_the_same_cache_compiles_nothing(tmp_path: Path, kern
 def test_the_kernel_library_build_is_cached(
     tmp_path: Path, kernels: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The second build finds the library: the compiler does not run (a timed ``warm < cold``
+    here failed under load, both paths being ``cc --version`` plus a few ms)."""
     program = cases.pointwise(Prim.EXP, (4, 8))
     source = XdnaHostDevice(kernels).lower(plan(program, "xdna2"))
-    t0 = time.perf_counter()
     blob = XdnaHostDevice(kernels).compile(source)
-    cold = time.perf_counter() - t0
     # the library is one entry of the blob cache at ``kernels``
     (entry,) = [e for e in verify(kernels) if dict(e.meta)["part"] == "host kernel library"]
     assert entry.status is EntryStatus.OK
@@ -340,12 +340,9 @@ def test_the_kernel_library_build_is_cached(
 
     monkeypatch.setattr(hostbuild, "_compile", no_compiler)
     device = XdnaHostDevice(kernels)  # another device (as in another process) on the same dir
-    t0 = time.perf_counter()
     assert device.compile(source) == blob
-    warm = time.perf_counter() - t0
     artifact = device.load(blob)
     assert artifact.signature == source.signature
-    assert warm < cold
     with pytest.raises(AssertionError, match="compiler ran"):
         XdnaHostDevice(tmp_path / "elsewhere").compile(source)
 
