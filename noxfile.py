@@ -38,6 +38,31 @@ def conformance(session: nox.Session) -> None:
     session.run("pytest", "-q", "tests/conformance", *session.posargs)
 
 
+#: Each NPY_DISABLE_CPU_FEATURES value switching this numpy's dispatch down one level more on
+#: this processor (the top dispatched feature off, then the top two, ..., down to the baseline).
+_CPU_FEATURE_LEVELS = """
+from numpy._core import _multiarray_umath as m
+found = [f for f in m.__cpu_dispatch__ if m.__cpu_features__[f]]
+print("\\n".join(" ".join(found[i:]) for i in range(len(found) - 1, -1, -1)))
+"""
+
+
+@nox.session
+def oracle_cpu_features(session: nox.Session) -> None:
+    """The oracle's and the ONNX frontend's tests under every level of numpy's SIMD dispatch
+    (issue 26: the oracle's bits must not depend on the loops numpy picks on a processor)."""
+    levels = session.run("python", "-c", _CPU_FEATURE_LEVELS, silent=True) or ""
+    paths = ["packages/poot-ir/tests", "packages/poot-onnx/tests/test_onnx_ops.py"]
+    paths += [
+        "packages/poot-onnx/tests/test_onnx.py",
+        "packages/poot-onnx/tests/test_onnx_weights.py",
+    ]
+    for level in ["", *str(levels).splitlines()]:
+        session.log(f"NPY_DISABLE_CPU_FEATURES={level!r}")
+        env = {"NPY_DISABLE_CPU_FEATURES": level}
+        session.run("pytest", "-q", "-n", "2", "-p", "no:randomly", *paths, env=env)
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")

@@ -115,3 +115,38 @@ def test_xdna_host_kernel_libraries_live_in_the_engines_cache(
     assert main(["--cache-dir", str(cache), "cache", "clear"]) == 0
     assert libraries[0].name in capsys.readouterr().out
     assert list(cache.glob("*.blob")) == []
+
+
+USER_TAG = b"Signature: 8a477f597d28d172789f06886806bc55\n# my backup tool's tag, not poot's\n"
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {".tmp-notes.txt": b"my notes"},  # named like the temporaries poot once wrote
+        {"CACHEDIR.TAG": USER_TAG, ".tmp-a": b"a", ".tmp-b.so": b"b"},  # the user's own tag
+    ],
+    ids=["tmp-notes", "own-tag"],
+)
+def test_a_users_owner_only_directory_is_never_adopted_for_its_file_names(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, files: dict[str, bytes]
+) -> None:
+    """issue 26: a user's ``0700`` directory holding only ``.tmp-notes.txt`` was adopted as the
+    cache (tagged), and ``cache clear`` printed ``removed .tmp-notes.txt``; one with the user's
+    own ``CACHEDIR.TAG`` had it overwritten with poot's. The cache goes into ``D/poot``; every
+    file of the user's keeps its bytes through a run and a clear."""
+    d = tmp_path / "mine"
+    d.mkdir(mode=0o700)
+    for name, data in files.items():
+        (d / name).write_bytes(data)
+    before = tree(d)
+    argv = ["--cache-dir", str(d), "run", str(EXAMPLES / "embedding.poot"), "--steps", "1"]
+    assert main(argv) == 0
+    assert len(list((d / "poot").glob("*.blob"))) == 1
+    capsys.readouterr()
+    assert main(["--cache-dir", str(d), "cache", "clear"]) == 0
+    out = capsys.readouterr().out
+    assert "removed 1 file" in out and not any(name in out for name in files)
+    after = {k: v for k, v in tree(d).items() if k != "." and not k.startswith("poot")}
+    assert after == {k: v for k, v in before.items() if k != "."}
+    assert {n: (d / n).read_bytes() for n in files} == files

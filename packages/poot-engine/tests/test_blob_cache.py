@@ -162,7 +162,9 @@ def test_ls_verify_clear(tmp_path: Path) -> None:
     cache = BlobCache(tmp_path)
     cache.put(KEY_A, b"a" * 64, {"part": "npu", "compiler": "vpux", "version": "1.38"})
     cache.put(KEY_B, b"b" * 64)
-    (tmp_path / ".tmp-left-by-a-killed-writer").write_bytes(b"x")
+    left = tmp_path / ".poot-tmp-0123456789abcdef"  # a temporary file a killed writer left
+    left.write_bytes(b"x")
+    left.chmod(0o600)
     _flip(cache.path(KEY_B), len(cache.path(KEY_B).read_bytes()) - 40)
     listed = {e.key: e for e in ls(tmp_path)}
     assert set(listed) == {KEY_A, KEY_B}
@@ -175,7 +177,7 @@ def test_ls_verify_clear(tmp_path: Path) -> None:
     assert clear(tmp_path, only_bad=True).removed == (cache.path(KEY_B),)
     assert [e.key for e in ls(tmp_path)] == [KEY_A]
     done = clear(tmp_path)  # the entry and the temporary file
-    assert set(done.removed) == {cache.path(KEY_A), tmp_path / ".tmp-left-by-a-killed-writer"}
+    assert set(done.removed) == {cache.path(KEY_A), left}
     assert [p.name for p in tmp_path.iterdir()] == ["CACHEDIR.TAG"]
     assert ls(tmp_path / "absent") == []
 

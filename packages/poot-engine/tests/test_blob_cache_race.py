@@ -51,13 +51,14 @@ def test_an_entry_gone_after_verify_is_neither_removed_nor_kept(
     def then_cleared(root: Path) -> list[blob_cache.CacheEntry]:
         entries = verified(root)
         cache.path(KEYS[1]).unlink()
-        (tmp_path / ".tmp-gone").write_bytes(b"x")
+        (tmp_path / ".poot-tmp-00000000000000aa").write_bytes(b"x")
+        (tmp_path / ".poot-tmp-00000000000000aa").chmod(0o600)
         return entries
 
     monkeypatch.setattr(blob_cache, "verify", then_cleared)
     done = clear(tmp_path)
     assert done.kept == ()  # before: the vanished entry was listed as "not written by poot"
     assert sorted(done.removed) == sorted(
-        [cache.path(KEYS[0]), cache.path(KEYS[2]), tmp_path / ".tmp-gone"]
+        [cache.path(KEYS[0]), cache.path(KEYS[2]), tmp_path / ".poot-tmp-00000000000000aa"]
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["CACHEDIR.TAG"]

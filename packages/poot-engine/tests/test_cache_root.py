@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 from filetree import tree
+from poot_engine import cache_root as cache_root_module
 from poot_engine.blob_cache import BlobCache, blob_key, clear, ls, verify
-from poot_engine.cache_root import TAG, cache_root
+from poot_engine.cache_root import TAG, TEMP_PREFIX, cache_root, is_temp_name
 from poot_ir import CacheError
 
 KEY = blob_key("part", "cc", "1", (), b"src")
@@ -116,3 +117,61 @@ def test_root_is_never_chmodded(tmp_path: Path) -> None:
     os.chown(foreign, 12345, 12345)
     assert BlobCache(foreign).root == foreign / "poot"  # ours, inside theirs
     assert stat.S_IMODE(os.stat(foreign).st_mode) == 0o755
+
+
+def test_clear_removes_only_temporaries_of_poots_exact_form(tmp_path: Path) -> None:
+    """issue 26: in poot's own directory ``cache clear`` removed every ``.tmp-*`` file. Only a
+    name of exactly poot's form (``TEMP_PREFIX`` and 16 hex digits), a regular file of ours with
+    mode 0600, in a directory carrying poot's own tag, is a leftover of poot's."""
+    cache = BlobCache(tmp_path / "c")
+    assert cache.root == tmp_path / "c"
+    fd, ours = cache.temp_file(".so")
+    os.close(fd)
+    assert is_temp_name(ours.name) and stat.S_IMODE(ours.stat().st_mode) == 0o600
+    users = {
+        ".tmp-notes.txt": 0o600,
+        TEMP_PREFIX + "notes": 0o600,
+        TEMP_PREFIX + "0123456789abcdef.txt.bak": 0o600,
+        TEMP_PREFIX + "0123456789abcdeg": 0o600,
+        TEMP_PREFIX + "0123456789abcdef": 0o644,  # poot makes its temporaries 0600
+    }
+    for name, mode in users.items():
+        (cache.root / name).write_text("the user's")
+        (cache.root / name).chmod(mode)
+    assert clear(cache.root).removed == (ours,)
+    assert sorted(p.name for p in cache.root.iterdir()) == sorted([*users, "CACHEDIR.TAG"])
+
+
+def test_a_directory_tagged_by_someone_else_is_not_poots(tmp_path: Path) -> None:
+    """A ``CACHEDIR.TAG`` that is not poot's (another tool's) neither makes a directory poot's
+    nor lets ``clear`` remove anything there; it is never written over."""
+    d = tmp_path / "d"
+    d.mkdir(mode=0o700)
+    theirs = b"Signature: 8a477f597d28d172789f06886806bc55\n# another tool\n"
+    (d / "CACHEDIR.TAG").write_bytes(theirs)
+    (d / (TEMP_PREFIX + "0123456789abcdef")).write_bytes(b"x")
+    (d / (TEMP_PREFIX + "0123456789abcdef")).chmod(0o600)
+    assert BlobCache(d).root == d / "poot"
+    assert clear(d).removed == ()
+    assert (d / "CACHEDIR.TAG").read_bytes() == theirs
+    assert (d / (TEMP_PREFIX + "0123456789abcdef")).exists()
+
+
+def test_the_tag_never_replaces_a_file_that_appeared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty directory is adopted and tagged; a user's file appearing under the tag's name
+    between the check and the write is kept and the directory refused, not overwritten."""
+    d = tmp_path / "d"
+    d.mkdir(mode=0o700)
+    real = cache_root_module.temp_file
+
+    def racing(directory: Path, suffix: str = "") -> tuple[int, Path]:
+        (directory / "CACHEDIR.TAG").write_bytes(b"the user's, written just now")
+        return real(directory, suffix)
+
+    monkeypatch.setattr(cache_root_module, "temp_file", racing)
+    with pytest.raises(CacheError, match="appeared"):
+        BlobCache(d)
+    assert (d / "CACHEDIR.TAG").read_bytes() == b"the user's, written just now"
+    assert sorted(p.name for p in d.iterdir()) == ["CACHEDIR.TAG"]

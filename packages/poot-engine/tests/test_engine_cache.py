@@ -154,5 +154,5 @@ def test_racing_processes_leave_one_valid_entry(tmp_path: Path) -> None:
         assert outs == EXPECTED
         assert compiles + hits == 1 and repairs == 0
     assert [e.status for e in verify(tmp_path)] == [EntryStatus.OK]
-    assert not list(tmp_path.glob(".tmp-*"))
+    assert not list(tmp_path.glob(".poot-tmp-*"))
     assert _session(tmp_path)[1] == (0, 1, 0)

@@ -3,10 +3,14 @@ sizes an allocation from user input."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from poot_ir import Builder, DType, ParseError, parse_program, sample_inputs
+from poot_ir import budget as budget_module
 from poot_ir.budget import (
     MAX_DIM,
     MAX_TENSOR_BYTES,
@@ -17,6 +21,7 @@ from poot_ir.budget import (
     check_alloc,
     check_array,
     check_dims,
+    headroom,
     nbytes,
     parse_budget,
     set_budget,
@@ -61,9 +66,14 @@ def test_huge_dims_are_refused_at_the_builder_and_the_parser() -> None:
 
 
 def test_default_budget_is_half_the_available_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Half of what the process can take: the available memory, or its own limit's room
+    where that is less (the tests below); never more than half the available memory."""
     monkeypatch.delenv("POOT_MEMORY_BUDGET", raising=False)
     before, got, after = _mem_available(), budget(), _mem_available()
-    assert min(before, after) * 0.45 <= got <= max(before, after) * 0.55
+    assert got <= max(before, after) * 0.55
+    nowhere = Path("/nonexistent-poot-test")
+    if headroom(nowhere, nowhere) == headroom():  # no limit of its own on this machine
+        assert min(before, after) * 0.45 <= got
 
 
 @pytest.mark.parametrize(
@@ -113,3 +123,104 @@ def test_sample_inputs_are_checked_before_anything_is_drawn(small_budget: int) -
     x = b.slot("x", DType.F32, (500,))
     b.output("y", b.neg(x))
     assert sample_inputs(b.build())["x"].shape == (500,)
+
+
+UNDER_RLIMIT_AS = """
+import resource
+import sys
+from poot_ir import Builder, DType, sample_inputs
+from poot_ir.budget import BudgetExceeded, budget, headroom
+
+with open("/proc/self/status") as f:
+    vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+limit = vm + (1 << 30)  # one GiB of address space left
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+print(headroom() <= 1 << 30, budget() <= 1 << 29)
+b = Builder("big")
+b.output("y", b.neg(b.slot("x", DType.F32, (1 << 28,))))  # 1 GiB, sampled from 2 GiB of float64
+try:
+    sample_inputs(b.build())
+except BudgetExceeded:
+    print("BudgetExceeded")
+except MemoryError:
+    print("MemoryError")
+"""
+
+
+def test_the_default_budget_respects_the_address_space_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """issue 26: under a process limit (``RLIMIT_AS``) below the machine's available memory,
+    an allocation past the limit raised numpy's ``MemoryError``: the budget read available
+    memory only. In a subprocess: the limit stays there."""
+    monkeypatch.delenv("POOT_MEMORY_BUDGET", raising=False)
+    done = subprocess.run(
+        [sys.executable, "-c", UNDER_RLIMIT_AS], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True", "BudgetExceeded"]
+
+
+def _fake_cgroups(tmp_path: Path, membership: str, files: dict[str, str]) -> tuple[Path, Path]:
+    proc, fs = tmp_path / "proc", tmp_path / "cgroup"
+    proc.mkdir()
+    (proc / "cgroup").write_text(membership)
+    for name, text in files.items():
+        (fs / name).parent.mkdir(parents=True, exist_ok=True)
+        (fs / name).write_text(text)
+    return proc, fs
+
+
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("membership", "files", "room"),
+    [
+        # v2: the cgroup's own memory.max is "max", its parent's is 3 GiB with 1 GiB used
+        (
+            "0::/user.slice/job\n",
+            {
+                "user.slice/job/memory.max": "max\n",
+                "user.slice/job/memory.current": "123\n",
+                "user.slice/memory.max": f"{3 * GIB}\n",
+                "user.slice/memory.current": f"{GIB}\n",
+            },
+            2 * GIB,
+        ),
+        # v2, a container: the cgroup's path is "/" and its limit is at the mount's root
+        ("0::/\n", {"memory.max": f"{GIB}\n", "memory.current": "0\n"}, GIB),
+        # v1 (hybrid, as on this machine's kind): memory's own hierarchy, v1's "unlimited"
+        (
+            "4:memory:/process_api/abc\n0::/\n",
+            {
+                "memory/process_api/abc/memory.limit_in_bytes": "9223372036854771712\n",
+                "memory/process_api/memory.limit_in_bytes": f"{GIB + 5}\n",
+                "memory/process_api/memory.usage_in_bytes": "5\n",
+                "memory.max": "max\n",
+            },
+            GIB,
+        ),
+    ],
+    ids=["v2-parent", "v2-container", "v1"],
+)
+def test_the_default_budget_respects_the_cgroup_limit(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    membership: str,
+    files: dict[str, str],
+    room: int,
+) -> None:
+    proc, fs = _fake_cgroups(tmp_path, membership, files)
+    assert headroom(proc, fs) == min(room, headroom(proc, tmp_path / "none"))
+    monkeypatch.delenv("POOT_MEMORY_BUDGET", raising=False)
+    monkeypatch.setattr(budget_module, "PROC_SELF", proc)
+    monkeypatch.setattr(budget_module, "CGROUP_FS", fs)
+    assert budget() <= room // 2
+    with pytest.raises(BudgetExceeded):
+        check_alloc("a buffer", room // 2 + 1)
+
+
+def test_no_cgroup_limit_leaves_available_memory(tmp_path: Path) -> None:
+    proc, fs = _fake_cgroups(tmp_path, "0::/a\n", {"a/memory.max": "max\n"})
+    assert headroom(proc, fs) == headroom(proc, tmp_path / "none")

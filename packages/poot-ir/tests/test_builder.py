@@ -759,3 +759,28 @@ def test_build_twice_gives_equal_programs() -> None:
     b, a = fresh()
     b.output("r", b.neg(a["x"]))
     assert b.build() == b.build()
+
+
+@pytest.mark.parametrize("kind", [np.int64, np.int32, np.uint8, np.intp, int])
+def test_dims_and_axes_of_any_integer_type(kind: type) -> None:
+    """issue 26: ``slot(..., (np.int64(3),))`` raised ``TypeCheckError``. Any integer type
+    (``numbers.Integral``, ``operator.index``) is a dim, an axis or a start; the program is the
+    one built from Python ints, its params Python ints."""
+
+    def build(n: Callable[[int], object]) -> str:
+        b = Builder("t")
+        x = b.slot("x", F32, (n(2), n(3)))
+        y = b.reshape(b.transpose(x, (n(1), n(0))), (n(6),))
+        y = b.slice(y, (n(1),), (n(5),), (n(2),))
+        z = b.broadcast_in_dim(y, (n(3), n(2)), (n(1),))
+        z = b.add(z, b.convert(b.iota((n(3), n(2)), DType.I32, n(0)), F32))
+        b.output("r", b.reduce_sum(b.concat([z, z], n(0)), n(1)))
+        return repr(b.build())  # numpy 2's repr of an np.int64 param is ``np.int64(3)``
+
+    assert build(kind) == build(int)
+
+
+@pytest.mark.parametrize("dim", [True, np.bool_(True), 2.0, "3"])
+def test_a_bool_or_a_non_integer_is_no_dim(dim: object) -> None:
+    with pytest.raises(TypeCheckError, match="non-negative integers"):
+        Builder("t").slot("x", F32, (dim,))  # type: ignore[arg-type]

@@ -526,10 +526,12 @@ def test_float64_functions_round_once_across_chunks(dtype: DType, name: str) -> 
             want = wide.astype(ml_dtypes.bfloat16)
         else:
             want = wide.astype(dtype.numpy)
-    assert np.array_equal(
-        got.view(np.uint16 if dtype is not F32 else np.uint32),
-        want.view(np.uint16 if dtype is not F32 else np.uint32),
-    )
+    ubits = np.uint16 if dtype is not F32 else np.uint32
+    # log of a negative is a computed NaN: the positive quiet one with no payload (numpy's
+    # own sign for it depends on the SIMD loop it picks)
+    quiet = {F32: 0x7FC0_0000, F16: 0x7E00, BF16: 0x7FC0}[dtype]
+    want_bits = np.where(np.isnan(want), ubits(quiet), want.view(ubits))
+    assert np.array_equal(got.view(ubits), want_bits)
 
 
 @settings(max_examples=60)

@@ -32,7 +32,9 @@ What is refused and what is replaced:
   counts a repair.
 
 ``clear`` removes only what poot wrote: an entry whose header names its key or whose digest
-holds, and temporary files in a root poot tagged; anything else is kept and reported.
+holds, and, in a root poot tagged, a leftover temporary file whose name is exactly poot's form
+(``cache_root.is_temp_name``: poot's prefix and 16 random hex digits), a regular file of ours
+with mode ``0600``; anything else is kept (a user's ``.tmp-notes.txt`` is not poot's).
 """
 
 from __future__ import annotations
@@ -44,7 +46,6 @@ import json
 import os
 import stat
 import struct
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -52,7 +53,14 @@ from pathlib import Path
 
 from poot_ir import CacheError
 
-from poot_engine.cache_root import SUFFIX, TAG_NAME, TEMP_PREFIX, cache_root, default_cache_dir
+from poot_engine.cache_root import (
+    SUFFIX,
+    cache_root,
+    default_cache_dir,
+    is_temp_name,
+    tagged,
+    temp_file,
+)
 
 __all__ = [
     "BlobCache",
@@ -238,7 +246,7 @@ class BlobCache:
             st = os.lstat(final)
             if stat.S_ISDIR(st.st_mode):
                 raise CacheError(str(final), "an entry is a directory; remove it by hand")
-        fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=self.root)  # mode 0600
+        fd, tmp = temp_file(self.root)  # mode 0600
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(_encode(key, blob, meta or {}))
@@ -251,6 +259,11 @@ class BlobCache:
                 os.unlink(tmp)
             raise
         _fsync_dir(self.root)
+
+    def temp_file(self, suffix: str = "") -> tuple[int, Path]:
+        """A new ``0600`` file in the root, named as poot's temporaries are (``cache_root.
+        temp_file``), so ``clear`` can tell a leftover one from a user's file."""
+        return temp_file(self.root, suffix)
 
     def discard(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -337,14 +350,14 @@ def clear(root: Path | str | None = None, only_bad: bool = False) -> Cleared:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(entry.path)
             removed.append(entry.path)
-    if not only_bad and (base / TAG_NAME).is_file():
+    if not only_bad and base.is_dir() and tagged(base):
         uid = os.geteuid()
-        for tmp in sorted(base.glob(TEMP_PREFIX + "*")):
+        for tmp in sorted(p for p in base.iterdir() if is_temp_name(p.name)):
             try:
                 st = os.lstat(tmp)
             except FileNotFoundError:  # published or removed meanwhile
                 continue
-            if stat.S_ISREG(st.st_mode) and st.st_uid == uid:
+            if stat.S_ISREG(st.st_mode) and st.st_uid == uid and stat.S_IMODE(st.st_mode) == 0o600:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
                     removed.append(tmp)

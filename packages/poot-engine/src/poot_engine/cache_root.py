@@ -7,12 +7,19 @@ whose second line names poot, written when poot created the directory. For a nam
 
 - ``D`` carries poot's tag: the cache is ``D``. It must be ours and owner-only, else refused.
 - ``D`` does not exist: poot creates it ``0700`` and tags it (only when writing).
-- ``D`` is ours, owner-only, and holds nothing but what poot writes there (entries, temporary
-  files, an empty directory, the ``xdna-host`` folder of older releases): the cache is ``D``,
-  tagged when first written (a fresh ``mkdtemp``, or a cache from before the tag).
-- anything else (a directory holding other files, readable by others, or owned by someone
-  else): the cache is poot's own subdirectory ``D/poot``, created ``0700`` and tagged; if
-  ``D/poot`` exists it must be poot's, ours and owner-only, else refused.
+- ``D`` is ours, owner-only and empty (a fresh ``mkdtemp``): the cache is ``D``, tagged when
+  first written. The tag is published without replacing anything: a file that appeared under
+  its name meanwhile is kept and the directory refused.
+- anything else (a directory holding any file at all, whatever its name, readable by others,
+  or owned by someone else): the cache is poot's own subdirectory ``D/poot``, created ``0700``
+  and tagged; if ``D/poot`` exists it must be poot's, ours and owner-only, else refused. A
+  directory is never adopted for the names of its files (issue 26: a user's ``.tmp-notes.txt``
+  made one poot's, and ``cache clear`` deleted it), and no file of the user's is written over.
+
+poot's temporary files (``temp_file``) are named ``TEMP_PREFIX`` + 16 random hex digits (+ a
+suffix), made ``0600`` with ``O_EXCL``; ``cache clear`` removes a leftover one only in a
+directory poot tagged, only when its name is exactly that (``is_temp_name``), and only when
+it is a regular file of ours with that mode.
 
 A symlink or a non-directory where the cache would live is refused (``CacheError``), as is an
 empty name (it would mean the current directory). Read-only callers (``create=False``) get the
@@ -25,25 +32,54 @@ import contextlib
 import errno
 import os
 import re
+import secrets
 import stat
-import tempfile
 from pathlib import Path
 
 from poot_ir import CacheError
 
-__all__ = ["SUBDIR", "SUFFIX", "TAG_NAME", "TEMP_PREFIX", "cache_root", "default_cache_dir"]
+__all__ = [
+    "SUBDIR",
+    "SUFFIX",
+    "TAG_NAME",
+    "TEMP_PREFIX",
+    "cache_root",
+    "default_cache_dir",
+    "is_temp_name",
+    "tagged",
+    "temp_file",
+]
 
 SUFFIX = ".blob"
-TEMP_PREFIX = ".tmp-"
+#: poot's own prefix (no other tool's ``.tmp-``), then ``_TEMP_RANDOM`` hex digits.
+TEMP_PREFIX = ".poot-tmp-"
+_TEMP_RANDOM = 16
 SUBDIR = "poot"
 TAG_NAME = "CACHEDIR.TAG"
 TAG = (
     b"Signature: 8a477f597d28d172789f06886806bc55\n"
     b"# poot compiled-blob cache: created by poot, which removes only entries it wrote.\n"
 )
-# what poot writes in its cache directory; ``xdna-host`` held host kernel libraries before they
-# became entries, so a cache from then is still recognised as poot's
-_ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.blob|\.tmp-.*|xdna-host|" + re.escape(TAG_NAME))
+_TEMP_NAME = re.compile(re.escape(TEMP_PREFIX) + f"[0-9a-f]{{{_TEMP_RANDOM}}}" + r"(\.[a-z]+)?")
+
+
+def is_temp_name(name: str) -> bool:
+    """Whether ``name`` is exactly the form of a temporary file ``temp_file`` makes."""
+    return _TEMP_NAME.fullmatch(name) is not None
+
+
+def temp_file(directory: Path, suffix: str = "") -> tuple[int, Path]:
+    """A new file in ``directory``, ``0600``, created exclusively (never an existing file):
+    its descriptor, open for writing, and its path. ``suffix`` is ``""`` or a dot and lowercase
+    letters (``.so``)."""
+    assert suffix == "" or re.fullmatch(r"\.[a-z]+", suffix), suffix
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        path = directory / f"{TEMP_PREFIX}{secrets.token_hex(_TEMP_RANDOM // 2)}{suffix}"
+        try:
+            return os.open(path, flags, 0o600), path
+        except FileExistsError:  # 2^64 names: a collision is someone else's file; draw again
+            continue
 
 
 def default_cache_dir() -> Path:
@@ -67,7 +103,7 @@ def cache_root(named: Path | str | None, *, create: bool) -> Path:
     if st is None:
         return _create(base) if create else base
     _is_directory(base, st)
-    if _tagged(base):
+    if tagged(base):
         _trusted(base, st)
         return base
     if _adoptable(base, st):
@@ -79,7 +115,7 @@ def cache_root(named: Path | str | None, *, create: bool) -> Path:
     if sub_st is None:
         return _create(sub) if create else sub
     _is_directory(sub, sub_st)
-    if not _tagged(sub):
+    if not tagged(sub):
         raise CacheError(str(sub), "exists and is not poot's cache (no poot CACHEDIR.TAG)")
     _trusted(sub, sub_st)
     return sub
@@ -113,7 +149,7 @@ def _trusted(path: Path, st: os.stat_result) -> None:
         )
 
 
-def _tagged(path: Path) -> bool:
+def tagged(path: Path) -> bool:
     """Whether ``path`` holds poot's tag: a regular file of ours, read without following."""
     try:
         fd = os.open(path / TAG_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -129,13 +165,13 @@ def _tagged(path: Path) -> bool:
 
 
 def _adoptable(path: Path, st: os.stat_result) -> bool:
+    """Ours, owner-only and empty: nothing in it can be a user's file."""
     if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
         return False
     try:
-        names = os.listdir(path)
+        return not os.listdir(path)
     except OSError:
         return False
-    return all(_ENTRY_NAME.fullmatch(n) for n in names)
 
 
 def _create(path: Path) -> Path:
@@ -147,7 +183,7 @@ def _create(path: Path) -> Path:
         raise CacheError(str(path), f"cannot create the cache directory: {err.strerror}") from None
     st = os.lstat(path)
     _is_directory(path, st)
-    if not _tagged(path):
+    if not tagged(path):
         if not _adoptable(path, st):
             raise CacheError(str(path), "appeared while poot created it and is not poot's")
         _write_tag(path)
@@ -156,9 +192,11 @@ def _create(path: Path) -> Path:
 
 
 def _write_tag(path: Path) -> None:
-    """Publish the tag atomically (concurrent creators write the same bytes)."""
+    """Publish the tag whole and without replacing anything: a hard link of a written
+    temporary file, which fails if the name exists. Another poot's tag there is fine; any other
+    file is the user's, kept, and the directory refused."""
     try:
-        fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=path)
+        fd, tmp = temp_file(path)
     except OSError as err:
         if err.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
             raise CacheError(str(path), f"cannot write there: {err.strerror}") from None
@@ -166,8 +204,19 @@ def _write_tag(path: Path) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(TAG)
-        os.replace(tmp, path / TAG_NAME)
-    except BaseException:
+        try:
+            os.link(tmp, path / TAG_NAME)
+        except OSError as err:  # a file system without hard links: create it exclusively
+            if err.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+                raise
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+            with os.fdopen(os.open(path / TAG_NAME, flags, 0o600), "wb") as f:
+                f.write(TAG)
+    except FileExistsError:
+        if not tagged(path):
+            raise CacheError(
+                str(path / TAG_NAME), "appeared while poot tagged the directory; it is kept"
+            ) from None
+    finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        raise

@@ -9,7 +9,9 @@ numpy-style by inserting ``broadcast_in_dim`` equations.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+import operator
+from collections.abc import Callable, Iterable, Sequence
+from numbers import Integral
 from typing import Any, TypeVar
 
 import numpy as np
@@ -212,10 +214,11 @@ class Builder:
         return self._emit(Prim.TRANSPOSE, (x,), TransposeParams(perm))
 
     def reshape(self, x: Var, shape: Sequence[int]) -> Var:
-        return self._emit(Prim.RESHAPE, (x,), ReshapeParams(tuple(shape)))
+        return self._emit(Prim.RESHAPE, (x,), ReshapeParams(_ints(shape)))
 
     def broadcast_in_dim(self, x: Var, shape: Sequence[int], dims: Sequence[int]) -> Var:
-        return self._emit(Prim.BROADCAST_IN_DIM, (x,), BroadcastParams(tuple(shape), tuple(dims)))
+        params = BroadcastParams(_ints(shape), _ints(dims))
+        return self._emit(Prim.BROADCAST_IN_DIM, (x,), params)
 
     def slice(
         self,
@@ -224,8 +227,8 @@ class Builder:
         limit: Sequence[int],
         strides: Sequence[int] | None = None,
     ) -> Var:
-        st = tuple(strides) if strides is not None else (1,) * len(tuple(start))
-        return self._emit(Prim.SLICE, (x,), SliceParams(tuple(start), tuple(limit), st))
+        st = _ints(strides) if strides is not None else (1,) * len(tuple(start))
+        return self._emit(Prim.SLICE, (x,), SliceParams(_ints(start), _ints(limit), st))
 
     def concat(self, xs: Sequence[Var], axis: int) -> Var:
         if not xs:
@@ -240,7 +243,7 @@ class Builder:
 
     def iota(self, shape: Sequence[int], dtype: DType, axis: int) -> Var:
         """Counts 0, 1, 2, ... along ``axis`` of ``shape`` (a negative axis counts from the end)."""
-        shape = tuple(shape)
+        shape, axis = _ints(shape), _int(axis)
         axis = axis + len(shape) if -len(shape) <= axis < 0 else axis
         return self._emit(Prim.IOTA, (), IotaParams(shape, dtype, axis))
 
@@ -264,7 +267,7 @@ class Builder:
             )
         if not isinstance(shape, Sequence) or isinstance(shape, str | bytes):
             raise TypeCheckError(f"argument {name!r}: shape {_show(shape, repr)} is not a sequence")
-        shape = tuple(shape)
+        shape = _ints(shape)
         if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
             raise TypeCheckError(
                 f"argument {name!r}: shape {_show(shape)} must be non-negative integers"
@@ -367,11 +370,11 @@ class Builder:
         for the type rule to report)."""
         index = len(self._eqns)
         self._check_own(x, "operand", index, prim)
-        rank = x.type.rank
+        rank, axis = x.type.rank, _int(axis)
         return axis + rank if -rank <= axis < 0 else axis
 
     def _axes(self, x: Var, axes: int | Sequence[int], prim: Prim) -> tuple[int, ...]:
-        seq = (axes,) if isinstance(axes, int) else tuple(axes)
+        seq = tuple(axes) if isinstance(axes, Sequence) else (axes,)  # any integer type
         return tuple(sorted(self._axis(x, a, prim) for a in seq))
 
     def _int_literal(self, value: int) -> Literal:
@@ -383,6 +386,20 @@ class Builder:
                 len(self._eqns),
                 Prim.DYNAMIC_UPDATE_SLICE.value,
             ) from None
+
+
+def _int(d: object) -> Any:
+    """``d`` as a Python int when it is an integer of any type (``numbers.Integral``, a numpy
+    integer: ``operator.index``) and not a bool; otherwise ``d`` itself, for the type rules
+    to reject with their message."""
+    if isinstance(d, bool | np.bool_) or not isinstance(d, Integral | np.integer):
+        return d
+    return operator.index(d)
+
+
+def _ints(ds: Iterable[object]) -> tuple[Any, ...]:
+    """Each of ``ds`` through ``_int``: dims, axes, starts of any integer type."""
+    return tuple(_int(d) for d in ds)
 
 
 def _check_name(name: object, what: str) -> None:

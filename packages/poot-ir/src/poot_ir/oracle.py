@@ -14,9 +14,12 @@ Semantics, where IEEE 754 or the type rules leave a choice:
   operation is done there and the result rounded (double rounding is harmless, float32 has more
   than 2p+2 bits for both), or at float64 and rounded once (never float64 to float32 to BF16).
 - NaN propagates through arithmetic, ``max``, ``min`` and ``reduce_max`` (OpenVINO's maximum
-  drops NaN; the oracle is the specification). A NaN produced by arithmetic is *a* NaN, its
-  payload unspecified; data movement (gather, transpose, reshape, broadcast_in_dim, slice,
-  concat, select, dynamic_update_slice) moves bits exactly, payloads and signs included.
+  drops NaN; the oracle is the specification). NaN bits are the same on every machine
+  (``poot_ir.nan_bits``): data movement (gather, transpose, reshape, broadcast_in_dim, slice,
+  concat, select, dynamic_update_slice) moves bits exactly, payloads and signs included;
+  ``max``, ``min`` and ``reduce_max`` return the first NaN operand (the first NaN of the row)
+  bit for bit; ``neg`` and ``abs`` change the sign bit only; every other floating primitive
+  returns the canonical NaN (``nan_bits.CANONICAL_NAN``, positive, quiet, zero payload).
 - ``max`` and ``min`` are IEEE 754-2019 maximum and minimum: -0 < +0, so max(-0, +0) = +0 and
   min(-0, +0) = -0 in either order. ``reduce_max`` agrees.
 - ``ge``, ``gt``, ``eq`` are IEEE: NaN compares false. ``neg`` flips the sign bit (of zero and
@@ -96,6 +99,7 @@ from poot_ir.errors import (
     PootError,
     WindowOutOfRange,
 )
+from poot_ir.nan_bits import abs_bits, canonical, first_nan_of_pair, first_nan_of_rows, neg_bits
 
 __all__ = [
     "BoundEvaluation",
@@ -191,9 +195,9 @@ def _unary(eqn: Eqn, _: int) -> Kernel:
     dt = _dtype(eqn)
     match eqn.prim:
         case Prim.NEG:
-            return np.negative
+            return neg_bits(dt) if dt.is_float else np.negative
         case Prim.ABS:
-            return np.abs
+            return abs_bits(dt) if dt.is_float else np.abs
         case Prim.RECIP:
             return _in_f32(dt, lambda x: np.divide(np.float32(1), x))
         case Prim.SQRT:
@@ -241,8 +245,8 @@ def _binary(eqn: Eqn, index: int) -> Kernel:
         lits = [a for a in eqn.inputs if isinstance(a, Literal)]
         if lits and lits[0].as_float() != 0:
             # Ties with a nonzero literal are between identical bit patterns: no sign to fix.
-            return _in_f32(dt, uf)
-        return _in_f32(dt, _ieee_max if is_max else _ieee_min)
+            return first_nan_of_pair(_in_f32(dt, uf), dt)
+        return first_nan_of_pair(_in_f32(dt, _ieee_max if is_max else _ieee_min), dt)
     raise AssertionError(f"{prim} is not binary")
 
 
@@ -369,7 +373,7 @@ def _reduce_max(eqn: Eqn, _: int) -> Kernel:
         # IEEE: a +0 anywhere beats -0.
         pos_zero = np.any((x32 == 0) & ~np.signbit(x32), axis=axes)
         r = np.where((r == 0) & pos_zero, np.float32(0), r)
-        return np.asarray(r, _F32).astype(dt.numpy)
+        return first_nan_of_rows(np.asarray(r, _F32).astype(dt.numpy), x, axes)
 
     return kernel
 
@@ -489,6 +493,25 @@ _RULES: dict[Prim, Rule] = {
     Prim.IOTA: _iota,
     Prim.MATMUL: _matmul,
 }
+#: The floating primitives that compute their values (rather than move or choose operands'):
+#: their NaNs are made canonical, whatever bits numpy's loop on this processor produced.
+_COMPUTES = frozenset(
+    {Prim.ADD, Prim.SUB, Prim.MUL, Prim.DIV, Prim.RECIP, Prim.SQRT, Prim.EXP, Prim.LOG}
+    | {Prim.TANH, Prim.ERF, Prim.REDUCE_SUM, Prim.MATMUL, Prim.CONVERT}
+)
+
+
+def _kernel(eqn: Eqn, index: int) -> Kernel:
+    """The equation's kernel under its rule, computed NaNs made canonical (a ``convert`` to
+    its own dtype moves bits)."""
+    kernel = _RULES[eqn.prim](eqn, index)
+    dt = eqn.out.type.dtype
+    computes = eqn.prim in _COMPUTES and dt.is_float
+    if eqn.prim is Prim.CONVERT:
+        computes = computes and eqn.inputs[0].dtype is not dt
+    return canonical(kernel, dt) if computes else kernel
+
+
 if set(_RULES) != set(Prim):  # a primitive added without its reference rule: found at import
     raise EvaluationError(
         f"the oracle has no rule for {sorted(p.value for p in set(Prim) - set(_RULES))}"
@@ -582,7 +605,7 @@ def _compile(program: Program) -> _Compiled:
     free.extend(slots[a.var.id] for a in program.args if a.var.id not in last_use)
     steps = []
     for index, eqn in enumerate(program.eqns):
-        kernel = _RULES[eqn.prim](eqn, index)
+        kernel = _kernel(eqn, index)
         ins: list[int | Literal] = [
             a if isinstance(a, Literal) else slots[a.id] for a in eqn.inputs
         ]

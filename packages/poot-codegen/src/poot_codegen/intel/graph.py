@@ -22,7 +22,9 @@ max min ge gt eq       maximum minimum greater_equal greater equal
 select convert         select convert
 reduce_sum/max         reduce_sum/reduce_max, keep_dims False (no axes: an identity convert,
                        the CPU plugin rejects an empty axes list)
-gather                 gather(axis), batch_dims 0 (negative indices count from the end)
+gather                 gather(axis), batch_dims 0 (negative indices count from the end); a
+                       gather from an axis of size 0 into a non-empty result (every index
+                       outside it) has no lowering (``NoLowering``)
 transpose reshape      transpose, reshape (special_zero False)
 broadcast_in_dim       broadcast EXPLICIT, axes_mapping = dims
 slice                  strided_slice (opset1: begin, end, stride over every axis, no masks)
@@ -31,6 +33,8 @@ iota                   a Constant range along the axis, broadcast EXPLICIT to th
 dynamic_update_slice   scatter_nd_update (opset4, v3) with a full index grid whose start is clamped to
                        [0, dim - update_dim] as XLA does (a Constant grid for literal starts)
 a scalar Literal       a Constant of its dtype and exact bit pattern (NaN payload, -0 kept)
+an empty result        an empty Constant, whatever the primitive (``_empty``: OpenVINO's CPU
+                       gather and broadcast of an empty tensor die of SIGFPE, issue 26)
 =====================  ===================================================================
 
 Versions: every op emitted without emulation is one the NPU compiler's frontend imports
@@ -256,9 +260,13 @@ def lower(
         rule = _RULES.get(e.prim)
         if rule is None:
             raise NoLowering(TARGET, i, e.prim.value, "no opset16 rule")
+        if e.prim is Prim.GATHER and e.out.type.size and not e.inputs[0].type.size:
+            # every index is outside an empty table (the oracle raises IndexOutOfRange), and
+            # OpenVINO's CPU gather divides by the table's axis: refused, never run
+            raise NoLowering(TARGET, i, e.prim.value, "a gather from an empty table")
         name = f"e{i}:{e.prim.value}"
         xs = [g.atom(a, f"{name}:lit{k}") for k, a in enumerate(e.inputs)]
-        out = rule(g, e, xs, name)
+        out = _empty(g, e, name) if e.out.type.size == 0 else rule(g, e, xs, name)
         if g.emulated(e.out.dtype) or g.npu_f32(e.out.dtype):
             out = intel_f16.round_result(e, xs, out, name, f32_is_fp16=g.emulate_f16)
         g.env[e.out.id] = out.output(0) if hasattr(out, "output") else out
@@ -425,6 +433,13 @@ def _reduce(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
         return _const(np.full(e.out.shape, lowest, dtype=dtype.numpy), name)
     fn = ops.reduce_sum if e.prim is Prim.REDUCE_SUM else ops.reduce_max
     return fn(xs[0], _i64(p.axes, f"{name}:axes"), keep_dims=False, name=name)
+
+
+def _empty(g: _Graph, e: Eqn, name: str) -> Node:
+    """An equation with an empty result is an empty constant: there is nothing to compute,
+    and OpenVINO's CPU plugin must not see the op (its gather and broadcast of an empty
+    tensor divide by zero: the process died of SIGFPE, issue 26)."""
+    return g.array_const(np.zeros(e.out.shape), e.out.dtype, name)
 
 
 def _gather(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:

@@ -8,11 +8,17 @@ The libraries live in the engine's blob cache (``poot_engine.blob_cache``, passe
 its guarantees and ``poot cache ls|verify|clear`` cover them: the root owner-only and poot's
 own, never another user's; the key the sha256 of everything that decides the binary (the
 compiler's path and ``--version`` output, the flags, the source and every header in ``csrc``);
-the entry's digest checked on every read; publication atomic. A library is never loaded from
-the entry file: its verified bytes are copied to a fresh owner-only file in the cache root,
-loaded, and that file unlinked at once, so nothing can change the bytes between the check and
-``dlopen``. A missing, damaged or foreign entry, or one that does not load, is rebuilt and
-replaced. The compiler works in a private scratch directory under the system temp dir.
+the entry's digest checked on every read; publication atomic. The digest proves the bytes,
+not whose library they are, so each library names the key it was built for: the source is
+compiled with one more definition, ``poot_library_key``, the string ``LIBRARY_MARK`` followed
+by the key, and an entry whose bytes do not hold that exact string is not loaded (issue 26:
+another program's library under this key, its digest valid, was loaded and crashed the
+process in its kernels). A library is never loaded from the entry file: its verified bytes are
+copied to a fresh owner-only file in the cache root (a temporary of the cache's, which ``poot
+cache clear`` removes if a crash leaves it), loaded, and that file unlinked at once, so
+nothing can change the bytes between the check and ``dlopen``. A missing, damaged, foreign or
+misnamed entry, or one that does not load, is rebuilt and replaced. The compiler works in a
+private scratch directory under the system temp dir.
 
 Errors: ``ToolchainUnavailable`` when the compiler is not on this machine (unavailable, not
 unsupported), ``CompileFailed`` carrying the compiler's own log when it rejects the source.
@@ -52,8 +58,10 @@ HOST_CFLAGS: Final = ("-O2", "-std=c11", "-fPIC", "-shared", "-ffp-contract=off"
 DEFAULT_COMPILERS: Final = ("cc", "gcc")
 """Looked up on PATH in this order when the caller names no compiler."""
 
-_KEY_DOMAIN: Final = b"poot host kernel library v1\0"
-_TEMP_PREFIX: Final = ".tmp-"  # the blob cache's temporary prefix: ``clear`` removes leftovers
+_KEY_DOMAIN: Final = b"poot host kernel library v2\0"  # v2: the library names its key
+
+LIBRARY_MARK: Final = b"poot host kernel library for key "
+"""What a library's ``poot_library_key`` string starts with; the 64 hex digits of its key follow."""
 
 
 class _Found(Protocol):
@@ -70,6 +78,8 @@ class LibraryCache(Protocol):
     def get(self, key: str) -> _Found: ...
 
     def put(self, key: str, blob: bytes, meta: Mapping[str, str] | None = None) -> None: ...
+
+    def temp_file(self, suffix: str = "") -> tuple[int, Path]: ...
 
 
 def library_key(source: str, *, compiler: str | None = None) -> str:
@@ -89,24 +99,37 @@ def build_library(source: str, cache: LibraryCache, *, compiler: str | None = No
     cc = _find_compiler(compiler)
     identity = _identity(cc)
     key = _cache_key(identity, source)
-    if cache.get(key).blob is None:
-        _publish(cache, key, cc, identity, _compile(cc, source))
+    if not _names(key, cache.get(key).blob):
+        _publish(cache, key, cc, identity, _compile(cc, source, key))
     return key
 
 
 def load_library(source: str, cache: LibraryCache, *, compiler: str | None = None) -> ctypes.CDLL:
     """Build ``source`` as ``build_library`` does and load it with ctypes from a private copy
-    of its verified bytes. An entry that verifies but does not load is rebuilt and replaced."""
+    of its verified bytes. An entry that verifies but is not the library of this key (it does
+    not name the key) is never loaded; it, or one that does not load, is rebuilt and replaced."""
     cc = _find_compiler(compiler)
     identity = _identity(cc)
     key = _cache_key(identity, source)
     data = cache.get(key).blob
-    if data is not None:
+    if data is not None and _names(key, data):
         with contextlib.suppress(OSError):
-            return _dlopen(data, cache.root)
-    data = _compile(cc, source)
+            return _dlopen(data, cache)
+    data = _compile(cc, source, key)
     _publish(cache, key, cc, identity, data)
-    return _dlopen(data, cache.root)
+    return _dlopen(data, cache)
+
+
+def _names(key: str, data: bytes | None) -> bool:
+    """Whether the library ``data`` was built for ``key``: it holds the key's mark (a string
+    constant, NUL-terminated, so a longer key cannot pass for it)."""
+    return data is not None and LIBRARY_MARK + key.encode() + b"\0" in data
+
+
+def _marked(source: str, key: str) -> str:
+    """``source`` with the definition that names ``key`` in the built library."""
+    mark = (LIBRARY_MARK + key.encode()).decode()
+    return f'{source}\n__attribute__((used)) const char poot_library_key[] = "{mark}";\n'
 
 
 def _publish(cache: LibraryCache, key: str, cc: Path, identity: str, data: bytes) -> None:
@@ -115,14 +138,14 @@ def _publish(cache: LibraryCache, key: str, cc: Path, identity: str, data: bytes
     cache.put(key, data, meta)
 
 
-def _dlopen(data: bytes, root: Path) -> ctypes.CDLL:
+def _dlopen(data: bytes, cache: LibraryCache) -> ctypes.CDLL:
     """Load ``data`` through a fresh file only we can write, unlinked once loaded. Each load is
     a new inode, so the dynamic loader never hands back an older library under a reused name."""
-    fd, path = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".so", dir=root)  # mode 0600
+    fd, path = cache.temp_file(".so")  # mode 0600, named as the cache's temporaries
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        return ctypes.CDLL(path)
+        return ctypes.CDLL(str(path))
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -167,12 +190,13 @@ def _cache_key(identity: str, source: str) -> str:
     return digest.hexdigest()
 
 
-def _compile(cc: Path, source: str) -> bytes:
-    """The shared library ``cc`` builds from ``source``, in a private scratch directory."""
+def _compile(cc: Path, source: str, key: str) -> bytes:
+    """The shared library ``cc`` builds from ``source``, naming ``key`` (``_marked``), in a
+    private scratch directory."""
     with tempfile.TemporaryDirectory(prefix="poot-cc-") as scratch:
         src = Path(scratch) / "kernel.c"
         out = Path(scratch) / "kernel.so"
-        src.write_text(source, encoding="utf-8")
+        src.write_text(_marked(source, key), encoding="utf-8")
         done = _run(cc, [*HOST_CFLAGS, "-I", str(CSRC_DIR), str(src), "-o", str(out)])
         if done.returncode != 0:
             raise CompileFailed(str(cc), done.stderr + done.stdout, "generated kernel C")
