@@ -26,7 +26,8 @@ from poot_ir import (
     evaluate,
 )
 from poot_ir.numerics import Bounded
-from poot_planner import plan
+from poot_planner import Plan, plan
+from poot_planner.reference import Joint, joint_program
 
 
 class GarbageDevice(CpuDevice):
@@ -181,12 +182,20 @@ def test_a_verified_step_of_a_rewritten_bounded_plan_evaluates_the_oracle_once(
     p = plan(_rewritten(), "xdna2")
     assert isinstance(p.numerics, Bounded) and p.legal is not None and p.rewrites
     seen = _count_oracle(monkeypatch)
+    built: list[Plan] = []
+
+    def counted(p: Plan) -> Joint:
+        built.append(p)
+        return joint_program(p)
+
+    monkeypatch.setattr(poot_engine.verify, "joint_program", counted)
     with Engine(CpuDevice("xdna2"), cache_dir=tmp_path, verify="always") as engine:
         entry = engine.add_entry(p, engine.load_weights({}))
         for k in range(3):
             engine.step(entry, _rewritten_feed(k))
         assert engine.stats().verified_steps == 3 and engine.stats().worst_error_ratio <= 1.0
     assert len(seen) == 3, seen
+    assert built == [p]  # the joint program is the entry's, built at its first verified step
 
 
 def test_run_program_checks_a_rewritten_bounded_step_with_one_evaluation(

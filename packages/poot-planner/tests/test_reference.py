@@ -123,9 +123,9 @@ def test_the_joint_program_gives_the_source_and_legalized_values_bit_for_bit(
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_the_joint_program_shares_every_equation_the_rewrites_left(name: str) -> None:
-    """Only what a rewrite replaced is evaluated twice: every source equation left as it was
-    merges with its legalized copy, so the joint program has the legalized program's equations
-    and at most one more per source equation a rewrite took."""
+    """Only what the rewrites replaced is evaluated besides: every source equation before the
+    first rewritten one merges with its legalized copy, so the joint program is the legalized
+    program's equations and at most one more per source equation from the first rewritten on."""
     p = _legalized(name)
     joint = joint_program(p).program
     assert joint.eqns[: len(p.legalized.eqns)] == p.legalized.eqns

@@ -83,10 +83,11 @@ def check_results(
     ``Bounded`` plan's analysis needs every value of the legalized program besides, so both
     come out of one evaluation of the plan's joint program (``poot_planner.reference``:
     the legalized and source programs merged), built here when ``joint`` (``joint_program(p)``,
-    which a caller checking many steps keeps) is not given."""
+    which a caller checking many steps keeps) is not given or is another plan's."""
     if isinstance(p.numerics, Bounded):
         if want is None:
-            values, want = joint_values(joint or joint_program(p), feed)
+            mine = joint if joint is not None and joint.plan is p else joint_program(p)
+            values, want = joint_values(mine, feed)
         else:
             values = legalized_values(p, feed)
         bounds = result_bounds(p, feed, values)
@@ -140,7 +141,9 @@ def _fraction(mode: VerifyMode) -> float:
 
 class Verifier:
     """The engine's verified steps: see the module docstring. Entries are keyed by identity
-    (the engine's own entry record), held here while poisoned."""
+    (the engine's own entry record), held here while poisoned, and with their joint program
+    (``step_joint``: built at an entry's first verified step, so every step evaluates one
+    compiled program) until the engine forgets them."""
 
     __slots__ = ("_joints", "_poisoned", "_rng", "fraction", "idle", "steps", "worst_ratio")
 
