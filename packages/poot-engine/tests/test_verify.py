@@ -10,14 +10,24 @@ from pathlib import Path
 import numpy as np
 import poot_engine.verify
 import poot_planner.error_bounds
+import poot_planner.reference
 import pytest
 from engine_support import affine_program
 from poot_engine import CpuDevice, Engine
 from poot_engine.cpu import BoundRun
 from poot_engine.run import run_program
-from poot_ir import ContractViolation, EngineError, EntryPoisoned, Program, evaluate
+from poot_ir import (
+    Builder,
+    ContractViolation,
+    DType,
+    EngineError,
+    EntryPoisoned,
+    Program,
+    evaluate,
+)
 from poot_ir.numerics import Bounded
-from poot_planner import plan
+from poot_planner import Plan, plan
+from poot_planner.reference import Joint, joint_program
 
 
 class GarbageDevice(CpuDevice):
@@ -44,6 +54,7 @@ def _feed(k: int) -> dict[str, np.ndarray]:
     return {"x": np.arange(4, dtype=np.float32) + k}
 
 
+F32 = DType.F32
 W = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
 
 
@@ -109,8 +120,9 @@ def test_a_bad_verify_mode_is_refused(tmp_path: Path, mode: object) -> None:
 
 
 def _count_oracle(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every oracle evaluation a step's check makes (``poot_engine.verify`` and the error
-    analysis it calls, ``poot_planner.error_bounds``), by program name. The device's own run
+    """Every oracle evaluation a step's check makes (``poot_engine.verify`` and what it calls:
+    the error analysis, ``poot_planner.error_bounds``, and the joint program,
+    ``poot_planner.reference``), by program name. The device's own run
     (``CpuDevice``: ``bind_evaluation``) is not counted."""
     seen: list[str] = []
 
@@ -120,6 +132,7 @@ def _count_oracle(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(poot_engine.verify, "evaluate", counted)
     monkeypatch.setattr(poot_planner.error_bounds, "evaluate", counted)
+    monkeypatch.setattr(poot_planner.reference, "evaluate", counted)
     return seen
 
 
@@ -145,6 +158,81 @@ def test_run_program_checks_a_bounded_step_with_one_evaluation(
     assert report.ok and len(report.steps) == 2
     assert isinstance(report.plan.numerics, Bounded)
     assert len(seen) == 2, seen
+
+
+def _rewritten() -> Program:
+    """abs and min, rewritten on xdna2 (max-based), among approximate steps: a Bounded plan
+    whose legalized program is not its source."""
+    b = Builder("rewritten")
+    x, z = b.slot("x", F32, (4,)), b.slot("z", F32, (4,))
+    a = b.abs(x)
+    b.output("y", b.exp(b.mul(b.tanh(b.min(a, z)), a)))
+    return b.build()
+
+
+def _rewritten_feed(k: int) -> dict[str, np.ndarray]:
+    return {"x": np.arange(4, dtype=np.float32) - k, "z": np.full(4, 0.5 * k, np.float32)}
+
+
+def test_a_verified_step_of_a_rewritten_bounded_plan_evaluates_the_oracle_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # before the joint program: twice (the legalized program for the analysis, the source for
+    # the reference)
+    p = plan(_rewritten(), "xdna2")
+    assert isinstance(p.numerics, Bounded) and p.legal is not None and p.rewrites
+    seen = _count_oracle(monkeypatch)
+    built: list[Plan] = []
+
+    def counted(p: Plan) -> Joint:
+        built.append(p)
+        return joint_program(p)
+
+    monkeypatch.setattr(poot_engine.verify, "joint_program", counted)
+    with Engine(CpuDevice("xdna2"), cache_dir=tmp_path, verify="always") as engine:
+        entry = engine.add_entry(p, engine.load_weights({}))
+        for k in range(3):
+            engine.step(entry, _rewritten_feed(k))
+        assert engine.stats().verified_steps == 3 and engine.stats().worst_error_ratio <= 1.0
+    assert len(seen) == 3, seen
+    assert built == [p]  # the joint program is the entry's, built at its first verified step
+
+
+def test_run_program_checks_a_rewritten_bounded_step_with_one_evaluation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = _count_oracle(monkeypatch)
+    report = run_program(_rewritten(), CpuDevice("xdna2"), "cpu", steps=2, cache_dir=tmp_path)
+    assert report.ok and len(report.steps) == 2 and report.plan.legal is not None
+    assert isinstance(report.plan.numerics, Bounded)
+    assert len(seen) == 2, seen
+
+
+class WrongDevice(CpuDevice):
+    """A CpuDevice whose result ``y`` is off by ``delta`` at element 1."""
+
+    def __init__(self, delta: float) -> None:
+        super().__init__("xdna2")
+        self.delta = delta
+
+    def _bind_run(self, program: Program, inputs: dict[str, np.ndarray]) -> BoundRun:
+        run, y = super()._bind_run(program, inputs), program.result_names.index("y")
+
+        def wrong() -> tuple[np.ndarray, ...]:
+            out = list(run())
+            out[y] = out[y].copy()
+            out[y][1] += np.float32(self.delta)
+            return tuple(out)
+
+        return wrong
+
+
+def test_the_joint_reference_of_a_rewritten_plan_catches_a_wrong_result(tmp_path: Path) -> None:
+    with Engine(WrongDevice(0.25), cache_dir=tmp_path, verify="always") as engine:
+        entry = engine.add_entry(plan(_rewritten(), "xdna2"), engine.load_weights({}))
+        with pytest.raises(ContractViolation) as err:
+            engine.step(entry, _rewritten_feed(1))
+    assert err.value.result == "y" and err.value.element == (1,)
 
 
 def test_the_once_evaluated_reference_still_catches_a_wrong_result(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from poot_planner import Plan, Span, plan
 
 from poot_engine.device import Device
 from poot_engine.engine import Engine
-from poot_engine.verify import StepCheck, check_results, check_spans
+from poot_engine.verify import StepCheck, check_results, check_spans, step_joint
 
 __all__ = ["RunReport", "StepCheck", "run_program"]
 
@@ -90,6 +90,7 @@ def run_program(
         entry = add(p, handle, states)
         part = engine.partitioned(entry)
         report.spans = part.spans if part is not None else ()
+        joint = step_joint(p) if part is None else None  # built once: one evaluation a step
         for k, sample in enumerate(per_step):
             slots = {n: v for n, v in sample.items() if storage[n] is Storage.SLOT}
             got = engine.step(entry, slots)
@@ -98,7 +99,8 @@ def run_program(
                 report.steps.append(StepCheck(k, check_spans(program, part.spans, trace, got)))
             else:
                 feed = {**weights, **states, **slots}
-                report.steps.append(StepCheck(k, check_results(p, feed, got)))
+                checks = check_results(p, feed, got, joint=joint)
+                report.steps.append(StepCheck(k, checks))
             report.outputs.append(got)
             states = {n: got[n] for n in states}
         stats = engine.stats()

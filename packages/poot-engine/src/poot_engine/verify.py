@@ -10,7 +10,8 @@ numerics class:
 - ``NarrowStorage``: normwise against the F32 oracle, plus the narrow type's floor;
 - ``Bounded``: elementwise under the bound ``poot_planner.error_bounds`` derives for the step's
   very inputs (a running error analysis: a chain of approximate steps compounds their errors,
-  and an element outside a step's domain is promised nothing and not compared).
+  and an element outside a step's domain is promised nothing and not compared). The analysis's
+  values and the reference come out of one oracle evaluation (``poot_planner.reference``).
 
 A partitioned run is checked span by span (``check_spans``), each device span on the inputs it
 really had, under its own plan; an oracle span and every program result bit for bit.
@@ -42,8 +43,9 @@ from poot_ir.numerics import Bounded, Derived
 from poot_planner import Plan, Span
 from poot_planner.error_bounds import legalized_values, result_bounds
 from poot_planner.partition import value_names
+from poot_planner.reference import Joint, joint_program, joint_values
 
-__all__ = ["StepCheck", "Verifier", "VerifyMode", "check_results", "check_spans"]
+__all__ = ["StepCheck", "Verifier", "VerifyMode", "check_results", "check_spans", "step_joint"]
 
 #: ``"off"``, ``"always"``, or the fraction of steps (in ``(0, 1]``) verified at random.
 VerifyMode = str | float
@@ -74,25 +76,31 @@ def check_results(
     feed: Mapping[str, np.ndarray],
     got: Mapping[str, np.ndarray],
     want: Mapping[str, np.ndarray] | None = None,
+    joint: Joint | None = None,
 ) -> Checks:
     """Each result of ``p.source`` on ``feed`` under the plan's class (see the module).
     ``want`` is the oracle's results, evaluated here when not given: once per step. A
-    ``Bounded`` plan's analysis evaluates every value of the legalized program
-    (``legalized_values``), which holds the results when no rewrite was made, so the reference
-    is read from it; only a rewritten plan (whose reference is the source's exact function,
-    not the rewrite's steps) evaluates its source besides."""
+    ``Bounded`` plan's analysis needs every value of the legalized program besides, so both
+    come out of one evaluation of the plan's joint program (``poot_planner.reference``:
+    the legalized and source programs merged), built here when ``joint`` (``joint_program(p)``,
+    which a caller checking many steps keeps) is not given or is another plan's."""
     if isinstance(p.numerics, Bounded):
-        values = legalized_values(p, feed)
-        bounds = result_bounds(p, feed, values)
         if want is None:
-            if p.legal is None:  # the legalized program is the source: its results are here
-                want = {n: values[v.id] for n, v in p.source.results()}
-            else:
-                want = evaluate(p.source, feed)
+            mine = joint if joint is not None and joint.plan is p else joint_program(p)
+            values, want = joint_values(mine, feed)
+        else:
+            values = legalized_values(p, feed)
+        bounds = result_bounds(p, feed, values)
         return tuple((n, compare(got[n], want[n], Derived(), scale=bounds[n])) for n in want)
     if want is None:
         want = evaluate(p.source, feed)
     return tuple((n, compare(got[n], want[n], p.numerics.bound)) for n in want)
+
+
+def step_joint(p: Plan) -> Joint | None:
+    """What ``check_results`` of many steps of ``p`` keeps: the joint program of a ``Bounded``
+    plan (None for another class, whose check evaluates the source alone)."""
+    return joint_program(p) if isinstance(p.numerics, Bounded) else None
 
 
 def check_spans(
@@ -133,14 +141,18 @@ def _fraction(mode: VerifyMode) -> float:
 
 class Verifier:
     """The engine's verified steps: see the module docstring. Entries are keyed by identity
-    (the engine's own entry record), held here while poisoned."""
+    (the engine's own entry record), held here while poisoned, and with their joint program
+    (``step_joint``: built at an entry's first verified step, so every step evaluates one
+    compiled program) until the engine forgets them."""
 
-    __slots__ = ("_poisoned", "_rng", "fraction", "idle", "steps", "worst_ratio")
+    __slots__ = ("_joints", "_poisoned", "_rng", "fraction", "idle", "steps", "worst_ratio")
 
     def __init__(self, mode: VerifyMode, seed: int | None = None) -> None:
         self.fraction = _fraction(mode)
         self._rng = random.Random(seed)
         self._poisoned: dict[int, tuple[object, ContractViolation]] = {}
+        #: each verified entry's ``step_joint``, built at its first verified step
+        self._joints: dict[int, tuple[object, Plan, Joint | None]] = {}
         self.steps = 0
         self.worst_ratio = 0.0
         #: No step is verified and no entry poisoned: ``wants`` is False for every entry (the
@@ -166,7 +178,7 @@ class Verifier:
         got: Mapping[str, np.ndarray],
     ) -> None:
         """Compare one step (before it commits); a breach poisons ``entry`` and raises."""
-        checks = check_results(p, feed, got)
+        checks = check_results(p, feed, got, joint=self._joint(entry, p))
         self.steps += 1
         worst = StepCheck(0, checks).worst
         if worst is None:
@@ -178,6 +190,14 @@ class Verifier:
             self._poisoned[id(entry)] = (entry, err)
             self.idle = False
             raise err
+
+    def _joint(self, entry: object, p: Plan) -> Joint | None:
+        hit = self._joints.get(id(entry))
+        if hit is not None and hit[0] is entry and hit[1] is p:
+            return hit[2]
+        joint = step_joint(p)
+        self._joints[id(entry)] = (entry, p, joint)
+        return joint
 
     def step_check(
         self, entry: object, p: Plan | None, feed: Callable[[], Mapping[str, np.ndarray]]
@@ -193,6 +213,7 @@ class Verifier:
         return check
 
     def forget(self, entry: object) -> None:
-        """``entry`` was removed: drop its poison."""
+        """``entry`` was removed: drop its poison and its joint program."""
         self._poisoned.pop(id(entry), None)
+        self._joints.pop(id(entry), None)
         self.idle = self.fraction == 0.0 and not self._poisoned
