@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 # Shared test helpers live in ``tests/`` (``filetree``, ``conformance.devices``). The run uses
 # ``--import-mode=importlib``, which puts no test directory on ``sys.path``; this conftest is
@@ -54,7 +54,15 @@ os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="poot-test-cache-")
 (FAKE_HOME / "intel").mkdir()
 (FAKE_HOME / "intel" / "openvino_telemetry").write_text("0")
 
-settings.register_profile("poot", derandomize=True, database=None, deadline=None)
+# derandomized (the same examples on every run) and free of timing: no deadline, and no
+# "too slow" health check, which a loaded two-core machine trips on a test that passes quiet
+settings.register_profile(
+    "poot",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.load_profile("poot")
 
 
