@@ -14,7 +14,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -100,14 +99,12 @@ def test_a_directory_or_a_device_is_refused(
 def test_a_program_over_the_limit_is_refused_unread(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """A 200 MB one-line program (sparse: nothing is written) is refused at once; it was read
-    and parsed whole."""
+    """A 200 MB one-line program (sparse: nothing is written) is refused by its size, before it
+    is read (it was read and parsed whole); no timing is asserted, the message is the size's."""
     big = tmp_path / "big.poot"
     with big.open("wb") as f:
         f.truncate(200 << 20)
-    start = time.perf_counter()
     err = _refused(capsys, "plan", str(big))
-    assert time.perf_counter() - start < 5
     assert f"is {200 << 20} bytes, over the limit of {16 << 20}" in err
 
 
