@@ -1,0 +1,198 @@
+"""Data-movement rules: transpose, reshape, broadcast, squeeze, slices, rev, dynamic slices,
+concatenate, pad, iota and the one-axis gather forms.
+
+``dynamic_slice`` and ``dynamic_update_slice`` clamp their starts as XLA does (into
+``[0, dim - size]``), so poot's ``dynamic_update_slice`` never sees a window that does not fit;
+``dynamic_slice`` and ``rev`` become ``gather``s of counted indices along each axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from poot_ir.core import Literal as PootLiteral
+from poot_ir.core import Var
+from poot_ir.dtypes import DType
+
+from poot_jax.context import Ctx, Refuse, Value, poot_dtype
+from poot_jax.elementwise import Rule
+
+__all__ = ["RULES"]
+
+
+def _ints(xs: Sequence[Any]) -> tuple[int, ...]:
+    return tuple(int(x) for x in xs)
+
+
+def _transpose(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
+    return [cx.b.transpose(cx.var(ins[0]), _ints(p["permutation"]))]
+
+
+def _reshape_to_out(
+    cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]
+) -> list[Var]:
+    x, shape = cx.var(ins[0]), _ints(outs[0].shape)
+    return [x if x.shape == shape else cx.b.reshape(x, shape)]
+
+
+def _reshape(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
+    if p.get("dimensions") is not None:  # a transpose first, in XLA's old form
+        raise Refuse("params", f"reshape with dimensions={p['dimensions']}")
+    return _reshape_to_out(cx, ins, p, outs)
+
+
+def _broadcast(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
+    x, shape = cx.var(ins[0]), _ints(p["shape"])
+    dims = _ints(p["broadcast_dimensions"])
+    return [x if x.shape == shape else cx.b.broadcast_in_dim(x, shape, dims)]
+
+
+def _slice(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
+    x = cx.var(ins[0])
+    strides = p.get("strides")
+    return [
+        cx.b.slice(
+            x,
+            _ints(p["start_indices"]),
+            _ints(p["limit_indices"]),
+            None if strides is None else _ints(strides),
+        )
+    ]
+
+
+def _counted(cx: Ctx, n: int, start: Value | int = 0, down: bool = False) -> Var:
+    """The i32 indices ``start, start+1, ..., start+n-1`` (``n-1, ..., 0`` when ``down``)."""
+    b = cx.b
+    idx = b.iota((n,), DType.I32, 0)
+    if down:
+        idx = b.sub(n - 1, idx)
+    if isinstance(start, int):
+        return idx if start == 0 else b.add(idx, start)
+    return b.add(idx, start)
+
+
+def _rev(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
+    x = cx.var(ins[0])
+    for axis in _ints(p["dimensions"]):
+        if x.shape[axis] > 1:
+            x = cx.b.gather(x, _counted(cx, x.shape[axis], down=True), axis)
+    return [x]
+
+
+def _clamped(cx: Ctx, start: Value, hi: int) -> Value:
+    """A start clamped into ``[0, hi]`` as XLA clamps dynamic slice starts."""
+    if isinstance(start, PootLiteral):
+        return cx.lit(max(0, min(int(start.value), hi)), DType.I32)
+    if start.dtype is not DType.I32:
+        raise Refuse("dtype", f"a {start.dtype.value} start index (poot takes i32)")
+    return cx.b.max(cx.b.min(start, hi), 0)
+
+
+def _dynamic_slice(
+    cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]
+) -> list[Var]:
+    x, starts, sizes = cx.var(ins[0]), ins[1:], _ints(p["slice_sizes"])
+    for axis, (s, n) in enumerate(zip(starts, sizes, strict=True)):
+        dim = x.shape[axis]
+        if n == dim:  # the start clamps to 0: the whole axis
+            continue
+        start = _clamped(cx, s, dim - n)
+        if isinstance(start, PootLiteral):
+            lo = int(start.value)
+            x = cx.b.slice(
+                x,
+                tuple(lo if i == axis else 0 for i in range(len(x.shape))),
+                tuple(lo + n if i == axis else d for i, d in enumerate(x.shape)),
+            )
+        else:
+            x = cx.b.gather(x, _counted(cx, n, start), axis)
+    return [x]
+
+
+def _dynamic_update_slice(
+    cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]
+) -> list[Var]:
+    x, upd, starts = cx.var(ins[0]), cx.var(ins[1]), ins[2:]
+    clamped: list[Var | int] = []
+    for s, d, u in zip(starts, x.shape, upd.shape, strict=True):
+        c = _clamped(cx, s, d - u)
+        clamped.append(int(c.value) if isinstance(c, PootLiteral) else c)
+    return [cx.b.dynamic_update_slice(x, upd, clamped)]
+
+
+def _concatenate(
+    cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]
+) -> list[Var]:
+    return [cx.b.concat([cx.var(x) for x in ins], int(p["dimension"]))]
+
+
+def _iota(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
+    dtype = poot_dtype(p["dtype"])
+    if dtype is DType.BOOL:
+        raise Refuse("dtype", "iota of bool")
+    return [cx.b.iota(_ints(p["shape"]), dtype, int(p["dimension"]))]
+
+
+def _pad(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
+    x, value = cx.var(ins[0]), cx.var(ins[1])
+    for axis, (lo, hi, interior) in enumerate(p["padding_config"]):
+        lo, hi, interior = int(lo), int(hi), int(interior)
+        if interior:
+            raise Refuse("params", f"pad with interior padding {interior} on axis {axis}")
+        if lo < 0 or hi < 0:  # negative padding cuts
+            start = tuple(max(0, -lo) if i == axis else 0 for i in range(len(x.shape)))
+            limit = tuple(d - max(0, -hi) if i == axis else d for i, d in enumerate(x.shape))
+            x = cx.b.slice(x, start, limit)
+            lo, hi = max(lo, 0), max(hi, 0)
+        parts = []
+        for n in (lo, hi):
+            shape = tuple(n if i == axis else d for i, d in enumerate(x.shape))
+            parts.append(cx.b.broadcast_in_dim(value, shape, ()) if n else None)
+        pieces = [v for v in (parts[0], x, parts[1]) if v is not None]
+        if len(pieces) > 1:
+            x = cx.b.concat(pieces, axis)
+    return [x]
+
+
+def _gather(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
+    """The one-axis forms jnp indexing makes: ``numpy.take(x, idx[..., 0], axis)``."""
+    x, idx = cx.var(ins[0]), cx.var(ins[1])
+    dn = p["dimension_numbers"]
+    collapsed, smap = _ints(dn.collapsed_slice_dims), _ints(dn.start_index_map)
+    batching = _ints(getattr(dn, "operand_batching_dims", ()))
+    sizes, offsets = _ints(p["slice_sizes"]), _ints(dn.offset_dims)
+    if batching or len(smap) != 1 or collapsed != smap or idx.shape[-1:] != (1,):
+        raise Refuse("params", f"a gather form other than one collapsed axis ({dn})")
+    axis = smap[0]
+    rank, batch_rank = len(x.shape), len(idx.shape) - 1
+    kept = [i for i in range(rank) if i != axis]
+    if any(sizes[i] != x.shape[i] for i in kept) or sizes[axis] != 1:
+        raise Refuse("params", f"a gather of partial slices {sizes} of {x.shape}")
+    # numpy.take puts the index axes where the gathered axis was
+    if offsets != tuple(range(axis)) + tuple(range(axis + batch_rank, rank - 1 + batch_rank)):
+        raise Refuse("params", f"a gather whose offset dims {offsets} are not numpy.take's")
+    mode = str(p.get("mode"))
+    if "CLIP" in mode:
+        idx = cx.b.max(cx.b.min(idx, x.shape[axis] - 1), 0)
+    elif "PROMISE" not in mode:
+        raise Refuse("params", f"a gather in mode {mode} (out-of-range fill)")
+    flat = cx.b.reshape(idx, idx.shape[:-1])
+    return [cx.b.gather(x, flat, axis)]
+
+
+RULES: dict[str, Rule] = {
+    "transpose": _transpose,
+    "reshape": _reshape,
+    "squeeze": _reshape_to_out,
+    "expand_dims": _reshape_to_out,
+    "broadcast_in_dim": _broadcast,
+    "slice": _slice,
+    "rev": _rev,
+    "dynamic_slice": _dynamic_slice,
+    "dynamic_update_slice": _dynamic_update_slice,
+    "concatenate": _concatenate,
+    "iota": _iota,
+    "pad": _pad,
+    "gather": _gather,
+}
