@@ -9,7 +9,8 @@ loop that inlines nested jaxprs), rules by family: ``elementwise``, ``shapes``, 
   ``jax.ShapeDtypeStruct``s); every array leaf of them is a slot, named after ``fn``'s parameter
   and its path in the pytree (``x``, ``batch.tokens``), or by ``names=``.
 - ``params=`` (a pytree of arrays, e.g. Flax ``variables``) is passed as ``fn``'s first argument
-  and bound as weights with their values, named by path (``params.Dense_0.kernel``); arrays
+  and bound as weights with their values, named by their path in it (Flax ``variables``:
+  ``params.Dense_0.kernel``); arrays
   ``fn`` closes over become weights ``const0``, ``const1``, ...
 - Outputs are named ``out`` (one) or ``out`` plus the output pytree's path (``out.0``, ...).
 - Element types: float32, float16, bfloat16, int32 and bool (JAX's default, x64 off).
@@ -161,7 +162,7 @@ def _import(
     leaves = jax.tree_util.tree_flatten_with_path(traced_args)[0]
     bases = _arg_bases(fn, len(traced_args), 0)
     if has_params:
-        bases[0] = "params"
+        bases[0] = ""  # a parameter is named by its path alone (Flax: params.Dense_0.kernel)
     if names is not None and len(names) != len(leaves) - _count(params):
         raise UnsupportedJax(
             "argument", "", "value", f"names= gives {len(names)} names for {len(leaves)} leaves"

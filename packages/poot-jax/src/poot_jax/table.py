@@ -11,6 +11,7 @@ poisoned, so what reads them is skipped instead of adding a blocker of its own.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,13 +44,19 @@ CALLS: dict[str, str] = {
 }
 
 #: Folders whose frames are not the user's line (jax's own are skipped by JAX already).
-_LIBRARIES: tuple[str, ...] = (os.path.dirname(__file__),)
-try:  # flax's layers are library frames too, where flax is installed
-    import flax as _flax
+#: Library folders whose frames are not the user's line (JAX skips its own); flax's where it
+#: was imported (by the user: this package does not import it).
+_LIBRARIES = ("poot_jax", "flax", "optax")
 
-    _LIBRARIES += (os.path.dirname(_flax.__file__),)
-except ImportError:  # pragma: no cover - flax is optional
-    pass
+
+def _libraries() -> tuple[str, ...]:
+    found = []
+    for name in _LIBRARIES:
+        module = sys.modules.get(name)
+        path = getattr(module, "__file__", None)
+        if path:
+            found.append(os.path.dirname(path) + os.sep)
+    return tuple(found)
 
 
 def where(source_info: Any) -> str:
@@ -59,8 +66,9 @@ def where(source_info: Any) -> str:
     tb = getattr(source_info, "traceback", None)
     if tb is None:
         return ""
+    skip = _libraries()
     for frame in siu.user_frames(tb):
-        if not frame.file_name.startswith(_LIBRARIES):
+        if not frame.file_name.startswith(skip):
             return f"{frame.file_name}:{frame.start_line} ({frame.function_name})"
     return ""
 
@@ -77,9 +85,15 @@ class JaxLowering:
     blockers: list[UnsupportedJax] = field(default_factory=list)
     origins: dict[int, str] = field(default_factory=dict)
 
-    def run(self, jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:
+    def run(
+        self, jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], call: str = ""
+    ) -> list[Any]:
         """Lower ``jaxpr`` with ``args`` (``Value``s or poison) bound to its inputs; its
-        constvars become weights. Returns its outputs (``Value``s or poison)."""
+        constvars become weights. Returns its outputs (``Value``s or poison).
+
+        ``call`` is the user's line of the outermost call when ``jaxpr`` is a nested body: a
+        blocker inside it names that line (JAX caches a jitted body's trace, so the body's own
+        source lines can be those of whichever call traced it first)."""
         env: dict[Any, Any] = {}
         for v, c in zip(jaxpr.constvars, consts, strict=True):
             env[v] = self.constant(np.asarray(c), v.aval.dtype, jaxpr, v)
@@ -92,9 +106,10 @@ class JaxLowering:
                 outs: list[Any] = [POISON] * len(eqn.outvars)
             elif name in CALLS:
                 sub = eqn.params[CALLS[name]]
-                outs = self.run(sub, getattr(sub, "consts", ()), ins)
+                at = call or where(eqn.source_info)
+                outs = self.run(sub, getattr(sub, "consts", ()), ins, at)
             else:
-                outs = self.lower(eqn, ins)
+                outs = self.lower(eqn, ins, call)
             for v, o in zip(eqn.outvars, outs, strict=True):
                 env[v] = o
         return [self.read(env, v) for v in jaxpr.outvars]
@@ -118,8 +133,9 @@ class JaxLowering:
             self.blockers.append(UnsupportedJax("constant", "", err.kind, err.detail))
             return POISON
 
-    def lower(self, eqn: Any, ins: list[Value]) -> list[Any]:
+    def lower(self, eqn: Any, ins: list[Value], call: str = "") -> list[Any]:
         name = eqn.primitive.name
+        at = call or where(eqn.source_info)
         rule = RULES.get(name)
         start = self.cx.b.eqn_count
         try:
@@ -133,12 +149,11 @@ class JaxLowering:
                 if (got.shape, got.dtype) != want:  # a rule's bug, never the user's
                     raise AssertionError(f"{name} lowered to {got.type}, JAX has {want}")
         except Refuse as err:
-            self.blockers.append(UnsupportedJax(name, where(eqn.source_info), err.kind, err.detail))
+            self.blockers.append(UnsupportedJax(name, at, err.kind, err.detail))
             return [POISON] * len(eqn.outvars)
         except PootError as err:  # a type rule refused what the rule built (a dtype, a shape)
-            self.blockers.append(UnsupportedJax(name, where(eqn.source_info), "params", str(err)))
+            self.blockers.append(UnsupportedJax(name, at, "params", str(err)))
             return [POISON] * len(eqn.outvars)
-        at = where(eqn.source_info)
         for i in range(start, self.cx.b.eqn_count):
             self.origins[i] = f"{name} at {at}" if at else name
         return list(outs)
