@@ -25,7 +25,7 @@ def run_imported(imp: ImportedFunction, *args: Any) -> list[np.ndarray]:
     feeds: dict[str, object] = dict(imp.weights)
     slots = [a.name for a in imp.program.args if a.name not in imp.weights]
     for slot, leaf in zip(slots, leaves, strict=True):
-        feeds[slot] = np.asarray(leaf)
+        feeds[slot] = np.asarray(jax.numpy.asarray(leaf))  # as JAX takes it: int64 -> int32
     got = evaluate(imp.program, feeds)
     return [got[n] for n in imp.outputs]
 

@@ -169,6 +169,16 @@ def test_dot_general(name: str) -> None:
     check(fn, a, b)
 
 
+def test_dot_general_bool() -> None:
+    a, b = RNG.random((3, 4)) > 0.7, RNG.random((4, 5)) > 0.7
+    check(lambda a, b: lax.dot_general(a, b, (((1,), (0,)), ((), ()))), a, b)
+
+
+def test_take_fill_i32_and_bool() -> None:
+    for x in (INTS, B):
+        check(lambda x: jnp.take(x, jnp.array([4, -1, 0]), axis=1), x)
+
+
 def test_dot_general_i32_and_preferred() -> None:
     a = RNG.integers(-9, 9, (3, 4)).astype(np.int32)
     b = RNG.integers(-9, 9, (4, 2)).astype(np.int32)
@@ -192,6 +202,14 @@ MOVES = {
     "take_rows": lambda x: x[jnp.array([2, 0, 1, 2])],
     "take_cols": lambda x: x[:, jnp.array([3, 0])],
     "take_clip": lambda x: jnp.take(x, jnp.array([5, -7, 1]), axis=1, mode="clip"),
+    "take_fill": lambda x: jnp.take(x, jnp.array([5, -7, 1, 3]), axis=1),
+    "take_fill_rows": lambda x: jnp.take(x, jnp.array([[0, 9], [2, 1]]), axis=0, fill_value=-2.0),
+    "pad_interior": lambda x: lax.pad(x, 0.5, ((1, -1, 2), (-2, 3, 1))),
+    "reshape_dimensions": lambda x: lax.reshape(x, (4, 3), dimensions=(1, 0)),
+    "stack": lambda x: jnp.stack([x, -x, x * 2], axis=1),
+    "unstack": lambda x: list(x),
+    "split": lambda x: jnp.split(x, [1, 3], axis=1),
+    "tile": lambda x: jnp.tile(x, (2, 1, 3)),
 }
 
 

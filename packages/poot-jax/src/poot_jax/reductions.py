@@ -105,8 +105,10 @@ def _dot_general(
     (lc, rc), (lb, rb) = p["dimension_numbers"]
     lc, rc, lb, rb = (tuple(int(a) for a in t) for t in (lc, rc, lb, rb))
     out = poot_dtype(outs[0].dtype)
-    if lhs.dtype is DType.BOOL or out is DType.BOOL:
-        raise Refuse("dtype", "dot_general on bool")
+    if out is DType.BOOL:  # or of ands: the i32 count of true products, > 0
+        i32 = {**p, "preferred_element_type": None}
+        wide = _dot_general(cx, [b.convert(lhs, DType.I32), b.convert(rhs, DType.I32)], i32, [_I32])
+        return [b.gt(wide[0], 0)]
     # preferred_element_type: widen the operands first (products of the narrower type are
     # exact in the wider one, so this is the contraction accumulated in it)
     lhs = lhs if lhs.dtype is out else b.convert(lhs, out)
@@ -125,6 +127,15 @@ def _dot_general(
     prod = b.matmul(a, c)
     shape = batch + tuple(lhs.shape[i] for i in lf) + tuple(rhs.shape[i] for i in rf)
     return [prod if prod.shape == shape else b.reshape(prod, shape)]
+
+
+class _Aval:
+    """The one fact ``_dot_general`` reads of a result aval: its dtype."""
+
+    dtype = "int32"
+
+
+_I32 = _Aval()
 
 
 def _arranged(cx: Ctx, x: Var, perm: tuple[int, ...], shape: tuple[int, ...]) -> Var:

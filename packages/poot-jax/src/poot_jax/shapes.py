@@ -3,7 +3,11 @@ concatenate, pad, iota and the one-axis gather forms.
 
 ``dynamic_slice`` and ``dynamic_update_slice`` clamp their starts as XLA does (into
 ``[0, dim - size]``), so poot's ``dynamic_update_slice`` never sees a window that does not fit;
-``dynamic_slice`` and ``rev`` become ``gather``s of counted indices along each axis.
+``dynamic_slice`` and ``rev`` become ``gather``s of counted indices along each axis. A gather
+clamps its indices as XLA does (``CLIP``, and ``PROMISE_IN_BOUNDS``, which XLA clamps too);
+``FILL_OR_DROP`` then puts the fill value (JAX's default: NaN, INT_MIN or True) in the rows
+whose index was outside the axis. Interior padding interleaves the pad value through a new
+axis (concatenated, flattened, the tail cut).
 """
 
 from __future__ import annotations
@@ -37,9 +41,11 @@ def _reshape_to_out(
 
 
 def _reshape(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
-    if p.get("dimensions") is not None:  # a transpose first, in XLA's old form
-        raise Refuse("params", f"reshape with dimensions={p['dimensions']}")
-    return _reshape_to_out(cx, ins, p, outs)
+    dims = p.get("dimensions")
+    if dims is None:
+        return _reshape_to_out(cx, ins, p, outs)
+    # the operand's axes raveled in the order ``dimensions``: a transpose, then the reshape
+    return _reshape_to_out(cx, [cx.b.transpose(cx.var(ins[0]), _ints(dims))], {}, outs)
 
 
 def _broadcast(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
@@ -134,12 +140,26 @@ def _iota(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any])
     return [cx.b.iota(_ints(p["shape"]), dtype, int(p["dimension"]))]
 
 
+def _interior(cx: Ctx, x: Var, value: Var, axis: int, k: int) -> Var:
+    """``k`` copies of ``value`` between neighbours along ``axis``: each element followed by
+    its ``k`` pads (a new axis, concatenated, flattened), the trailing ``k`` cut off."""
+    b, n = cx.b, x.shape[axis]
+    if n == 0:
+        return x
+    split = (*x.shape[: axis + 1], 1, *x.shape[axis + 1 :])
+    pads = b.broadcast_in_dim(value, (*x.shape[: axis + 1], k, *x.shape[axis + 1 :]), ())
+    both = b.concat([b.reshape(x, split), pads], axis + 1)
+    flat = b.reshape(both, (*x.shape[:axis], n * (k + 1), *x.shape[axis + 1 :]))
+    limit = tuple(n + (n - 1) * k if i == axis else d for i, d in enumerate(flat.shape))
+    return b.slice(flat, (0,) * len(flat.shape), limit)
+
+
 def _pad(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
     x, value = cx.var(ins[0]), cx.var(ins[1])
     for axis, (lo, hi, interior) in enumerate(p["padding_config"]):
         lo, hi, interior = int(lo), int(hi), int(interior)
-        if interior:
-            raise Refuse("params", f"pad with interior padding {interior} on axis {axis}")
+        if interior:  # XLA pads between elements first, then at the edges
+            x = _interior(cx, x, value, axis, interior)
         if lo < 0 or hi < 0:  # negative padding cuts
             start = tuple(max(0, -lo) if i == axis else 0 for i in range(len(x.shape)))
             limit = tuple(d - max(0, -hi) if i == axis else d for i, d in enumerate(x.shape))
@@ -172,13 +192,73 @@ def _gather(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any
     # numpy.take puts the index axes where the gathered axis was
     if offsets != tuple(range(axis)) + tuple(range(axis + batch_rank, rank - 1 + batch_rank)):
         raise Refuse("params", f"a gather whose offset dims {offsets} are not numpy.take's")
-    mode = str(p.get("mode"))
-    if "CLIP" in mode:
-        idx = cx.b.max(cx.b.min(idx, x.shape[axis] - 1), 0)
-    elif "PROMISE" not in mode:
-        raise Refuse("params", f"a gather in mode {mode} (out-of-range fill)")
-    flat = cx.b.reshape(idx, idx.shape[:-1])
-    return [cx.b.gather(x, flat, axis)]
+    b, n = cx.b, x.shape[axis]
+    if n == 0:
+        raise Refuse("params", "a gather from an empty axis")
+    flat = b.reshape(idx, idx.shape[:-1])
+    # CLIP clamps; so does XLA for PROMISE_IN_BOUNDS (its gather clamps every start index)
+    got = b.gather(x, b.max(b.min(flat, n - 1), 0), axis)
+    if "FILL_OR_DROP" not in str(p.get("mode")):
+        return [got]
+    # FILL_OR_DROP: a row whose index is outside [0, n) is the fill value (jax's defaults)
+    inside = cx.logical_and(b.ge(flat, 0), b.gt(n, flat))
+    where = tuple(range(axis, axis + batch_rank))
+    mask = b.broadcast_in_dim(inside, got.shape, where)
+    return [b.select(mask, got, cx.full(_fill(p.get("fill_value"), x.dtype), (), x.dtype))]
+
+
+def _fill(value: Any, dtype: DType) -> float | int | bool:
+    if value is not None:
+        return bool(value) if dtype is DType.BOOL else value
+    if dtype.is_float:
+        return float("nan")
+    return True if dtype is DType.BOOL else -(2**31)
+
+
+def _stack(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
+    axis = int(p["axis"])
+    xs = [cx.var(x) for x in ins]
+    grown = [cx.b.reshape(x, (*x.shape[:axis], 1, *x.shape[axis:])) for x in xs]
+    return [grown[0] if len(grown) == 1 else cx.b.concat(grown, axis)]
+
+
+def _pieces(cx: Ctx, x: Var, axis: int, sizes: Sequence[int]) -> list[Var]:
+    out, at = [], 0
+    for n in sizes:
+        start = tuple(at if i == axis else 0 for i in range(len(x.shape)))
+        limit = tuple(at + n if i == axis else d for i, d in enumerate(x.shape))
+        out.append(cx.b.slice(x, start, limit))
+        at += n
+    return out
+
+
+def _unstack(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
+    x, axis = cx.var(ins[0]), int(p["axis"])
+    shape = x.shape[:axis] + x.shape[axis + 1 :]
+    return [cx.b.reshape(v, shape) for v in _pieces(cx, x, axis, [1] * x.shape[axis])]
+
+
+def _split(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
+    return _pieces(cx, cx.var(ins[0]), int(p["axis"]), _ints(p["sizes"]))
+
+
+def _tile(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
+    x = cx.var(ins[0])
+    reps = _ints(p["reps"])
+    if len(reps) > len(x.shape):  # numpy's rule: leading axes of 1 first
+        x = cx.b.reshape(x, (1,) * (len(reps) - len(x.shape)) + x.shape)
+    for axis, r in enumerate((1,) * (len(x.shape) - len(reps)) + reps):
+        if r != 1:
+            x = (
+                cx.b.concat([x] * r, axis)
+                if r
+                else cx.b.slice(
+                    x,
+                    (0,) * len(x.shape),
+                    tuple(0 if i == axis else d for i, d in enumerate(x.shape)),
+                )
+            )
+    return [x]
 
 
 RULES: dict[str, Rule] = {
@@ -195,4 +275,8 @@ RULES: dict[str, Rule] = {
     "iota": _iota,
     "pad": _pad,
     "gather": _gather,
+    "stack": _stack,
+    "unstack": _unstack,
+    "split": _split,
+    "tile": _tile,
 }
