@@ -233,6 +233,15 @@ def test_dynamic_update_slice_clamps() -> None:
         check(lambda x, u, s=start: lax.dynamic_update_slice(x, u, (s, 1)), X, u)
 
 
+def test_general_gather_forms() -> None:
+    rows, cols = jnp.array([2, 0, 5, -1]), jnp.array([1, 3, 0, 9])
+    check(lambda x: x[rows, cols], X)  # two start axes, clamped as XLA clamps
+    order = np.argsort(X, axis=1).astype(np.int32)
+    check(lambda x, i: jnp.take_along_axis(x, i, axis=1), X, order)  # batching dims
+    check(lambda x, i: jnp.take_along_axis(x, i, axis=1), X, order - 6)  # wrapped negatives, fills below -4
+    check(lambda x: lax.dynamic_slice(x, (1, 1), (2, 3))[jnp.array([1, 0])], X)
+
+
 def test_embedding_gather() -> None:
     table = RNG.standard_normal((10, 8)).astype(np.float32)
     ids = RNG.integers(0, 10, (2, 7)).astype(np.int32)

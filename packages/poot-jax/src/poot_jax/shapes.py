@@ -176,25 +176,32 @@ def _pad(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) 
 
 
 def _gather(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
-    """The one-axis forms jnp indexing makes: ``numpy.take(x, idx[..., 0], axis)``."""
+    """The one-axis forms jnp indexing makes are ``numpy.take(x, idx[..., 0], axis)``; any
+    other form goes through ``_gather_flat``."""
     x, idx = cx.var(ins[0]), cx.var(ins[1])
     dn = p["dimension_numbers"]
     collapsed, smap = _ints(dn.collapsed_slice_dims), _ints(dn.start_index_map)
     batching = _ints(getattr(dn, "operand_batching_dims", ()))
     sizes, offsets = _ints(p["slice_sizes"]), _ints(dn.offset_dims)
-    if batching or len(smap) != 1 or collapsed != smap or idx.shape[-1:] != (1,):
-        raise Refuse("params", f"a gather form other than one collapsed axis ({dn})")
-    axis = smap[0]
+    if 0 in x.shape:
+        raise Refuse("params", "a gather from an empty operand")
+    if idx.dtype is not DType.I32:
+        raise Refuse("dtype", f"{idx.dtype.value} gather indices (poot takes i32)")
     rank, batch_rank = len(x.shape), len(idx.shape) - 1
+    axis = smap[0] if len(smap) == 1 else -1
     kept = [i for i in range(rank) if i != axis]
-    if any(sizes[i] != x.shape[i] for i in kept) or sizes[axis] != 1:
-        raise Refuse("params", f"a gather of partial slices {sizes} of {x.shape}")
-    # numpy.take puts the index axes where the gathered axis was
-    if offsets != tuple(range(axis)) + tuple(range(axis + batch_rank, rank - 1 + batch_rank)):
-        raise Refuse("params", f"a gather whose offset dims {offsets} are not numpy.take's")
+    take = (
+        not batching
+        and len(smap) == 1
+        and collapsed == smap
+        and idx.shape[-1:] == (1,)
+        and all(sizes[i] == x.shape[i] for i in kept)
+        # numpy.take puts the index axes where the gathered axis was
+        and offsets == tuple(range(axis)) + tuple(range(axis + batch_rank, rank - 1 + batch_rank))
+    )
+    if not take:
+        return [_gather_flat(cx, x, idx, p, tuple(outs[0].shape))]
     b, n = cx.b, x.shape[axis]
-    if n == 0:
-        raise Refuse("params", "a gather from an empty axis")
     flat = b.reshape(idx, idx.shape[:-1])
     # CLIP clamps; so does XLA for PROMISE_IN_BOUNDS (its gather clamps every start index)
     got = b.gather(x, b.max(b.min(flat, n - 1), 0), axis)
@@ -202,9 +209,56 @@ def _gather(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any
         return [got]
     # FILL_OR_DROP: a row whose index is outside [0, n) is the fill value (jax's defaults)
     inside = cx.logical_and(b.ge(flat, 0), b.gt(n, flat))
-    where = tuple(range(axis, axis + batch_rank))
-    mask = b.broadcast_in_dim(inside, got.shape, where)
+    mask = b.broadcast_in_dim(inside, got.shape, tuple(range(axis, axis + batch_rank)))
     return [b.select(mask, got, cx.full(_fill(p.get("fill_value"), x.dtype), (), x.dtype))]
+
+
+def _gather_flat(cx: Ctx, x: Var, idx: Var, p: dict[str, Any], out: tuple[int, ...]) -> Var:
+    """Any XLA gather as one ``gather`` from the flattened operand: for every element of the
+    result, the flat operand index ``sum_d (start_d + offset_d) * stride_d``, where ``start_d``
+    is the clamped start index (axes of ``start_index_map``) or the batch coordinate (operand
+    batching axes) and ``offset_d`` the result's coordinate along the axis's offset dim."""
+    b, dn = cx.b, p["dimension_numbers"]
+    smap, sizes = _ints(dn.start_index_map), _ints(p["slice_sizes"])
+    collapsed, offsets = set(_ints(dn.collapsed_slice_dims)), _ints(dn.offset_dims)
+    op_batch = _ints(getattr(dn, "operand_batching_dims", ()))
+    idx_batch = _ints(getattr(dn, "start_indices_batching_dims", ()))
+    rank, batch_rank = len(x.shape), len(idx.shape) - 1
+    batch_axes = [a for a in range(len(out)) if a not in offsets]
+    offset_of = [d for d in range(rank) if d not in collapsed and d not in op_batch]
+    fill = "FILL_OR_DROP" in str(p.get("mode"))
+    flat: Var | None = None
+    inside: Var | None = None
+    stride = 1
+    for d in reversed(range(rank)):
+        coord: Var | None = None
+        if d in smap:
+            k = smap.index(d)
+            start_k = tuple(k if i == batch_rank else 0 for i in range(batch_rank + 1))
+            limit_k = tuple(k + 1 if i == batch_rank else n for i, n in enumerate(idx.shape))
+            s = b.reshape(b.slice(idx, start_k, limit_k), idx.shape[:-1])
+            hi = x.shape[d] - sizes[d]
+            if fill:
+                ok = cx.logical_and(b.ge(s, 0), b.ge(hi, s))
+                inside = ok if inside is None else cx.logical_and(inside, ok)
+            s = b.max(b.min(s, hi), 0)
+            coord = b.broadcast_in_dim(s, out, tuple(batch_axes))
+        elif d in op_batch:
+            coord = b.iota(out, DType.I32, batch_axes[idx_batch[op_batch.index(d)]])
+        if d in offset_of:
+            off = b.iota(out, DType.I32, offsets[offset_of.index(d)])
+            coord = off if coord is None else b.add(coord, off)
+        if coord is not None:
+            term = coord if stride == 1 else b.mul(coord, stride)
+            flat = term if flat is None else b.add(flat, term)
+        stride *= x.shape[d]
+    if flat is None:
+        flat = cx.full(0, out, DType.I32)
+    got = b.gather(b.reshape(x, (stride,)), flat, 0)
+    if inside is None:
+        return got
+    mask = b.broadcast_in_dim(inside, out, tuple(batch_axes))
+    return b.select(mask, got, cx.full(_fill(p.get("fill_value"), x.dtype), (), x.dtype))
 
 
 def _fill(value: Any, dtype: DType) -> float | int | bool:
