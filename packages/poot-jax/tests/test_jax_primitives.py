@@ -238,7 +238,9 @@ def test_general_gather_forms() -> None:
     check(lambda x: x[rows, cols], X)  # two start axes, clamped as XLA clamps
     order = np.argsort(X, axis=1).astype(np.int32)
     check(lambda x, i: jnp.take_along_axis(x, i, axis=1), X, order)  # batching dims
-    check(lambda x, i: jnp.take_along_axis(x, i, axis=1), X, order - 6)  # wrapped negatives, fills below -4
+    check(
+        lambda x, i: jnp.take_along_axis(x, i, axis=1), X, order - 6
+    )  # wrapped negatives, fills below -4
     check(lambda x: lax.dynamic_slice(x, (1, 1), (2, 3))[jnp.array([1, 0])], X)
 
 
