@@ -81,8 +81,8 @@ poot lacks (uint8/int8/int16 indices or results, complex64, bitwise logic on i32
 """
 
 
-def markdown() -> str:
-    table, notes = counts()
+def markdown(table: dict[str, collections.Counter[str]]) -> str:
+    """docs/conformance-jax.md for these outcomes."""
     total: collections.Counter[str] = collections.Counter()
     lines = [HEADER, "| group | pass | refused (dtype) | refused (other) | wrong |"]
     lines.append("| --- | ---: | ---: | ---: | ---: |")
@@ -100,4 +100,4 @@ def markdown() -> str:
 
 
 if __name__ == "__main__":
-    print(markdown(), end="")
+    print(markdown(counts()[0]), end="")

@@ -8,7 +8,11 @@ import pytest
 jax = pytest.importorskip("jax", reason="jax 0.12 needs Python 3.12+: run `nox -s jax`")
 pytest.importorskip("absl", reason="jax's harnesses need absl-py (poot-jax's test group)")
 
-from jax_harnesses import counts  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from jax_harnesses import counts, markdown  # noqa: E402
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "conformance-jax.md"
 
 #: Harnesses that pass, per group (float32, int32 and bool; docs/conformance.md).
 PASSING = {
@@ -77,3 +81,6 @@ def test_harness_counts_do_not_drop_and_none_is_wrong() -> None:
     }
     assert not dropped, f"passing harnesses dropped (now, before): {dropped}"
     assert sum(c["pass"] for c in table.values()) >= 539
+    assert DOC.read_text(encoding="utf-8") == markdown(table), (
+        "docs/conformance-jax.md is stale: python packages/poot-jax/tests/jax_harnesses.py"
+    )
