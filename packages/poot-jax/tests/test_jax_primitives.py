@@ -169,6 +169,15 @@ def test_dot_general(name: str) -> None:
     check(fn, a, b)
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_cumsum(axis: int, reverse: bool) -> None:
+    x3 = RNG.standard_normal((2, 3, 5)).astype(np.float32)
+    check(lambda x: lax.cumsum(x, axis=axis, reverse=reverse), X)
+    check(lambda x: lax.cumsum(x, axis=axis + 1, reverse=reverse), x3)
+    check(lambda x: jnp.cumsum(x, axis=axis), INTS)
+
+
 def test_dot_general_bool() -> None:
     a, b = RNG.random((3, 4)) > 0.7, RNG.random((4, 5)) > 0.7
     check(lambda a, b: lax.dot_general(a, b, (((1,), (0,)), ((), ()))), a, b)

@@ -6,7 +6,8 @@ never overflows, ``-x`` does at INT_MIN); on bool ``reduce_or`` is the i32 maxim
 ``reduce_and`` is ``not reduce_or(not x)``. ``argmax`` is the least index whose value equals the
 maximum or is NaN (JAX counts NaN as the largest, the first one wins). ``dot_general`` moves
 each operand's axes to (batch, free, contracting) order, flattens them to poot's batched
-``matmul`` and reshapes the product to JAX's (batch, lhs free, rhs free) layout.
+``matmul`` and reshapes the product to JAX's (batch, lhs free, rhs free) layout. ``cumsum`` is
+a ``matmul`` by a 0/1 triangle (n x n: a ``Budget`` bounds it like any tensor).
 """
 
 from __future__ import annotations
@@ -138,6 +139,30 @@ class _Aval:
 _I32 = _Aval()
 
 
+def _cumsum(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
+    """A running sum as one ``matmul`` by the 0/1 triangle ``T[j, i] = j <= i`` (``j >= i``
+    reversed) along the last axis: the oracle's matmul is exact then rounded once, where XLA
+    adds in sequence, so floats agree within the sum's rounding."""
+    b, x, axis = cx.b, cx.var(ins[0]), int(p["axis"])
+    if x.dtype is DType.BOOL:
+        raise Refuse("dtype", "cumsum of bool")
+    n, rank = x.shape[axis], len(x.shape)
+    rows, cols = b.iota((n, n), DType.I32, 0), b.iota((n, n), DType.I32, 1)
+    tri = b.convert(b.ge(rows, cols) if p.get("reverse") else b.ge(cols, rows), x.dtype)
+    perm = tuple(i for i in range(rank) if i != axis) + (axis,)
+    moved = x if axis == rank - 1 else b.transpose(x, perm)
+    lead = moved.shape[:-1]
+    flat = b.reshape(moved, (max(1, _prod(lead)), n)) if len(lead) != 1 else moved
+    summed = b.matmul(flat, tri)
+    summed = summed if summed.shape == moved.shape else b.reshape(summed, moved.shape)
+    back = tuple(perm.index(i) for i in range(rank))
+    return [summed if axis == rank - 1 else b.transpose(summed, back)]
+
+
+def _prod(xs: Sequence[int]) -> int:
+    return math.prod(xs)
+
+
 def _arranged(cx: Ctx, x: Var, perm: tuple[int, ...], shape: tuple[int, ...]) -> Var:
     if perm != tuple(range(len(x.shape))):
         x = cx.b.transpose(x, perm)
@@ -153,4 +178,5 @@ RULES: dict[str, Rule] = {
     "argmax": _arg(True),
     "argmin": _arg(False),
     "dot_general": _dot_general,
+    "cumsum": _cumsum,
 }
