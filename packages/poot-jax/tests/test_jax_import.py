@@ -149,3 +149,40 @@ def test_poot_jax_alone_needs_poot_ir_and_jax_only() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"import poot_jax also imported {out.stdout.strip()}"
+
+
+def test_flax_transformer_encoder_block() -> None:
+    nn = pytest.importorskip("flax.linen", reason="flax is in poot-jax's test group")
+
+    class EncoderBlock(nn.Module):  # type: ignore[misc]
+        @nn.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            h = nn.LayerNorm()(x)
+            x = x + nn.MultiHeadDotProductAttention(num_heads=4)(h, h)
+            h = nn.LayerNorm()(x)
+            return x + nn.Dense(32)(nn.gelu(nn.Dense(64)(h)))
+
+    model = EncoderBlock()
+    x = RNG.standard_normal((2, 8, 32)).astype(np.float32)
+    variables = model.init(jax.random.key(0), x)
+    imp = import_function(model.apply, x, params=variables)
+    got = run_imported(imp, x)[0]
+    compare(got, np.asarray(jax.jit(model.apply)(variables, x)))
+
+
+def test_refusal_inside_a_flax_layer_names_the_users_line() -> None:
+    nn = pytest.importorskip("flax.linen", reason="flax is in poot-jax's test group")
+
+    class ConvNet(nn.Module):  # type: ignore[misc]
+        @nn.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            return nn.relu(nn.Conv(4, (3, 3))(x))
+
+    model = ConvNet()
+    x = RNG.standard_normal((1, 8, 8, 3)).astype(np.float32)
+    variables = model.init(jax.random.key(0), x)
+    with pytest.raises(UnsupportedJax) as caught:
+        import_function(model.apply, x, params=variables)
+    assert caught.value.primitive == "conv_general_dilated"
+    line = _line(ConvNet.__call__, "nn.Conv(")
+    assert caught.value.where.startswith(f"{__file__}:{line} "), caught.value.where
