@@ -76,6 +76,14 @@ def test_binary_i32(name: str) -> None:
 
 def test_integer_division_truncates() -> None:
     check(lambda a, b: lax.div(a, b), INTS, DIVS)
+    check(lambda a, b: lax.rem(a, b), INTS, DIVS)
+    check(lambda a, b: lax.rem(a, -b), INTS, DIVS)
+
+
+def test_sign() -> None:
+    special = np.array([0.0, -0.0, np.nan, np.inf, -np.inf, -3.5, 2.0], np.float32)
+    check(jnp.sign, special)
+    check(jnp.sign, INTS)
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,8 @@
 Composites (each a few poot primitives, so each rounds more than once where XLA may round once):
 ``rsqrt = recip(sqrt x)``, ``logistic = recip(1 + exp(-x))``, ``erfc = 1 - erf x``,
 ``integer_pow`` by repeated squaring (``recip`` of it for a negative power), ``lt``/``le`` as
-``gt``/``ge`` with the operands swapped, ``ne = not eq``; on bool, ``max`` is or and ``min`` is
+``gt``/``ge`` with the operands swapped, ``ne = not eq``, ``sign`` by two selects, i32 ``rem``
+as ``a - (a / d) * d`` (C truncation, as XLA); on bool, ``max`` is or and ``min`` is
 and, and the order comparisons compare 0/1 as i32.
 """
 
@@ -147,6 +148,21 @@ def _clamp(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]
     return [cx.b.min(cx.b.max(x, lo), hi)]
 
 
+def _sign(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
+    # 1 above zero, -1 below, else x itself: zero keeps its sign and NaN stays NaN, exactly
+    b, x = cx.b, cx.var(ins[0])
+    return [b.select(b.gt(x, 0), 1, b.select(b.gt(0, x), -1, x))]
+
+
+def _rem(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
+    a, d = ins
+    if a.dtype is not DType.I32:  # a - trunc(a / d) * d rounds twice in floating point
+        raise Refuse("dtype", f"rem on {a.dtype.value} (poot expresses it exactly on i32 only)")
+    a = cx.var(a) if not isinstance(d, Var) else a
+    # C remainder: div truncates toward zero, so a - (a / d) * d has the dividend's sign
+    return [cx.b.sub(a, cx.b.mul(cx.b.div(a, d), d))]
+
+
 def _identity(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
     return [cx.var(x) for x in ins]
 
@@ -170,6 +186,8 @@ RULES: dict[str, Rule] = {
     "select_n": _select_n,
     "convert_element_type": _convert,
     "clamp": _clamp,
+    "sign": _sign,
+    "rem": _rem,
     "stop_gradient": _identity,
     "copy": _identity,
     "copy_p": _identity,
