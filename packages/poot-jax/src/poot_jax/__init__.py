@@ -173,19 +173,20 @@ def _import(
     for i, ((path, leaf), v) in enumerate(zip(leaves, cj.invars, strict=True)):
         base = bases[int(getattr(path[0], "idx", 0))]
         label = identifier(".".join(filter(None, (base, _path_name(path[1:])))))
+        aval: Any = v.aval  # a ShapedArray (typed as the abstract base)
         try:
-            dtype = poot_dtype(v.aval.dtype)
+            dtype = poot_dtype(aval.dtype)
         except Refuse as err:
             lo.blockers.append(UnsupportedJax("argument", "", "dtype", f"{label}: {err.detail}"))
             values.append(None)
             continue
         if i < n_params:
             value = np.asarray(leaf).astype(dtype.numpy)
-            values.append(b.weight(label, dtype, v.aval.shape))
+            values.append(b.weight(label, dtype, aval.shape))
             lo.cx.weights[label] = value
         else:
             slot = names[i - n_params] if names is not None else label
-            values.append(b.slot(slot, dtype, v.aval.shape))
+            values.append(b.slot(slot, dtype, aval.shape))
             inputs[jax.tree_util.keystr(path)] = slot
     outs = lo.run(cj, cj.consts, [POISON if x is None else x for x in values])
     out_names: list[str] = []

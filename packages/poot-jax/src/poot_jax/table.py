@@ -116,11 +116,12 @@ class JaxLowering:
 
     def read(self, env: dict[Any, Any], v: Any) -> Any:
         if isinstance(v, jcore.Literal):
+            aval: Any = v.aval  # a ShapedArray (typed as the abstract base)
             try:
-                dtype = poot_dtype(v.aval.dtype)
+                dtype = poot_dtype(aval.dtype)
             except Refuse:
                 return POISON  # the equation reading it refuses its dtype
-            value = np.asarray(v.val, dtype=v.aval.dtype)
+            value = np.asarray(v.val, dtype=aval.dtype)
             if value.shape:
                 return self.cx.const(value, dtype)
             return self.cx.lit(value.item(), dtype)
