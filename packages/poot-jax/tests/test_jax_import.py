@@ -55,8 +55,11 @@ def test_params_become_weights_with_their_values() -> None:
     compare(got, np.asarray(jax.jit(f)(params, x)))
 
 
-def test_output_that_is_an_argument() -> None:
-    check(lambda x, y: (x, x, y + 1.0), np.ones(2, np.float32), np.ones(2, np.float32))
+def test_output_that_is_an_argument_or_a_constant() -> None:
+    one = np.ones(2, np.float32)
+    imp = check(lambda x, y: (x, x, y + 1.0, jnp.float32(2.0), jnp.zeros(3)), one, one)
+    args = {a.var.id for a in imp.program.args}
+    assert not any(o.var.id in args for o in imp.program.outputs)
 
 
 def _blocked(x: jax.Array, i: jax.Array) -> jax.Array:

@@ -197,7 +197,8 @@ def _import(
         if is_poison(out):
             continue
         var = out if isinstance(out, Var) else lo.cx.var(out)
-        if var.id in taken:  # an argument, or another output: a result of its own
+        if var.id in taken or var.name is not None:  # an argument or another output
+            # (a result of its own, so a plan never aliases an argument with a result)
             var = b.reshape(var, var.shape)
         taken.add(var.id)
         b.output(oname, var)

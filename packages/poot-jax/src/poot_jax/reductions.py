@@ -152,15 +152,11 @@ def _cumsum(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any
     perm = tuple(i for i in range(rank) if i != axis) + (axis,)
     moved = x if axis == rank - 1 else b.transpose(x, perm)
     lead = moved.shape[:-1]
-    flat = b.reshape(moved, (max(1, _prod(lead)), n)) if len(lead) != 1 else moved
+    flat = b.reshape(moved, (max(1, math.prod(lead)), n)) if len(lead) != 1 else moved
     summed = b.matmul(flat, tri)
     summed = summed if summed.shape == moved.shape else b.reshape(summed, moved.shape)
     back = tuple(perm.index(i) for i in range(rank))
     return [summed if axis == rank - 1 else b.transpose(summed, back)]
-
-
-def _prod(xs: Sequence[int]) -> int:
-    return math.prod(xs)
 
 
 def _arranged(cx: Ctx, x: Var, perm: tuple[int, ...], shape: tuple[int, ...]) -> Var:
