@@ -104,6 +104,18 @@ def test_unsupported_argument_dtype_is_refused() -> None:
     assert caught.value.primitive == "argument" and caught.value.kind == "dtype"
 
 
+def test_a_literal_of_a_type_poot_lacks_is_a_blocker() -> None:
+    # the int8 literal 3 read by the add is a blocker of its own (the add's operands are not
+    # poisoned: a literal is read, not computed); a literal output too, never a lost output
+    def f(x: jax.Array) -> jax.Array:
+        return (x.astype(jnp.int8) + jnp.int8(3)).astype(jnp.float32)
+
+    found = {(b.primitive, b.kind) for b in check_function(f, np.ones(3, np.float32))}
+    assert found == {("convert_element_type", "dtype"), ("add", "dtype")}
+    blockers = check_function(lambda x: (x + 1.0, jnp.int8(3)), np.ones(3, np.float32))
+    assert [(b.primitive, b.kind) for b in blockers] == [("output", "dtype")]
+
+
 def _layer_norm(x: jax.Array, g: jax.Array, b: jax.Array) -> jax.Array:
     mean = jnp.mean(x, axis=-1, keepdims=True)
     var = jnp.var(x, axis=-1, keepdims=True)

@@ -194,7 +194,8 @@ def _import(
     for i, out in enumerate(outs):
         oname = "out" if len(outs) == 1 else f"out{i}"
         out_names.append(oname)
-        if is_poison(out):
+        if is_poison(out):  # poison comes only from a refused equation, which is a blocker
+            assert lo.blockers, f"output {oname} was lost without a blocker"
             continue
         var = out if isinstance(out, Var) else lo.cx.var(out)
         if var.id in taken or var.name is not None:  # an argument or another output

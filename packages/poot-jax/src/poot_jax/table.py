@@ -96,12 +96,17 @@ class JaxLowering:
         source lines can be those of whichever call traced it first)."""
         env: dict[Any, Any] = {}
         for v, c in zip(jaxpr.constvars, consts, strict=True):
-            env[v] = self.constant(np.asarray(c), v.aval.dtype, jaxpr, v)
+            env[v] = self.constant(np.asarray(c), v.aval.dtype)
         for v, a in zip(jaxpr.invars, args, strict=True):
             env[v] = a
         for eqn in jaxpr.eqns:
-            ins = [self.read(env, v) for v in eqn.invars]
             name = eqn.primitive.name
+            try:
+                ins = [self.read(env, v) for v in eqn.invars]
+            except Refuse as err:  # a literal operand of a type poot lacks
+                at = call or where(eqn.source_info)
+                self.blockers.append(UnsupportedJax(name, at, err.kind, err.detail))
+                ins = [POISON]
             if any(x is POISON for x in ins):
                 outs: list[Any] = [POISON] * len(eqn.outvars)
             elif name in CALLS:
@@ -112,22 +117,27 @@ class JaxLowering:
                 outs = self.lower(eqn, ins, call)
             for v, o in zip(eqn.outvars, outs, strict=True):
                 env[v] = o
-        return [self.read(env, v) for v in jaxpr.outvars]
+        results = []
+        for v in jaxpr.outvars:
+            try:
+                results.append(self.read(env, v))
+            except Refuse as err:
+                self.blockers.append(UnsupportedJax("output", call, err.kind, err.detail))
+                results.append(POISON)
+        return results
 
     def read(self, env: dict[Any, Any], v: Any) -> Any:
+        """A variable's value, or a literal's (``Refuse`` for a literal of a type poot lacks)."""
         if isinstance(v, jcore.Literal):
             aval: Any = v.aval  # a ShapedArray (typed as the abstract base)
-            try:
-                dtype = poot_dtype(aval.dtype)
-            except Refuse:
-                return POISON  # the equation reading it refuses its dtype
+            dtype = poot_dtype(aval.dtype)
             value = np.asarray(v.val, dtype=aval.dtype)
             if value.shape:
                 return self.cx.const(value, dtype)
             return self.cx.lit(value.item(), dtype)
         return env[v]
 
-    def constant(self, value: np.ndarray, dtype: Any, jaxpr: Any, v: Any) -> Any:
+    def constant(self, value: np.ndarray, dtype: Any) -> Any:
         try:
             return self.cx.const(value, poot_dtype(dtype))
         except Refuse as err:
