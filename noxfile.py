@@ -19,7 +19,7 @@ nox.options.default_venv_backend = "none"
 nox.options.sessions = ["tests", "oracle_cpu_features", "lint", "typecheck", "nix"]
 nox.options.error_on_missing_interpreters = True
 
-PACKAGES = ["ir", "onnx", "planner", "codegen", "engine", "npu"]
+PACKAGES = ["ir", "onnx", "jax", "planner", "codegen", "engine", "npu"]
 SOURCES = [f"packages/poot-{p}/src" for p in PACKAGES] + ["src"]
 
 
@@ -75,6 +75,44 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy", *SOURCES)
     # the benchmarks too (their own run: a second root named ``benchmarks`` beside ``src``)
     session.run("mypy", "benchmarks")
+
+
+#: The interpreter the jax session runs on: jax 0.12 needs Python 3.12+, the workspace is 3.11.
+#: uv does not see pyenv's versions through its shims (and would try to download one offline):
+#: $POOT_JAX_PYTHON, else pyenv's 3.12, else python3.12 on PATH.
+JAX_PYTHON_VERSION = "3.12.1"
+
+
+def _jax_python() -> str | None:
+    given = os.environ.get("POOT_JAX_PYTHON")
+    if given:
+        return given
+    if shutil.which("pyenv"):
+        env = {**os.environ, "PYENV_VERSION": JAX_PYTHON_VERSION}
+        found = subprocess.run(
+            ["pyenv", "which", "python3.12"], env=env, capture_output=True, text=True, check=False
+        )
+        if found.returncode == 0 and found.stdout.strip():
+            return found.stdout.strip()
+    return shutil.which("python3.12")
+
+
+@nox.session
+def jax(session: nox.Session) -> None:
+    """The JAX frontend (packages/poot-jax) on Python 3.12 in its own environment (.venv-jax:
+    poot-jax with its ``jax`` extra and ``test`` group from the one uv.lock), so the 3.11
+    workspace venv is untouched. Not in the default run yet (about 45 s: mypy, then the tests
+    with JAX's primitive harnesses)."""
+    python = _jax_python()
+    if python is None:
+        session.error("no Python 3.12 found: set POOT_JAX_PYTHON to a python3.12 interpreter")
+    env = {"UV_PROJECT_ENVIRONMENT": os.path.join(os.getcwd(), ".venv-jax")}
+    run = ["uv", "run", "--python", python, "--package", "poot-jax", "--extra", "jax"]
+    run += ["--group", "test"]
+    # the 3.11 typecheck sees jax as Any; here mypy reads jax's own annotations
+    session.run(*run, "mypy", "packages/poot-jax/src", env=env, external=True)
+    tests = ["pytest", "-q", "-p", "no:randomly", "packages/poot-jax/tests"]
+    session.run(*run, *tests, *session.posargs, env=env, external=True)
 
 
 @nox.session

@@ -1,5 +1,7 @@
 """The packages import only to their left: ir <- planner <- codegen <- engine <- npu <- poot, with
-the ONNX frontend (onnx) beside the planner: it imports ir only, and only poot imports it.
+the ONNX frontend (onnx) beside the planner: it imports ir only, and only poot imports it. The
+JAX frontend (poot_jax) imports ir only too; it needs jax (Python 3.12+), so the checks that
+import it run in ``nox -s jax``'s environment and the source checks run everywhere.
 
 Read from the source with ``ast`` (every import, lazy ones inside functions included), so a
 violation fails here before it can become a cycle.
@@ -19,6 +21,7 @@ ORDER = ["poot_ir", "poot_onnx", "poot_planner", "poot_codegen", "poot_engine", 
 SOURCES = {
     "poot_ir": ROOT / "packages/poot-ir/src/poot_ir",
     "poot_onnx": ROOT / "packages/poot-onnx/src/poot_onnx",
+    "poot_jax": ROOT / "packages/poot-jax/src/poot_jax",
     "poot_planner": ROOT / "packages/poot-planner/src/poot_planner",
     "poot_codegen": ROOT / "packages/poot-codegen/src/poot_codegen",
     "poot_engine": ROOT / "packages/poot-engine/src/poot_engine",
@@ -35,13 +38,16 @@ def _imported_packages(path: Path) -> set[str]:
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module]
-        found.update(n.split(".")[0] for n in names if n.split(".")[0] in ORDER)
+        found.update(n.split(".")[0] for n in names if n.split(".")[0] in SOURCES)
     return found
 
 
-@pytest.mark.parametrize("package", ORDER)
+@pytest.mark.parametrize("package", [*ORDER, "poot_jax"])
 def test_imports_run_only_to_the_left(package: str) -> None:
-    allowed = set(ORDER[: ORDER.index(package) + 1])
+    # poot_jax sits beside poot_onnx: poot_ir only
+    allowed = (
+        {"poot_ir", "poot_jax"} if package == "poot_jax" else set(ORDER[: ORDER.index(package) + 1])
+    )
     for path in sorted(SOURCES[package].rglob("*.py")):
         bad = _imported_packages(path) - allowed
         assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}, right of {package}"
@@ -52,6 +58,7 @@ def test_only_the_command_line_imports_the_onnx_frontend() -> None:
     for package in ORDER[ORDER.index("poot_planner") : ORDER.index("poot")]:
         for path in sorted(SOURCES[package].rglob("*.py")):
             assert "poot_onnx" not in _imported_packages(path), f"{path.relative_to(ROOT)}"
+            assert "poot_jax" not in _imported_packages(path), f"{path.relative_to(ROOT)}"
 
 
 def test_every_package_ships_py_typed() -> None:
@@ -110,7 +117,7 @@ def _module_imports(package: str) -> dict[str, set[str]]:
     return graph
 
 
-@pytest.mark.parametrize("package", ORDER)
+@pytest.mark.parametrize("package", [*ORDER, "poot_jax"])
 def test_no_module_cycle_inside_the_package(package: str) -> None:
     # A package's __init__ re-exports its modules, so it is left out: a module importing the
     # package's own __init__ is reported as importing it, never a cycle through it.

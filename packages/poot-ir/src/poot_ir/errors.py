@@ -11,6 +11,7 @@ them to a caller who asked for a program that must run.
     │   ├── ParseError                    text: line, column, what was expected
     │   └── TypeCheckError                an equation: index, primitive, the offending types
     ├── UnsupportedOnnx               an ONNX model the importer cannot express: node, op, what
+    ├── UnsupportedJax                a traced JAX function poot cannot express: primitive, line, what
     ├── EvaluationError               the oracle was called wrongly or met undefined input
     │   ├── ArgumentError                 missing, extra, misshapen or mistyped argument
     │   ├── WindowOutOfRange              a dynamic_update_slice start whose window does not fit
@@ -97,6 +98,7 @@ __all__ = [
     "UnknownEntry",
     "UnknownTarget",
     "UnsupportedDevice",
+    "UnsupportedJax",
     "UnsupportedOnnx",
     "WeightMismatch",
     "WindowOutOfRange",
@@ -162,6 +164,31 @@ class UnsupportedOnnx(PootError):
         super().__init__(f"cannot import ONNX {op_type} {node!r} ({kind}): {detail}")
         self.node = node
         self.op_type = op_type
+        self.kind = kind
+        self.detail = detail
+
+
+class UnsupportedJax(PootError):
+    """A traced JAX function that ``poot_jax.import_function`` cannot express as a poot program.
+
+    ``primitive`` is the JAX primitive's name (``"argument"`` or ``"output"`` for a slot or a
+    result), ``where`` the user's source line of its equation (``file:line (function)``, or ""
+    when JAX recorded none), ``kind`` what is unsupported: ``"primitive"`` (no lowering),
+    ``"params"`` (a parameter value poot cannot express), ``"dtype"`` (an element type poot
+    lacks) or ``"value"`` (an argument that is not an array). ``detail`` says the rest.
+    """
+
+    def __init__(
+        self,
+        primitive: str,
+        where: str,
+        kind: Literal["primitive", "params", "dtype", "value"],
+        detail: str,
+    ) -> None:
+        at = f" at {where}" if where else ""
+        super().__init__(f"cannot import JAX {primitive}{at} ({kind}): {detail}")
+        self.primitive = primitive
+        self.where = where
         self.kind = kind
         self.detail = detail
 
