@@ -11,7 +11,7 @@ from pathlib import Path
 
 import poot_planner.targets
 import pytest
-from poot_ir import DType, Prim, TargetTableError, UnknownTarget
+from poot_ir import Builder, DType, Prim, TargetTableError, UnknownTarget
 from poot_ir.numerics import (
     AbsRel,
     AnyInput,
@@ -32,9 +32,11 @@ from poot_planner import (
     Capability,
     KernelClass,
     NarrowingContract,
+    RefusalKind,
     RegionLimits,
     Target,
     get_target,
+    plan,
 )
 
 F32 = frozenset({DType.F32})
@@ -167,6 +169,7 @@ _ANY_DTYPE = {
 def test_cpu_admits_every_primitive_on_the_dtypes_its_type_rule_defines() -> None:
     cpu = TARGETS["cpu"]
     float_only = {Prim.RECIP, Prim.EXP, Prim.LOG, Prim.TANH, Prim.ERF, Prim.SQRT}
+    float_only |= {Prim.CONV, Prim.REDUCE_WINDOW_SUM, Prim.REDUCE_WINDOW_MAX}
     for p in Prim:
         for d in DType:
             cap = cpu.capability(p, d)
@@ -279,3 +282,20 @@ def test_intel_npu4_table_is_the_verified_list() -> None:
     assert intel.region_limits is None and not intel.fused_steps
     for removed in (Prim.LOG, Prim.RECIP, Prim.TANH, Prim.ERF, Prim.ABS, Prim.MIN, Prim.SELECT):
         assert not intel.admits_prim(removed)
+
+
+@pytest.mark.parametrize("target", ["xdna2", "intel-npu4"])
+def test_npu_targets_refuse_conv_and_window_reductions_typed(target: str) -> None:
+    # no NPU lowering yet (issue 28): each is refused by name, so --partition routes around it
+    b = Builder("pool")
+    x = b.slot("x", DType.F32, (1, 2, 6, 6))
+    y = b.conv(x, b.weight("w", DType.F32, (2, 1, 3, 3)), groups=2)
+    y = b.reduce_window_max(y, (1, 1, 2, 2), (1, 1, 2, 2))
+    b.output("y", b.reduce_window_sum(y, (1, 1, 2, 2)))
+    p = plan(b.build(), target)
+    assert not p.admitted
+    refused = {(r.kind, r.primitive) for r in p.refusals}
+    assert refused == {
+        (RefusalKind.UNSUPPORTED_PRIMITIVE, prim.value)
+        for prim in (Prim.CONV, Prim.REDUCE_WINDOW_MAX, Prim.REDUCE_WINDOW_SUM)
+    }
