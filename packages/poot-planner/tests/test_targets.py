@@ -252,6 +252,8 @@ def test_intel_npu4_table_is_the_verified_list() -> None:
         Prim.REDUCE_SUM,
         Prim.REDUCE_MAX,
         Prim.MATMUL,
+        Prim.CONV,
+        Prim.REDUCE_WINDOW_MAX,
     }
     movement = {
         Prim.GATHER,
@@ -284,18 +286,32 @@ def test_intel_npu4_table_is_the_verified_list() -> None:
         assert not intel.admits_prim(removed)
 
 
-@pytest.mark.parametrize("target", ["xdna2", "intel-npu4"])
-def test_npu_targets_refuse_conv_and_window_reductions_typed(target: str) -> None:
-    # no NPU lowering yet (issue 28): each is refused by name, so --partition routes around it
+def _pooled(lhs_dilation: int = 1, window_dilation: int = 1) -> Builder:
     b = Builder("pool")
     x = b.slot("x", DType.F32, (1, 2, 6, 6))
-    y = b.conv(x, b.weight("w", DType.F32, (2, 1, 3, 3)), groups=2)
-    y = b.reduce_window_max(y, (1, 1, 2, 2), (1, 1, 2, 2))
+    w = b.weight("w", DType.F32, (2, 1, 3, 3))
+    y = b.conv(x, w, lhs_dilation=(lhs_dilation, 1), groups=2)
+    y = b.reduce_window_max(y, (1, 1, 2, 2), (1, 1, 2, 2), dilation=(1, 1, window_dilation, 1))
     b.output("y", b.reduce_window_sum(y, (1, 1, 2, 2)))
-    p = plan(b.build(), target)
-    assert not p.admitted
-    refused = {(r.kind, r.primitive) for r in p.refusals}
-    assert refused == {
+    return b
+
+
+def test_xdna2_refuses_conv_and_window_reductions_typed() -> None:
+    # no XDNA2 lowering yet (issue 28): each is refused by name, so --partition routes around it
+    p = plan(_pooled().build(), "xdna2")
+    assert {(r.kind, r.primitive) for r in p.refusals} == {
         (RefusalKind.UNSUPPORTED_PRIMITIVE, prim.value)
         for prim in (Prim.CONV, Prim.REDUCE_WINDOW_MAX, Prim.REDUCE_WINDOW_SUM)
     }
+
+
+def test_intel_admits_conv_and_window_max_and_refuses_what_opset1_cannot_say() -> None:
+    p = plan(_pooled().build(), "intel-npu4")
+    assert {(r.kind, r.primitive) for r in p.refusals} == {
+        (RefusalKind.UNSUPPORTED_PRIMITIVE, Prim.REDUCE_WINDOW_SUM.value)
+    }
+    p = plan(_pooled(lhs_dilation=2, window_dilation=2).build(), "intel-npu4")
+    axis = [r for r in p.refusals if r.kind is RefusalKind.UNSUPPORTED_AXIS]
+    assert [r.primitive for r in axis] == [Prim.CONV.value, Prim.REDUCE_WINDOW_MAX.value]
+    assert "lhs_dilation" in str(axis[0].fact("params"))
+    assert "dilation" in str(axis[1].fact("params"))

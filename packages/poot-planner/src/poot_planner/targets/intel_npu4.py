@@ -54,6 +54,18 @@ TARGET = Target(
         ),
         _op(Prim.REDUCE_MAX, F16, _NO_ZERO_SIGN, "rows and columns"),
         _op(Prim.MATMUL, F16, _NO_ZERO_SIGN, "exact on small integer-valued inputs"),
+        _op(
+            Prim.CONV,
+            F16,
+            _NO_ZERO_SIGN,
+            "(Group)Convolution-1, FP32 accumulation rounded once; no lhs dilation or cropping",
+        ),
+        _op(
+            Prim.REDUCE_WINDOW_MAX,
+            F16,
+            _NO_ZERO_SIGN,
+            "MaxPool-1 over the spatial axes of rank 3-5; no window dilation",
+        ),
         _op(Prim.CONVERT, frozenset({DType.F32, DType.F16}), BitExact(), "F32 <-> F16 only"),
         _move(Prim.GATHER),
         _move(Prim.TRANSPOSE),
