@@ -346,6 +346,7 @@ def test_conv_and_max_pool(emulate: bool) -> None:
     b.output("depthwise", depthwise)
     window = (1, 1, 3, 2), (1, 1, 2, 2), [(0, 0), (0, 0), (1, 1), (0, 1)]
     b.output("pool", b.reduce_window_max(depthwise, *window))
+    b.output("sum", b.reduce_window_sum(x, *window, dilation=(1, 1, 2, 1)))
     p = b.build()
     model = lower(p, emulate_f16=emulate)
     assert {("Convolution", "opset1"), ("GroupConvolution", "opset1"), ("MaxPool", "opset1")} <= (
@@ -358,7 +359,7 @@ def test_conv_and_max_pool(emulate: bool) -> None:
     if not emulate:
         rand = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
         got, want = run(p, rand), evaluate(p, rand)
-        for name in ("dense", "grouped", "depthwise", "pool"):
+        for name in ("dense", "grouped", "depthwise", "pool", "sum"):
             assert np.allclose(got[name], want[name], rtol=2.0**-18, atol=2.0**-18), name
 
 

@@ -132,8 +132,9 @@ def admit(i: int, e: Eqn, target: Target) -> Capability | Refusal:
 
 def _graph_window_problem(e: Eqn) -> str | None:
     """What a graph-op target's Convolution-1 / MaxPool-1 cannot express of a ``conv`` or a
-    window max (None: nothing): an input dilation or a negative pad (cropping), a window over
-    the batch or channel axes, a window dilation."""
+    window reduction (None: nothing): an input dilation or a negative pad (cropping), a window
+    over the batch or channel axes, a window max's dilation (a window sum is a depthwise
+    convolution of ones, which takes dilations)."""
     match e.params:
         case ConvParams(padding_lo=lo, padding_hi=hi, lhs_dilation=ld):
             if any(d != 1 for d in ld) or min((*lo, *hi), default=0) < 0:
@@ -143,8 +144,10 @@ def _graph_window_problem(e: Eqn) -> str | None:
             lead = (w[:2], s[:2], lo[:2], hi[:2])
             if not 3 <= rank <= 5 or lead != ((1, 1), (1, 1), (0, 0), (0, 0)):
                 return "a window over the batch or channel axis, or rank outside 3-5"
-            if any(x != 1 for x in d) or min((*lo, *hi), default=0) < 0:
-                return "window dilation or a negative pad"
+            if min((*lo, *hi), default=0) < 0:
+                return "a negative pad"
+            if e.prim is Prim.REDUCE_WINDOW_MAX and any(x != 1 for x in d):
+                return "window dilation (MaxPool-1 has none)"
         case _:
             pass
     return None

@@ -32,6 +32,8 @@ concat matmul          concat, matmul (no transposes)
 conv                   convolution (opset1) for one group, else group_convolution (opset1) of
                        the kernel reshaped to [G, O/G, C/G, *K]; explicit pads
 reduce_window_max      max_pool (opset1), floor rounding, explicit pads over the spatial axes
+reduce_window_sum      group_convolution (opset1) by a constant of ones [C, 1, 1, *window]
+                       (a depthwise convolution: what the NPU compiler makes of AvgPool too)
 iota                   a Constant range along the axis, broadcast EXPLICIT to the shape
 dynamic_update_slice   scatter_nd_update (opset4, v3) with a full index grid whose start is clamped to
                        [0, dim - update_dim] as XLA does (a Constant grid for literal starts)
@@ -564,6 +566,24 @@ def _reduce_window_max(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
     )
 
 
+def _reduce_window_sum(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    # a depthwise convolution of ones: exact taps, the accumulation the convolution's (an
+    # AvgPool would divide by the area and need a multiply back, two roundings)
+    p = cast(ReduceWindowParams, e.params)
+    channels = e.inputs[0].type.shape[1]
+    ones = g.array_const(np.ones((channels, 1, 1, *p.window[2:])), e.out.dtype, f"{name}:ones")
+    return opset1.group_convolution(
+        xs[0],
+        ones,
+        list(p.strides[2:]),
+        list(p.padding_lo[2:]),
+        list(p.padding_hi[2:]),
+        list(p.dilation[2:]),
+        "explicit",
+        name=name,
+    )
+
+
 _RULES: Final[dict[Prim, Rule]] = {
     **{p: _unary for p in _UNARY},
     **{p: _binary for p in _BINARY},
@@ -582,5 +602,6 @@ _RULES: Final[dict[Prim, Rule]] = {
     Prim.MATMUL: _matmul,
     Prim.CONV: _conv,
     Prim.REDUCE_WINDOW_MAX: _reduce_window_max,
+    Prim.REDUCE_WINDOW_SUM: _reduce_window_sum,
     Prim.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
 }

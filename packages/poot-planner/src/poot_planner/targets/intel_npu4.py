@@ -66,6 +66,12 @@ TARGET = Target(
             _NO_ZERO_SIGN,
             "MaxPool-1 over the spatial axes of rank 3-5; no window dilation",
         ),
+        _op(
+            Prim.REDUCE_WINDOW_SUM,
+            F16,
+            _NO_ZERO_SIGN,
+            "GroupConvolution-1 of ones (depthwise: FP32 accumulation rounded once)",
+        ),
         _op(Prim.CONVERT, frozenset({DType.F32, DType.F16}), BitExact(), "F32 <-> F16 only"),
         _move(Prim.GATHER),
         _move(Prim.TRANSPOSE),
