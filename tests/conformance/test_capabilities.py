@@ -54,6 +54,13 @@ def _program(cap: Capability, dtype: DType) -> Program | None:
         out = b.gather(t, idx, axis=0)
     elif p is Prim.MATMUL:
         out = b.matmul(b.slot("a", dtype, (3, 8)), b.slot("c", dtype, (8, 5)))
+    elif p is Prim.CONV:  # grouped, strided, padded and dilated at once
+        x, w = b.slot("x", dtype, (2, 4, 7, 6)), b.weight("w", dtype, (6, 2, 3, 2))
+        out = b.conv(x, w, (2, 1), [(1, 2), (0, 1)], None, (1, 2), 2)
+    elif p in (Prim.REDUCE_WINDOW_SUM, Prim.REDUCE_WINDOW_MAX):
+        window, strides = (1, 1, 3, 2), (1, 1, 2, 2)
+        pads = [(0, 0), (0, 0), (1, 1), (0, 1)]
+        out = getattr(b, p.value)(b.slot("x", dtype, (2, 3, 7, 6)), window, strides, pads)
     elif p is Prim.TRANSPOSE:
         out = b.transpose(b.slot("x", dtype, (2, 3, 4)), (2, 0, 1))
     elif p is Prim.RESHAPE:

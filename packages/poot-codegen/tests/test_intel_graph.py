@@ -25,6 +25,7 @@ from poot_codegen.intel.graph import (
     deserialize,
     lower,
     model_signature,
+    op_census,
     serialize,
     signature,
 )
@@ -327,6 +328,39 @@ def test_matmul() -> None:
     assert_bits(got["ints"], want["ints"])
     bound = np.abs(ins["ra"]) @ np.abs(ins["rc"]) * 33 * 2.0**-23
     assert np.all(np.abs(got["rand"] - want["rand"]) <= bound)
+
+
+@pytest.mark.parametrize("emulate", [False, True], ids=["f32", "f16-emulated"])
+def test_conv_and_max_pool(emulate: bool) -> None:
+    # Convolution-1, GroupConvolution-1 (grouped and depthwise) and MaxPool-1 on the CPU
+    # plugin against the oracle: bit for bit on integer-valued inputs (exact sums), and within
+    # an F32 accumulation bound on random ones
+    b = Builder("conv")
+    dt = DType.F16 if emulate else DType.F32
+    x = b.slot("x", dt, [2, 6, 9, 8])
+    dense = b.conv(x, b.weight("w1", dt, [4, 6, 3, 3]), (2, 1), [(1, 1), (0, 2)], None, (1, 2))
+    grouped = b.conv(x, b.weight("w2", dt, [4, 3, 2, 2]), (1, 1), [(0, 1), (1, 0)], groups=2)
+    depthwise = b.conv(x, b.weight("w3", dt, [12, 1, 3, 3]), padding=[(1, 1)] * 2, groups=6)
+    b.output("dense", dense)
+    b.output("grouped", grouped)
+    b.output("depthwise", depthwise)
+    window = (1, 1, 3, 2), (1, 1, 2, 2), [(0, 0), (0, 0), (1, 1), (0, 1)]
+    b.output("pool", b.reduce_window_max(depthwise, *window))
+    b.output("sum", b.reduce_window_sum(x, *window, dilation=(1, 1, 2, 1)))
+    p = b.build()
+    model = lower(p, emulate_f16=emulate)
+    assert {("Convolution", "opset1"), ("GroupConvolution", "opset1"), ("MaxPool", "opset1")} <= (
+        op_census(model)
+    )
+    rng = np.random.default_rng(RNG_SEED)
+    shapes = {"x": (2, 6, 9, 8), "w1": (4, 6, 3, 3), "w2": (4, 3, 2, 2), "w3": (12, 1, 3, 3)}
+    ints = {n: rng.integers(-4, 5, s).astype(dt.numpy) for n, s in shapes.items()}
+    check(p, ints, emulate=emulate)
+    if not emulate:
+        rand = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+        got, want = run(p, rand), evaluate(p, rand)
+        for name in ("dense", "grouped", "depthwise", "pool", "sum"):
+            assert np.allclose(got[name], want[name], rtol=2.0**-18, atol=2.0**-18), name
 
 
 # -- data movement: bits, NaN payloads included ---------------------------------------------

@@ -279,6 +279,27 @@ class _Gen:
         b = self.like(a.dtype, (*a.shape[:-2], a.shape[-1], self.dim()))
         return self.b.matmul(a, b)
 
+    def conv(self, prim: Prim) -> Var:
+        k = self.draw(st.integers(1, 2))
+        g = self.draw(st.integers(1, 2))
+        c, o = g * self.draw(st.integers(0, 2)), g * self.draw(st.integers(0, 2))
+        ints = lambda lo, hi: tuple(self.draw(st.integers(lo, hi)) for _ in range(k))  # noqa: E731
+        dtype = self.draw(st.sampled_from(FLOATS))
+        x = self.arg(dtype, (self.draw(st.integers(0, 2)), c, *ints(0, self.max_dim + 1)))
+        w = self.arg(dtype, (o, c // g, *ints(1, 3)))
+        pads = [(self.draw(st.integers(0, 2)), self.draw(st.integers(0, 2))) for _ in range(k)]
+        return self.b.conv(x, w, ints(1, 3), pads, ints(1, 2), ints(1, 2), g)
+
+    def reduce_window(self, prim: Prim) -> Var:
+        x = self.pick(lambda v: v.dtype in FLOATS, FLOATS)
+        r = x.type.rank
+        window = [self.draw(st.integers(1, 3)) for _ in range(r)]
+        strides = [self.draw(st.integers(1, 3)) for _ in range(r)]
+        pads = [(self.draw(st.integers(0, 2)), self.draw(st.integers(0, 2))) for _ in range(r)]
+        dilation = [self.draw(st.integers(1, 2)) for _ in range(r)]
+        method = getattr(self.b, prim.value)
+        return method(x, window, strides, pads, dilation)  # type: ignore[no-any-return]
+
 
 _MAKERS: dict[Prim, Callable[[_Gen, Prim], Var]] = {
     **{p: _Gen.unary for p in Prim if p.is_unary},
@@ -296,6 +317,9 @@ _MAKERS: dict[Prim, Callable[[_Gen, Prim], Var]] = {
     Prim.DYNAMIC_UPDATE_SLICE: _Gen.dynamic_update_slice,
     Prim.IOTA: _Gen.iota,
     Prim.MATMUL: _Gen.matmul,
+    Prim.CONV: _Gen.conv,
+    Prim.REDUCE_WINDOW_SUM: _Gen.reduce_window,
+    Prim.REDUCE_WINDOW_MAX: _Gen.reduce_window,
 }
 
 

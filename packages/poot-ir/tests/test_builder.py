@@ -17,6 +17,7 @@ from poot_ir import (
     Builder,
     ConcatParams,
     ConvertParams,
+    ConvParams,
     DType,
     Eqn,
     GatherParams,
@@ -27,6 +28,7 @@ from poot_ir import (
     PootError,
     Prim,
     ReduceParams,
+    ReduceWindowParams,
     ReshapeParams,
     SliceParams,
     TensorType,
@@ -131,6 +133,21 @@ CASES: dict[Prim, tuple[Call, Params, TensorType]] = {
         TensorType((2, 5), I32),
     ),
     Prim.MATMUL: (lambda b, a: b.matmul(a["x"], a["m"]), NoParams(), TensorType((2, 4), F32)),
+    Prim.CONV: (
+        lambda b, a: b.conv(a["cx"], a["cw"], (2,)),
+        ConvParams((2,), (0,), (0,), (1,), (1,), 1),
+        TensorType((1, 1, 2), F32),
+    ),
+    Prim.REDUCE_WINDOW_SUM: (
+        lambda b, a: b.reduce_window_sum(a["x"], (1, 2), (1, 1), [(0, 0), (1, 0)]),
+        ReduceWindowParams((1, 2), (1, 1), (0, 1), (0, 0), (1, 1)),
+        TensorType((2, 3), F32),
+    ),
+    Prim.REDUCE_WINDOW_MAX: (
+        lambda b, a: b.reduce_window_max(a["x"], (2, 2), (1, 2)),
+        ReduceWindowParams((2, 2), (1, 2), (0, 0), (0, 0), (1, 1)),
+        TensorType((1, 1), F32),
+    ),
 }
 
 
@@ -145,6 +162,8 @@ def fresh() -> tuple[Builder, dict[str, Var]]:
         "m": b.weight("m", F32, (3, 4)),
         "u": b.slot("u", F32, (1, 2)),
         "k": b.slot("k", I32, (2, 3)),
+        "cx": b.slot("cx", F32, (1, 2, 3)),
+        "cw": b.weight("cw", F32, (1, 2, 1)),
     }
     return b, a
 
@@ -750,6 +769,8 @@ def test_a_failure_leaves_a_builder_that_still_builds() -> None:
             "m": np.zeros((3, 4), np.float32),
             "u": np.zeros((1, 2), np.float32),
             "k": np.zeros((2, 3), np.int32),
+            "cx": np.zeros((1, 2, 3), np.float32),
+            "cw": np.zeros((1, 2, 1), np.float32),
         },
     )
     np.testing.assert_array_equal(r["r"], np.float32([[2, 3, 4], [2, 3, 4]]))

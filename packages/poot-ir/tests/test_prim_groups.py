@@ -27,7 +27,8 @@ def test_the_groups_split_the_primitives_once() -> None:
     assert frozenset().union(*parts) == frozenset(Prim)
     assert REARRANGEMENT < MOVEMENT
     assert all(p.is_movement == (p in MOVEMENT) for p in Prim)
-    assert COMPUTING.issubset(UNARY | BINARY | {Prim.REDUCE_SUM, Prim.MATMUL})
+    windows = {Prim.CONV, Prim.REDUCE_WINDOW_SUM, Prim.REDUCE_WINDOW_MAX}
+    assert COMPUTING.issubset(UNARY | BINARY | {Prim.REDUCE_SUM, Prim.MATMUL} | windows)
 
 
 def _values(a: np.ndarray) -> set[object]:

@@ -15,6 +15,7 @@ from poot_ir import (
     BroadcastParams,
     ConcatParams,
     ConvertParams,
+    ConvParams,
     DType,
     Eqn,
     GatherParams,
@@ -27,6 +28,7 @@ from poot_ir import (
     Prim,
     Program,
     ReduceParams,
+    ReduceWindowParams,
     ReshapeParams,
     SliceParams,
     Storage,
@@ -1156,6 +1158,35 @@ def _infer_cases() -> list[tuple[str, Prim, list[Atom], Params, TensorType]]:
     case("iota size 1", Prim.IOTA, [], IotaParams((1, 1), F16, 1), np.zeros((1, 1), np.float16))
     case("iota bf16", Prim.IOTA, [], IotaParams((2, 0), BF16, 0), np.zeros((2, 0), BF16.numpy))
     case("matmul", Prim.MATMUL, [var(0, (2, 3)), var(1, (3, 4))], NO, _np((2, 3)) @ _np((3, 4)))
+    # conv and window extents counted by hand: positions p with p*s + span <= padded size
+    case(  # 5 + 1 + 1 = 7 padded, span 3, stride 2: starts 0, 2, 4
+        "conv 1-d",
+        Prim.CONV,
+        [var(0, (1, 2, 5)), var(1, (3, 2, 3))],
+        ConvParams((2,), (1,), (1,), (1,), (1,), 1),
+        np.zeros((1, 3, 3), np.float32),
+    )
+    case(  # dilated input 2*(3-1)+1 = 5, kernel span 2*(2-1)+1 = 3: starts 0, 1, 2; 4x4 -> 1
+        "conv grouped dilated",
+        Prim.CONV,
+        [var(0, (2, 4, 3, 4)), var(1, (6, 2, 2, 4))],
+        ConvParams((1, 1), (0, 0), (0, 0), (2, 1), (2, 1), 2),
+        np.zeros((2, 6, 3, 1), np.float32),
+    )
+    case(  # span 3 > 2 elements: no window
+        "conv empty",
+        Prim.CONV,
+        [var(0, (1, 1, 2)), var(1, (1, 1, 3))],
+        ConvParams((1,), (0,), (0,), (1,), (1,), 1),
+        np.zeros((1, 1, 0), np.float32),
+    )
+    case(  # 3 + 2 + 2 = 7, window 2 stride 3: starts 0, 3 (6 + 2 > 7)
+        "reduce_window padded",
+        Prim.REDUCE_WINDOW_SUM,
+        [var(0, (2, 3))],
+        ReduceWindowParams((1, 2), (1, 3), (0, 2), (0, 2), (1, 1)),
+        np.zeros((2, 2), np.float32),
+    )
     case(
         "matmul empty rows",
         Prim.MATMUL,
@@ -1203,11 +1234,12 @@ def test_infer_cases_cover_every_primitive_family() -> None:
         Prim.EXP, Prim.NEG, Prim.ABS, Prim.ADD, Prim.GT, Prim.EQ, Prim.SELECT, Prim.CONVERT,
         Prim.REDUCE_SUM, Prim.REDUCE_MAX, Prim.GATHER, Prim.TRANSPOSE, Prim.RESHAPE,
         Prim.BROADCAST_IN_DIM, Prim.SLICE, Prim.CONCAT, Prim.DYNAMIC_UPDATE_SLICE, Prim.IOTA,
-        Prim.MATMUL,
+        Prim.MATMUL, Prim.CONV, Prim.REDUCE_WINDOW_SUM,
     }  # fmt: skip
     assert families <= covered
     # every other primitive shares its family's rule with one of those
-    assert {p for p in Prim if p.is_unary or p.is_binary} | families == set(Prim)
+    shared = {Prim.REDUCE_WINDOW_MAX}  # reduce_window_sum's rule
+    assert {p for p in Prim if p.is_unary or p.is_binary} | families | shared == set(Prim)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import poot_planner.targets
 import pytest
-from poot_ir import DType, Prim, TargetTableError, UnknownTarget
+from poot_ir import Builder, DType, Prim, TargetTableError, UnknownTarget
 from poot_ir.numerics import (
     AbsRel,
     AnyInput,
@@ -32,9 +32,11 @@ from poot_planner import (
     Capability,
     KernelClass,
     NarrowingContract,
+    RefusalKind,
     RegionLimits,
     Target,
     get_target,
+    plan,
 )
 
 F32 = frozenset({DType.F32})
@@ -167,6 +169,7 @@ _ANY_DTYPE = {
 def test_cpu_admits_every_primitive_on_the_dtypes_its_type_rule_defines() -> None:
     cpu = TARGETS["cpu"]
     float_only = {Prim.RECIP, Prim.EXP, Prim.LOG, Prim.TANH, Prim.ERF, Prim.SQRT}
+    float_only |= {Prim.CONV, Prim.REDUCE_WINDOW_SUM, Prim.REDUCE_WINDOW_MAX}
     for p in Prim:
         for d in DType:
             cap = cpu.capability(p, d)
@@ -249,6 +252,9 @@ def test_intel_npu4_table_is_the_verified_list() -> None:
         Prim.REDUCE_SUM,
         Prim.REDUCE_MAX,
         Prim.MATMUL,
+        Prim.CONV,
+        Prim.REDUCE_WINDOW_MAX,
+        Prim.REDUCE_WINDOW_SUM,
     }
     movement = {
         Prim.GATHER,
@@ -279,3 +285,31 @@ def test_intel_npu4_table_is_the_verified_list() -> None:
     assert intel.region_limits is None and not intel.fused_steps
     for removed in (Prim.LOG, Prim.RECIP, Prim.TANH, Prim.ERF, Prim.ABS, Prim.MIN, Prim.SELECT):
         assert not intel.admits_prim(removed)
+
+
+def _pooled(lhs_dilation: int = 1, window_dilation: int = 1) -> Builder:
+    b = Builder("pool")
+    x = b.slot("x", DType.F32, (1, 2, 6, 6))
+    w = b.weight("w", DType.F32, (2, 1, 3, 3))
+    y = b.conv(x, w, lhs_dilation=(lhs_dilation, 1), groups=2)
+    y = b.reduce_window_max(y, (1, 1, 2, 2), (1, 1, 2, 2), dilation=(1, 1, window_dilation, 1))
+    b.output("y", b.reduce_window_sum(y, (1, 1, 2, 2)))
+    return b
+
+
+def test_xdna2_refuses_conv_and_window_reductions_typed() -> None:
+    # no XDNA2 lowering yet (issue 28): each is refused by name, so --partition routes around it
+    p = plan(_pooled().build(), "xdna2")
+    assert {(r.kind, r.primitive) for r in p.refusals} == {
+        (RefusalKind.UNSUPPORTED_PRIMITIVE, prim.value)
+        for prim in (Prim.CONV, Prim.REDUCE_WINDOW_MAX, Prim.REDUCE_WINDOW_SUM)
+    }
+
+
+def test_intel_admits_conv_and_window_reductions_and_refuses_what_opset1_cannot_say() -> None:
+    assert plan(_pooled().build(), "intel-npu4").admitted
+    p = plan(_pooled(lhs_dilation=2, window_dilation=2).build(), "intel-npu4")
+    axis = [r for r in p.refusals if r.kind is RefusalKind.UNSUPPORTED_AXIS]
+    assert [r.primitive for r in axis] == [Prim.CONV.value, Prim.REDUCE_WINDOW_MAX.value]
+    assert "lhs_dilation" in str(axis[0].fact("params"))
+    assert "dilation" in str(axis[1].fact("params"))

@@ -23,6 +23,7 @@ from poot_ir.core import (
     BroadcastParams,
     ConcatParams,
     ConvertParams,
+    ConvParams,
     Eqn,
     GatherParams,
     IotaParams,
@@ -33,6 +34,7 @@ from poot_ir.core import (
     Prim,
     Program,
     ReduceParams,
+    ReduceWindowParams,
     ReshapeParams,
     SliceParams,
     Storage,
@@ -253,7 +255,76 @@ class Builder:
         """Batched matrix product over the last two axes; batch axes must be equal."""
         return self._emit(Prim.MATMUL, (a, b))
 
+    def conv(
+        self,
+        x: Var,
+        w: Var,
+        strides: Sequence[int] | None = None,
+        padding: Sequence[tuple[int, int]] | None = None,
+        lhs_dilation: Sequence[int] | None = None,
+        rhs_dilation: Sequence[int] | None = None,
+        groups: int = 1,
+    ) -> Var:
+        """``conv_general_dilated`` of ``x [N, C, *S]`` by ``w [O, C/groups, *K]`` (the ONNX
+        layout; ``poot_ir.window``). Each per-spatial-axis argument defaults to 1s (padding to
+        0s)."""
+        k = max(len(x.shape) - 2, 0)
+        pads = _pairs(padding, k)
+        params = ConvParams(
+            _ints(strides or (1,) * k),
+            tuple(lo for lo, _ in pads),
+            tuple(hi for _, hi in pads),
+            _ints(lhs_dilation or (1,) * k),
+            _ints(rhs_dilation or (1,) * k),
+            _int(groups),
+        )
+        return self._emit(Prim.CONV, (x, w), params)
+
+    # -- window reductions ------------------------------------------------------------------
+
+    def reduce_window_sum(
+        self,
+        x: Var,
+        window: Sequence[int],
+        strides: Sequence[int] | None = None,
+        padding: Sequence[tuple[int, int]] | None = None,
+        dilation: Sequence[int] | None = None,
+    ) -> Var:
+        """Sums over windows of every axis of ``x`` (full rank, like lax), padding with 0."""
+        return self._window(Prim.REDUCE_WINDOW_SUM, x, window, strides, padding, dilation)
+
+    def reduce_window_max(
+        self,
+        x: Var,
+        window: Sequence[int],
+        strides: Sequence[int] | None = None,
+        padding: Sequence[tuple[int, int]] | None = None,
+        dilation: Sequence[int] | None = None,
+    ) -> Var:
+        """Maxima over windows of every axis of ``x`` (full rank), padding with -inf."""
+        return self._window(Prim.REDUCE_WINDOW_MAX, x, window, strides, padding, dilation)
+
     # -- internals --------------------------------------------------------------------------
+
+    def _window(
+        self,
+        prim: Prim,
+        x: Var,
+        window: Sequence[int],
+        strides: Sequence[int] | None,
+        padding: Sequence[tuple[int, int]] | None,
+        dilation: Sequence[int] | None,
+    ) -> Var:
+        r = len(x.shape)
+        pads = _pairs(padding, r)
+        params = ReduceWindowParams(
+            _ints(window),
+            _ints(strides or (1,) * r),
+            tuple(lo for lo, _ in pads),
+            tuple(hi for _, hi in pads),
+            _ints(dilation or (1,) * r),
+        )
+        return self._emit(prim, (x,), params)
 
     def _arg(
         self, name: str, dtype: DType, shape: Sequence[int], storage: Storage, wide: bool = False
@@ -400,6 +471,13 @@ def _int(d: object) -> Any:
 def _ints(ds: Iterable[object]) -> tuple[Any, ...]:
     """Each of ``ds`` through ``_int``: dims, axes, starts of any integer type."""
     return tuple(_int(d) for d in ds)
+
+
+def _pairs(padding: Sequence[tuple[int, int]] | None, n: int) -> tuple[tuple[Any, Any], ...]:
+    """``padding`` as (lo, hi) integer pairs, ``n`` pairs of zeros when None."""
+    if padding is None:
+        return ((0, 0),) * n
+    return tuple((_int(lo), _int(hi)) for lo, hi in padding)
 
 
 def _check_name(name: object, what: str) -> None:

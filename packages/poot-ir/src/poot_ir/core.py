@@ -15,12 +15,14 @@ from typing import cast
 import numpy as np
 
 from poot_ir.dtypes import DType, TensorType
+from poot_ir.window import ConvParams, ReduceWindowParams
 
 __all__ = [
     "Arg",
     "Atom",
     "BroadcastParams",
     "ConcatParams",
+    "ConvParams",
     "ConvertParams",
     "Eqn",
     "GatherParams",
@@ -32,6 +34,7 @@ __all__ = [
     "Prim",
     "Program",
     "ReduceParams",
+    "ReduceWindowParams",
     "ReshapeParams",
     "SliceParams",
     "Storage",
@@ -69,6 +72,9 @@ class Prim(Enum):
     # reductions
     REDUCE_SUM = "reduce_sum"
     REDUCE_MAX = "reduce_max"
+    # window reductions (poot_ir.window)
+    REDUCE_WINDOW_SUM = "reduce_window_sum"
+    REDUCE_WINDOW_MAX = "reduce_window_max"
     # data movement
     GATHER = "gather"
     TRANSPOSE = "transpose"
@@ -80,6 +86,7 @@ class Prim(Enum):
     IOTA = "iota"
     # contraction
     MATMUL = "matmul"
+    CONV = "conv"
 
     @property
     def is_unary(self) -> bool:
@@ -130,7 +137,9 @@ REARRANGEMENT = frozenset({Prim.TRANSPOSE, Prim.RESHAPE, Prim.BROADCAST_IN_DIM, 
 #: Arithmetic whose every result element is an operand's element or its negation: it chooses
 #: (max, min, select, reduce_max) or sets a sign (neg, abs), so it never rounds.
 EXACT_ARITHMETIC = frozenset({Prim.NEG, Prim.ABS, Prim.MAX, Prim.MIN, Prim.SELECT, Prim.REDUCE_MAX})
-#: Arithmetic that computes new values: a float result is rounded and can overflow. The rest
+#: Arithmetic that computes new values: a float result is rounded and can overflow (``conv``
+#: and both window reductions are here: a window max holds its padding's -inf and returns the
+#: canonical NaN, so it is no choice among operand elements). The rest
 #: moves (``MOVEMENT``), chooses or sets signs (``EXACT_ARITHMETIC``), compares, converts or
 #: counts (``iota``).
 COMPUTING = frozenset(Prim) - MOVEMENT - EXACT_ARITHMETIC - COMPARISONS - {Prim.CONVERT, Prim.IOTA}
@@ -214,6 +223,8 @@ Params = (
     | SliceParams
     | ConcatParams
     | IotaParams
+    | ConvParams
+    | ReduceWindowParams
 )
 
 #: The parameter class each primitive takes.
@@ -228,6 +239,9 @@ PARAMS_OF: dict[Prim, type[Params]] = {p: NoParams for p in Prim} | {
     Prim.SLICE: SliceParams,
     Prim.CONCAT: ConcatParams,
     Prim.IOTA: IotaParams,
+    Prim.CONV: ConvParams,
+    Prim.REDUCE_WINDOW_SUM: ReduceWindowParams,
+    Prim.REDUCE_WINDOW_MAX: ReduceWindowParams,
 }
 
 

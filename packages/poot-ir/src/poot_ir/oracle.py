@@ -54,6 +54,15 @@ Semantics, where IEEE 754 or the type rules leave a choice:
   thread splits) by far more than a float64 sum rounded once does. The price is speed: float64
   GEMM is 2-3x float32 GEMM on AVX2 (issue 15: with ``erf``, the floor against ONNX Runtime
   on a matmul-bound encoder).
+- ``conv`` (floats; ``poot_ir.window``) is computed like ``matmul``: operands widened exactly
+  to float64, each output the float64 sum of its exact products (a tap loop for one input
+  channel per group, an einsum over a strided window view otherwise: no Python loop over groups
+  or output elements), rounded once to the dtype; the same promise and the same caveat as
+  ``matmul``. An exact zero result is +0 (the accumulator starts at +0, as lax's does).
+- ``reduce_window_sum`` pads with +0 and sums each window as ``reduce_sum`` does (float64, the
+  overflow threshold exact), a zero result +0; ``reduce_window_max`` pads with -inf, is IEEE
+  maximum over each window (+0 beats -0, an all-padding window is -inf), and a window holding a
+  NaN gives the canonical NaN (the window reductions compute, they do not move bits).
 - ``gather`` takes indices in ``[-size, size)`` (negative counts from the end, as numpy and
   OpenVINO); any other index raises ``IndexOutOfRange``. A ``dynamic_update_slice`` start whose
   window does not fit raises ``WindowOutOfRange``; nothing is clamped.
@@ -77,6 +86,7 @@ from poot_ir.core import (
     BroadcastParams,
     ConcatParams,
     ConvertParams,
+    ConvParams,
     Eqn,
     GatherParams,
     IotaParams,
@@ -84,6 +94,7 @@ from poot_ir.core import (
     Prim,
     Program,
     ReduceParams,
+    ReduceWindowParams,
     ReshapeParams,
     SliceParams,
     TransposeParams,
@@ -100,6 +111,7 @@ from poot_ir.errors import (
     WindowOutOfRange,
 )
 from poot_ir.nan_bits import abs_bits, canonical, first_nan_of_pair, first_nan_of_rows, neg_bits
+from poot_ir.window import conv64, windows_of
 
 __all__ = [
     "BoundEvaluation",
@@ -469,6 +481,47 @@ def _matmul(eqn: Eqn, _: int) -> Kernel:
     return lambda a, b: _round(np.matmul(np.asarray(a, _F64), np.asarray(b, _F64)), dt)
 
 
+def _conv(eqn: Eqn, _: int) -> Kernel:
+    p, dt, shape = cast(ConvParams, eqn.params), _dtype(eqn), eqn.out.type.shape
+
+    def kernel(x: Any, w: Any) -> Any:
+        y = conv64(np.asarray(x), np.asarray(w), p, shape)
+        return _round(np.add(y, 0.0, out=y), dt)  # -0 + +0 = +0: a zero sum is +0
+
+    return kernel
+
+
+# -- window reductions ------------------------------------------------------------------------
+
+
+def _reduce_window_sum(eqn: Eqn, _: int) -> Kernel:
+    p, dt, shape = cast(ReduceWindowParams, eqn.params), _dtype(eqn), eqn.out.type.shape
+    axes = tuple(range(len(shape), 2 * len(shape)))
+
+    def kernel(x: Any) -> Any:
+        if 0 in shape:
+            return np.zeros(shape, dt.numpy)
+        total = _float_sum(windows_of(np.asarray(x, _F64), p, 0.0), axes, dt)
+        return np.asarray(total + np.zeros((), dt.numpy))  # -0 + +0 = +0 (exact otherwise)
+
+    return kernel
+
+
+def _reduce_window_max(eqn: Eqn, _: int) -> Kernel:
+    p, dt, shape = cast(ReduceWindowParams, eqn.params), _dtype(eqn), eqn.out.type.shape
+    axes = tuple(range(len(shape), 2 * len(shape)))
+
+    def kernel(x: Any) -> Any:
+        if 0 in shape:
+            return np.full(shape, -np.inf, dt.numpy)
+        win = windows_of(np.asarray(x, _F32), p, -np.inf)
+        r = np.max(win, axis=axes)
+        pos_zero = np.any((win == 0) & ~np.signbit(win), axis=axes)  # IEEE: +0 beats -0
+        return np.where((r == 0) & pos_zero, np.float32(0), r).astype(dt.numpy)
+
+    return kernel
+
+
 #: The reference rule of every primitive, defined once.
 _RULES: dict[Prim, Rule] = {
     **{p: _unary for p in (Prim.NEG, Prim.RECIP, Prim.EXP, Prim.LOG, Prim.TANH, Prim.ERF)},
@@ -492,12 +545,16 @@ _RULES: dict[Prim, Rule] = {
     Prim.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
     Prim.IOTA: _iota,
     Prim.MATMUL: _matmul,
+    Prim.CONV: _conv,
+    Prim.REDUCE_WINDOW_SUM: _reduce_window_sum,
+    Prim.REDUCE_WINDOW_MAX: _reduce_window_max,
 }
 #: The floating primitives that compute their values (rather than move or choose operands'):
 #: their NaNs are made canonical, whatever bits numpy's loop on this processor produced.
 _COMPUTES = frozenset(
     {Prim.ADD, Prim.SUB, Prim.MUL, Prim.DIV, Prim.RECIP, Prim.SQRT, Prim.EXP, Prim.LOG}
-    | {Prim.TANH, Prim.ERF, Prim.REDUCE_SUM, Prim.MATMUL, Prim.CONVERT}
+    | {Prim.TANH, Prim.ERF, Prim.REDUCE_SUM, Prim.MATMUL, Prim.CONVERT, Prim.CONV}
+    | {Prim.REDUCE_WINDOW_SUM, Prim.REDUCE_WINDOW_MAX}
 )
 
 

@@ -19,6 +19,7 @@ from poot_ir.core import (
     BroadcastParams,
     ConcatParams,
     ConvertParams,
+    ConvParams,
     GatherParams,
     IotaParams,
     Literal,
@@ -26,6 +27,7 @@ from poot_ir.core import (
     Prim,
     Program,
     ReduceParams,
+    ReduceWindowParams,
     ReshapeParams,
     SliceParams,
     Storage,
@@ -34,6 +36,7 @@ from poot_ir.core import (
 )
 from poot_ir.dtypes import DType, TensorType
 from poot_ir.errors import TypeCheckError
+from poot_ir.window import conv_shape, reduce_window_shape
 
 __all__ = ["DTYPES_OF", "infer_type", "validate"]
 
@@ -53,6 +56,9 @@ DTYPES_OF: dict[Prim, frozenset[DType]] = {
     Prim.REDUCE_SUM: _NUMERIC,
     Prim.REDUCE_MAX: _NUMERIC,
     Prim.MATMUL: _NUMERIC,
+    Prim.CONV: _FLOAT,
+    Prim.REDUCE_WINDOW_SUM: _FLOAT,
+    Prim.REDUCE_WINDOW_MAX: _FLOAT,
     Prim.IOTA: _NUMERIC,
     **{p: _ALL for p in Prim if p.is_movement or p in (Prim.SELECT, Prim.CONVERT)},
 }
@@ -209,6 +215,24 @@ def _infer_type(prim: Prim, inputs: Sequence[Atom], params: Params, eqn: int | N
                     f"needs a numeric dtype and an axis within {shape}, got {dtype.value}, axis {axis}"
                 )
             return TensorType(shape, dtype)
+        case ConvParams():
+            arity(2)
+            x, w = var_operand(0).type, var_operand(1).type
+            if x.dtype != w.dtype or not x.dtype.is_float:
+                raise fail(f"operands must share a floating dtype: {x} and {w}")
+            conv = conv_shape(x.shape, w.shape, params)
+            if isinstance(conv, str):
+                raise fail(f"{conv} (x {x}, w {w})")
+            return TensorType(conv, x.dtype)
+        case ReduceWindowParams():
+            arity(1)
+            t = var_operand(0).type
+            if not t.dtype.is_float:
+                raise fail(f"is not defined on {t.dtype.value}")
+            pooled = reduce_window_shape(t.shape, params)
+            if isinstance(pooled, str):
+                raise fail(f"{pooled} (operand {t})")
+            return TensorType(pooled, t.dtype)
         case _:
             pass
 

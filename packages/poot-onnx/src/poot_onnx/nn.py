@@ -2,9 +2,11 @@
 ``auto_pad``, strides, dilations), ``MaxPool``, ``AveragePool``, the global pools,
 ``BatchNormalization`` (inference) and ``InstanceNormalization``.
 
-A convolution is an im2col: one ``gather`` of the flattened spatial axes by the window taps
-(computed at import; a tap in the padding reads an appended column of zeros, or of -inf for a
-max pool), then one ``matmul`` per group against the reshaped kernel. A pool reduces the taps.
+A convolution is one ``conv`` equation (``poot_ir.window``: groups, depthwise, padding,
+strides, dilations; a transposed one spreads its input with ``lhs_dilation``), a max pool one
+``reduce_window_max`` (its padding is the primitive's -inf, no weight), an average pool a
+``reduce_window_sum`` divided by its tap counts (a scalar when every window counts alike, else a
+constant computed at import), and a global pool a window over the whole spatial extent.
 A BatchNormalization whose statistics are known at import is ``x * a + b``, its per-channel
 scale and shift folded there by onnx's reference evaluator (as ONNX Runtime and OpenVINO fold
 them); one fed its statistics at run time computes from them.
@@ -13,12 +15,15 @@ them); one fed its statistics at run time computes from them.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from onnx import helper
 from poot_ir.core import Var
 from poot_ir.dtypes import DType
+from poot_ir.window import window_extent
 
 from poot_onnx.context import (
     FLOATS,
@@ -28,7 +33,6 @@ from poot_onnx.context import (
     LoweringRule,
     Node,
     check_dtype,
-    reshape,
 )
 from poot_onnx.folding import evaluate_graph
 
@@ -37,11 +41,30 @@ __all__ = ["RULES"]
 _WINDOW = frozenset({"auto_pad", "pads", "strides", "dilations", "kernel_shape"})
 
 
+@dataclass(frozen=True, slots=True)
+class _Geometry:
+    """A window's placement along the spatial axes: strides, dilations, the padding before
+    (``begin``) and after (``end``, a ceil_mode window's hang included) and the output
+    extents; ``pads_end`` is the explicit end padding alone (what count_include_pad counts)."""
+
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    begin: tuple[int, ...]
+    end: tuple[int, ...]
+    pads_end: tuple[int, ...]
+    out: tuple[int, ...]
+
+    @property
+    def padding(self) -> list[tuple[int, int]]:
+        return list(zip(self.begin, self.end, strict=True))
+
+
 def _window(
     lo: Lowering, spatial: tuple[int, ...], kernel: tuple[int, ...], ceil: bool = False
-) -> tuple[tuple[int, ...], Array]:
-    """The output extents and, for each output position (flattened) and tap (flattened), the
-    flat input position it reads, or -1 for padding."""
+) -> _Geometry:
+    """The window's geometry from the node's ``auto_pad``, ``pads``, ``strides`` and
+    ``dilations`` (ONNX's extents; ceil_mode drops a last window that would start in the right
+    padding, as ONNX Runtime and PyTorch do)."""
     k = len(spatial)
     strides = lo.attr_ints("strides") or (1,) * k
     dil = lo.attr_ints("dilations") or (1,) * k
@@ -51,15 +74,16 @@ def _window(
         raise lo.fail("attribute", "strides, dilations, pads and the kernel differ in rank")
     if any(s <= 0 for s in strides) or any(d <= 0 for d in dil) or any(p < 0 for p in pads):
         raise lo.fail("attribute", "strides and dilations must be positive, pads not negative")
-    begin, out = list(pads[:k]), []
+    begin, end, pads_end, out = list(pads[:k]), [], list(pads[k:]), []
     for a in range(k):
         span = (kernel[a] - 1) * dil[a] + 1
         if auto in ("SAME_UPPER", "SAME_LOWER"):
             o = -(-spatial[a] // strides[a])
             total = max((o - 1) * strides[a] + span - spatial[a], 0)
             begin[a] = total // 2 if auto == "SAME_UPPER" else total - total // 2
+            pads_end[a] = total - begin[a]
         elif auto == "VALID":
-            begin[a] = 0
+            begin[a] = pads_end[a] = 0
             o = (spatial[a] - span) // strides[a] + 1
         elif auto == "NOTSET":
             room = spatial[a] + pads[a] + pads[a + k] - span
@@ -70,101 +94,48 @@ def _window(
             raise lo.fail("attribute", f"auto_pad {auto!r}")
         if o <= 0:
             raise lo.fail("value", f"the window does not fit axis {a} of {spatial[a]}")
+        # the end padding the last window reaches (the ceil hang included), never less than the
+        # explicit padding (windows past o are not formed: the extent stays o)
+        end.append(max((o - 1) * strides[a] + span - spatial[a] - begin[a], pads_end[a]))
+        if window_extent(spatial[a], kernel[a], strides[a], begin[a], end[a], dil[a]) != o:
+            raise lo.fail("value", f"axis {a}: the padding found does not give {o} windows")
         out.append(o)
-    return tuple(out), _tap_map(spatial, kernel, strides, dil, begin, out)
-
-
-def _tap_map(
-    spatial: Sequence[int],
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dil: Sequence[int],
-    begin: Sequence[int],
-    out: Sequence[int],
-) -> Array:
-    """For each output position and kernel tap (both flattened), the flat input position the
-    tap reads, or -1 outside the input."""
-    k = len(spatial)
-    coords = []
-    for a in range(k):
-        c = (
-            np.arange(out[a])[:, None] * strides[a]
-            - begin[a]
-            + np.arange(kernel[a])[None, :] * dil[a]
-        )
-        coords.append(c)
-    grids_o = np.indices(out).reshape(k, -1)  # per output position, its coordinates
-    grids_t = np.indices(kernel).reshape(k, -1)
-    flat = np.zeros((grids_o.shape[1], grids_t.shape[1]), np.int64)
-    inside = np.ones_like(flat, dtype=bool)
-    for a in range(k):
-        c = coords[a][grids_o[a][:, None], grids_t[a][None, :]]
-        inside &= (c >= 0) & (c < spatial[a])
-        flat = flat * spatial[a] + np.clip(c, 0, spatial[a] - 1)
-    return np.where(inside, flat, -1)
-
-
-def _taps(lo: Lowering, x: Var, taps: Array, fill: float) -> Var:
-    """[N, C, O, T]: the input at every tap of every window (``fill`` in the padding)."""
-    b = lo.b
-    n, c = x.shape[:2]
-    size = math.prod(x.shape[2:])
-    flat = b.reshape(x, (n, c, size))
-    if np.any(taps < 0):
-        one = lo.weight(f"{lo.node.outputs[0]}.fill", np.full((1,), fill, x.dtype.numpy))
-        pad = b.broadcast_in_dim(one, (n, c, 1), (2,))
-        flat = b.concat([flat, pad], 2)
-    idx = lo.weight(f"{lo.node.outputs[0]}.taps", np.where(taps < 0, size, taps).astype(np.int32))
-    return b.gather(flat, idx, 2)
+    return _Geometry(strides, dil, tuple(begin), tuple(end), tuple(pads_end), tuple(out))
 
 
 def _conv(lo: Lowering, n: Node) -> None:
-    b = lo.b
-    x, w = lo.var(0), lo.var(1)
-    check_dtype(lo, x, FLOATS, "the input")
-    if x.type.rank < 3 or w.type.rank != x.type.rank:
-        raise lo.fail("model", f"Conv of {x.type} by {w.type}")
-    groups = lo.attr_int("group", 1)
-    nb, c = x.shape[:2]
-    m, cg = w.shape[:2]
-    kernel = tuple(lo.attr_ints("kernel_shape") or w.shape[2:])
-    if groups <= 0 or c != cg * groups or m % groups or kernel != w.shape[2:]:
-        raise lo.fail("model", f"{c} channels, kernel {w.type}, group {groups} do not agree")
-    out, taps = _window(lo, x.shape[2:], kernel)
-    o, t = taps.shape
-    cols = _taps(lo, x, taps, 0.0)  # [N, C, O, T]
-    cols = b.transpose(cols, (0, 2, 1, 3))  # [N, O, C, T]
-    mg = m // groups
-    parts = []
-    for g in range(groups):
-        part = cols if groups == 1 else b.slice(cols, (0, 0, g * cg, 0), (nb, o, (g + 1) * cg, t))
-        a2 = b.reshape(part, (nb * o, cg * t))
-        wg = (
-            w
-            if groups == 1
-            else b.slice(w, (g * mg,) + (0,) * (w.type.rank - 1), ((g + 1) * mg, *w.shape[1:]))
-        )
-        w2 = b.transpose(b.reshape(wg, (mg, cg * t)), (1, 0))
-        parts.append(b.matmul(a2, w2))  # [N*O, M/G]
-    y = parts[0] if groups == 1 else b.concat(parts, 1)
-    if lo.has(2):
-        y = b.add(y, b.broadcast_in_dim(lo.var(2), (nb * o, m), (1,)))
-    y = b.transpose(b.reshape(y, (nb, o, m)), (0, 2, 1))
-    lo.set(0, b.reshape(y, (nb, m, *out)))
-
-
-def _conv_transpose(lo: Lowering, n: Node) -> None:
-    """A transposed convolution as a stride-1 convolution with the kernel flipped, over the
-    input spread by the strides and padded by ``dilation * (kernel - 1) - pads``: the spread
-    and the padding are folded into the taps, so it is one gather and the matmuls."""
+    """One ``conv`` (groups and depthwise included), the bias added broadcast over channels."""
     b = lo.b
     x, w = lo.var(0), lo.var(1)
     check_dtype(lo, x, FLOATS, "the input")
     k = x.type.rank - 2
-    if k < 1 or w.type.rank != x.type.rank:
+    if not 1 <= k <= 3 or w.type.rank != x.type.rank:
+        raise lo.fail("model", f"Conv of {x.type} by {w.type}")
+    groups = lo.attr_int("group", 1)
+    c, (m, cg) = x.shape[1], w.shape[:2]
+    kernel = tuple(lo.attr_ints("kernel_shape") or w.shape[2:])
+    if groups <= 0 or c != cg * groups or m % groups or kernel != w.shape[2:]:
+        raise lo.fail("model", f"{c} channels, kernel {w.type}, group {groups} do not agree")
+    geo = _window(lo, x.shape[2:], kernel)
+    y = b.conv(x, w, geo.strides, geo.padding, None, geo.dilations, groups)
+    if lo.has(2):
+        y = b.add(y, b.broadcast_in_dim(lo.var(2), y.shape, (1,)))
+    lo.set(0, y)
+
+
+def _conv_transpose(lo: Lowering, n: Node) -> None:
+    """A transposed convolution as one ``conv``: the input spread by the strides
+    (``lhs_dilation``), padded by ``dilation * (kernel - 1) - pads`` (the end also by
+    ``output_padding``), the kernel flipped on every spatial axis and regrouped from
+    ``[C, M/g, *K]`` to ``[M, C/g, *K]``."""
+    b = lo.b
+    x, w = lo.var(0), lo.var(1)
+    check_dtype(lo, x, FLOATS, "the input")
+    k = x.type.rank - 2
+    if not 1 <= k <= 3 or w.type.rank != x.type.rank:
         raise lo.fail("model", f"ConvTranspose of {x.type} by {w.type}")
     groups = lo.attr_int("group", 1)
-    nb, c = x.shape[:2]
+    c = x.shape[1]
     cg, mg = w.shape[:2]
     spatial, kernel = x.shape[2:], tuple(lo.attr_ints("kernel_shape") or w.shape[2:])
     if groups <= 0 or c != cg or c % groups or kernel != w.shape[2:]:
@@ -178,6 +149,8 @@ def _conv_transpose(lo: Lowering, n: Node) -> None:
     shape_attr = lo.attr_ints("output_shape")
     if len(strides) != k or len(dil) != k or len(extra) != k or len(pads) != 2 * k:
         raise lo.fail("attribute", "strides, dilations, output_padding and pads differ in rank")
+    if any(s <= 0 for s in strides) or any(d <= 0 for d in dil):
+        raise lo.fail("attribute", "strides and dilations must be positive")
     full = [
         strides[a] * (spatial[a] - 1) + extra[a] + (kernel[a] - 1) * dil[a] + 1 for a in range(k)
     ]
@@ -199,39 +172,20 @@ def _conv_transpose(lo: Lowering, n: Node) -> None:
     out = [full[a] - pads[a] - pads[a + k] for a in range(k)]
     if any(o <= 0 for o in out):
         raise lo.fail("value", f"the output would be {out}")
-    # virtual input: position v reads x at (v - lead) / stride when that is whole and inside
-    lead = [(kernel[a] - 1) * dil[a] - pads[a] for a in range(k)]
-    virtual = [out[a] + (kernel[a] - 1) * dil[a] for a in range(k)]
-    grid = np.indices(virtual).reshape(k, -1)
-    src = np.zeros(grid.shape[1], np.int64)
-    ok = np.ones(grid.shape[1], bool)
-    for a in range(k):
-        u = grid[a] - lead[a]
-        i = np.floor_divide(u, strides[a])
-        ok &= (u >= 0) & (u % strides[a] == 0) & (i < spatial[a])
-        src = src * spatial[a] + np.clip(i, 0, spatial[a] - 1)
-    spread = np.where(ok, src, -1)
-    vtaps = _tap_map(virtual, kernel, (1,) * k, dil, (0,) * k, out)
-    taps = np.where(vtaps < 0, -1, spread[np.maximum(vtaps, 0)])
-    o, t = taps.shape
-    cols = b.transpose(_taps(lo, x, taps, 0.0), (0, 2, 1, 3))  # [N, O, C, T]
-    # the kernel flipped on every spatial axis, as [G, Mg, Cg * T]
     flipped = w
     for a in range(k):
         rev = lo.index_weight(f"{n.outputs[0]}.flip{a}", list(range(kernel[a] - 1, -1, -1)))
         flipped = b.gather(flipped, rev, 2 + a)
-    wg = b.transpose(b.reshape(flipped, (groups, cg, mg, t)), (0, 2, 1, 3))
-    parts = []
-    for g in range(groups):
-        part = cols if groups == 1 else b.slice(cols, (0, 0, g * cg, 0), (nb, o, (g + 1) * cg, t))
-        kern = b.reshape(b.slice(wg, (g, 0, 0, 0), (g + 1, mg, cg, t)), (mg, cg * t))
-        parts.append(b.matmul(b.reshape(part, (nb * o, cg * t)), b.transpose(kern, (1, 0))))
-    m = mg * groups
-    y = parts[0] if groups == 1 else b.concat(parts, 1)
+    # [C, M/g, *K] = [g, C/g, M/g, *K] -> [g, M/g, C/g, *K] = [M, C/g, *K]
+    regrouped = b.reshape(flipped, (groups, cg, mg, *kernel))
+    regrouped = b.transpose(regrouped, (0, 2, 1, *range(3, 3 + k)))
+    regrouped = b.reshape(regrouped, (groups * mg, cg, *kernel))
+    lead = [(kernel[a] - 1) * dil[a] for a in range(k)]
+    padding = [(lead[a] - pads[a], lead[a] - pads[a + k] + extra[a]) for a in range(k)]
+    y = b.conv(x, regrouped, None, padding, strides, dil, groups)
     if lo.has(2):
-        y = b.add(y, b.broadcast_in_dim(lo.var(2), (nb * o, m), (1,)))
-    y = b.transpose(b.reshape(y, (nb, o, m)), (0, 2, 1))
-    lo.set(0, b.reshape(y, (nb, m, *out)))
+        y = b.add(y, b.broadcast_in_dim(lo.var(2), y.shape, (1,)))
+    lo.set(0, y)
 
 
 def _pool(kind: str) -> LoweringRule:
@@ -239,7 +193,7 @@ def _pool(kind: str) -> LoweringRule:
         b = lo.b
         x = lo.var(0)
         check_dtype(lo, x, FLOATS, "the input")
-        if x.type.rank < 3:
+        if not 3 <= x.type.rank <= 5:
             raise lo.fail("model", f"pooling of {x.type}")
         if lo.wants(1):
             raise lo.fail("attribute", "MaxPool's Indices output")
@@ -248,55 +202,66 @@ def _pool(kind: str) -> LoweringRule:
         kernel = lo.attr_ints("kernel_shape")
         if kernel is None:
             raise lo.fail("model", "has no kernel_shape")
-        ceil = lo.attr_int("ceil_mode", 0) != 0
-        out, taps = _window(lo, x.shape[2:], tuple(kernel), ceil)
-        nb, c = x.shape[:2]
+        geo = _window(lo, x.shape[2:], tuple(kernel), lo.attr_int("ceil_mode", 0) != 0)
+        window = (1, 1, *kernel)
+        strides = (1, 1, *geo.strides)
+        padding = [(0, 0), (0, 0), *geo.padding]
+        dilation = (1, 1, *geo.dilations)
         if kind == "max":
-            y = b.reduce_max(_taps(lo, x, taps, float("-inf")), 3)
-        else:
-            total = b.reduce_sum(_taps(lo, x, taps, 0.0), 3)
-            if lo.attr_int("count_include_pad", 0):
-                # Padding counts, but not the taps a ceil_mode window hangs past it.
-                count = _included(lo, x.shape[2:], tuple(kernel), taps.shape[0], out)
-            else:
-                count = (taps >= 0).sum(axis=1)
-            counts = lo.weight(f"{n.outputs[0]}.count", count.astype(x.dtype.numpy))
-            y = b.div(total, b.broadcast_in_dim(counts, (nb, c, taps.shape[0]), (2,)))
-        lo.set(0, b.reshape(y, (nb, c, *out)))
+            lo.set(0, b.reduce_window_max(x, window, strides, padding, dilation))
+            return
+        total = b.reduce_window_sum(x, window, strides, padding, dilation)
+        count = _counts(geo, x.shape[2:], tuple(kernel), lo.attr_int("count_include_pad", 0) != 0)
+        if np.all(count == count.flat[0]):
+            lo.set(0, b.div(total, float(count.flat[0])))
+            return
+        counts = lo.weight(f"{n.outputs[0]}.count", count.astype(x.dtype.numpy))
+        dims = tuple(range(2, x.type.rank))
+        lo.set(0, b.div(total, b.broadcast_in_dim(counts, total.shape, dims)))
 
     attrs = _WINDOW | {"ceil_mode", "count_include_pad", "storage_order"}
     return LoweringRule(handler, frozenset(attrs))
 
 
-def _included(
-    lo: Lowering, spatial: tuple[int, ...], kernel: tuple[int, ...], o: int, out: Sequence[int]
+def _counts(
+    geo: _Geometry, spatial: tuple[int, ...], kernel: tuple[int, ...], include_pad: bool
 ) -> Array:
-    """Per window, its taps inside the input or its explicit padding."""
+    """Per output position, the taps an average divides by: those inside the input, or inside
+    the input and its explicit padding (``include_pad``); never the taps a ceil_mode window
+    hangs past the padding. Computed here by sliding a mask of the counted region."""
     k = len(spatial)
-    strides = lo.attr_ints("strides") or (1,) * k
-    dil = lo.attr_ints("dilations") or (1,) * k
-    pads = lo.attr_ints("pads") or (0,) * (2 * k)
-    counts = np.ones(o, np.int64)
-    grid = np.indices(out).reshape(k, -1)
-    for a in range(k):
-        start = grid[a] * strides[a] - pads[a]
-        taps = start[:, None] + np.arange(kernel[a])[None, :] * dil[a]
-        ok = (taps >= -pads[a]) & (taps < spatial[a] + pads[a + k])
-        counts *= ok.sum(axis=1)
-    return counts
+    inside = np.ones(spatial, np.int64)
+    if include_pad:
+        explicit = [(b, e) for b, e in zip(geo.begin, geo.pads_end, strict=True)]
+        inside = np.pad(inside, explicit, constant_values=1)
+        hang = [e - p for e, p in zip(geo.end, geo.pads_end, strict=True)]
+        mask = np.pad(inside, [(0, h) for h in hang])
+    else:
+        mask = np.pad(inside, geo.padding)
+    spans = [(kernel[a] - 1) * geo.dilations[a] + 1 for a in range(k)]
+    win = np.lib.stride_tricks.sliding_window_view(mask, spans)
+    taps: tuple[Any, ...] = (Ellipsis, *(slice(None, None, d) for d in geo.dilations))
+    starts = tuple(slice(None, o * s, s) for o, s in zip(geo.out, geo.strides, strict=True))
+    win = win[taps][starts]
+    return np.asarray(win.sum(axis=tuple(range(k, 2 * k))))
 
 
 def _global(kind: str) -> LoweringRule:
+    """A window over the whole of every spatial axis: the size-1 axes ONNX keeps come out of
+    the window reduction itself."""
+
     def handler(lo: Lowering, n: Node) -> None:
         b = lo.b
         x = lo.var(0)
         check_dtype(lo, x, FLOATS, "the input")
-        axes = tuple(range(2, x.type.rank))
+        if x.type.rank < 3 or 0 in x.shape[2:]:
+            raise lo.fail("model", f"global pooling of {x.type}")
+        window = (1, 1, *x.shape[2:])
         if kind == "max":
-            y = b.reduce_max(x, axes)
+            lo.set(0, b.reduce_window_max(x, window))
         else:
-            y = b.div(b.reduce_sum(x, axes), float(math.prod(x.shape[2:])))
-        lo.set(0, reshape(b, y, (*x.shape[:2], *(1,) * len(axes))))
+            total = b.reduce_window_sum(x, window)
+            lo.set(0, b.div(total, float(math.prod(x.shape[2:]))))
 
     return LoweringRule(handler)
 

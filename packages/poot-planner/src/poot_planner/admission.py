@@ -7,11 +7,11 @@ lookup every target shares.
 
 from __future__ import annotations
 
-from poot_ir import DType, Eqn, Prim, Program, ReduceParams
+from poot_ir import ConvParams, DType, Eqn, Prim, Program, ReduceParams, ReduceWindowParams
 
 from poot_planner.fp16.narrowing import ARITHMETIC, literal_refusals, operating_dtype
 from poot_planner.refusal import Refusal, RefusalKind
-from poot_planner.target import AxisRule, Capability, NarrowingContract, Target
+from poot_planner.target import AxisRule, Capability, KernelClass, NarrowingContract, Target
 
 __all__ = ["PlanMemo", "admit", "admit_all"]
 
@@ -122,7 +122,35 @@ def admit(i: int, e: Eqn, target: Target) -> Capability | Refusal:
                 prim,
                 (("axes", str(e.params.axes)), ("admitted", f"last axis ({rank - 1})")),
             )
+    if cap.kernel is KernelClass.GRAPH_OP:
+        problem = _graph_window_problem(e)
+        if problem is not None:
+            facts = (("params", problem), ("target", target.name))
+            return Refusal(RefusalKind.UNSUPPORTED_AXIS, i, prim, facts)
     return cap
+
+
+def _graph_window_problem(e: Eqn) -> str | None:
+    """What a graph-op target's Convolution-1 / MaxPool-1 cannot express of a ``conv`` or a
+    window reduction (None: nothing): an input dilation or a negative pad (cropping), a window
+    over the batch or channel axes, a window max's dilation (a window sum is a depthwise
+    convolution of ones, which takes dilations)."""
+    match e.params:
+        case ConvParams(padding_lo=lo, padding_hi=hi, lhs_dilation=ld):
+            if any(d != 1 for d in ld) or min((*lo, *hi), default=0) < 0:
+                return "lhs_dilation other than 1 or a negative pad"
+        case ReduceWindowParams(window=w, strides=s, padding_lo=lo, padding_hi=hi, dilation=d):
+            rank = len(w)
+            lead = (w[:2], s[:2], lo[:2], hi[:2])
+            if not 3 <= rank <= 5 or lead != ((1, 1), (1, 1), (0, 0), (0, 0)):
+                return "a window over the batch or channel axis, or rank outside 3-5"
+            if min((*lo, *hi), default=0) < 0:
+                return "a negative pad"
+            if e.prim is Prim.REDUCE_WINDOW_MAX and any(x != 1 for x in d):
+                return "window dilation (MaxPool-1 has none)"
+        case _:
+            pass
+    return None
 
 
 # ``_computes_only_in`` per capability table: admit runs once or twice per equation, and the

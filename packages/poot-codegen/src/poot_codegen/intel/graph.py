@@ -29,6 +29,11 @@ transpose reshape      transpose, reshape (special_zero False)
 broadcast_in_dim       broadcast EXPLICIT, axes_mapping = dims
 slice                  strided_slice (opset1: begin, end, stride over every axis, no masks)
 concat matmul          concat, matmul (no transposes)
+conv                   convolution (opset1) for one group, else group_convolution (opset1) of
+                       the kernel reshaped to [G, O/G, C/G, *K]; explicit pads
+reduce_window_max      max_pool (opset1), floor rounding, explicit pads over the spatial axes
+reduce_window_sum      group_convolution (opset1) by a constant of ones [C, 1, 1, *window]
+                       (a depthwise convolution: what the NPU compiler makes of AvgPool too)
 iota                   a Constant range along the axis, broadcast EXPLICIT to the shape
 dynamic_update_slice   scatter_nd_update (opset4, v3) with a full index grid whose start is clamped to
                        [0, dim - update_dim] as XLA does (a Constant grid for literal starts)
@@ -86,12 +91,14 @@ from poot_ir.core import (
     BroadcastParams,
     ConcatParams,
     ConvertParams,
+    ConvParams,
     Eqn,
     GatherParams,
     IotaParams,
     Prim,
     Program,
     ReduceParams,
+    ReduceWindowParams,
     ReshapeParams,
     SliceParams,
     TransposeParams,
@@ -527,6 +534,56 @@ def _dynamic_update_slice(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
     return opset4.scatter_nd_update(xs[0], index, xs[1], name=name)
 
 
+def _conv(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    # Convolution-1 and GroupConvolution-1, the versions the NPU compiler imports; it never
+    # reads auto_pad, so pads are explicit (admission refused lhs dilation and negative pads)
+    p = cast(ConvParams, e.params)
+    pads = (list(p.padding_lo), list(p.padding_hi))
+    if p.groups == 1:
+        return opset1.convolution(
+            xs[0], xs[1], list(p.strides), *pads, list(p.rhs_dilation), "explicit", name=name
+        )
+    o, cg, *k = e.inputs[1].type.shape
+    shape = _i64((p.groups, o // p.groups, cg, *k), f"{name}:kshape")
+    kernel = ops.reshape(xs[1], shape, False, name=f"{name}:kernel")
+    return opset1.group_convolution(
+        xs[0], kernel, list(p.strides), *pads, list(p.rhs_dilation), "explicit", name=name
+    )
+
+
+def _reduce_window_max(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    # MaxPool-1: one output, floor rounding, explicit pads (which it ignores as -inf would)
+    p = cast(ReduceWindowParams, e.params)
+    return opset1.max_pool(
+        xs[0],
+        list(p.strides[2:]),
+        list(p.padding_lo[2:]),
+        list(p.padding_hi[2:]),
+        list(p.window[2:]),
+        "floor",
+        "explicit",
+        name=name,
+    )
+
+
+def _reduce_window_sum(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    # a depthwise convolution of ones: exact taps, the accumulation the convolution's (an
+    # AvgPool would divide by the area and need a multiply back, two roundings)
+    p = cast(ReduceWindowParams, e.params)
+    channels = e.inputs[0].type.shape[1]
+    ones = g.array_const(np.ones((channels, 1, 1, *p.window[2:])), e.out.dtype, f"{name}:ones")
+    return opset1.group_convolution(
+        xs[0],
+        ones,
+        list(p.strides[2:]),
+        list(p.padding_lo[2:]),
+        list(p.padding_hi[2:]),
+        list(p.dilation[2:]),
+        "explicit",
+        name=name,
+    )
+
+
 _RULES: Final[dict[Prim, Rule]] = {
     **{p: _unary for p in _UNARY},
     **{p: _binary for p in _BINARY},
@@ -543,5 +600,8 @@ _RULES: Final[dict[Prim, Rule]] = {
     Prim.CONCAT: _concat,
     Prim.IOTA: _iota,
     Prim.MATMUL: _matmul,
+    Prim.CONV: _conv,
+    Prim.REDUCE_WINDOW_MAX: _reduce_window_max,
+    Prim.REDUCE_WINDOW_SUM: _reduce_window_sum,
     Prim.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
 }

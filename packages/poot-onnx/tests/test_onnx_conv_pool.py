@@ -1,0 +1,196 @@
+"""Conv, ConvTranspose and the pools import as ``conv`` and window reductions: a handful of
+equations whatever the group count, and the oracle's result equals an independent reference:
+onnx's reference evaluator (``onnx.reference``) for the convolutions, and for the pools the
+float64 pool of ``shared/reference/conv-pool.md`` (checked there against ONNX Runtime on 720
+configurations; ``onnx.reference`` 1.23 gets ceil_mode extents wrong, e.g. 6 windows of 2 over
+5 + 1 padding at stride 1) over a grid of ceil_mode, count_include_pad, dilations and pads up
+to and past the kernel."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import pytest
+from numpy.lib.stride_tricks import sliding_window_view
+from onnx import ModelProto, TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+from poot_ir import Prim, evaluate
+from poot_onnx import import_model
+
+
+def _model(node: object, x_shape: tuple[int, ...], inits: dict[str, np.ndarray]) -> ModelProto:
+    graph = helper.make_graph(
+        [node],  # type: ignore[list-item]
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+def _check(model: ModelProto, x: np.ndarray, want: np.ndarray | None = None) -> int:
+    """Compare the oracle with ``want`` (default: the reference evaluator); the equation count."""
+    if want is None:
+        want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    imported = import_model(model)
+    program = imported.program
+    feed = dict(imported.weights) | {imported.inputs["x"]: x}
+    got = imported.results(evaluate(program, feed))["y"]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    return len(program.eqns)
+
+
+def test_a_depthwise_conv_of_576_groups_is_three_equations() -> None:
+    rng = np.random.default_rng(0)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=576, pads=[1, 1, 1, 1])
+    w = rng.standard_normal((576, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(576).astype(np.float32)
+    x = rng.standard_normal((1, 576, 7, 7)).astype(np.float32)
+    program = import_model(_model(node, x.shape, {"w": w, "b": b})).program
+    assert [e.prim for e in program.eqns] == [Prim.CONV, Prim.BROADCAST_IN_DIM, Prim.ADD]
+    assert _check(_model(node, x.shape, {"w": w, "b": b}), x) == 3
+
+
+_CONVS = [
+    ({"pads": [1, 0, 2, 1], "strides": [2, 1]}, (4, 4, 3, 2), 1),
+    ({"auto_pad": "SAME_UPPER", "strides": [2, 2]}, (4, 4, 3, 3), 1),
+    ({"auto_pad": "SAME_LOWER", "strides": [2, 3]}, (4, 2, 2, 3), 2),
+    ({"auto_pad": "VALID", "dilations": [2, 1]}, (6, 2, 2, 2), 2),
+    ({"pads": [1, 1, 1, 1]}, (8, 1, 3, 3), 4),  # depthwise, multiplier 2
+]
+
+
+@pytest.mark.parametrize(("attrs", "w_shape", "group"), _CONVS)
+def test_conv_matches_the_reference(
+    attrs: dict[str, object], w_shape: tuple[int, ...], group: int
+) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 4, 7, 6)).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=group, **attrs)
+    _check(_model(node, x.shape, {"w": w, "b": b}), x)
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"strides": [2], "pads": [1, 2], "output_padding": [1]},
+        {"strides": [3], "pads": [0, 1]},  # (groups and dilations: the ONNX node cases)
+        {"strides": [2], "pads": [3, 3]},  # pads past dilation*(kernel-1): a cropping conv
+    ],
+)
+def test_conv_transpose_matches_the_reference(attrs: dict[str, object]) -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 4, 5)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3)).astype(np.float32)
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)
+    _check(_model(node, x.shape, {"w": w}), x)
+
+
+# -- the pool of conv-pool.md, section (c), verbatim in substance -----------------------------
+
+
+def _pad(x: np.ndarray, pads: Any, value: float = 0.0) -> np.ndarray:
+    crop = tuple(
+        slice(max(-lo, 0), x.shape[2 + a] - max(-hi, 0)) for a, (lo, hi) in enumerate(pads)
+    )
+    x = x[(slice(None), slice(None), *crop)]
+    widths = [(0, 0), (0, 0)] + [(max(lo, 0), max(hi, 0)) for lo, hi in pads]
+    return np.pad(x, widths, constant_values=value)
+
+
+def _windows(x: np.ndarray, kernel: Any, strides: Any, dil: Any) -> np.ndarray:
+    k = len(kernel)
+    spans = [(kk - 1) * d + 1 for kk, d in zip(kernel, dil, strict=True)]
+    v = sliding_window_view(x, spans, axis=tuple(range(2, 2 + k)))
+    v = v[(Ellipsis, *(slice(None, None, d) for d in dil))]
+    return v[(slice(None), slice(None), *(slice(None, None, s) for s in strides))]
+
+
+def _out_size(n: int, k: int, s: int, d: int, lo: int, hi: int, ceil: bool) -> tuple[int, int]:
+    span = (k - 1) * d + 1
+    room = n + lo + hi - span
+    o = (-(-room // s) if ceil else room // s) + 1
+    if ceil and (o - 1) * s >= n + lo:
+        o -= 1
+    return o, max((o - 1) * s + span - (n + lo + hi), 0)
+
+
+def ref_pool(
+    x: np.ndarray,
+    kernel: Any,
+    strides: Any,
+    pads: Any,
+    dil: Any,
+    kind: str,
+    include: bool,
+    ceil: bool,
+) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    k = x.ndim - 2
+    sizes = [
+        _out_size(x.shape[2 + a], kernel[a], strides[a], dil[a], *pads[a], ceil) for a in range(k)
+    ]
+    full = tuple((lo, hi + e) for (lo, hi), (_, e) in zip(pads, sizes, strict=True))
+    crop = (slice(None), slice(None), *(slice(0, o) for o, _ in sizes))
+    fill = -np.inf if kind == "max" else 0.0
+    win = _windows(_pad(x, full, fill), kernel, strides, dil)[crop]
+    axes = tuple(range(-k, 0))
+    if kind == "max":
+        return np.asarray(win.max(axis=axes))
+    mask = _pad(np.ones((1, 1, *x.shape[2:])), pads, 1.0 if include else 0.0)
+    mask = _pad(mask, tuple((0, e) for _, e in sizes), 0.0)
+    counts = _windows(mask, kernel, strides, dil)[crop].sum(axis=axes)
+    with np.errstate(invalid="ignore"):  # a window wholly in padding counts 0 taps: NaN
+        return np.asarray(win.sum(axis=axes) / counts)
+
+
+def _pool_grid() -> list[object]:
+    cases = []
+    for n, k, s, (pb, pe), d, ceil in itertools.product(
+        (6, 7), (2, 3), (1, 2, 3), ((0, 0), (1, 0), (0, 1), (2, 1)), (1, 2), (0, 1)
+    ):
+        if (k - 1) * d + 1 > n + pb + pe:
+            continue
+        cases.append(pytest.param(n, k, s, pb, pe, d, ceil, id=f"n{n}k{k}s{s}p{pb}{pe}d{d}c{ceil}"))
+    return cases
+
+
+@pytest.mark.parametrize(("n", "k", "s", "pb", "pe", "d", "ceil"), _pool_grid())
+def test_pools_match_the_reference(
+    n: int, k: int, s: int, pb: int, pe: int, d: int, ceil: int
+) -> None:
+    rng = np.random.default_rng(n * 1000 + k * 100 + s)
+    x = rng.standard_normal((1, 2, n, 5)).astype(np.float32)
+    window = {
+        "kernel_shape": [k, 2],
+        "strides": [s, 1],
+        "pads": [pb, 0, pe, 1],
+        "dilations": [d, 1],
+        "ceil_mode": ceil,
+    }
+    pads, ref = [(pb, pe), (0, 1)], (x, [k, 2], [s, 1])
+    want = ref_pool(*ref, pads, [d, 1], "max", False, bool(ceil)).astype(np.float32)
+    _check(_model(helper.make_node("MaxPool", ["x"], ["y"], **window), x.shape, {}), x, want)
+    for include in (0, 1):
+        node = helper.make_node("AveragePool", ["x"], ["y"], count_include_pad=include, **window)
+        want = ref_pool(*ref, pads, [d, 1], "avg", bool(include), bool(ceil)).astype(np.float32)
+        _check(_model(node, x.shape, {}), x, want)
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_global_pools_are_one_window(op: str) -> None:
+    x = np.random.default_rng(3).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    assert _check(_model(helper.make_node(op, ["x"], ["y"]), x.shape, {}), x) <= 2
+
+
+def test_max_pool_padding_is_no_weight() -> None:
+    # the -inf padding lives in the primitive: no `.fill` weight a device must hold (issue 28)
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    imported = import_model(_model(node, (1, 2, 5, 5), {}))
+    assert not imported.weights
