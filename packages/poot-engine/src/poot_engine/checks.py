@@ -51,6 +51,7 @@ __all__ = [
     "first_out_of_range",
     "initial_states",
     "range_checks",
+    "saturation_limit",
     "window_checks",
     "within",
 ]
@@ -150,6 +151,18 @@ def initial_states(
             arr = np.zeros(t.shape, dtype=t.dtype.numpy)
         initial[name] = arr
     return initial
+
+
+def saturation_limit(limit: float | None) -> float | None:
+    """The limit a narrowed result is held to: the largest FP16 magnitude below ``limit``. On
+    the Intel NPU an FP16 result of a DPU task (equal-shape add and subtract, matmul, reduce_sum)
+    that overflows is clamped by the PPE to +-65504 (npu_compiler NPU40XX
+    ``expand_dpu_config_invariant_ppe.cpp``: ``clampMode = PPEFpConvClampMode::ON`` for an FP16
+    output), not made infinite, so a result of magnitude exactly ``limit`` is taken for a
+    saturated overflow and refused (an exact value in [65488, 65520) is refused with it)."""
+    if limit is None:
+        return None
+    return float(np.nextafter(np.float16(limit), np.float16(0.0)))
 
 
 def first_out_of_range(x: np.ndarray, limit: float) -> tuple[tuple[int, ...], float] | None:
