@@ -55,6 +55,7 @@ from poot_planner.refusal import Refusal, RefusalKind
 
 __all__ = [
     "ARITHMETIC",
+    "INPUT_EDGE_RULE",
     "LITERAL_EDGE_RULE",
     "intermediate_guards",
     "literal_refusals",
@@ -70,6 +71,15 @@ LITERAL_EDGE_RULE = (
     "equal to its FP16 rounding would compare otherwise than in F32: ge x 1e-30 is true at "
     "x = 0 in FP16), are refused when planning (narrowing range, naming the literal, its FP16 "
     "value and why)."
+)
+
+INPUT_EDGE_RULE = (
+    "An F32 input, weight or state that sqrt or log reads, with an element whose FP16 rounding "
+    "crosses the function's domain edge at 0 (a negative of magnitude at most 2^-25 before "
+    "sqrt: NaN in F32, -0 in FP16; a positive of magnitude at most 2^-25 before log: finite in "
+    "F32, -inf in FP16), is refused before the run (DomainError naming the element and what "
+    "FP16 rounds it to); the contract is not restated for the rounded input. Weights are "
+    "checked when bound, states when set and after every step, inputs before every step."
 )
 
 #: Primitives that compute values (everything but data movement, converts and ``iota``).
