@@ -86,13 +86,19 @@ def test_65504_itself_is_taken_for_a_saturated_overflow(engine: Engine) -> None:
     at = {"a": np.full((4, 8), 32752.0, np.float32), "c": np.full((4, 8), 32752.0, np.float32)}
     with pytest.raises(NarrowingRangeIntermediate):
         engine.step(entry, at)
-    b = Builder("sum")
-    b.output("y", b.add(b.slot("a", F32, (4, 8)), b.slot("c", F32, (4, 8))))
+
+
+def test_a_matmul_result_of_65504_is_refused_on_the_host(engine: Engine) -> None:
+    # the host holds a matmul's or reduce_sum's result below 65504 (not an add's: the host
+    # cannot tell a saturation from a mask sentinel carried through a select)
+    b = Builder("product")
+    b.output("y", b.matmul(b.slot("a", F32, (4, 8)), b.slot("m", F32, (8, 4))))
     entry = engine.add_entry(b.build())
+    ones = np.ones((8, 4), np.float32)
     with pytest.raises(NarrowingRangeResult):
-        engine.step(entry, at)
-    below = {k: np.full((4, 8), 32736.0, np.float32) for k in at}  # 65472: the largest below
-    assert np.all(engine.step(entry, below)["y"] == 65472.0)
+        engine.step(entry, {"a": np.full((4, 8), 8188.0, np.float32), "m": ones})  # 65504
+    got = engine.step(entry, {"a": np.full((4, 8), 8184.0, np.float32), "m": ones})["y"]
+    assert np.all(got == 65472.0)  # the largest FP16 below 65504
 
 
 @pytest.mark.parametrize("axis", [0, 1])

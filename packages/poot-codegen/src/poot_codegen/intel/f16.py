@@ -35,7 +35,7 @@ reduce_sum over an axis other than the channel axis (``pooled``) is lowered by t
 AvgPool then Multiply by N (``convert_reduce_to_pooling.cpp``): emulation rounds the mean to
 FP16 (saturating, a DPU task) and then the product by N (a SHAVE Multiply: infinite on
 overflow), two roundings. Which axis the compiler takes for the channel is assumed here to be
-axis 1 of a value of rank 2 or more (NCHW's C; a rank-1 value has none), to be settled by the
+axis 1 of a value of rank 2 or more (NCHW's C; a rank-1 value is all channel), to be settled by the
 ``npu_intel`` measurement of both axes (``packages/poot-npu/tests/test_vpu_saturation.py``).
 
 Every node added here is named ``<equation>:f16.<role>`` (``e7:f16.t``, ``e7:f16.tie.mid``).
@@ -79,12 +79,12 @@ def computes_f16(e: Eqn, f32_is_fp16: bool = False) -> bool:
 
 def pooled(e: Eqn) -> int | None:
     """For a reduce_sum the compiler lowers as AvgPool then Multiply (an axis other than the
-    channel axis, taken to be axis 1 of a value of rank 2 or more), the number of summands N;
-    None otherwise."""
+    channel axis, taken to be axis 1 of a value of rank 2 or more; a rank-1 value is taken to
+    be all channel), the number of summands N; None otherwise."""
     if e.prim is not Prim.REDUCE_SUM or not isinstance(e.params, ReduceParams):
         return None
     shape = e.inputs[0].type.shape
-    if len(shape) >= 2 and tuple(e.params.axes) == (1,):
+    if len(shape) < 2 or tuple(e.params.axes) == (1,):  # a rank-1 value is all channel
         return None
     n = 1
     for a in e.params.axes:

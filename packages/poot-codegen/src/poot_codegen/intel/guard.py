@@ -4,10 +4,12 @@
 from each guarded value as the graph holds it (FP16 on the NPU; on the stand-in the f32 value
 already rounded to FP16 by ``intel.f16``, so infinities appear where the NPU's would):
 
-- ``OVERFLOW``: set when an element is not strictly within +-65504 (``abs(v) <= 65472``, the
-  largest FP16 value below it: false for infinities and NaN, and for +-65504 itself, which is
-  what the NPU's DPU gives for an overflow, its PPE clamping FP16 outputs; an exact value in
-  [65488, 65520) is refused with it); with ``fresh``, only where every operand element is finite (an
+- ``OVERFLOW``: set when an element is not within +-65504 (infinite or NaN); for a DPU task
+  (``poot_planner.fp16.saturation``: an equal-shape add or subtract, a matmul, a reduce_sum)
+  also at +-65504 itself (``abs(v) <= 65472``, the largest FP16 value below it), which is what
+  the NPU's DPU gives for an overflow, its PPE clamping FP16 outputs (an exact value in
+  [65488, 65520) is refused with it), unless an operand of an add or subtract is at +-65504
+  there already (a sentinel carried); with ``fresh``, only where every operand element is finite (an
   elementwise equation), or when every operand is finite everywhere (a reduce_sum or matmul).
 - ``SENTINEL``: set when an element is not at or beyond 65504 on the sentinel's side.
 - ``SCORE``: set when an element is not within +-``SCORE_BOUND`` (beyond it, or NaN): the
@@ -32,6 +34,7 @@ import numpy as np
 from poot_ir import CodegenError, DType, Eqn, Prim, Program, Var
 from poot_planner.fp16.checks import GuardKind, RangeCheck
 from poot_planner.fp16.prelude import SCORE_BOUND
+from poot_planner.fp16.saturation import saturates
 
 from poot_codegen.intel.quiet import opset16 as ops
 
@@ -110,9 +113,18 @@ def _flag(g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node], carrier: type, n
         fn = ops.greater_equal if g.side > 0 else ops.less_equal
         ok = fn(out, edge, name=f"{name}.dominated")
     else:
-        # 65504 itself is a saturated overflow (the PPE clamp); an operand is inherited only
-        # where it is infinite or NaN
-        ok = _finite(out, carrier, f"{name}.finite", _BELOW_SATURATION)
+        # from a DPU task, 65504 itself is a saturated overflow (the PPE clamp), unless an
+        # operand is already at +-65504 there (a sentinel carried: -65504 + 0); an operand is
+        # inherited only where it is infinite or NaN
+        strict = saturates(e)
+        ok = _finite(out, carrier, f"{name}.finite", _BELOW_SATURATION if strict else _FP16_MAX)
+        if strict and e.prim.is_binary:
+            edge = ops.constant(np.array(_FP16_MAX, carrier), name=f"{name}.edge")
+            for k, a in enumerate(e.inputs):
+                if isinstance(a, Var):
+                    held = ops.abs(xs[k], name=f"{name}.held{k}.abs")
+                    at = ops.greater_equal(held, edge, name=f"{name}.held{k}")
+                    ok = ops.logical_or(ok, at, name=f"{name}.carried{k}")
         if g.fresh:
             # float operands only: a select's predicate is boolean (no infinity to inherit)
             var_ins = [

@@ -15,7 +15,7 @@ same equations (``poot_codegen.intel.f16``).
 
 from __future__ import annotations
 
-from poot_ir import Eqn, Prim, Program, Var
+from poot_ir import Atom, Eqn, Literal, Prim, Program, Var
 from poot_ir.core import REARRANGEMENT
 
 __all__ = ["saturated_results", "saturates"]
@@ -38,7 +38,9 @@ def saturates(e: Eqn) -> bool:
 
 def saturated_results(program: Program) -> frozenset[str]:
     """The results of ``program`` whose values a saturating equation made (through converts
-    and rearrangements, which move its values unchanged)."""
+    and rearrangements, which move its values unchanged): the host holds them below 65504. An
+    add or subtract of a mask sentinel's product (``x m + (-65504) (1 - m)``, a select with a
+    sentinel branch, +-65504 by design) is not among them."""
     made = {e.out.id: e for e in program.eqns}
     found = set()
     for name, v in program.results():
@@ -46,6 +48,14 @@ def saturated_results(program: Program) -> frozenset[str]:
         while e is not None and (e.prim is Prim.CONVERT or e.prim in REARRANGEMENT):
             x = e.inputs[0]
             e = made.get(x.id) if isinstance(x, Var) else None
-        if e is not None and saturates(e):
+        if e is not None and saturates(e) and not any(_sentinel(a, made) for a in e.inputs):
             found.add(name)
     return frozenset(found)
+
+
+def _sentinel(a: Atom, made: dict[int, Eqn]) -> bool:
+    """Whether ``a`` is a product by a literal at or beyond 65504 (the sentinel rule's mask)."""
+    e = made.get(a.id) if isinstance(a, Var) else None
+    if e is None or e.prim is not Prim.MUL:
+        return False
+    return any(isinstance(x, Literal) and abs(x.as_float()) >= 65504.0 for x in e.inputs)
