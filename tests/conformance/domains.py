@@ -16,7 +16,16 @@ from poot_ir.numerics import BitExact
 from poot_ir.sampling import index_ranges
 from poot_planner import Capability, KernelClass
 
-_ARITHMETIC = (Prim.REDUCE_SUM, Prim.REDUCE_MAX, Prim.MATMUL)
+# sampled integer-valued and small, where their contracts are exact (inside +-65504: a DPU
+# convolution's or matmul's sum of edge values would leave the range its contract states)
+_ARITHMETIC = (
+    Prim.REDUCE_SUM,
+    Prim.REDUCE_MAX,
+    Prim.MATMUL,
+    Prim.CONV,
+    Prim.REDUCE_WINDOW_SUM,
+    Prim.REDUCE_WINDOW_MAX,
+)
 
 
 def _floats(cap: Capability, t: TensorType, rng: np.random.Generator) -> np.ndarray:

@@ -55,11 +55,19 @@ def test_an_input_of_65504_runs_and_65520_is_refused(
     entry = engine.add_entry(program)
     x = np.array([1, MAX, -MAX, 0], np.float32)
     y = np.zeros(4, np.float32)
+    # the add of two same-shape values is a DPU task on the NPU, whose overflow saturates to
+    # +-65504: a result of that magnitude is taken for one and refused after the run
+    with pytest.raises(NarrowingRangeResult) as saturated:
+        engine.step(entry, {"x": x, "y": y})
+    assert (saturated.value.argument, saturated.value.element) == ("z", (1,))
+    assert device.runs == 1
+    x[1:3] = [65472.0, -65472.0]  # the largest FP16 magnitude below it
     out = engine.step(entry, {"x": x, "y": y})
     narrowed = plan(program, "intel-npu4").program
     np.testing.assert_array_equal(out["z"], evaluate(narrowed, {"x": x, "y": y})["z"])
     np.testing.assert_array_equal(out["z"], x)
-    assert device.runs == 1
+    assert device.runs == 2
+    x[1] = MAX  # an input of 65504 is in range (its sum is refused, above)
     y[2] = 65520.0  # FP16 rounds this to infinity
     with pytest.raises(NarrowingRangeInput) as err:
         engine.step(entry, {"x": x, "y": y})
@@ -69,8 +77,8 @@ def test_an_input_of_65504_runs_and_65520_is_refused(
     with pytest.raises(NarrowingRangeInput) as err:
         engine.step(entry, {"x": x, "y": y})
     assert err.value.element == (2,)
-    assert device.runs == 1  # nothing ran
-    assert device.calls["write"] == 2  # not even the copies in
+    assert device.runs == 2  # nothing ran
+    assert device.calls["write"] == 4  # not even the copies in
 
 
 def test_a_sum_beyond_the_range_is_refused_as_a_result(

@@ -51,6 +51,7 @@ __all__ = [
     "first_out_of_range",
     "initial_states",
     "range_checks",
+    "saturation_limit",
     "window_checks",
     "within",
 ]
@@ -152,6 +153,18 @@ def initial_states(
     return initial
 
 
+def saturation_limit(limit: float | None) -> float | None:
+    """The limit a narrowed result is held to: the largest FP16 magnitude below ``limit``. On
+    the Intel NPU an FP16 result of a DPU task (equal-shape add and subtract, matmul, reduce_sum)
+    that overflows is clamped by the PPE to +-65504 (npu_compiler NPU40XX
+    ``expand_dpu_config_invariant_ppe.cpp``: ``clampMode = PPEFpConvClampMode::ON`` for an FP16
+    output), not made infinite, so a result of magnitude exactly ``limit`` is taken for a
+    saturated overflow and refused (an exact value in [65488, 65520) is refused with it)."""
+    if limit is None:
+        return None
+    return float(np.nextafter(np.float16(limit), np.float16(0.0)))
+
+
 def first_out_of_range(x: np.ndarray, limit: float) -> tuple[tuple[int, ...], float] | None:
     """The index and value of the first element beyond ``limit`` in magnitude or NaN."""
     bad = ~(np.abs(x) <= limit)  # NaN compares false, so this one pass also finds NaN
@@ -191,15 +204,17 @@ def range_checks(
     order: tuple[str, ...],
     names: tuple[str, ...],
     types: Mapping[str, TensorType],
+    dtypes: frozenset[DType] = frozenset({DType.F32}),
 ) -> tuple[RangeCheck, ...]:
-    """The range checks of the F32 arrays ``names`` (in ``order``, by position): none without
-    a limit, none for an array with no element (``check_range`` passes those)."""
+    """The range checks of the arrays ``names`` of ``dtypes`` (F32 unless said; in ``order``,
+    by position): none without a limit, none for an array with no element (``check_range``
+    passes those)."""
     if limit is None:
         return ()
     found = []
     for name in names:
         t = types[name]
-        if t.dtype is DType.F32 and t.size > 0:
+        if t.dtype in dtypes and t.size > 0:
             found.append((order.index(name), name, limit, t.size <= _SMALL))
     return tuple(found)
 

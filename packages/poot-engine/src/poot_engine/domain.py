@@ -10,6 +10,13 @@ the value the last committed step left (the engine read it as a result). A value
 before anything runs. A gather's indices that are an argument are checked against the axis the
 same way (the device does not check them).
 
+On a narrowing target (intel-npu4) an F32 argument that ``sqrt`` or ``log`` reads directly is
+also checked for an element whose FP16 rounding crosses that function's domain edge at 0 (an
+``edge`` guard): a tiny negative before sqrt (the oracle's NaN; FP16 makes it -0, whose root is
+-0) or a tiny positive before log (the oracle's finite log; FP16 makes it 0, whose log is
+-inf). Such an input, weight or state is refused before the run (``DomainError`` naming the
+element and what FP16 makes of it), rather than answered for the rounded input.
+
 Each check is one vectorized pass over the array per (argument, domain) pair; an argument read
 by several equations under the same domain is checked once.
 """
@@ -29,6 +36,10 @@ from poot_engine.checks import within
 
 __all__ = ["EntryDomains", "HostGuard", "entry_domains"]
 
+#: the largest magnitude FP16 rounds to zero (2^-25: half the smallest subnormal, a tie to the
+#: even zero)
+_FLUSHED = 2.0**-25
+
 
 @dataclass(frozen=True, slots=True)
 class HostGuard:
@@ -40,9 +51,16 @@ class HostGuard:
     primitive: str
     domain: Domain | None = None
     size: int = 0
+    #: the function (sqrt or log) whose domain edge at 0 FP16's rounding must not cross
+    edge: Prim | None = None
 
     def check(self, x: np.ndarray) -> None:
-        if x.size == 0 or self._fast_inside(x):
+        if x.size == 0:
+            return
+        if self.edge is not None:
+            self._check_edge(x)
+            return
+        if self._fast_inside(x):
             return
         if self.domain is None:
             bad = (x < -self.size) | (x >= self.size)
@@ -58,10 +76,29 @@ class HostGuard:
             value = x.reshape(-1)[flat]
             raise DomainError(self.argument, at, float(value), self.eqn, self.primitive, what)
 
+    def _check_edge(self, x: np.ndarray) -> None:
+        """Refuse an element FP16 rounds to zero from the side of 0 where the function is other
+        than at zero: a negative before sqrt, a positive before log (``_FLUSHED`` and below)."""
+        with np.errstate(over="ignore"):
+            tiny = (x != 0) & (np.abs(x) <= _FLUSHED)
+        if not tiny.any():
+            return
+        crosses = tiny & ((x < 0) if self.edge is Prim.SQRT else (x > 0))
+        if not crosses.any():
+            return
+        flat = int(np.argmax(crosses))
+        at = tuple(int(i) for i in np.unravel_index(flat, x.shape))
+        value = float(x.reshape(-1)[flat])
+        side = "x >= 0" if self.edge is Prim.SQRT else "x > 0"
+        what = (
+            f"{side}: FP16 rounds {value!r} to {float(np.float16(value))!r}, across the edge at 0"
+        )
+        raise DomainError(self.argument, at, value, self.eqn, self.primitive, what)
+
     def implied_by_range(self, limit: float) -> bool:
         """Whether an F32 value that passed the narrowing range check (every element within
         ``limit`` in magnitude, no NaN) is inside this guard's domain without looking again."""
-        if self.domain is None:  # gather indices: not implied
+        if self.domain is None:  # gather indices and FP16 edges: not implied
             return False
         b = self.domain.bounds(DType.F32)
         return b.lo <= -limit and limit <= b.hi
@@ -167,6 +204,15 @@ def _host_guards(plan: Plan) -> dict[str, tuple[HostGuard, ...]]:
             found.setdefault(name, {}).setdefault(
                 ("index", size), HostGuard(name, i, "gather", None, size)
             )
+    if plan.narrowing is not None:  # FP16's rounding across sqrt's and log's edge at 0
+        source_args = {a.var.id: a.name for a in plan.source.args if a.var.dtype is DType.F32}
+        for i, e in enumerate(plan.source.eqns):
+            x = e.inputs[0] if e.inputs else None
+            if e.prim in (Prim.SQRT, Prim.LOG) and isinstance(x, Var) and x.id in source_args:
+                name = source_args[x.id]
+                found.setdefault(name, {}).setdefault(
+                    ("edge", e.prim), HostGuard(name, i, e.prim.value, edge=e.prim)
+                )
     return {n: tuple(gs.values()) for n, gs in found.items()}
 
 

@@ -32,6 +32,7 @@ from poot_ir import (
     WeightMismatch,
 )
 from poot_planner import Plan
+from poot_planner.fp16.saturation import saturated_results
 
 from poot_engine.checks import (
     RangeCheck,
@@ -44,6 +45,7 @@ from poot_engine.checks import (
     check_windows,
     initial_states,
     range_checks,
+    saturation_limit,
     window_checks,
 )
 from poot_engine.counters import Counters
@@ -56,6 +58,9 @@ __all__ = ["LiveEntry", "SlotCheck", "free_all", "make_entry", "upload_weights"]
 Results = dict[str, np.ndarray]
 #: A verified step's check of the results, before the commit.
 Verification = Callable[[Mapping[str, np.ndarray]], None]
+
+#: The dtypes of a result a DPU task's clamp may have made (``saturated_results``).
+_SATURATING = frozenset({DType.F32, DType.F16})
 
 
 class SlotCheck:
@@ -200,7 +205,16 @@ class LiveEntry:
         slot_types = dict(self.slots)
         result_types = {n: v.type for n, v in self.program.results()}
         self.input_checks = range_checks(limit, names, rec.input_checks, slot_types)
-        self.result_checks = range_checks(limit, reads, rec.result_checks, result_types)
+        # a result a DPU task made at +-65504 is an overflow the NPU saturated
+        # (``saturation_limit``); other results may be 65504 (an input moved, a product)
+        # (F16 results too: a program written in F16 meets the same clamp, and its oracle's
+        # overflow is an infinity)
+        saturated = saturated_results(self.program) if limit is not None else frozenset()
+        strict = tuple(n for n in reads if n in saturated)
+        rest = tuple(n for n in rec.result_checks if n not in saturated)
+        self.result_checks = range_checks(limit, reads, rest, result_types) + range_checks(
+            saturation_limit(limit), reads, strict, result_types, _SATURATING
+        )
         if self.domains is not None:
             if limit is not None:  # a range-checked input needs no finite check as well
                 self.domains.drop_implied({n: limit for n in rec.input_checks})

@@ -28,6 +28,7 @@ from poot_ir.numerics import (
 
 from poot_planner.emit import Emit
 from poot_planner.fp16.checks import OVERFLOW_RULE, SCORE_RULE, SENTINEL_RULE
+from poot_planner.fp16.narrowing import INPUT_EDGE_RULE, LITERAL_EDGE_RULE
 from poot_planner.legalize.bounds import derive
 from poot_planner.legalize.rules import RULES, Rule, RuleContext
 from poot_planner.plan import plan
@@ -261,6 +262,8 @@ def _target_section(t: Target) -> list[str]:
                 ["F32 data", "every F32 argument or result is narrowed (FP16 inside the graph)"],
                 ["intermediate guard", OVERFLOW_RULE],
                 ["sentinel rule", SENTINEL_RULE],
+                ["literal edges", LITERAL_EDGE_RULE],
+                ["input edges", INPUT_EDGE_RULE],
                 ["score guard", SCORE_RULE],
             ],
         )

@@ -26,6 +26,18 @@ handling, NaN and zero signs), or its accumulation order and width in reduce_sum
 emulation accumulates those in f32 and rounds once at the end, the NPU may round partial sums
 to FP16.
 
+Where the NPU compiler puts an equation on the DPU (``poot_planner.fp16.saturation``: an add or subtract of two
+same-shape values, NCE Eltwise; a matmul, a convolution; a reduce_sum), its FP16 output goes
+through the PPE with the clamp on (npu_compiler NPU40XX ``expand_dpu_config_invariant_ppe.cpp``:
+``clampMode = PPEFpConvClampMode::ON`` for an F16 output): an overflow is +-65504, not an
+infinity, and so is an infinite result (an infinite operand). Emulation does the same. A
+reduce_sum over an axis other than the channel axis (``pooled``) is lowered by the compiler as
+AvgPool then Multiply by N (``convert_reduce_to_pooling.cpp``): emulation rounds the mean to
+FP16 (saturating, a DPU task) and then the product by N (a SHAVE Multiply: infinite on
+overflow), two roundings. Which axis the compiler takes for the channel is assumed here to be
+axis 1 of a value of rank 2 or more (NCHW's C; a rank-1 value is all channel), to be settled by the
+``npu_intel`` measurement of both axes (``packages/poot-npu/tests/test_vpu_saturation.py``).
+
 Every node added here is named ``<equation>:f16.<role>`` (``e7:f16.t``, ``e7:f16.tie.mid``).
 """
 
@@ -34,12 +46,19 @@ from __future__ import annotations
 from typing import Any, Final, TypeAlias
 
 import numpy as np
-from poot_ir.core import EXACT_ARITHMETIC, MOVEMENT, Eqn, Prim
+from poot_ir.core import EXACT_ARITHMETIC, MOVEMENT, Eqn, Prim, ReduceParams
 from poot_ir.dtypes import DType
+from poot_planner.fp16.saturation import saturates
 
 from poot_codegen.intel.quiet import opset16 as ops
 
-__all__ = ["computes_f16", "fix_subnormal_ties", "round_result", "round_to_f16"]
+__all__ = [
+    "computes_f16",
+    "fix_subnormal_ties",
+    "pooled",
+    "round_result",
+    "round_to_f16",
+]
 
 Node: TypeAlias = Any
 """An OpenVINO node or output port: openvino has no type stubs, so ``Any`` stays here."""
@@ -58,6 +77,21 @@ def computes_f16(e: Eqn, f32_is_fp16: bool = False) -> bool:
     return e.prim not in _EXACT_F16
 
 
+def pooled(e: Eqn) -> int | None:
+    """For a reduce_sum the compiler lowers as AvgPool then Multiply (an axis other than the
+    channel axis, taken to be axis 1 of a value of rank 2 or more; a rank-1 value is taken to
+    be all channel), the number of summands N; None otherwise."""
+    if e.prim is not Prim.REDUCE_SUM or not isinstance(e.params, ReduceParams):
+        return None
+    shape = e.inputs[0].type.shape
+    if len(shape) < 2 or tuple(e.params.axes) == (1,):  # a rank-1 value is all channel
+        return None
+    n = 1
+    for a in e.params.axes:
+        n *= shape[a]
+    return n
+
+
 def round_result(
     e: Eqn, xs: list[Node], out: Node, name: str, *, f32_is_fp16: bool = False
 ) -> Node:
@@ -67,7 +101,13 @@ def round_result(
     equation."""
     if not computes_f16(e, f32_is_fp16):
         return out
-    rounded = round_to_f16(out, f"{name}:f16")
+    n = pooled(e)
+    if n is not None and n > 1:  # AvgPool (a DPU task) then Multiply by N (SHAVE): two roundings
+        mean = ops.divide(out, _f32(float(n), f"{name}:f16.n"), name=f"{name}:f16.mean")
+        avg = round_to_f16(mean, f"{name}:f16.pool", saturate=True)
+        times = ops.multiply(avg, _f32(float(n), f"{name}:f16.times"), name=f"{name}:f16.x_n")
+        return round_to_f16(times, f"{name}:f16")
+    rounded = round_to_f16(out, f"{name}:f16", saturate=saturates(e))
     if e.prim is Prim.DIV:
         rounded = fix_subnormal_ties(xs[0], xs[1], out, rounded, f"{name}:f16")
     return rounded
@@ -77,8 +117,10 @@ def _f32(value: float, name: str) -> Node:
     return ops.constant(np.asarray(np.float32(value)), name=name)
 
 
-def round_to_f16(x: Node, name: str) -> Node:
-    """The f32 value ``x`` rounded to the nearest FP16 value, as ``astype(np.float16)``.
+def round_to_f16(x: Node, name: str, saturate: bool = False) -> Node:
+    """The f32 value ``x`` rounded to the nearest FP16 value, as ``astype(np.float16)``; with
+    ``saturate`` (a DPU output through the PPE clamp) a value past FP16's range, infinities
+    included, is +-65504 instead.
 
     Normal range (|x| >= 2^-14): Veltkamp's split ``t = x * 8193; t - (t - x)`` rounds to 11
     significant bits, ties to even. Subnormal range: ``round_half_even(x * 2^24) * 2^-24``
@@ -98,7 +140,10 @@ def round_to_f16(x: Node, name: str) -> Node:
     tiny = ops.less(a, c(2.0**-14, "min_normal"), name=f"{name}.is_sub")
     r = ops.select(tiny, sub, normal, name=f"{name}.finite")
     big = ops.greater_equal(a, c(65520.0, "overflow"), name=f"{name}.is_inf")
-    inf = ops.multiply(x, c(np.inf, "inf"), name=f"{name}.inf")
+    if saturate:
+        inf = ops.multiply(ops.sign(x, name=f"{name}.sign"), c(65504.0, "max"), name=f"{name}.sat")
+    else:
+        inf = ops.multiply(x, c(np.inf, "inf"), name=f"{name}.inf")
     return ops.select(big, inf, r, name=f"{name}.out")
 
 

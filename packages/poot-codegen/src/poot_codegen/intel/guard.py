@@ -4,8 +4,12 @@
 from each guarded value as the graph holds it (FP16 on the NPU; on the stand-in the f32 value
 already rounded to FP16 by ``intel.f16``, so infinities appear where the NPU's would):
 
-- ``OVERFLOW``: set when an element is not within +-65504 (infinite or NaN: ``abs(v) <= 65504``
-  is false for both); with ``fresh``, only where every operand element is finite (an
+- ``OVERFLOW``: set when an element is not within +-65504 (infinite or NaN); for a DPU task
+  (``poot_planner.fp16.saturation``: an equal-shape add or subtract, a matmul, a reduce_sum)
+  also at +-65504 itself (``abs(v) <= 65472``, the largest FP16 value below it), which is what
+  the NPU's DPU gives for an overflow, its PPE clamping FP16 outputs (an exact value in
+  [65488, 65520) is refused with it), unless an operand of an add or subtract is at +-65504
+  there already (a sentinel carried); with ``fresh``, only where every operand element is finite (an
   elementwise equation), or when every operand is finite everywhere (a reduce_sum or matmul).
 - ``SENTINEL``: set when an element is not at or beyond 65504 on the sentinel's side.
 - ``SCORE``: set when an element is not within +-``SCORE_BOUND`` (beyond it, or NaN): the
@@ -30,6 +34,7 @@ import numpy as np
 from poot_ir import CodegenError, DType, Eqn, Prim, Program, Var
 from poot_planner.fp16.checks import GuardKind, RangeCheck
 from poot_planner.fp16.prelude import SCORE_BOUND
+from poot_planner.fp16.saturation import saturates
 
 from poot_codegen.intel.quiet import opset16 as ops
 
@@ -39,6 +44,8 @@ Node: TypeAlias = Any
 
 GUARD_PREFIX: Final = "poot:guard:"
 _FP16_MAX: Final = 65504.0
+#: the largest FP16 value below 65504: a checked value must be at most this (``OVERFLOW``)
+_BELOW_SATURATION: Final = 65472.0
 
 
 def clamped_divisors(program: Program) -> list[tuple[str, Var]]:
@@ -85,15 +92,15 @@ def _all(x: Node, name: str) -> Node:
     return ops.reduce_logical_and(_flat(x, f"{name}.flat"), axis, False, name=name)
 
 
-def _finite(x: Node, carrier: type, name: str) -> Node:
+def _finite(x: Node, carrier: type, name: str, top: float = _FP16_MAX) -> Node:
     # a node or one of its outputs. Only float values are guarded (fp16.checks); a guard on
     # anything else means its equation index names another equation than the one lowered (as
     # when guards of the source were applied to its legalized program): refuse, never guess
     kind = x.get_element_type() if hasattr(x, "get_element_type") else x.get_output_element_type(0)
     if not kind.is_real():
         raise CodegenError(f"openvino guard {name}: a check of a {kind} value, not a float one")
-    top = ops.constant(np.array(_FP16_MAX, carrier), name=f"{name}.max")
-    return ops.less_equal(ops.abs(x, name=f"{name}.abs"), top, name=name)
+    edge = ops.constant(np.array(top, carrier), name=f"{name}.max")
+    return ops.less_equal(ops.abs(x, name=f"{name}.abs"), edge, name=name)
 
 
 def _flag(g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node], carrier: type, name: str) -> Node:
@@ -106,7 +113,18 @@ def _flag(g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node], carrier: type, n
         fn = ops.greater_equal if g.side > 0 else ops.less_equal
         ok = fn(out, edge, name=f"{name}.dominated")
     else:
-        ok = _finite(out, carrier, f"{name}.finite")
+        # from a DPU task, 65504 itself is a saturated overflow (the PPE clamp), unless an
+        # operand is already at +-65504 there (a sentinel carried: -65504 + 0); an operand is
+        # inherited only where it is infinite or NaN
+        strict = saturates(e)
+        ok = _finite(out, carrier, f"{name}.finite", _BELOW_SATURATION if strict else _FP16_MAX)
+        if strict and e.prim.is_binary:
+            edge = ops.constant(np.array(_FP16_MAX, carrier), name=f"{name}.edge")
+            for k, a in enumerate(e.inputs):
+                if isinstance(a, Var):
+                    held = ops.abs(xs[k], name=f"{name}.held{k}.abs")
+                    at = ops.greater_equal(held, edge, name=f"{name}.held{k}")
+                    ok = ops.logical_or(ok, at, name=f"{name}.carried{k}")
         if g.fresh:
             # float operands only: a select's predicate is boolean (no infinity to inherit)
             var_ins = [

@@ -75,7 +75,11 @@ SENTINEL_RULE = (
 OVERFLOW_RULE = (
     "Every narrowed equation that computes new values and feeds another equation returns, "
     "inside the graph, a flag set when its FP16 value is infinite or NaN (where its operands "
-    "are finite); the device checks the flags after every run and refuses the step "
+    "are finite), and for an equal-shape add or subtract, a matmul or a reduce_sum also at "
+    "magnitude 65504 (the NPU's DPU saturates their overflow to +-65504), unless an add's "
+    "operand is at 65504 already (a sentinel carried); a narrowed F32 result such an equation "
+    "made is held below 65504 on the host for the same reason (unless it adds a sentinel's "
+    "product); the device checks the flags after every run and refuses the step "
     "(NarrowingRangeIntermediate, naming the equation) before any state changes. An add, "
     "subtract or multiply of finite operands that is only ordered (neg, max, min) until it is "
     "clamped between literals inside FP16's range or compared with one is not flagged: its "

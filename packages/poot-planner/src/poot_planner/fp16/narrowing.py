@@ -16,6 +16,13 @@ The literal rules (``literal_refusals``), exactly as the specification states th
 - an infinite literal of an add or subtract is a sentinel like a finite one beyond the range
   (the NPU compiler clamps an infinite splat constant to +-65504 anyway, ``splat_refusals``);
   elsewhere it is refused, and so is a NaN literal;
+- a non-zero finite F32 literal FP16 flushes to zero (of magnitude at most half FP16's smallest
+  subnormal, 2^-25) is refused (``NARROWING_RANGE``, "flushes to zero"): ``ge x 1e-30`` would
+  be ``ge x 0``, true at x = 0;
+- a literal a comparison reads that FP16 does not hold exactly is refused (``NARROWING_RANGE``,
+  "compared"): the FP16 value it rounds to is indistinguishable from it on the device, so an
+  operand equal to that value compares otherwise than in F32 (``ge x 0.1`` at x = 0.0999755859375,
+  FP16's 0.1);
 - an integer converted to a float is refused (``INTEGER_TO_FLOAT``: FP16 holds integers
   exactly only up to 2048), and a convert through BF16 or to an integer is unsupported.
 """
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from poot_ir import (
     Arg,
     Atom,
@@ -47,6 +55,8 @@ from poot_planner.refusal import Refusal, RefusalKind
 
 __all__ = [
     "ARITHMETIC",
+    "INPUT_EDGE_RULE",
+    "LITERAL_EDGE_RULE",
     "intermediate_guards",
     "literal_refusals",
     "narrow_to_device_precision",
@@ -54,6 +64,23 @@ __all__ = [
     "operating_dtype",
     "splat_refusals",
 ]
+
+LITERAL_EDGE_RULE = (
+    "A non-zero F32 literal FP16 flushes to zero (magnitude at most 2^-25, half its smallest "
+    "subnormal), and a literal a comparison reads that FP16 does not hold exactly (an operand "
+    "equal to its FP16 rounding would compare otherwise than in F32: ge x 1e-30 is true at "
+    "x = 0 in FP16), are refused when planning (narrowing range, naming the literal, its FP16 "
+    "value and why)."
+)
+
+INPUT_EDGE_RULE = (
+    "An F32 input, weight or state that sqrt or log reads, with an element whose FP16 rounding "
+    "crosses the function's domain edge at 0 (a negative of magnitude at most 2^-25 before "
+    "sqrt: NaN in F32, -0 in FP16; a positive of magnitude at most 2^-25 before log: finite in "
+    "F32, -inf in FP16), is refused before the run (DomainError naming the element and what "
+    "FP16 rounds it to); the contract is not restated for the rounded input. Weights are "
+    "checked when bound, states when set and after every step, inputs before every step."
+)
 
 #: Primitives that compute values (everything but data movement, converts and ``iota``).
 ARITHMETIC = frozenset(Prim) - MOVEMENT - {Prim.CONVERT, Prim.IOTA}
@@ -108,6 +135,8 @@ def literal_refusals(program: Program, contract: NarrowingContract) -> list[Refu
                 )
             elif math.isinf(v) and e.prim not in _ADDITIVE:
                 out.append(_infinite_literal(i, e.prim.value, v))
+            elif (moved := _moved_literal(e.prim, v, limit)) is not None:
+                out.append(Refusal(RefusalKind.NARROWING_RANGE, i, e.prim.value, moved))
             elif math.isfinite(v) and abs(v) > limit and e.prim not in _ADDITIVE:
                 out.append(
                     Refusal(
@@ -123,6 +152,22 @@ def literal_refusals(program: Program, contract: NarrowingContract) -> list[Refu
                 )
     out.extend(analyse(program, limit).refusals)  # the sentinel rule (fp16.checks)
     return out
+
+
+def _moved_literal(
+    prim: Prim, v: float, limit: float
+) -> tuple[tuple[str, str | int | float], ...] | None:
+    """The facts refusing a finite literal within range that FP16 flushes to zero, or that a
+    comparison reads and FP16 moves; None for a literal FP16 carries."""
+    if not math.isfinite(v) or abs(v) > limit:
+        return None
+    held = float(np.float16(v))
+    if v != 0.0 and held == 0.0:
+        return (("literal", repr(v)), ("fp16", 0.0), ("use", "flushes to zero in FP16"))
+    if prim in COMPARISONS and held != v:
+        use = "compared: indistinguishable in FP16 from its rounding"
+        return (("literal", repr(v)), ("fp16", held), ("use", use))
+    return None
 
 
 def _infinite_literal(i: int, prim: str, v: float) -> Refusal:

@@ -4,6 +4,8 @@ An ``IDENTITY`` rule is its steps' contracts: exact when every step is bit exact
 approximate step's contract when it is the last step (nothing after it to amplify it); any
 other chain has no derived bound and is not rewritten.
 
+A ``PIECEWISE`` rule (erf, tanh) is derived on each of its pieces alone (``_piecewise``).
+
 An ``APPROXIMATION`` rule gets an absolute bound over its domain by interval analysis of its
 steps, as the XDNA2 RMSNorm bound is derived in ``poot_planner.xdna2.rowfusion``, but absolute:
 
@@ -38,7 +40,7 @@ from poot_ir.numerics import (
 
 from poot_planner.emit import Emit
 from poot_planner.legalize import logarithm
-from poot_planner.legalize.intervals import Enclosure, chain_error, chain_value
+from poot_planner.legalize.intervals import Enclosure, chain_error, chain_value, device_value
 from poot_planner.legalize.rules import Numerics, Rule
 from poot_planner.target import Target
 
@@ -105,6 +107,13 @@ def derive(rule: Rule, eqns: list[Eqn], target: Target, dtype: DType) -> Derivat
             return _MEMO[key]
         case Numerics.SCALED_SUM:
             return _scaled_sum(eqns, target, device)
+        case Numerics.PIECEWISE:
+            # the pieces are the rule's (emitted here in F32, so each literal's rounding to the
+            # device dtype is counted against its exact value), not the chain's
+            key = (rule, target, device, ())
+            if key not in _MEMO:
+                _MEMO[key] = _piecewise(rule, target, device)
+            return _MEMO[key]
         case Numerics.APPROXIMATION:
             # the chain of an approximation does not depend on the shape it runs at, so its
             # analysis (some thousands of interval steps) is made once per rule, target and chain
@@ -239,6 +248,62 @@ def _relative(
         err = got.err + rule.approximation * got.mag
         smallest = 0.0 if got.lo <= 0.0 <= got.hi else min(abs(got.lo), abs(got.hi))
         smallest /= 1.0 + rule.approximation
+        if smallest >= _NORMAL_F16:
+            rel = max(rel, err / smallest)
+        else:
+            at_tiny = max(at_tiny, err)
+    return Derivation(AbsRel(at_tiny, rel))
+
+
+# -- a piecewise approximation: erf, tanh -----------------------------------------------------
+
+
+def _quarter_binades(lo: float, hi: float) -> list[tuple[float, float]]:
+    """``[lo, hi]`` cut at ``lo 2^(k/4)``: a piece's largest value is 1.19 times its smallest,
+    so an error relative to the largest is nearly relative to every value of the piece."""
+    cuts = [lo]
+    while cuts[-1] * 2.0**0.25 < hi:
+        cuts.append(cuts[-1] * 2.0**0.25)
+    cuts.append(hi)
+    return list(itertools.pairwise(cuts))
+
+
+def _piecewise(rule: Rule, target: Target, device: DType) -> Derivation:
+    """``AbsRel(abs, rel)`` of an odd function's two pieces (``poot_planner.legalize.odd``),
+    each analysed alone on the magnitudes it serves (the mask choosing it is exact, and so is
+    the product by the sign): the series on ``{0}`` and quarter binades of ``[2^-24, T]``, the
+    formula on slices of 1/8 of ``[T, top]``, the clamp beyond ``top`` as ``top`` plus
+    ``1 - f(top)``. Each piece's error against the exact function is the device's (the interval
+    analysis) plus the series' remainder or the formula's error; ``rel`` is the largest error
+    over the smallest exact value of a piece whose values are FP16-normal, ``abs`` the largest
+    error of the pieces below."""
+    odd = rule.piecewise
+    unit = _UNIT.get(device)
+    if odd is None or unit is None:
+        return Derivation(None, f"no piecewise analysis of {rule.name} on {device.value}")
+    limit = target.narrowing.max_magnitude if target.narrowing is not None else 3.4028234e38
+    small, big = Emit(1, DType.F32), Emit(1, DType.F32)
+    a = Var(0, TensorType((), DType.F32))
+    odd.series(small, a)
+    odd.formula(big, a)
+    threshold = device_value(odd.threshold, device)
+    slices = math.ceil((odd.top - threshold) * 8)
+    cuts = [threshold + (odd.top - threshold) * q / slices for q in range(slices + 1)]
+    tiny = 2.0**-24 if device is DType.F16 else 2.0**-149
+    work: list[tuple[list[Eqn], float, float, float]] = [(small.eqns, 0.0, 0.0, 0.0)]
+    work += [
+        (small.eqns, lo, hi, odd.remainder(hi)) for lo, hi in _quarter_binades(tiny, threshold)
+    ]
+    work += [(big.eqns, lo, hi, odd.formula_error) for lo, hi in itertools.pairwise(cuts)]
+    rel, at_tiny = 0.0, 0.0
+    for eqns, lo, hi, formula in work:
+        got = chain_value(eqns, target, device, unit, limit, Enclosure(lo, hi, 0.0))
+        if isinstance(got, str):
+            return Derivation(None, got)
+        err = got.err + formula
+        if hi == odd.top:  # past the clamp: the value at top, the function nearer 1
+            err += 1.0 - odd.exact(odd.top)
+        smallest = odd.exact(lo)
         if smallest >= _NORMAL_F16:
             rel = max(rel, err / smallest)
         else:

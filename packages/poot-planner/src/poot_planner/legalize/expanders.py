@@ -18,7 +18,6 @@ from poot_planner.legalize.steps import (
     multiplicand,
     predicate_and_literal,
     sigmoid_operand,
-    sign,
 )
 
 __all__ = [
@@ -26,7 +25,6 @@ __all__ = [
     "expand_convert",
     "expand_counter_convert",
     "expand_eq",
-    "expand_erf",
     "expand_gt",
     "expand_integer_compare",
     "expand_mask_scale",
@@ -36,43 +34,7 @@ __all__ = [
     "expand_scaled_sum",
     "expand_select",
     "expand_sigmoid_select",
-    "expand_tanh",
 ]
-
-
-def expand_tanh(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
-    # tanh(x) = sign(x) (1 - exp(-2|x|)) / (1 + exp(-2|x|)), |x| clamped at 9 (tanh(9) rounds
-    # to 1 in F32, and -2 * 9 keeps exp in range)
-    (x,) = e.inputs
-    if not isinstance(x, Var) or not em.dtype.is_float:
-        return False
-    c = em.clamp(x, -9.0, 9.0)
-    g = em.exp(em.mul(em.abs(c), -2.0))
-    em.mul(sign(em, c), em.div(em.sub(1.0, g), em.add(1.0, g)), out=e.out)
-    return True
-
-
-# Abramowitz and Stegun, Handbook of Mathematical Functions (1964), 7.1.26: for x >= 0,
-# erf(x) = 1 - (a1 t + a2 t^2 + a3 t^3 + a4 t^4 + a5 t^5) exp(-x^2) + eps, t = 1 / (1 + p x),
-# |eps| <= 1.5e-7.
-_AS_P = 0.3275911
-_AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
-
-
-def expand_erf(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
-    (x,) = e.inputs
-    if not isinstance(x, Var) or not em.dtype.is_float:
-        return False
-    c = em.clamp(x, -4.0, 4.0)  # 1 - erf(4) = 1.5e-8
-    a = em.abs(c)
-    t = em.div(1.0, em.add(em.mul(a, _AS_P), 1.0))
-    poly: Var = em.mul(t, _AS_A[-1])
-    for k in reversed(_AS_A[:-1]):
-        poly = em.mul(em.add(poly, k), t)
-    g = em.exp(em.neg(em.mul(a, a)))
-    magnitude = em.sub(1.0, em.mul(poly, g))
-    em.mul(sign(em, c), magnitude, out=e.out)
-    return True
 
 
 def expand_sigmoid_select(em: Emit, e: Eqn, ctx: RuleContext) -> bool:

@@ -26,6 +26,9 @@ from poot_planner.target import Target
 
 __all__ = ["Enclosure", "chain_error", "chain_value", "device_value"]
 
+#: half the smallest subnormal: the most one rounding moves a value below the normal range
+_HALF_TINY = {DType.F16: 2.0**-25, DType.BF16: 2.0**-134, DType.F32: 2.0**-150}
+
 
 @dataclass(frozen=True, slots=True)
 class Enclosure:
@@ -103,7 +106,9 @@ def chain_value(
             continue
         exact = _exact_scaling(e) or _exact_point(got, ins, device) or _adds_zero(e.prim, ins)
         if e.prim in COMPUTING and not exact:  # the rest of ``_step``'s moves or chooses
-            own += unit * (got.mag + got.err)
+            # one rounding: relative in the normal range, at most half the smallest subnormal
+            # below it (where the spacing is that subnormal's, whatever the value)
+            own += max(unit * (got.mag + got.err), _HALF_TINY.get(device, 0.0))
         y = Enclosure(got.lo, got.hi, got.err + own)
         if not y.mag + y.err <= limit:
             return f"{e.prim.value}: a value past {limit:g}"

@@ -12,6 +12,9 @@ expander that emits the equations) and its numerics:
 - ``REDUCED``: an exact range reduction, then a short series (``poot_planner.legalize.logarithm``): the
   bound is derived on the series alone, over the reduced argument's pieces, and is relative;
   the running error analysis carries the rewrite as one step under that bound.
+- ``PIECEWISE``: an odd function as a short series below a threshold and a formula above it,
+  the piece chosen by an exact mask (``poot_planner.legalize.odd``): the bound is derived on
+  each piece alone and is relative plus absolute (relative where the value is FP16-normal).
 - ``SENTINEL``: the specification's mask-sentinel rule carried to a product: a mask value too
   large for FP16 saturates to the sentinel (+-65504), which is all an additive mask needs.
 - ``SCALED_SUM``: a range rewrite, made where the equation is admitted too (``admitted_too``):
@@ -48,7 +51,6 @@ from poot_planner.legalize.expanders import (
     expand_convert,
     expand_counter_convert,
     expand_eq,
-    expand_erf,
     expand_gt,
     expand_integer_compare,
     expand_mask_scale,
@@ -58,7 +60,6 @@ from poot_planner.legalize.expanders import (
     expand_scaled_sum,
     expand_select,
     expand_sigmoid_select,
-    expand_tanh,
 )
 from poot_planner.legalize.logarithm import (
     SOFTPLUS_REMAINDER,
@@ -66,6 +67,7 @@ from poot_planner.legalize.logarithm import (
     expand_log,
     expand_softplus,
 )
+from poot_planner.legalize.odd import ERF, TANH, OddFunction, expand_erf, expand_tanh
 
 __all__ = ["RULES", "Numerics", "Rule", "RuleContext", "rules_for"]
 
@@ -76,6 +78,7 @@ class Numerics(Enum):
     SENTINEL = "saturated sentinel"
     REDUCED = "range-reduced approximation"
     SCALED_SUM = "power-of-two scale moved into the sum"
+    PIECEWISE = "piecewise approximation"
 
 
 #: Emits the decomposition of the equation (its last step writing the equation's output) and
@@ -93,7 +96,12 @@ class Rule:
     expand: Expander
     #: error of the formula in exact arithmetic over its whole domain (APPROXIMATION only);
     #: relative to the function's value when ``relative``, whose derived bound is then fitted
-    #: as absolute plus relative (``poot_planner.legalize.bounds``)
+    #: as absolute plus relative (``poot_planner.legalize.bounds``). For a PIECEWISE rule, the
+    #: whole rewrite's worst error in the device dtype, absolute: the running error analysis
+    #: (``poot_planner.error_bounds``) adds this figure at the rewrite's last step and does not
+    #: see the FP16 roundings of its exact steps (the series' adds and products), so it needs
+    #: them inside; the relative bound near zero is the derivation's
+    #: (``poot_planner.legalize.bounds``), checked to be inside this figure by a test
     approximation: float = 0.0
     source: str = ""
     relative: bool = False
@@ -107,32 +115,43 @@ class Rule:
     #: tried on every matching equation, admitted or not (a range rewrite: the admitted form
     #: may overflow FP16 at run time where the rewritten one does not)
     admitted_too: bool = False
+    #: the two pieces of a ``PIECEWISE`` rule (``poot_planner.legalize.odd``)
+    piecewise: OddFunction | None = None
 
 
 _I, _A, _S = Numerics.IDENTITY, Numerics.APPROXIMATION, Numerics.SENTINEL
-_R = Numerics.REDUCED
+_R, _P = Numerics.REDUCED, Numerics.PIECEWISE
 INTEL, XDNA = "intel-npu4", "xdna2"
 
 RULES: tuple[Rule, ...] = (
     Rule(
         Prim.TANH,
         INTEL,
-        "tanh via exp",
-        "sign(x) (1 - exp(-2|x|)) / (1 + exp(-2|x|)), |x| clamped at 9",
-        _A,
+        "tanh by a series near zero and exp",
+        "sign(x) m, m = a (1 - a^2/3 + 2a^4/15 - ...), ten terms, for a = |x| <= 3/4, else "
+        "(1 - exp(-2a)) / (1 + exp(-2a)), a clamped at 9 (the piece chosen by an exact 0/1 mask)",
+        _P,
         expand_tanh,
-        approximation=1e-7,  # 1 - tanh(9) = 3e-8, and sign(x) = x 2^24 below 2^-24: 6e-8
-        source="identity; clamp error 1 - tanh(9)",
+        # the whole rewrite's worst error in FP16 (its derived abs + rel at |tanh| <= 1); the
+        # series' remainder at 3/4 is 3.0e-7, 1 - tanh(9) 3e-8
+        approximation=0.0051,
+        source="Taylor series; identity; clamp error 1 - tanh(9)",
+        piecewise=TANH,
     ),
     Rule(
         Prim.ERF,
         INTEL,
-        "erf via exp (Abramowitz-Stegun 7.1.26)",
-        "sign(x) (1 - t P(t) exp(-x^2)), t = 1 / (1 + 0.3275911 |x|), |x| clamped at 4",
-        _A,
+        "erf by a series near zero and Abramowitz-Stegun 7.1.26",
+        "sign(x) m, m = 2/sqrt(pi) a (1 - a^2/3 + a^4/10 - ...), ten terms, for a = |x| <= 1, else "
+        "1 - t P(t) exp(-a^2), t = 1 / (1 + 0.3275911 a), a clamped at 4 (the piece chosen by an "
+        "exact 0/1 mask)",
+        _P,
         expand_erf,
-        approximation=4e-7,  # 1.5e-7 (A&S) + 1.5e-8 (clamp) + 2.2e-7 (sign below 2^-24)
-        source="Abramowitz and Stegun 7.1.26, |eps| <= 1.5e-7",
+        # the whole rewrite's worst error in FP16 (its derived abs + rel at |erf| <= 1); A&S's
+        # 1.5e-7, the clamp's 1.5e-8 and the series' remainder at 1 (1.5e-8) are inside it
+        approximation=0.0041,
+        source="Taylor series; Abramowitz and Stegun 7.1.26, |eps| <= 1.5e-7",
+        piecewise=ERF,
     ),
     Rule(
         Prim.LOG,

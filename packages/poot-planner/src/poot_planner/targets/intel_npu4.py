@@ -4,7 +4,15 @@ The NPU computes in FP16, so arithmetic is admitted on F16 only; an F32 program 
 target records a narrowing contract, through ``narrow_to_device_precision`` (casts to F16 on
 entry, back to F32 on exit). Contracts compare the device with the oracle's own F16 evaluation:
 bit for bit on integer-valued inputs (``IntegerValued``), within FP16 tolerance for exp, div
-and sqrt. The sign of a zero is not promised (the NPU's neg of +0 is +0). Data movement is bit
+and sqrt. The bit-for-bit rows hold where the result is inside +-65504 only: an FP16 overflow of
+a DPU task (an add or subtract of two same-shape values, a matmul, a reduce_sum) is +-65504 on
+the NPU (the PPE clamp, npu_compiler NPU40XX ``expand_dpu_config_invariant_ppe.cpp``), where
+the oracle's is infinite; a narrowed program refuses it (a value of magnitude 65504 counts as
+overflow in the in-graph guard and the host result check). A reduce_sum over an axis other than
+the channel axis is AvgPool then Multiply by N on the NPU (``convert_reduce_to_pooling.cpp``):
+two roundings, so "exact on integer-valued inputs" holds there only while the mean is an FP16
+value (the vpu-cpu stand-in rounds twice too; ``npu_intel`` measures both axes). The sign of a
+zero is not promised (the NPU's neg of +0 is +0). Data movement is bit
 exact in every width the device carries: F16, BF16, I32 and BOOL. The NPU compiler carries F32
 as FP16 (``ConvertPrecisionToFP16``), so a program with any F32 argument or result, data
 movement alone included, is narrowed and published as ``NarrowStorage`` with the range checks
@@ -25,6 +33,8 @@ _NO_ZERO_SIGN = BitExact(signed_zero=False)
 #: FP16 tolerance for the transcendental and divided results: a few FP16 ulps (2^-10 relative),
 #: plus an absolute floor at the smallest FP16 subnormal.
 FP16_TOLERANCE = AbsRel(2.0**-24, 2.0**-9)
+#: the bit-for-bit rows of a DPU task hold inside FP16's range only (past it: +-65504)
+_IN_RANGE = " inside +-65504 (a DPU overflow saturates)"
 
 
 def _op(prim: Prim, dtypes: frozenset[DType], bound: object, note: str = "") -> Capability:
@@ -40,8 +50,8 @@ TARGET = Target(
     name="intel-npu4",
     description="Intel NPU4 (Lunar Lake) through one OpenVINO IR graph and the driver's compiler",
     capabilities=(
-        _op(Prim.ADD, F16, _NO_ZERO_SIGN, "bit for bit on integer-valued inputs"),
-        _op(Prim.SUB, F16, _NO_ZERO_SIGN, "bit for bit on integer-valued inputs"),
+        _op(Prim.ADD, F16, _NO_ZERO_SIGN, f"bit for bit on integer-valued inputs{_IN_RANGE}"),
+        _op(Prim.SUB, F16, _NO_ZERO_SIGN, f"bit for bit on integer-valued inputs{_IN_RANGE}"),
         _op(Prim.MUL, F16, _NO_ZERO_SIGN, "bit for bit on integer-valued inputs"),
         _op(Prim.MAX, F16, _NO_ZERO_SIGN),
         _op(Prim.GE, F16, _NO_ZERO_SIGN),
@@ -50,15 +60,20 @@ TARGET = Target(
         _op(Prim.SQRT, F16, FP16_TOLERANCE),
         _op(Prim.EXP, F16, FP16_TOLERANCE),
         _op(
-            Prim.REDUCE_SUM, F16, _NO_ZERO_SIGN, "rows and columns; exact on integer-valued inputs"
+            Prim.REDUCE_SUM,
+            F16,
+            _NO_ZERO_SIGN,
+            f"rows and columns; exact on integer-valued inputs{_IN_RANGE} (over a non-channel "
+            "axis: while the mean is an FP16 value, AvgPool then x N)",
         ),
         _op(Prim.REDUCE_MAX, F16, _NO_ZERO_SIGN, "rows and columns"),
-        _op(Prim.MATMUL, F16, _NO_ZERO_SIGN, "exact on small integer-valued inputs"),
+        _op(Prim.MATMUL, F16, _NO_ZERO_SIGN, f"exact on small integer-valued inputs{_IN_RANGE}"),
         _op(
             Prim.CONV,
             F16,
             _NO_ZERO_SIGN,
-            "(Group)Convolution-1, FP32 accumulation rounded once; no lhs dilation or cropping",
+            f"(Group)Convolution-1, FP32 accumulation rounded once{_IN_RANGE}; no lhs dilation "
+            "or cropping",
         ),
         _op(
             Prim.REDUCE_WINDOW_MAX,
@@ -70,7 +85,7 @@ TARGET = Target(
             Prim.REDUCE_WINDOW_SUM,
             F16,
             _NO_ZERO_SIGN,
-            "GroupConvolution-1 of ones (depthwise: FP32 accumulation rounded once)",
+            f"GroupConvolution-1 of ones (depthwise: FP32 accumulation rounded once){_IN_RANGE}",
         ),
         _op(Prim.CONVERT, frozenset({DType.F32, DType.F16}), BitExact(), "F32 <-> F16 only"),
         _move(Prim.GATHER),

@@ -1,0 +1,153 @@
+"""Saturation seen (issue 24 item 4): on the NPU an FP16 overflow of a DPU task (equal-shape add
+and subtract, matmul, reduce_sum) is +-65504, the PPE clamp, not infinity; so a value of
+magnitude 65504 counts as overflow in the in-graph guard and in the host result check, and
+``(a + c) * 0.5`` at a = c = 40000 is refused typed instead of returning 32752.
+
+On vpu-cpu (the stand-in saturates as the DPU does) and, marked ``npu_intel``, on the NPU
+itself (skipped with "hardware unavailable" without one): an overflowing add, matmul and
+reduce_sum over each axis refused with ``NarrowingRangeIntermediate``; and the reduce_sum over
+both axes measured on values where one FP16 rounding and AvgPool-then-Multiply's two differ, so
+the first hardware run says which the compiler does on each axis."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from poot_engine import Engine
+from poot_ir import (
+    Builder,
+    DType,
+    NarrowingRangeIntermediate,
+    NarrowingRangeResult,
+    Program,
+)
+from poot_npu import VpuDevice
+
+F32 = DType.F32
+
+
+def _param(device: str) -> Any:
+    return pytest.param(device, marks=pytest.mark.npu_intel) if device == "NPU" else device
+
+
+@pytest.fixture(params=[_param("CPU"), _param("NPU")])
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
+    why = VpuDevice.probe(request.param)
+    if why is not None:
+        pytest.skip(f"hardware unavailable: {why}")
+    with Engine(VpuDevice(request.param), tmp_path / "cache") as e:
+        yield e
+
+
+def _halved(kind: str) -> Program:
+    """``kind``'s overflow, read by a multiply (so the in-graph guard checks it; by 0.75, not
+    a power of two, which legalization would move into a sum)."""
+    b = Builder(f"halved_{kind}")
+    a = b.slot("a", F32, (4, 8))
+    match kind:
+        case "add":
+            y = b.add(a, b.slot("c", F32, (4, 8)))
+        case "matmul":
+            y = b.matmul(a, b.slot("m", F32, (8, 4)))
+        case "rows":
+            y = b.reduce_sum(a, 1)
+        case _:
+            y = b.reduce_sum(a, 0)
+    b.output("y", b.mul(y, 0.75))
+    return b.build()
+
+
+_INPUTS = {
+    "add": {"a": 40000.0, "c": 40000.0},
+    "matmul": {"a": 10000.0, "m": 1.0},
+    "rows": {"a": 10000.0},
+    "cols": {"a": 20000.0},
+}
+
+
+@pytest.mark.parametrize("kind", list(_INPUTS))
+def test_an_overflow_the_dpu_saturates_is_refused(engine: Engine, kind: str) -> None:
+    program = _halved(kind)
+    entry = engine.add_entry(program)
+    shapes = {a.name: a.var.shape for a in program.args}
+    ins = {k: np.full(shapes[k], v, np.float32) for k, v in _INPUTS[kind].items()}
+    with pytest.raises(NarrowingRangeIntermediate):
+        engine.step(entry, ins)
+
+
+def test_65504_itself_is_taken_for_a_saturated_overflow(engine: Engine) -> None:
+    # an exact 65504 cannot be told from a saturated overflow: refused in the graph (a value
+    # another equation reads) and on the host (a result); before, both were returned
+    entry = engine.add_entry(_halved("add"))
+    at = {"a": np.full((4, 8), 32752.0, np.float32), "c": np.full((4, 8), 32752.0, np.float32)}
+    with pytest.raises(NarrowingRangeIntermediate):
+        engine.step(entry, at)
+
+
+def test_a_matmul_result_of_65504_is_refused_on_the_host(engine: Engine) -> None:
+    # the host holds a matmul's or reduce_sum's result below 65504 (not an add's: the host
+    # cannot tell a saturation from a mask sentinel carried through a select)
+    b = Builder("product")
+    b.output("y", b.matmul(b.slot("a", F32, (4, 8)), b.slot("m", F32, (8, 4))))
+    entry = engine.add_entry(b.build())
+    ones = np.ones((8, 4), np.float32)
+    with pytest.raises(NarrowingRangeResult):
+        engine.step(entry, {"a": np.full((4, 8), 8188.0, np.float32), "m": ones})  # 65504
+    got = engine.step(entry, {"a": np.full((4, 8), 8184.0, np.float32), "m": ones})["y"]
+    assert np.all(got == 65472.0)  # the largest FP16 below 65504
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_reduce_sum_rounding_on_each_axis(engine: Engine, axis: int, record_property: Any) -> None:
+    """Measured: one FP16 rounding of the sum, or AvgPool's mean rounded then times N rounded
+    again. The stand-in assumes axis 1 is the channel (one rounding) and axis 0 pooled (two);
+    on the NPU either is accepted and the answer recorded (``rounding``)."""
+    b = Builder(f"sum_{axis}")
+    x = b.slot("x", DType.F16, (3, 3))
+    b.output("y", b.reduce_sum(x, axis))
+    entry = engine.add_entry(b.build())
+    col = np.array([1656.0, 1515.0, 1387.0])
+    xs = (col[:, None] * np.ones(3) if axis == 0 else col[None, :] * np.ones((3, 1))).astype(
+        np.float16
+    )
+    got = engine.step(entry, {"x": xs})["y"].astype(np.float64)
+    sums = xs.astype(np.float64).sum(axis=axis)
+    once = sums.astype(np.float16).astype(np.float64)
+    twice = (sums / 3).astype(np.float16).astype(np.float64) * 3
+    twice = twice.astype(np.float16).astype(np.float64)
+    assert not np.array_equal(once, twice)  # the values tell the two apart
+    found = "once" if np.array_equal(got, once) else "twice" if np.array_equal(got, twice) else ""
+    assert found, (got, once, twice)
+    record_property("rounding", found)
+    device = engine.device
+    if isinstance(device, VpuDevice) and device.stand_in:
+        assert found == ("twice" if axis == 0 else "once")
+
+
+@pytest.mark.parametrize("kind", ["add", "conv"])
+def test_an_f16_programs_saturated_result_is_refused(engine: Engine, kind: str) -> None:
+    """A program written in F16 meets the same clamp: its DPU result at 65504 (an add of two
+    40000s, a convolution whose sum overflows) is refused on the host, typed, where the oracle's
+    overflow is an infinity (it came back as 65504, unflagged)."""
+    f16 = DType.F16
+    b = Builder(f"f16_{kind}")
+    a = b.slot("a", f16, (1, 1, 4, 4))
+    if kind == "add":
+        y = b.add(a, b.slot("c", f16, (1, 1, 4, 4)))
+        feed = {"a": np.full((1, 1, 4, 4), 40000, np.float16)}
+        feed["c"] = feed["a"].copy()
+    else:
+        y = b.conv(a, b.slot("k", f16, (1, 1, 2, 2)))
+        feed = {
+            "a": np.full((1, 1, 4, 4), 30000, np.float16),
+            "k": np.ones((1, 1, 2, 2), np.float16),
+        }
+    b.output("y", y)
+    entry = engine.add_entry(b.build())
+    with pytest.raises(NarrowingRangeResult) as err:
+        engine.step(entry, feed)
+    assert err.value.argument == "y" and abs(err.value.value) == 65504.0
