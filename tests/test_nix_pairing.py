@@ -6,12 +6,10 @@ installed: ``nox -s nix`` installs Debian's nix-bin under CI), and the check's v
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import tomllib
 from pathlib import Path
@@ -19,6 +17,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from tool_scripts import load_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 INTEL = json.loads((ROOT / "nix" / "intel-npu.json").read_text())
@@ -26,12 +25,7 @@ RELEASE = "1.38.0"
 
 
 def _check_nix() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_nix", ROOT / "tools" / "check_nix.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["check_nix"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("check_nix")
 
 
 def test_the_driver_and_the_compiler_are_one_release() -> None:

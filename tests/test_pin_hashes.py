@@ -6,27 +6,21 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tool_scripts import load_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("pin_hashes", ROOT / "tools" / "pin_hashes.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["pin_hashes"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("pin_hashes")
 
 
 def _copy(root: Path, tool: ModuleType) -> None:

@@ -4,26 +4,20 @@ without Nix; ``nox -s nix`` also compares what Nix evaluates), and the placehold
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 import tomllib
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 from poot_codegen.xdna.toolchain import MANIFEST_PATH, load_manifest, manifest
+from tool_scripts import load_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _check_nix() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_nix", ROOT / "tools" / "check_nix.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["check_nix"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("check_nix")
 
 
 @pytest.fixture
