@@ -175,3 +175,37 @@ def test_the_tag_never_replaces_a_file_that_appeared(
         BlobCache(d)
     assert (d / "CACHEDIR.TAG").read_bytes() == b"the user's, written just now"
     assert sorted(p.name for p in d.iterdir()) == ["CACHEDIR.TAG"]
+
+
+def test_a_tag_being_published_by_another_poot_is_waited_for(tmp_path: Path) -> None:
+    """The race CI met: one process adopted the empty directory and wrote its tag's temporary
+    file; the others must wait for the tag, not move to ``D/poot``."""
+    import threading
+
+    tmp_path.chmod(0o700)
+    temp = tmp_path / f"{TEMP_PREFIX}{'ab' * 8}"
+    temp.write_bytes(TAG)
+    temp.chmod(0o600)
+
+    def publish() -> None:
+        os.link(temp, tmp_path / "CACHEDIR.TAG")
+        temp.unlink()
+
+    timer = threading.Timer(0.05, publish)
+    timer.start()
+    try:
+        assert cache_root(tmp_path, create=True) == tmp_path
+    finally:
+        timer.join()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["CACHEDIR.TAG"]
+
+
+def test_a_tag_that_never_comes_is_waited_for_boundedly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cache_root_module, "_TAG_WAIT_SECONDS", 0.05)
+    tmp_path.chmod(0o700)
+    stale = tmp_path / f"{TEMP_PREFIX}{'cd' * 8}"
+    stale.write_bytes(b"half a tag")
+    assert cache_root(tmp_path, create=True) == tmp_path / "poot"
+    assert stale.read_bytes() == b"half a tag"

@@ -9,7 +9,9 @@ whose second line names poot, written when poot created the directory. For a nam
 - ``D`` does not exist: poot creates it ``0700`` and tags it (only when writing).
 - ``D`` is ours, owner-only and empty (a fresh ``mkdtemp``): the cache is ``D``, tagged when
   first written. The tag is published without replacing anything: a file that appeared under
-  its name meanwhile is kept and the directory refused.
+  its name meanwhile is kept and the directory refused. Another poot publishing that tag
+  right now (the directory holds only poot's temporary files) is waited for, two seconds at
+  most, so processes first using one directory together share it.
 - anything else (a directory holding any file at all, whatever its name, readable by others,
   or owned by someone else): the cache is poot's own subdirectory ``D/poot``, created ``0700``
   and tagged; if ``D/poot`` exists it must be poot's, ours and owner-only, else refused. A
@@ -34,6 +36,7 @@ import os
 import re
 import secrets
 import stat
+import time
 from pathlib import Path
 
 from poot_ir import CacheError
@@ -110,6 +113,9 @@ def cache_root(named: Path | str | None, *, create: bool) -> Path:
         if create:
             _write_tag(base)
         return base
+    if _tag_in_flight(base):
+        _trusted(base, st)
+        return base
     sub = base / SUBDIR
     sub_st = _lstat(sub)
     if sub_st is None:
@@ -172,6 +178,33 @@ def _adoptable(path: Path, st: os.stat_result) -> bool:
         return not os.listdir(path)
     except OSError:
         return False
+
+
+#: How long a directory holding nothing but a tag being published is watched for the tag.
+_TAG_WAIT_SECONDS = 2.0
+
+
+def _tag_in_flight(path: Path) -> bool:
+    """Whether another poot is tagging ``path`` right now: it was adopted empty, and all it
+    holds is poot's temporary files (the tag's, written before it is linked into place) and
+    perhaps the tag itself. Wait, bounded, for the tag to appear whole. Four processes first
+    using one fresh directory each saw the others' tag temporary file and went to ``D/poot``
+    (CI, stop 22). Nothing is adopted for its names: only the tag, once there, decides."""
+    deadline = time.monotonic() + _TAG_WAIT_SECONDS
+    delay = 0.001
+    while True:
+        if tagged(path):
+            return True
+        try:
+            names = os.listdir(path)
+        except OSError:
+            return False
+        if not names or not all(n == TAG_NAME or is_temp_name(n) for n in names):
+            return False
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 def _create(path: Path) -> Path:
