@@ -5,8 +5,8 @@ arithmetic ONNX Runtime's CPU kernels use (onnxruntime/core/providers/cpu/ml/*.c
 is what a converted pipeline is checked against:
 
 - ``Normalizer`` divides each row by its maximum (``MAX``: the largest value, not the largest
-  magnitude), the sum of magnitudes (``L1``) or the root of the sum of squares (``L2``); a row
-  whose norm is 0 is passed through unchanged.
+  magnitude) or the sum of magnitudes (``L1``), or (``L2``) takes ``sign(x) * sqrt(x^2 / s)``
+  with ``s`` the sum of squares; a row whose norm is 0 is passed through unchanged.
 - ``LinearClassifier`` with one target and two class labels scores ``[1 - p, p]`` where ``p`` is
   the raw score (``NONE``, and ``SOFTMAX``, which a single column leaves alone) or its logistic
   (``LOGISTIC``); its label is the second class where the raw score is above 0. With several
@@ -111,7 +111,15 @@ def _normalizer(lo: Lowering, n: Node) -> None:
         case "L1":
             d = b.reduce_sum(b.abs(x), 1)
         case "L2":
-            d = b.sqrt(b.reduce_sum(b.mul(x, x), 1))
+            # ORT's NormalizeL2: sign(x) * sqrt(x^2 / sum(x^2)), not x / sqrt(sum(x^2)); the two
+            # differ where the squares overflow (ORT's NaN, kept).
+            sq = b.mul(x, x)
+            ss = b.reduce_sum(sq, 1)
+            safe, zero = _safe_divisor(lo, ss)
+            r = b.sqrt(b.div(sq, _per_row(lo, safe, x, 1)))
+            signed = b.select(b.ge(x, 0.0), r, b.neg(r))
+            lo.set(0, b.select(_per_row(lo, zero, x, 1), x, signed))
+            return
         case _:
             raise lo.fail("attribute", f"norm {norm!r}; ONNX defines MAX, L1 and L2")
     safe, _ = _safe_divisor(lo, d)
