@@ -276,7 +276,7 @@ def test_a_bad_feed_is_refused_naming_the_input_and_nothing_runs(
 def test_bad_output_names_and_arguments_are_typed() -> None:
     with poot.InferenceSession(ids_model()) as sess:
         feeds = {"ids": np.zeros((2, 3), np.int64)}
-        with pytest.raises(StepInputError, match="'nope'.*no output"):
+        with pytest.raises(StepInputError, match=r"'nope'.*no output"):
             sess.run(["nope"], feeds)
         with pytest.raises(StepInputError, match="list of names"):
             sess.run("e", feeds)  # type: ignore[arg-type]
@@ -315,10 +315,10 @@ def test_an_skl2onnx_pipeline_through_a_session_matches_onnx_runtime(
 ) -> None:
     ort = pytest.importorskip("onnxruntime")
     pytest.importorskip("skl2onnx")
+    from skl2onnx import to_onnx
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
-    from skl2onnx import to_onnx
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(60, 4)).astype(np.float32)

@@ -40,7 +40,7 @@ from poot_ir.errors import InputError, UnsupportedOnnx
 from poot_npu.registry import make_device
 from poot_onnx import Imported, import_model
 from poot_planner import Plan, Span, plan
-from poot_planner.partition import partition, summarize
+from poot_planner.partition import summarize
 
 __all__ = ["InferenceSession", "NodeArg", "SessionPlan"]
 
@@ -151,9 +151,8 @@ class InferenceSession:
             self._device.close()
             raise
         part = self._engine.partitioned(self._entry)
+        # a refused plan only gets here partitioned (add_entry raised PlanRefused otherwise)
         spans = part.spans if part is not None else ()
-        if not planned.admitted and not spans:  # admitted whole needs no spans
-            spans = partition(program, planned.target, planned)
         origins = {k: self._imported.origin(k) for k in range(len(program.eqns))}
         self.plan = SessionPlan(program.name, device, planned, spans, origins)
         self._inputs = _inputs(program, self._imported)
