@@ -539,67 +539,90 @@ def test_normalizer_over_rows_at_the_edges(x: Array, norm: str) -> None:
 # -- skl2onnx pipelines against onnxruntime (the models group) ------------------------------
 
 
-def _pipelines() -> list[tuple[str, Any, Array]]:
-    sk = pytest.importorskip("sklearn")
-    del sk
+def _pipelines() -> dict[str, tuple[Any, Array]]:
+    """Classic-ML pipelines by name, unfitted, with their targets."""
+    pytest.importorskip("sklearn")
+    from sklearn.decomposition import PCA
     from sklearn.impute import SimpleImputer
-    from sklearn.linear_model import LinearRegression, LogisticRegression
-    from sklearn.neural_network import MLPClassifier
+    from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge, SGDClassifier
+    from sklearn.neural_network import MLPClassifier, MLPRegressor
     from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import Binarizer, Normalizer, StandardScaler
+    from sklearn.preprocessing import (
+        Binarizer,
+        MaxAbsScaler,
+        MinMaxScaler,
+        Normalizer,
+        RobustScaler,
+        StandardScaler,
+    )
+    from sklearn.svm import LinearSVR
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(60, 4)).astype(np.float32)
     three = (X[:, 0] + X[:, 1] > 0).astype(int) + (X[:, 2] > 0.5)
     two = (X[:, 0] - X[:, 3] > 0).astype(int) * 5 + 3  # labels 3 and 8
-    return [
-        ("scaler-logistic-3", make_pipeline(StandardScaler(), LogisticRegression()), three),
-        ("scaler-logistic-2", make_pipeline(StandardScaler(), LogisticRegression()), two),
-        ("normalizer-logistic", make_pipeline(Normalizer(), LogisticRegression()), three),
-        (
-            "scaler-mlp",
-            make_pipeline(StandardScaler(), MLPClassifier((8,), max_iter=60, random_state=0)),
-            two,
-        ),
-        (
-            "impute-binarize-linear",
+    real = X[:, 0] * 2 - X[:, 1]
+    mlp = {"hidden_layer_sizes": (8,), "max_iter": 60, "random_state": 0}
+    return {
+        "scaler-logistic-3": (make_pipeline(StandardScaler(), LogisticRegression()), three),
+        "scaler-logistic-2": (make_pipeline(StandardScaler(), LogisticRegression()), two),
+        "normalizer-logistic": (make_pipeline(Normalizer(), LogisticRegression()), three),
+        "normalizer-max-logistic": (make_pipeline(Normalizer("max"), LogisticRegression()), three),
+        "minmax-logistic": (make_pipeline(MinMaxScaler(), LogisticRegression()), two),
+        "robust-sgd-3": (make_pipeline(RobustScaler(), SGDClassifier(random_state=0)), three),
+        "robust-sgd-2": (make_pipeline(RobustScaler(), SGDClassifier(random_state=0)), two),
+        "scaler-mlp-2": (make_pipeline(StandardScaler(), MLPClassifier(**mlp)), two),
+        "scaler-mlp-3": (make_pipeline(StandardScaler(), MLPClassifier(**mlp)), three),
+        "scaler-mlp-regressor": (make_pipeline(StandardScaler(), MLPRegressor(**mlp)), real),
+        "maxabs-pca-ridge": (make_pipeline(MaxAbsScaler(), PCA(3), Ridge()), real),
+        "impute-binarize-linear": (
             make_pipeline(SimpleImputer(), Binarizer(), LinearRegression()),
-            X[:, 0],
+            real,
         ),
-    ]
+        "linear-svr": (make_pipeline(LinearSVR(random_state=0)), real),
+    }
 
 
-def sklearn_pipeline(name: str) -> tuple[onnx.ModelProto, Array]:
-    """A fitted skl2onnx pipeline (probabilities as one tensor) and inputs at its edges."""
+def sklearn_pipeline(name: str, zipmap: bool = False) -> tuple[onnx.ModelProto, Array]:
+    """A fitted skl2onnx pipeline (a classifier's probabilities as one tensor unless
+    ``zipmap``) and inputs at its edges."""
     pytest.importorskip("skl2onnx")
     from skl2onnx import to_onnx
+    from sklearn.base import is_classifier
 
-    est, y = next((e, y) for n, e, y in _pipelines() if n == name)
-    rng = np.random.default_rng(1)
-    X = rng.normal(size=(60, 4)).astype(np.float32)
+    est, y = _pipelines()[name]
+    X = np.random.default_rng(1).normal(size=(60, 4)).astype(np.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est.fit(X, y)
-        opts = None if name.endswith("linear") else {id(est.steps[-1][1]): {"zipmap": False}}
+        last = est.steps[-1][1]
+        opts = {id(last): {"zipmap": False}} if is_classifier(last) and not zipmap else None
         m = to_onnx(est, X[:1], options=opts, target_opset=17)
     edges = np.array([[0, 0, 0, 0], [1e3, -1e3, 1e-3, 0], [-5, 5, -5, 5]], np.float32)
     return m, np.concatenate([X[:5], edges])
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "scaler-logistic-3",
-        "scaler-logistic-2",
-        "normalizer-logistic",
-        "scaler-mlp",
-        "impute-binarize-linear",
-    ],
-)
+PIPELINES = [
+    "scaler-logistic-3",
+    "scaler-logistic-2",
+    "normalizer-logistic",
+    "normalizer-max-logistic",
+    "minmax-logistic",
+    "robust-sgd-3",
+    "robust-sgd-2",
+    "scaler-mlp-2",
+    "scaler-mlp-3",
+    "scaler-mlp-regressor",
+    "maxabs-pca-ridge",
+    "impute-binarize-linear",
+    "linear-svr",
+]
+
+
+@pytest.mark.parametrize("name", PIPELINES)
 def test_an_skl2onnx_pipeline_matches_onnx_runtime(name: str) -> None:
     pytest.importorskip("onnxruntime")
     m, x = sklearn_pipeline(name)
-    assert sum(1 for o in m.opset_import if o.domain == "") >= 1
     imp = import_model(m, shapes={"X": x.shape})
     got = imp.results(evaluate(imp.program, {imp.inputs["X"]: x, **imp.weights}))
     want = _ort(m, {"X": x})
@@ -610,14 +633,6 @@ def test_an_skl2onnx_pipeline_matches_onnx_runtime(name: str) -> None:
 
 
 def test_an_skl2onnx_pipeline_with_zipmap_names_the_option() -> None:
-    pytest.importorskip("skl2onnx")
-    from skl2onnx import to_onnx
-
-    est, y = next((e, y) for n, e, y in _pipelines() if n == "scaler-logistic-3")
-    X = np.random.default_rng(2).normal(size=(30, 4)).astype(np.float32)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        est.fit(X, y[:30])
-        m = to_onnx(est, X[:1], target_opset=17)
+    m, x = sklearn_pipeline("scaler-logistic-3", zipmap=True)
     with pytest.raises(UnsupportedOnnx, match="zipmap"):
-        import_model(m, shapes={"X": (2, 4)})
+        import_model(m, shapes={"X": x.shape})
