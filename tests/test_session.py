@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from poot_ir import StepInputError
-from poot_ir.errors import InputError, UnsupportedOnnx
+from poot_ir.errors import DeviceUnavailable, InputError, PlanRefused, UnsupportedOnnx
 from poot_npu.registry import device_info
 
 import poot
@@ -291,6 +291,26 @@ def test_bad_output_names_and_arguments_are_typed() -> None:
         poot.InferenceSession(ids_model(), object())  # type: ignore[arg-type]
     with pytest.raises(UnsupportedOnnx, match="cannot be read"):
         poot.InferenceSession(b"not a model")
+
+
+def test_partition_false_refuses_what_the_target_refuses_and_an_unknown_device_is_typed(
+    cache: Any,
+) -> None:
+    from poot_onnx import import_model
+    from poot_planner import plan
+
+    if plan(import_model(conv_model(), shapes={"batch": 1}).program, "xdna2").admitted:
+        pytest.skip("xdna2 admits the whole CNN now: nothing to refuse")
+    with pytest.raises(PlanRefused, match="xdna2 refuses"):
+        poot.InferenceSession(
+            conv_model(),
+            device=_device("xdna-host"),
+            shapes={"batch": 1},
+            partition=False,
+            cache_dir=cache,
+        )
+    with pytest.raises(DeviceUnavailable, match="no such device"):
+        poot.InferenceSession(ids_model(), device="nope")
 
 
 def test_a_model_path_and_its_bytes_make_the_same_session(tmp_path: Any) -> None:

@@ -143,12 +143,16 @@ class InferenceSession:
         self._device = make_device(device)
         try:
             self._engine = Engine(self._device, cache_dir=cache_dir, verify=verify)
+        except BaseException:
+            self._device.close()
+            raise
+        try:
             planned = plan(program, self._device.target)
             weights = self._engine.load_weights(self._imported.weights)
             add = self._engine.add_partitioned if partition else self._engine.add_entry
             self._entry = add(planned, weights)
         except BaseException:
-            self._device.close()
+            self._engine.close()  # and the device with it
             raise
         part = self._engine.partitioned(self._entry)
         # a refused plan only gets here partitioned (add_entry raised PlanRefused otherwise)
@@ -198,10 +202,7 @@ class InferenceSession:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            try:
-                self._engine.close()
-            finally:
-                self._device.close()
+            self._engine.close()  # and the device with it
 
     def __enter__(self) -> InferenceSession:
         return self
