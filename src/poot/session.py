@@ -54,6 +54,8 @@ _ONNX_TYPES = {
 }
 _INT64 = "tensor(int64)"
 _I32 = np.iinfo(np.int32)
+#: The spans a printed plan lists one by one (the rest are counted).
+SHOWN = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,14 +103,22 @@ class SessionPlan:
         ]
         if not p.admitted:
             lines.append(f"partition: {summarize(self.spans, p.target).describe()}")
-            for s in self.spans:
+            shown = self.spans[:SHOWN]
+            for s in shown:
                 where = "device" if s.device else "host oracle"
                 lines.append(f"  {where}: equations {s.first}..{s.last} ({len(s.eqns)})")
+            if len(self.spans) > len(shown):
+                lines.append(f"  ... and {len(self.spans) - len(shown)} more spans")
+            # one line per kind of refusal, with how many and the ONNX nodes they came from
+            kinds: dict[tuple[str, str], list[int]] = {}
             for r in p.refusals:
-                at = self.origins.get(r.eqn, "")
+                kinds.setdefault((r.primitive, r.kind.name), []).append(r.eqn)
+            for (prim, kind), eqns in kinds.items():
+                nodes = [n for n in dict.fromkeys(self.origins.get(k, "") for k in eqns) if n]
+                more = f", ... ({len(nodes)} nodes)" if len(nodes) > 3 else ""
                 lines.append(
-                    f"  refused: equation {r.eqn} ({r.primitive}) {r.kind.name}"
-                    + (f" from {at}" if at else "")
+                    f"  refused: {prim} {kind} x{len(eqns)}"
+                    + (f" from {', '.join(nodes[:3])}{more}" if nodes else "")
                 )
         return "\n".join(lines)
 
