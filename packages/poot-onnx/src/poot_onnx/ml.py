@@ -33,7 +33,7 @@ from poot_onnx.context import Lowering, LoweringRule, Node, check_dtype, reshape
 from poot_onnx.indexing import arg_best
 from poot_onnx.logic import sigmoid
 
-__all__ = ["RULES"]
+__all__ = ["REFUSED", "RULES"]
 
 
 def _features(lo: Lowering) -> Var:
@@ -277,12 +277,12 @@ def _array_feature_extractor(lo: Lowering, n: Node) -> None:
     lo.set(0, reshape(b, y, (1, flat.shape[0])) if data.type.rank == 1 else y)
 
 
-def _zipmap(lo: Lowering, n: Node) -> None:
-    raise lo.fail(
-        "op",
-        "ZipMap makes a sequence of maps, which poot has no type for: convert with "
-        "skl2onnx's options={'zipmap': False} (probabilities as one tensor)",
-    )
+#: ``ai.onnx.ml`` op types refused with a way around them (any other op without a rule is
+#: refused as poot having no lowering for it).
+REFUSED: Mapping[str, str] = {
+    "ZipMap": "ZipMap makes a sequence of maps, which poot has no type for: convert with "
+    "skl2onnx's options={'zipmap': False} (probabilities as one tensor)",
+}
 
 
 #: Every ``ai.onnx.ml`` op type the importer lowers, with its rule.
@@ -318,5 +318,4 @@ RULES: Mapping[str, LoweringRule] = {
         ),
     ),
     "ArrayFeatureExtractor": LoweringRule(_array_feature_extractor),
-    "ZipMap": LoweringRule(_zipmap, frozenset({"classlabels_int64s", "classlabels_strings"})),
 }

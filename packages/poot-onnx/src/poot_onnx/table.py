@@ -93,7 +93,10 @@ def _lower_node(lo: Lowering, node: Node) -> None:
     if node.domain == ML_DOMAIN:
         rule = ML_OPS.get(node.op_type)
         if rule is None:
-            raise lo.fail("op", f"poot has no lowering for the {ML_DOMAIN} op {node.op_type!r}")
+            why = ml.REFUSED.get(node.op_type)
+            raise lo.fail(
+                "op", why or f"poot has no lowering for the {ML_DOMAIN} op {node.op_type!r}"
+            )
     elif node.domain not in ("", "ai.onnx"):
         raise lo.fail("op", f"op type {node.op_type!r} of domain {node.domain!r}")
     elif lo.opset == 0:
