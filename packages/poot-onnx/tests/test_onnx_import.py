@@ -264,7 +264,7 @@ def _neg(opsets: Sequence[tuple[str, int]]) -> onnx.ModelProto:
         ([("", -1)], "opset -1;"),
         ([("", 2**62)], f"opset {2**62};"),
         ([], "no opset at all"),
-        ([("", 18), ("ai.onnx", 17)], "imported twice"),
+        ([("", 18), ("ai.onnx", 17)], "two versions, 18 and 17"),
         ([("com.microsoft", 1)], "no opset of the default domain"),
     ],
     ids=["1", "99", "-1", "2^62", "none", "twice", "other-domain-only"],

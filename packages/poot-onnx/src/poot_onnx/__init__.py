@@ -5,7 +5,9 @@ It builds through ``poot_ir`` only (``import poot_ir`` does not import onnx; thi
 and only the command line imports it: the planner and everything after take programs. Modules:
 ``reading`` (the file, opset, types and nodes), ``context`` (the import context, ``Lowering``),
 ``folding`` (nodes known at import, by onnx's reference evaluator), ``table`` (the op table and
-the loop over nodes) and the rules by family (``compute``, ``layout``, ``logic``, ``nn``).
+the loop over nodes) and the rules by family (``compute``, ``layout``, ``logic``, ``nn``,
+``norms``, ...; ``ml`` for the ``ai.onnx.ml`` operators skl2onnx emits for linear models,
+scalers, normalizers and MLPs, see ``SUPPORTED_ML_OPS``).
 
 - Graph inputs become slots, initializers become weights named after them, graph outputs become
   outputs; every name is made an identifier (``identifier``: characters outside
@@ -37,10 +39,11 @@ from poot_ir.errors import UnsupportedOnnx
 
 from poot_onnx import reading
 from poot_onnx.context import Const, Lowering, identifier
-from poot_onnx.table import OPS, STATIC_INPUTS, lower
+from poot_onnx.table import ML_OPS, OPS, STATIC_INPUTS, lower
 
 __all__ = [
     "STATIC_INPUTS",
+    "SUPPORTED_ML_OPS",
     "SUPPORTED_OPS",
     "Blocker",
     "Imported",
@@ -51,6 +54,8 @@ __all__ = [
 
 #: The ONNX op types (default domain) the importer lowers.
 SUPPORTED_OPS: tuple[str, ...] = tuple(sorted(OPS))
+#: The ``ai.onnx.ml`` op types the importer lowers (``poot_onnx.ml``).
+SUPPORTED_ML_OPS: tuple[str, ...] = tuple(sorted(ML_OPS))
 
 Model = onnx.ModelProto | str | os.PathLike[str]
 Shapes = Mapping[str, Sequence[int] | int]

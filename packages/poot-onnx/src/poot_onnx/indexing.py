@@ -32,7 +32,7 @@ from poot_onnx.context import (
 )
 from poot_onnx.folding import evaluate_node
 
-__all__ = ["RULES"]
+__all__ = ["RULES", "arg_best"]
 
 
 def _trace(lo: Lowering, n: Node, numbers_dtype: type = np.int64) -> Array:
@@ -204,25 +204,29 @@ def _targets(lo: Lowering, n: Node, idx: Array, data_shape: tuple[int, ...]) -> 
     return [int(t) for t in np.asarray(flat).reshape(-1)]
 
 
+def arg_best(lo: Lowering, x: Var, axis: int, kind: str, last: bool) -> Var:
+    """The I32 index of the first (or ``last``) largest (``kind`` "max") or smallest value of
+    ``x`` along ``axis``, which leaves the shape."""
+    b = lo.b
+    best = b.reduce_max(x, axis) if kind == "max" else _reduce_min(lo, x, (axis,))
+    hit = b.eq(
+        x, b.broadcast_in_dim(best, x.shape, tuple(d for d in range(x.type.rank) if d != axis))
+    )
+    pos = b.iota(x.shape, DType.I32, axis)
+    if last:
+        return b.reduce_max(b.select(hit, pos, -1), axis)
+    return b.sub(-1, b.reduce_max(b.sub(-1, b.select(hit, pos, x.shape[axis])), axis))
+
+
 def _arg(kind: str) -> LoweringRule:
     def handler(lo: Lowering, n: Node) -> None:
-        b = lo.b
         x = lo.var(0)
         check_dtype(lo, x, NUMERIC, "the input")
         axis = norm_axis(lo, lo.attr_int("axis", 0), x.type.rank)
         keep = lo.attr_int("keepdims", 1) != 0
-        last = lo.attr_int("select_last_index", 0) != 0
-        best = b.reduce_max(x, axis) if kind == "max" else _reduce_min(lo, x, (axis,))
-        hit = b.eq(
-            x, b.broadcast_in_dim(best, x.shape, tuple(d for d in range(x.type.rank) if d != axis))
-        )
-        pos = b.iota(x.shape, DType.I32, axis)
-        if last:
-            r = b.reduce_max(b.select(hit, pos, -1), axis)
-        else:
-            r = b.sub(-1, b.reduce_max(b.sub(-1, b.select(hit, pos, x.shape[axis])), axis))
+        r = arg_best(lo, x, axis, kind, lo.attr_int("select_last_index", 0) != 0)
         shape = tuple(1 if d == axis else s for d, s in enumerate(x.shape))
-        y = b.reshape(r, shape) if keep else r
+        y = lo.b.reshape(r, shape) if keep else r
         lo.wide.add(y.id)  # ONNX's result is int64; every value fits
         lo.set(0, y)
 

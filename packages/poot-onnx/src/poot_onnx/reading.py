@@ -30,6 +30,7 @@ __all__ = [
     "elem",
     "elem_types",
     "graph",
+    "imports",
     "load",
     "node",
     "opset",
@@ -89,22 +90,39 @@ def load(model: Any) -> Any:
 def opset(proto: Any) -> int:
     """The default-domain opset of ``proto`` (0 when it imports only other domains), refused
     when the model imports none, or one outside what the importer implements (``MIN_OPSET`` to
-    onnx's own latest)."""
-    found = [e for e in proto.opset_import if e.domain in ("", "ai.onnx")]
-    latest = int(onnx.defs.onnx_opset_version())
+    onnx's own latest). A domain imported twice at one version is one import (skl2onnx writes
+    the default domain twice, both 17, and ONNX Runtime accepts it); at two versions it is
+    refused, naming both."""
     if not proto.opset_import:
         raise _model_error("opset_import", "the model imports no opset at all")
-    if not found:
+    versions = imports(proto)
+    latest = int(onnx.defs.onnx_opset_version())
+    version = versions.get("")
+    if version is None:
         return 0  # only other domains: each of their nodes is refused by its domain
-    if len(found) > 1:
-        raise _model_error("opset_import", "the default domain is imported twice")
-    version = int(found[0].version)
     if not MIN_OPSET <= version <= latest:
         raise _model_error(
             "opset_import",
             f"default-domain opset {version}; the importer implements {MIN_OPSET} to {latest}",
         )
     return version
+
+
+def imports(proto: Any) -> dict[str, int]:
+    """Each imported domain's version (``"ai.onnx"`` spelled ``""``), a domain imported twice
+    at the same version counted once; two versions of one domain are refused."""
+    found: dict[str, int] = {}
+    for e in proto.opset_import:
+        domain = "" if e.domain in ("", "ai.onnx") else str(e.domain)
+        version = int(e.version)
+        seen = found.setdefault(domain, version)
+        if seen != version:
+            raise _model_error(
+                "opset_import",
+                f"the {'default' if not domain else repr(domain)} domain is imported at two "
+                f"versions, {seen} and {version}",
+            )
+    return found
 
 
 def check_graph(graph: Any) -> None:

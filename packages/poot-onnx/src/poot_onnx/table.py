@@ -18,11 +18,11 @@ from poot_ir.core import Var
 from poot_ir.dtypes import DType
 from poot_ir.errors import EvaluationError, TypeCheckError, UnsupportedOnnx
 
-from poot_onnx import compute, functions, indexing, layout, logic, nn, recurrent, select
+from poot_onnx import compute, functions, indexing, layout, logic, ml, nn, norms, recurrent, select
 from poot_onnx.context import Array, Blocked, Const, Graph, Lowering, LoweringRule, Node
 from poot_onnx.folding import NEVER_FOLDED, evaluate_node
 
-__all__ = ["OPS", "STATIC_INPUTS", "LoweringRule", "lower"]
+__all__ = ["ML_DOMAIN", "ML_OPS", "OPS", "STATIC_INPUTS", "LoweringRule", "lower"]
 
 #: Input positions whose values must be known at import time, per op type.
 STATIC_INPUTS: Mapping[str, tuple[int, ...]] = {
@@ -34,10 +34,14 @@ STATIC_INPUTS: Mapping[str, tuple[int, ...]] = {
     "Pow": (1,),
     "Range": (0, 1, 2),
     "RNN": (4,),
+    "ReduceL1": (1,),
+    "ReduceL2": (1,),
+    "ReduceLogSumExp": (1,),
     "ReduceMax": (1,),
     "ReduceMean": (1,),
     "ReduceProd": (1,),
     "ReduceSum": (1,),
+    "ReduceSumSquare": (1,),
     "Reshape": (1,),
     "Resize": (1, 2, 3),
     "Slice": (1, 2, 3, 4),
@@ -58,7 +62,7 @@ WIDE_OK = frozenset(
         "Concat", "Split", "Gather", "GatherElements", "GatherND", "Expand", "Tile", "Where",
         "Cast", "CastLike", "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Max",
         "Min", "ReduceMax", "ReduceMin", "ArgMax", "ArgMin", "Shape", "Size", "Dropout",
-        "OneHot", "TopK",
+        "OneHot", "TopK", "ArrayFeatureExtractor",
     }
 )  # fmt: skip
 
@@ -86,11 +90,19 @@ def lower(lo: Lowering, nodes: Sequence[Node]) -> None:
 
 
 def _lower_node(lo: Lowering, node: Node) -> None:
-    if node.domain not in ("", "ai.onnx"):
+    if node.domain == ML_DOMAIN:
+        rule = ML_OPS.get(node.op_type)
+        if rule is None:
+            why = ml.REFUSED.get(node.op_type)
+            raise lo.fail(
+                "op", why or f"poot has no lowering for the {ML_DOMAIN} op {node.op_type!r}"
+            )
+    elif node.domain not in ("", "ai.onnx"):
         raise lo.fail("op", f"op type {node.op_type!r} of domain {node.domain!r}")
-    if lo.opset == 0:
+    elif lo.opset == 0:
         raise lo.fail("model", "the model imports no opset of the default domain")
-    rule = OPS.get(node.op_type)
+    else:
+        rule = OPS.get(node.op_type)
     inputs = [name for name in node.inputs if name]
     if any(name in lo.poisoned for name in inputs):
         if rule is None:
@@ -141,6 +153,8 @@ def _fold(lo: Lowering, node: Node, rule: LoweringRule | None) -> bool:
     present = [name for name in node.inputs if name]
     if not present or node.op_type in NEVER_FOLDED or node.proto is None:
         return False
+    if node.domain == ML_DOMAIN:
+        return False  # the evaluator is given the default domain only; the rule lowers it
     consts: dict[str, Array] = {}
     for name in present:
         c = lo.env.get(name)
@@ -213,9 +227,15 @@ OPS: Mapping[str, LoweringRule] = {
     **compute.RULES,
     **layout.RULES,
     **logic.RULES,
+    **norms.RULES,
     **indexing.RULES,
     **nn.RULES,
     **recurrent.RULES,
     **select.RULES,
     "If": LoweringRule(_if, frozenset({"then_branch", "else_branch"})),
 }
+
+#: The domain of the classic-ML operators (skl2onnx's), and the op types of it the importer
+#: lowers (``poot_onnx.ml``).
+ML_DOMAIN = "ai.onnx.ml"
+ML_OPS: Mapping[str, LoweringRule] = ml.RULES
