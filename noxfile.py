@@ -103,6 +103,13 @@ def _jax_python() -> str | None:
     return shutil.which("python3.12")
 
 
+def _jax_run(python: str) -> list[str]:
+    """``uv run`` in ``.venv-jax``: every workspace package (the runner plans and runs on the
+    devices, the CLI imports ``module:function``) with poot-jax's ``jax`` extra and ``test``
+    group, on ``python``."""
+    return ["uv", "run", "--python", python, "--all-packages", "--extra", "jax", "--group", "test"]
+
+
 @nox.session
 def jax(session: nox.Session) -> None:
     """The JAX frontend (packages/poot-jax) on Python 3.12 in its own environment (.venv-jax:
@@ -117,8 +124,7 @@ def jax(session: nox.Session) -> None:
             session.error(why)
         session.skip(why)
     env = {"UV_PROJECT_ENVIRONMENT": os.path.join(os.getcwd(), ".venv-jax")}
-    run = ["uv", "run", "--python", python, "--package", "poot-jax", "--extra", "jax"]
-    run += ["--group", "test"]
+    run = _jax_run(python)
     # the 3.11 typecheck sees jax as Any; here mypy reads jax's own annotations
     session.run(*run, "mypy", "packages/poot-jax/src", env=env, external=True)
     tests = ["pytest", "-q", "-p", "no:randomly", "packages/poot-jax/tests"]

@@ -14,6 +14,8 @@ loop that inlines nested jaxprs), rules by family: ``elementwise``, ``shapes``, 
   ``fn`` closes over become weights ``const0``, ``const1``, ...
 - Outputs are named ``out`` (one) or ``out`` plus the output pytree's path (``out.0``, ...).
 - Element types: float32, float16, bfloat16, int32 and bool (JAX's default, x64 off).
+- ``jit(fn, device=..., verify=...)`` (a ``Runner``, module ``runner``) runs ``fn`` on a device:
+  traced, planned and added once per shape/dtype signature, replayed on later calls.
 - Anything poot cannot express raises ``UnsupportedJax`` naming the JAX primitive, the user's
   source line of its equation and what is unsupported, and how many more blockers there are.
 """
@@ -39,8 +41,10 @@ __all__ = [
     "SUPPORTED_PRIMITIVES",
     "ImportedFunction",
     "JaxBlocker",
+    "Runner",
     "check_function",
     "import_function",
+    "jit",
 ]
 
 #: The JAX primitives the importer lowers, and the nesting ones it inlines.
@@ -65,13 +69,15 @@ class JaxBlocker:
 class ImportedFunction:
     """An imported function: the program, each weight's value by argument name, the slot name
     of each argument leaf (by its path, ``jax.tree_util.keystr``), the output names in the order
-    of the flattened results, and the JAX equation each poot equation came from (by index)."""
+    of the flattened results, the results' pytree structure (``out_tree``: unflatten the outputs
+    with it), and the JAX equation each poot equation came from (by index)."""
 
     program: Program
     weights: dict[str, np.ndarray]
     inputs: dict[str, str]
     outputs: tuple[str, ...]
     origins: dict[int, str]
+    out_tree: Any
 
     def origin(self, eqn: int) -> str:
         return self.origins.get(eqn, "")
@@ -118,6 +124,16 @@ def check_function(
     return tuple(JaxBlocker(k, p, d, tuple(lines)) for (k, p, d), lines in grouped.items())
 
 
+def __getattr__(name: str) -> Any:
+    # ``Runner`` and ``jit`` load the planner, the engine and the devices: only when asked for,
+    # so ``import poot_jax`` (the importer) stays jax plus poot_ir
+    if name in ("Runner", "jit"):
+        from poot_jax import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module 'poot_jax' has no attribute {name!r}")
+
+
 def identifier(text: str) -> str:
     """``text`` as a poot name: characters outside ``[A-Za-z0-9_.]`` become ``_``."""
     out = re.sub(r"[^A-Za-z0-9_.]", "_", text).strip(".")
@@ -154,7 +170,7 @@ def _import(
 ) -> tuple[JaxLowering, ImportedFunction | None]:
     has_params = params is not None
     traced_args = (params, *args) if has_params else args
-    cj = jax.make_jaxpr(fn)(*traced_args)
+    cj, out_shapes = jax.make_jaxpr(fn, return_shape=True)(*traced_args)
     prog_name = identifier(name or getattr(fn, "__name__", "jax") or "jax")
     b = Builder(prog_name if prog_name != "_lambda_" else "jax")
     lo = JaxLowering(Ctx(b))
@@ -206,7 +222,12 @@ def _import(
     if lo.blockers:
         return lo, None
     return lo, ImportedFunction(
-        b.build(), dict(lo.cx.weights), inputs, tuple(out_names), lo.origins
+        b.build(),
+        dict(lo.cx.weights),
+        inputs,
+        tuple(out_names),
+        lo.origins,
+        jax.tree_util.tree_structure(out_shapes),
     )
 
 
