@@ -5,7 +5,8 @@ Each equation is lowered by its primitive's rule. ``jit``, ``closed_call``/``eva
 is lowered in place, operands bound to its inputs and its own captured constants made weights
 (a custom rule's derivative is not needed for a forward program). An equation no rule expresses
 becomes an ``UnsupportedJax`` naming the primitive and the user's line; its results are
-poisoned, so what reads them is skipped instead of adding a blocker of its own.
+poisoned, so what reads them is skipped instead of adding a blocker of its own, except an
+equation whose primitive has no rule at all (every primitive to replace is listed at once).
 """
 
 from __future__ import annotations
@@ -73,8 +74,11 @@ def where(source_info: Any) -> str:
     return ""
 
 
-#: The value of a JAX variable whose equation was refused (what reads it is skipped).
+#: The value of a JAX variable whose equation was refused: what reads it adds no blocker of its
+#: own, unless its primitive has no rule at all (every primitive to replace is listed at once).
 POISON = object()
+
+NO_RULE = "poot has no lowering for this primitive"
 
 
 @dataclass(slots=True)
@@ -107,9 +111,13 @@ class JaxLowering:
                 at = call or where(eqn.source_info)
                 self.blockers.append(UnsupportedJax(name, at, err.kind, err.detail))
                 ins = [POISON]
-            if any(x is POISON for x in ins):
+            poisoned = any(x is POISON for x in ins)
+            if poisoned and name not in CALLS:
                 outs: list[Any] = [POISON] * len(eqn.outvars)
-            elif name in CALLS:
+                if name not in RULES:  # still a primitive the user must replace: listed too
+                    at = call or where(eqn.source_info)
+                    self.blockers.append(UnsupportedJax(name, at, "primitive", NO_RULE))
+            elif name in CALLS:  # a body whose operands are poisoned: its own blockers listed
                 sub = eqn.params[CALLS[name]]
                 at = call or where(eqn.source_info)
                 outs = self.run(sub, getattr(sub, "consts", ()), ins, at)
@@ -151,7 +159,7 @@ class JaxLowering:
         start = self.cx.b.eqn_count
         try:
             if rule is None:
-                raise Refuse("primitive", "poot has no lowering for this primitive")
+                raise Refuse("primitive", NO_RULE)
             for out in eqn.outvars:
                 poot_dtype(out.aval.dtype)
             outs = rule(self.cx, ins, dict(eqn.params), [o.aval for o in eqn.outvars])
