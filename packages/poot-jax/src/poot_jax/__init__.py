@@ -25,7 +25,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -33,6 +33,7 @@ import numpy as np
 from poot_ir.builder import Builder
 from poot_ir.core import Program, Var
 from poot_ir.errors import UnsupportedJax
+from poot_ir.typing_rules import validate
 
 from poot_jax.context import Ctx, Refuse, poot_dtype
 from poot_jax.table import CALLS, POISON, RULES, JaxLowering, is_poison
@@ -221,14 +222,34 @@ def _import(
         b.output(oname, var)
     if lo.blockers:
         return lo, None
+    program, origins = _live(b.build(), lo.origins)
     return lo, ImportedFunction(
-        b.build(),
+        program,
         dict(lo.cx.weights),
         inputs,
         tuple(out_names),
-        lo.origins,
+        origins,
         jax.tree_util.tree_structure(out_shapes),
     )
+
+
+def _live(program: Program, origins: dict[int, str]) -> tuple[Program, dict[int, str]]:
+    """``program`` without the equations no output or update reads (a ``where`` decided at
+    import leaves its other case behind: a NaN the planner would otherwise see), and the
+    origins renumbered to match."""
+    needed = {o.var.id for o in program.outputs} | {u.var.id for u in program.updates}
+    kept: list[int] = []
+    for i in range(len(program.eqns) - 1, -1, -1):
+        e = program.eqns[i]
+        if any(v.id in needed for v in e.outputs):
+            kept.append(i)
+            needed.update(a.id for a in e.inputs if isinstance(a, Var))
+    if len(kept) == len(program.eqns):
+        return program, origins
+    kept.reverse()
+    eqns = tuple(program.eqns[i] for i in kept)
+    renumbered = {new: origins[old] for new, old in enumerate(kept) if old in origins}
+    return validate(replace(program, eqns=eqns)), renumbered
 
 
 def _count(tree: Any) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from poot_ir.core import Literal as PootLiteral
 from poot_ir.core import Var
 from poot_ir.dtypes import DType
 
@@ -125,6 +126,10 @@ def _integer_pow(
 
 
 def _select_n(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
+    if isinstance(ins[0], PootLiteral):  # known at import: that case (JAX: out of range is UB)
+        chosen = cx.var(ins[1:][min(int(ins[0].value), len(ins) - 2)])
+        shape = tuple(outs[0].shape)
+        return [chosen if chosen.shape == shape else cx.b.broadcast_in_dim(chosen, shape, ())]
     pred, cases = cx.var(ins[0]), ins[1:]
     if len(cases) == 1:
         return [cx.var(cases[0])]

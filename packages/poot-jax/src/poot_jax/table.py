@@ -4,7 +4,8 @@ Each equation is lowered by its primitive's rule. ``jit``, ``closed_call``/``eva
 ``custom_jvp_call``, ``custom_vjp_call`` and ``remat`` (``checkpoint``) are inlined: their body
 is lowered in place, operands bound to its inputs and its own captured constants made weights
 (a custom rule's derivative is not needed for a forward program). An equation no rule expresses
-becomes an ``UnsupportedJax`` naming the primitive and the user's line; its results are
+whose operands are all literals and whose results are scalars is computed by JAX at import
+(``fold``). An equation no rule expresses becomes an ``UnsupportedJax`` naming the primitive and the user's line; its results are
 poisoned, so what reads them is skipped instead of adding a blocker of its own, except an
 equation whose primitive has no rule at all (every primitive to replace is listed at once).
 """
@@ -19,6 +20,7 @@ from typing import Any
 
 import numpy as np
 from jax.extend import core as jcore
+from poot_ir.core import Literal as PootLiteral
 from poot_ir.errors import PootError, UnsupportedJax
 
 from poot_jax.context import Ctx, Refuse, Value, poot_dtype
@@ -117,6 +119,8 @@ class JaxLowering:
                 if name not in RULES:  # still a primitive the user must replace: listed too
                     at = call or where(eqn.source_info)
                     self.blockers.append(UnsupportedJax(name, at, "primitive", NO_RULE))
+            elif name in RULES and (folded := self.fold(eqn, ins)) is not None:
+                outs = folded
             elif name in CALLS:  # a body whose operands are poisoned: its own blockers listed
                 sub = eqn.params[CALLS[name]]
                 at = call or where(eqn.source_info)
@@ -134,6 +138,24 @@ class JaxLowering:
                 results.append(POISON)
         return results
 
+    def fold(self, eqn: Any, ins: list[Any]) -> list[Any] | None:
+        """The scalar results of an equation whose operands are all literals, computed by JAX
+        itself (``primitive.bind``, so with JAX's semantics) as literals; None to lower it.
+        ``jnp.var``'s ``ddof`` arithmetic folds so, and the ``where`` it guards with a NaN picks
+        its case at import (``select_n`` on a literal predicate)."""
+        if not ins or not all(isinstance(x, PootLiteral) for x in ins):
+            return None
+        if any(getattr(o.aval, "shape", None) != () for o in eqn.outvars):
+            return None
+        try:
+            dtypes = [poot_dtype(o.aval.dtype) for o in eqn.outvars]
+            args = [np.asarray(x.value, dtype=x.dtype.numpy) for x in ins]
+            got = eqn.primitive.bind(*args, **eqn.params)
+        except Exception:  # Refuse (a dtype poot lacks), or JAX's own error: lower it instead
+            return None
+        values = got if eqn.primitive.multiple_results else [got]
+        return [self.cx.lit(np.asarray(v).item(), d) for v, d in zip(values, dtypes, strict=True)]
+
     def read(self, env: dict[Any, Any], v: Any) -> Any:
         """A variable's value, or a literal's (``Refuse`` for a literal of a type poot lacks)."""
         if isinstance(v, jcore.Literal):
@@ -146,7 +168,12 @@ class JaxLowering:
         return env[v]
 
     def constant(self, value: np.ndarray, dtype: Any) -> Any:
+        """A captured array: a weight, except a 0-d one, which is a literal as JAX's own scalars
+        are (a weight would be uploaded, and range-checked on a narrowing target, for nothing:
+        ``jnp.var`` captures a NaN it selects only for an empty reduction)."""
         try:
+            if value.shape == ():
+                return self.cx.lit(value.astype(dtype).item(), poot_dtype(dtype))
             return self.cx.const(value, poot_dtype(dtype))
         except Refuse as err:
             self.blockers.append(UnsupportedJax("constant", "", err.kind, err.detail))
