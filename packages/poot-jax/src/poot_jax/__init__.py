@@ -3,7 +3,8 @@
 
 It builds through ``poot_ir`` only and needs jax (0.12, Python 3.12 or newer: the package's
 ``jax`` extra). Modules: ``context`` (the lowering context), ``table`` (the rule table and the
-loop that inlines nested jaxprs), rules by family: ``elementwise``, ``shapes``, ``reductions``.
+loop that inlines nested jaxprs), rules by family: ``elementwise``, ``rounding``, ``shapes``, ``reductions``,
+``windows``; ``runner`` (``jit``).
 
 - ``fn`` is traced with ``jax.make_jaxpr`` on the example arguments (arrays, or
   ``jax.ShapeDtypeStruct``s); every array leaf of them is a slot, named after ``fn``'s parameter

@@ -27,11 +27,13 @@ from poot_jax.context import Ctx, Refuse, Value, poot_dtype
 from poot_jax.elementwise import RULES as ELEMENTWISE
 from poot_jax.elementwise import Rule
 from poot_jax.reductions import RULES as REDUCTIONS
+from poot_jax.rounding import RULES as ROUNDING
 from poot_jax.shapes import RULES as SHAPES
+from poot_jax.windows import RULES as WINDOWS
 
 __all__ = ["CALLS", "POISON", "RULES", "JaxLowering", "is_poison", "where"]
 
-RULES: dict[str, Rule] = {**ELEMENTWISE, **SHAPES, **REDUCTIONS}
+RULES: dict[str, Rule] = {**ELEMENTWISE, **ROUNDING, **SHAPES, **REDUCTIONS, **WINDOWS}
 
 #: The nesting primitives that are inlined, and the param holding the body.
 CALLS: dict[str, str] = {
