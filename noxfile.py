@@ -132,6 +132,17 @@ def jax(session: nox.Session) -> None:
 
 
 @nox.session
+def bench_jax(session: nox.Session) -> None:
+    """The JAX frontend's benchmark (benchmarks/bench_jax.py) in the jax session's environment
+    (.venv-jax, Python 3.12): import against jax.jit's compile, the oracle against its step."""
+    python = _jax_python()
+    if python is None:
+        session.skip("no Python 3.12 found (jax 0.12 needs it): set POOT_JAX_PYTHON")
+    env = {"UV_PROJECT_ENVIRONMENT": os.path.join(os.getcwd(), ".venv-jax")}
+    session.run(*_jax_run(python), "python", "-m", "benchmarks", "jax", env=env, external=True)
+
+
+@nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks: ratios against a baseline measured in the same run, never timed tests."""
     session.run("python", "-m", "benchmarks", *session.posargs)
