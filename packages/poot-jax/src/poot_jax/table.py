@@ -109,16 +109,17 @@ class JaxLowering:
             env[v] = a
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
+            blocked = False
             try:
                 ins = [self.read(env, v) for v in eqn.invars]
             except Refuse as err:  # a literal operand of a type poot lacks
                 at = call or where(eqn.source_info)
                 self.blockers.append(UnsupportedJax(name, at, err.kind, err.detail))
-                ins = [POISON]
+                ins, blocked = [POISON], True
             poisoned = any(x is POISON for x in ins)
             if poisoned and name not in CALLS:
                 outs: list[Any] = [POISON] * len(eqn.outvars)
-                if name not in RULES:  # still a primitive the user must replace: listed too
+                if name not in RULES and not blocked:  # a primitive to replace: listed too
                     at = call or where(eqn.source_info)
                     self.blockers.append(UnsupportedJax(name, at, "primitive", NO_RULE))
             elif name in RULES and (folded := self.fold(eqn, ins)) is not None:
