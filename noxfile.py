@@ -114,8 +114,9 @@ def _jax_run(python: str) -> list[str]:
 def jax(session: nox.Session) -> None:
     """The JAX frontend (packages/poot-jax) on Python 3.12 in its own environment (.venv-jax:
     poot-jax with its ``jax`` extra and ``test`` group from the one uv.lock), so the 3.11
-    workspace venv is untouched. In the default run (about 45 s: mypy, then the tests with JAX's
-    primitive harnesses); on a machine with no Python 3.12 it is skipped with one line saying so,
+    workspace venv is untouched. In the default run (mypy, then the tests with JAX's primitive
+    harnesses, the real models on the stand-ins, the runner and the CLI: about 50 s of CPU on
+    two workers); on a machine with no Python 3.12 it is skipped with one line saying so,
     except under CI, whose machines have one."""
     python = _jax_python()
     if python is None:
@@ -127,7 +128,9 @@ def jax(session: nox.Session) -> None:
     run = _jax_run(python)
     # the 3.11 typecheck sees jax as Any; here mypy reads jax's own annotations
     session.run(*run, "mypy", "packages/poot-jax/src", env=env, external=True)
-    tests = ["pytest", "-q", "-p", "no:randomly", "packages/poot-jax/tests"]
+    # two workers, a file each (the harness file, the longest, beside the rest)
+    tests = ["pytest", "-q", "-p", "no:randomly", "-n", "2", "--dist", "loadfile"]
+    tests.append("packages/poot-jax/tests")
     session.run(*run, *tests, *session.posargs, env=env, external=True)
 
 
