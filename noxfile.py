@@ -103,12 +103,20 @@ def _jax_python() -> str | None:
     return shutil.which("python3.12")
 
 
+def _jax_run(python: str) -> list[str]:
+    """``uv run`` in ``.venv-jax``: every workspace package (the runner plans and runs on the
+    devices, the CLI imports ``module:function``) with poot-jax's ``jax`` extra and ``test``
+    group, on ``python``."""
+    return ["uv", "run", "--python", python, "--all-packages", "--extra", "jax", "--group", "test"]
+
+
 @nox.session
 def jax(session: nox.Session) -> None:
     """The JAX frontend (packages/poot-jax) on Python 3.12 in its own environment (.venv-jax:
     poot-jax with its ``jax`` extra and ``test`` group from the one uv.lock), so the 3.11
-    workspace venv is untouched. In the default run (about 45 s: mypy, then the tests with JAX's
-    primitive harnesses); on a machine with no Python 3.12 it is skipped with one line saying so,
+    workspace venv is untouched. In the default run (mypy, then the tests with JAX's primitive
+    harnesses, the real models on the stand-ins, the runner and the CLI: about 50 s of CPU on
+    two workers); on a machine with no Python 3.12 it is skipped with one line saying so,
     except under CI, whose machines have one."""
     python = _jax_python()
     if python is None:
@@ -117,12 +125,24 @@ def jax(session: nox.Session) -> None:
             session.error(why)
         session.skip(why)
     env = {"UV_PROJECT_ENVIRONMENT": os.path.join(os.getcwd(), ".venv-jax")}
-    run = ["uv", "run", "--python", python, "--package", "poot-jax", "--extra", "jax"]
-    run += ["--group", "test"]
+    run = _jax_run(python)
     # the 3.11 typecheck sees jax as Any; here mypy reads jax's own annotations
     session.run(*run, "mypy", "packages/poot-jax/src", env=env, external=True)
-    tests = ["pytest", "-q", "-p", "no:randomly", "packages/poot-jax/tests"]
+    # two workers, a file each (the harness file, the longest, beside the rest)
+    tests = ["pytest", "-q", "-p", "no:randomly", "-n", "2", "--dist", "loadfile"]
+    tests.append("packages/poot-jax/tests")
     session.run(*run, *tests, *session.posargs, env=env, external=True)
+
+
+@nox.session
+def bench_jax(session: nox.Session) -> None:
+    """The JAX frontend's benchmark (benchmarks/bench_jax.py) in the jax session's environment
+    (.venv-jax, Python 3.12): import against jax.jit's compile, the oracle against its step."""
+    python = _jax_python()
+    if python is None:
+        session.skip("no Python 3.12 found (jax 0.12 needs it): set POOT_JAX_PYTHON")
+    env = {"UV_PROJECT_ENVIRONMENT": os.path.join(os.getcwd(), ".venv-jax")}
+    session.run(*_jax_run(python), "python", "-m", "benchmarks", "jax", env=env, external=True)
 
 
 @nox.session

@@ -137,7 +137,10 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="the example programs on every target and device present")
     d.add_argument("--steps", type=_steps, default=3)
-    shape_help = "fix a dynamic dim of an .onnx model: INPUT=8x128 or DIM=128 (repeatable)"
+    shape_help = (
+        "fix a dynamic dim of an .onnx model: INPUT=8x128 or DIM=128; a JAX function "
+        "module:function: each parameter's PARAM=8x128[:int32] (repeatable)"
+    )
     p = sub.add_parser("plan", help="how a target runs a program, or why it refuses it")
     p.add_argument("file")
     p.add_argument("--shape", action="append", help=shape_help)
@@ -188,8 +191,8 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("features", help="the feature matrix, generated from the target tables")
     v = sub.add_parser("devices", help="the devices poot knows and whether they are here")
     v.add_argument("--require", choices=devices, metavar="DEVICE", help=device_help)
-    i = sub.add_parser("import", help="import an ONNX model as a poot program")
-    i.add_argument("model")
+    i = sub.add_parser("import", help="import an ONNX model or a JAX function as a poot program")
+    i.add_argument("model", help="an .onnx file, or a JAX function as module:function")
     i.add_argument("-o", "--output", help="the program (.poot); its weights go beside it (.npz)")
     i.add_argument("--shape", action="append", help=shape_help)
     i.add_argument("--check", action="store_true", help="list every blocker of the model")

@@ -15,7 +15,9 @@
     poot devices [--require NAME]           what is on this machine, and why not
     poot import MODEL.onnx [-o FILE]        an ONNX model as a poot program (weights beside it)
             [--check] [--shape X=8x128]     (every blocker; fix dynamic dims)
-    poot plan|run MODEL.onnx ...            import, then plan or run, with the model's weights
+    poot import module:function             a JAX function (jax 0.12: Python 3.12+, poot-jax's
+            --shape x=8x128[:int32] ...     `jax` extra), each parameter's shape given
+    poot plan|run MODEL.onnx|module:function ...  import, then plan or run, with its weights
     poot cache ls|verify|clear              the compiled-blob cache
     poot acceptance --device D [-o FILE]    every claim for device D, checked on it: a receipt
     poot acceptance --compare A B           two receipts side by side
@@ -54,6 +56,7 @@ from poot.arguments import parser
 # the devices nor the planner (tests/test_cli.py checks it with -X importtime).
 if TYPE_CHECKING:
     from poot_engine import Device
+    from poot_jax import ImportedFunction
     from poot_onnx import Imported
 
 __all__ = ["main"]
@@ -88,8 +91,36 @@ def _import_onnx(path: str, shapes: Sequence[str] | None) -> Imported:
     return import_model(path, shapes=_shapes(shapes))
 
 
-def _load(path: str, shapes: Sequence[str] | None, limit: int) -> tuple[Program, Imported | None]:
-    """A program from a ``.poot`` file, or imported from an ``.onnx`` one (with its weights)."""
+def _import_reference(ref: str, specs: Sequence[str] | None) -> ImportedFunction:
+    """A JAX function ``module:function`` (``poot.pyref``) imported on its ``--shape``s; an
+    unsupported one is refused with every blocker listed in the error, nothing run."""
+    from poot_ir import UnsupportedJax
+
+    from poot import pyref
+
+    plain, dtypes = pyref.split_dtypes(specs)
+    try:
+        return pyref.import_reference(ref, _shapes(plain), dtypes)
+    except UnsupportedJax as err:
+        found = pyref.blockers(ref, _shapes(plain), dtypes)
+        if len(found) > 1:
+            listed = "; ".join(str(b) for b in found)
+            raise UnsupportedJax(
+                err.primitive, err.where, err.kind, f"{err.detail}; every blocker: {listed}"
+            ) from None
+        raise
+
+
+def _load(
+    path: str, shapes: Sequence[str] | None, limit: int
+) -> tuple[Program, Imported | ImportedFunction | None]:
+    """A program from a ``.poot`` file, or imported from an ``.onnx`` one or a JAX function
+    ``module:function`` (with its weights)."""
+    from poot import pyref
+
+    if pyref.is_reference(path):
+        function = _import_reference(path, shapes)
+        return function.program, function
     if path.endswith(".onnx"):
         imported = _import_onnx(path, shapes)
         return imported.program, imported
@@ -146,7 +177,7 @@ def _declared_bytes(data: np.lib.npyio.NpzFile) -> int:
     return total
 
 
-def _origins(console: Console, p: Any, imported: Imported | None) -> None:
+def _origins(console: Console, p: Any, imported: Imported | ImportedFunction | None) -> None:
     """Each refused equation's ONNX node (by its result var, which planning keeps)."""
     if imported is None or not p.refusals:
         return
@@ -334,13 +365,20 @@ def _features(console: Console, args: argparse.Namespace) -> int:
 
 
 def _import(console: Console, args: argparse.Namespace) -> int:
-    from poot_onnx import check_model
+    from poot import pyref
 
+    reference = pyref.is_reference(args.model)
     if args.check:
-        files.regular_file(args.model, "model")
-        blockers = check_model(args.model, shapes=_shapes(args.shape))
+        if reference:
+            plain, dtypes = pyref.split_dtypes(args.shape)
+            blockers: Sequence[object] = pyref.blockers(args.model, _shapes(plain), dtypes)
+        else:
+            from poot_onnx import check_model
+
+            files.regular_file(args.model, "model")
+            blockers = check_model(args.model, shapes=_shapes(args.shape))
         for b in blockers:
-            console.print(str(b), highlight=False, markup=False)
+            console.print(str(b), highlight=False, markup=False, soft_wrap=True)
         console.print(f"{len(blockers)} blocker(s)" if blockers else "imports: no blockers")
         return 1 if blockers else 0
     out = weights = None
@@ -353,7 +391,11 @@ def _import(console: Console, args: argparse.Namespace) -> int:
         # both outputs checked before the import's work
         out = files.check_output(out, "program")
         weights = files.check_output(out.with_suffix(".npz"), "weights")
-    imported = _import_onnx(args.model, args.shape)
+    imported = (
+        _import_reference(args.model, args.shape)
+        if reference
+        else _import_onnx(args.model, args.shape)
+    )
     text = format_program(imported.program)
     if out is None or weights is None:
         sys.stdout.write(text)

@@ -24,6 +24,9 @@ from poot_jax import SUPPORTED_PRIMITIVES, import_function
 
 DTYPES = (np.float32, np.int32, np.bool_)
 
+#: Harness groups named otherwise than the primitive they test.
+PRIMITIVE_OF = {"reduce_window_add": "reduce_window_sum"}
+
 
 def selected() -> list[Any]:
     import jax._src.internal_test_util.test_harnesses as th
@@ -31,7 +34,7 @@ def selected() -> list[Any]:
     return [
         h
         for h in th.all_harnesses
-        if h.group_name in SUPPORTED_PRIMITIVES
+        if PRIMITIVE_OF.get(h.group_name, h.group_name) in SUPPORTED_PRIMITIVES
         and h.dtype is not None
         and np.dtype(h.dtype) in DTYPES
         and h.filter("cpu")
@@ -76,8 +79,17 @@ on CPU: traced, imported, evaluated on the oracle and compared with `jax.jit` on
 within rtol 1e-5 of the result's largest magnitude, i32 and bool exactly, NaNs in the same
 places). Made by `python packages/poot-jax/tests/jax_harnesses.py` in the jax session's
 environment (`.venv-jax`, Python 3.12); `test_jax_harnesses.py` fails when a group's pass count
-drops or any harness is wrong. "refused (dtype)": a typed `UnsupportedJax` about an element type
-poot lacks (uint8/int8/int16 indices or results, complex64, bitwise logic on i32).
+drops or any harness is wrong. A group is the primitive of its name (`reduce_window_add` tests
+`reduce_window_sum`), and holds what JAX's authors put in it (the `reduce_window_*` groups also
+use the generic `reduce_window`). "refused (dtype)": a typed `UnsupportedJax` about an element
+type poot lacks (uint8/int8/int16 indices or results, complex64, bitwise logic on i32, rem on
+f32); "refused (other)": an i32 convolution accumulating in i32 (poot's `conv` is float).
+
+Real models written in JAX (`packages/poot-jax/tests/jax_models.py`, random init, seed 0): a
+Flax MLP, a Flax transformer encoder block (LayerNorm, 4-head self-attention, GELU MLP) and a
+`softmax`/`layer_norm`/`gelu` chain, each on the oracle against `jax.jit`, planned for xdna2 and
+intel-npu4 and run partitioned on xdna-host and vpu-cpu, every step within the plan's contract
+(`test_jax_models.py`). `poot_jax.jit(fn, device=...)` runs them the same way from Python.
 """
 
 
@@ -96,6 +108,9 @@ def markdown(table: dict[str, collections.Counter[str]]) -> str:
         f"| **all {sum(total.values())}** | **{total['pass']}** | {total['refused_dtype']} "
         f"| {total['refused']} | {total['wrong']} |"
     )
+    share = 100.0 * total["pass"] / max(1, sum(total.values()))
+    lines.append("")
+    lines.append(f"{total['pass']} of {sum(total.values())} pass ({share:.1f}%).")
     return "\n".join(lines) + "\n"
 
 

@@ -3,7 +3,8 @@
 
 It builds through ``poot_ir`` only and needs jax (0.12, Python 3.12 or newer: the package's
 ``jax`` extra). Modules: ``context`` (the lowering context), ``table`` (the rule table and the
-loop that inlines nested jaxprs), rules by family: ``elementwise``, ``shapes``, ``reductions``.
+loop that inlines nested jaxprs), rules by family: ``elementwise``, ``rounding``, ``shapes``, ``reductions``,
+``windows``; ``runner`` (``jit``).
 
 - ``fn`` is traced with ``jax.make_jaxpr`` on the example arguments (arrays, or
   ``jax.ShapeDtypeStruct``s); every array leaf of them is a slot, named after ``fn``'s parameter
@@ -14,6 +15,8 @@ loop that inlines nested jaxprs), rules by family: ``elementwise``, ``shapes``, 
   ``fn`` closes over become weights ``const0``, ``const1``, ...
 - Outputs are named ``out`` (one) or ``out`` plus the output pytree's path (``out.0``, ...).
 - Element types: float32, float16, bfloat16, int32 and bool (JAX's default, x64 off).
+- ``jit(fn, device=..., verify=...)`` (a ``Runner``, module ``runner``) runs ``fn`` on a device:
+  traced, planned and added once per shape/dtype signature, replayed on later calls.
 - Anything poot cannot express raises ``UnsupportedJax`` naming the JAX primitive, the user's
   source line of its equation and what is unsupported, and how many more blockers there are.
 """
@@ -23,7 +26,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -31,6 +34,7 @@ import numpy as np
 from poot_ir.builder import Builder
 from poot_ir.core import Program, Var
 from poot_ir.errors import UnsupportedJax
+from poot_ir.typing_rules import validate
 
 from poot_jax.context import Ctx, Refuse, poot_dtype
 from poot_jax.table import CALLS, POISON, RULES, JaxLowering, is_poison
@@ -39,8 +43,10 @@ __all__ = [
     "SUPPORTED_PRIMITIVES",
     "ImportedFunction",
     "JaxBlocker",
+    "Runner",
     "check_function",
     "import_function",
+    "jit",
 ]
 
 #: The JAX primitives the importer lowers, and the nesting ones it inlines.
@@ -65,13 +71,15 @@ class JaxBlocker:
 class ImportedFunction:
     """An imported function: the program, each weight's value by argument name, the slot name
     of each argument leaf (by its path, ``jax.tree_util.keystr``), the output names in the order
-    of the flattened results, and the JAX equation each poot equation came from (by index)."""
+    of the flattened results, the results' pytree structure (``out_tree``: unflatten the outputs
+    with it), and the JAX equation each poot equation came from (by index)."""
 
     program: Program
     weights: dict[str, np.ndarray]
     inputs: dict[str, str]
     outputs: tuple[str, ...]
     origins: dict[int, str]
+    out_tree: Any
 
     def origin(self, eqn: int) -> str:
         return self.origins.get(eqn, "")
@@ -118,6 +126,16 @@ def check_function(
     return tuple(JaxBlocker(k, p, d, tuple(lines)) for (k, p, d), lines in grouped.items())
 
 
+def __getattr__(name: str) -> Any:
+    # ``Runner`` and ``jit`` load the planner, the engine and the devices: only when asked for,
+    # so ``import poot_jax`` (the importer) stays jax plus poot_ir
+    if name in ("Runner", "jit"):
+        from poot_jax import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module 'poot_jax' has no attribute {name!r}")
+
+
 def identifier(text: str) -> str:
     """``text`` as a poot name: characters outside ``[A-Za-z0-9_.]`` become ``_``."""
     out = re.sub(r"[^A-Za-z0-9_.]", "_", text).strip(".")
@@ -154,7 +172,7 @@ def _import(
 ) -> tuple[JaxLowering, ImportedFunction | None]:
     has_params = params is not None
     traced_args = (params, *args) if has_params else args
-    cj = jax.make_jaxpr(fn)(*traced_args)
+    cj, out_shapes = jax.make_jaxpr(fn, return_shape=True)(*traced_args)
     prog_name = identifier(name or getattr(fn, "__name__", "jax") or "jax")
     b = Builder(prog_name if prog_name != "_lambda_" else "jax")
     lo = JaxLowering(Ctx(b))
@@ -205,9 +223,34 @@ def _import(
         b.output(oname, var)
     if lo.blockers:
         return lo, None
+    program, origins = _live(b.build(), lo.origins)
     return lo, ImportedFunction(
-        b.build(), dict(lo.cx.weights), inputs, tuple(out_names), lo.origins
+        program,
+        dict(lo.cx.weights),
+        inputs,
+        tuple(out_names),
+        origins,
+        jax.tree_util.tree_structure(out_shapes),
     )
+
+
+def _live(program: Program, origins: dict[int, str]) -> tuple[Program, dict[int, str]]:
+    """``program`` without the equations no output or update reads (a ``where`` decided at
+    import leaves its other case behind: a NaN the planner would otherwise see), and the
+    origins renumbered to match."""
+    needed = {o.var.id for o in program.outputs} | {u.var.id for u in program.updates}
+    kept: list[int] = []
+    for i in range(len(program.eqns) - 1, -1, -1):
+        e = program.eqns[i]
+        if any(v.id in needed for v in e.outputs):
+            kept.append(i)
+            needed.update(a.id for a in e.inputs if isinstance(a, Var))
+    if len(kept) == len(program.eqns):
+        return program, origins
+    kept.reverse()
+    eqns = tuple(program.eqns[i] for i in kept)
+    renumbered = {new: origins[old] for new, old in enumerate(kept) if old in origins}
+    return validate(replace(program, eqns=eqns)), renumbered
 
 
 def _count(tree: Any) -> int:

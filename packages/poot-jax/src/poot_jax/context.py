@@ -61,10 +61,18 @@ class Ctx:
         return self.b.weight(name, dtype, value.shape)
 
     def var(self, x: Value) -> Var:
-        """``x`` as a tensor: a literal becomes a scalar weight."""
+        """``x`` as a tensor: a literal becomes a scalar weight, except a NaN or an infinity,
+        which is computed (``0 * iota + x``) so that it stays a literal of the program: the
+        planner sees it (a narrowing target refuses it, and a partitioned run leaves it to the
+        host) where a weight would be refused only at upload (``jnp.var``'s NaN for an empty
+        reduction, ``-inf`` paddings)."""
         if isinstance(x, Var):
             return x
-        return self.const(np.asarray(x.value), x.dtype)
+        value = np.asarray(x.value)
+        if value.dtype.kind == "f" and not np.isfinite(value):
+            zero = self.b.mul(self.b.iota((1,), x.dtype, 0), self.lit(0.0, x.dtype))
+            return self.b.reshape(self.b.add(zero, x), ())
+        return self.const(value, x.dtype)
 
     def full(self, value: float | int | bool, shape: Sequence[int], dtype: DType) -> Var:
         """A tensor of ``shape`` filled with ``value`` (a scalar weight, broadcast)."""

@@ -11,9 +11,11 @@ and, and the order comparisons compare 0/1 as i32.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from poot_ir.core import Literal as PootLiteral
 from poot_ir.core import Var
 from poot_ir.dtypes import DType
 
@@ -124,7 +126,17 @@ def _integer_pow(
     return [cx.b.recip(result) if y < 0 else result]
 
 
+def _exp2(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
+    """``exp2 x = exp(x * ln 2)``: the product rounds once more than XLA's exp2."""
+    x = cx.var(ins[0])
+    return [cx.b.exp(cx.b.mul(x, cx.lit(math.log(2.0), x.dtype)))]
+
+
 def _select_n(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
+    if isinstance(ins[0], PootLiteral):  # known at import: that case (JAX: out of range is UB)
+        chosen = cx.var(ins[1:][min(int(ins[0].value), len(ins) - 2)])
+        shape = tuple(outs[0].shape)
+        return [chosen if chosen.shape == shape else cx.b.broadcast_in_dim(chosen, shape, ())]
     pred, cases = cx.var(ins[0]), ins[1:]
     if len(cases) == 1:
         return [cx.var(cases[0])]
@@ -192,4 +204,7 @@ RULES: dict[str, Rule] = {
     "copy": _identity,
     "copy_p": _identity,
     "optimization_barrier": _identity,
+    "device_put": _identity,
+    "add_any": _binary("add"),
+    "exp2": _exp2,
 }

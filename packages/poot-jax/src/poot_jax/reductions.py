@@ -7,7 +7,9 @@ never overflows, ``-x`` does at INT_MIN); on bool ``reduce_or`` is the i32 maxim
 maximum or is NaN (JAX counts NaN as the largest, the first one wins). ``dot_general`` moves
 each operand's axes to (batch, free, contracting) order, flattens them to poot's batched
 ``matmul`` and reshapes the product to JAX's (batch, lhs free, rhs free) layout. ``cumsum`` is
-a ``matmul`` by a 0/1 triangle (n x n: a ``Budget`` bounds it like any tensor).
+a ``matmul`` by a 0/1 triangle (n x n: a ``Budget`` bounds it like any tensor); ``cummax``,
+``cummin`` and ``cumprod`` are doubling scans (``log2 n`` steps of slices, the operation and a
+concat).
 """
 
 from __future__ import annotations
@@ -159,6 +161,61 @@ def _cumsum(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any
     return [summed if axis == rank - 1 else b.transpose(summed, back)]
 
 
+def _reduce_prod(
+    cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]
+) -> list[Var]:
+    """A product over ``axes`` by halving: the first half times the second, an odd element
+    carried, until one is left (a float product associates differently from XLA's and agrees
+    within its rounding; an i32 product wraps the same in any order)."""
+    b, x = cx.b, cx.var(ins[0])
+    if x.dtype is DType.BOOL:
+        raise Refuse("dtype", "reduce_prod of bool")
+    if 0 in x.shape:
+        return [cx.full(1, tuple(outs[0].shape), x.dtype)]
+    for axis in _axes(p):
+        while (n := x.shape[axis]) > 1:
+            h = n // 2
+
+            def cut(lo: int, hi: int, y: Var = x, axis: int = axis) -> Var:
+                start = tuple(lo if i == axis else 0 for i in range(len(y.shape)))
+                limit = tuple(hi if i == axis else d for i, d in enumerate(y.shape))
+                return b.slice(y, start, limit)
+
+            half = b.mul(cut(0, h), cut(h, 2 * h))
+            x = b.concat([half, cut(2 * h, n)], axis) if n % 2 else half
+    shape = tuple(outs[0].shape)
+    return [x if x.shape == shape else b.reshape(x, shape)]
+
+
+def _scan(op: str) -> Rule:
+    """``cummax``/``cummin``/``cumprod`` as a doubling scan (Hillis-Steele): ``log2 n`` steps,
+    step ``k`` combining each element with the one ``k`` before it (after it, reversed), the
+    first ``k`` kept. Exact for max and min; a float product associates differently from XLA's
+    and agrees within its rounding; an i32 product wraps the same in any order."""
+
+    def rule(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
+        b, y, axis = cx.b, cx.var(ins[0]), int(p["axis"])
+        if y.dtype is DType.BOOL:
+            raise Refuse("dtype", f"{op} of bool")
+        combine = {"max": b.max, "min": b.min, "mul": b.mul}[op]
+        n, rank, k = y.shape[axis], len(y.shape), 1
+
+        def cut(x: Var, lo: int, hi: int) -> Var:
+            start = tuple(lo if i == axis else 0 for i in range(rank))
+            return b.slice(x, start, tuple(hi if i == axis else d for i, d in enumerate(x.shape)))
+
+        while k < n:
+            if p.get("reverse"):
+                parts = [combine(cut(y, 0, n - k), cut(y, k, n)), cut(y, n - k, n)]
+            else:
+                parts = [cut(y, 0, k), combine(cut(y, k, n), cut(y, 0, n - k))]
+            y = b.concat(parts, axis)
+            k *= 2
+        return [y]
+
+    return rule
+
+
 def _arranged(cx: Ctx, x: Var, perm: tuple[int, ...], shape: tuple[int, ...]) -> Var:
     if perm != tuple(range(len(x.shape))):
         x = cx.b.transpose(x, perm)
@@ -175,4 +232,8 @@ RULES: dict[str, Rule] = {
     "argmin": _arg(False),
     "dot_general": _dot_general,
     "cumsum": _cumsum,
+    "reduce_prod": _reduce_prod,
+    "cummax": _scan("max"),
+    "cummin": _scan("min"),
+    "cumprod": _scan("mul"),
 }

@@ -22,7 +22,7 @@ from poot_ir.dtypes import DType
 from poot_jax.context import Ctx, Refuse, Value, poot_dtype
 from poot_jax.elementwise import Rule
 
-__all__ = ["RULES"]
+__all__ = ["RULES", "interior"]
 
 
 def _ints(xs: Sequence[Any]) -> tuple[int, ...]:
@@ -140,7 +140,7 @@ def _iota(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any])
     return [cx.b.iota(_ints(p["shape"]), dtype, int(p["dimension"]))]
 
 
-def _interior(cx: Ctx, x: Var, value: Var, axis: int, k: int) -> Var:
+def interior(cx: Ctx, x: Var, value: Var, axis: int, k: int) -> Var:
     """``k`` copies of ``value`` between neighbours along ``axis``: each element followed by
     its ``k`` pads (a new axis, concatenated, flattened), the trailing ``k`` cut off."""
     b, n = cx.b, x.shape[axis]
@@ -156,10 +156,10 @@ def _interior(cx: Ctx, x: Var, value: Var, axis: int, k: int) -> Var:
 
 def _pad(cx: Ctx, ins: Sequence[Value], p: dict[str, Any], outs: Sequence[Any]) -> list[Var]:
     x, value = cx.var(ins[0]), cx.var(ins[1])
-    for axis, (lo, hi, interior) in enumerate(p["padding_config"]):
-        lo, hi, interior = int(lo), int(hi), int(interior)
-        if interior:  # XLA pads between elements first, then at the edges
-            x = _interior(cx, x, value, axis, interior)
+    for axis, (lo, hi, between) in enumerate(p["padding_config"]):
+        lo, hi, between = int(lo), int(hi), int(between)
+        if between:  # XLA pads between elements first, then at the edges
+            x = interior(cx, x, value, axis, between)
         if lo < 0 or hi < 0:  # negative padding cuts
             start = tuple(max(0, -lo) if i == axis else 0 for i in range(len(x.shape)))
             limit = tuple(d - max(0, -hi) if i == axis else d for i, d in enumerate(x.shape))

@@ -4,8 +4,10 @@ Each equation is lowered by its primitive's rule. ``jit``, ``closed_call``/``eva
 ``custom_jvp_call``, ``custom_vjp_call`` and ``remat`` (``checkpoint``) are inlined: their body
 is lowered in place, operands bound to its inputs and its own captured constants made weights
 (a custom rule's derivative is not needed for a forward program). An equation no rule expresses
-becomes an ``UnsupportedJax`` naming the primitive and the user's line; its results are
-poisoned, so what reads them is skipped instead of adding a blocker of its own.
+whose operands are all literals and whose results are scalars is computed by JAX at import
+(``fold``). An equation no rule expresses becomes an ``UnsupportedJax`` naming the primitive and the user's line; its results are
+poisoned, so what reads them is skipped instead of adding a blocker of its own, except an
+equation whose primitive has no rule at all (every primitive to replace is listed at once).
 """
 
 from __future__ import annotations
@@ -18,17 +20,20 @@ from typing import Any
 
 import numpy as np
 from jax.extend import core as jcore
+from poot_ir.core import Literal as PootLiteral
 from poot_ir.errors import PootError, UnsupportedJax
 
 from poot_jax.context import Ctx, Refuse, Value, poot_dtype
 from poot_jax.elementwise import RULES as ELEMENTWISE
 from poot_jax.elementwise import Rule
 from poot_jax.reductions import RULES as REDUCTIONS
+from poot_jax.rounding import RULES as ROUNDING
 from poot_jax.shapes import RULES as SHAPES
+from poot_jax.windows import RULES as WINDOWS
 
 __all__ = ["CALLS", "POISON", "RULES", "JaxLowering", "is_poison", "where"]
 
-RULES: dict[str, Rule] = {**ELEMENTWISE, **SHAPES, **REDUCTIONS}
+RULES: dict[str, Rule] = {**ELEMENTWISE, **ROUNDING, **SHAPES, **REDUCTIONS, **WINDOWS}
 
 #: The nesting primitives that are inlined, and the param holding the body.
 CALLS: dict[str, str] = {
@@ -73,8 +78,11 @@ def where(source_info: Any) -> str:
     return ""
 
 
-#: The value of a JAX variable whose equation was refused (what reads it is skipped).
+#: The value of a JAX variable whose equation was refused: what reads it adds no blocker of its
+#: own, unless its primitive has no rule at all (every primitive to replace is listed at once).
 POISON = object()
+
+NO_RULE = "poot has no lowering for this primitive"
 
 
 @dataclass(slots=True)
@@ -101,15 +109,22 @@ class JaxLowering:
             env[v] = a
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
+            blocked = False
             try:
                 ins = [self.read(env, v) for v in eqn.invars]
             except Refuse as err:  # a literal operand of a type poot lacks
                 at = call or where(eqn.source_info)
                 self.blockers.append(UnsupportedJax(name, at, err.kind, err.detail))
-                ins = [POISON]
-            if any(x is POISON for x in ins):
+                ins, blocked = [POISON], True
+            poisoned = any(x is POISON for x in ins)
+            if poisoned and name not in CALLS:
                 outs: list[Any] = [POISON] * len(eqn.outvars)
-            elif name in CALLS:
+                if name not in RULES and not blocked:  # a primitive to replace: listed too
+                    at = call or where(eqn.source_info)
+                    self.blockers.append(UnsupportedJax(name, at, "primitive", NO_RULE))
+            elif name in RULES and (folded := self.fold(eqn, ins)) is not None:
+                outs = folded
+            elif name in CALLS:  # a body whose operands are poisoned: its own blockers listed
                 sub = eqn.params[CALLS[name]]
                 at = call or where(eqn.source_info)
                 outs = self.run(sub, getattr(sub, "consts", ()), ins, at)
@@ -126,6 +141,24 @@ class JaxLowering:
                 results.append(POISON)
         return results
 
+    def fold(self, eqn: Any, ins: list[Any]) -> list[Any] | None:
+        """The scalar results of an equation whose operands are all literals, computed by JAX
+        itself (``primitive.bind``, so with JAX's semantics) as literals; None to lower it.
+        ``jnp.var``'s ``ddof`` arithmetic folds so, and the ``where`` it guards with a NaN picks
+        its case at import (``select_n`` on a literal predicate)."""
+        if not ins or not all(isinstance(x, PootLiteral) for x in ins):
+            return None
+        if any(getattr(o.aval, "shape", None) != () for o in eqn.outvars):
+            return None
+        try:
+            dtypes = [poot_dtype(o.aval.dtype) for o in eqn.outvars]
+            args = [np.asarray(x.value, dtype=x.dtype.numpy) for x in ins]
+            got = eqn.primitive.bind(*args, **eqn.params)
+        except Exception:  # Refuse (a dtype poot lacks), or JAX's own error: lower it instead
+            return None
+        values = got if eqn.primitive.multiple_results else [got]
+        return [self.cx.lit(np.asarray(v).item(), d) for v, d in zip(values, dtypes, strict=True)]
+
     def read(self, env: dict[Any, Any], v: Any) -> Any:
         """A variable's value, or a literal's (``Refuse`` for a literal of a type poot lacks)."""
         if isinstance(v, jcore.Literal):
@@ -138,7 +171,12 @@ class JaxLowering:
         return env[v]
 
     def constant(self, value: np.ndarray, dtype: Any) -> Any:
+        """A captured array: a weight, except a 0-d one, which is a literal as JAX's own scalars
+        are (a weight would be uploaded, and range-checked on a narrowing target, for nothing:
+        ``jnp.var`` captures a NaN it selects only for an empty reduction)."""
         try:
+            if value.shape == ():
+                return self.cx.lit(value.astype(dtype).item(), poot_dtype(dtype))
             return self.cx.const(value, poot_dtype(dtype))
         except Refuse as err:
             self.blockers.append(UnsupportedJax("constant", "", err.kind, err.detail))
@@ -151,7 +189,7 @@ class JaxLowering:
         start = self.cx.b.eqn_count
         try:
             if rule is None:
-                raise Refuse("primitive", "poot has no lowering for this primitive")
+                raise Refuse("primitive", NO_RULE)
             for out in eqn.outvars:
                 poot_dtype(out.aval.dtype)
             outs = rule(self.cx, ins, dict(eqn.params), [o.aval for o in eqn.outvars])

@@ -1,0 +1,60 @@
+"""The real models written in JAX (``jax_models``: a Flax MLP, a Flax transformer encoder block,
+a softmax/layer_norm/gelu chain): on the oracle against ``jax.jit`` on XLA:CPU, planned for both
+NPU targets, and run partitioned on both stand-ins (xdna-host: xdna2; vpu-cpu: intel-npu4), each
+step checked against the oracle under the plan's contract (``poot_engine.run``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+jax = pytest.importorskip("jax", reason="jax 0.12 needs Python 3.12+: run `nox -s jax`")
+pytest.importorskip("flax", reason="flax is in poot-jax's test group")
+
+import numpy as np  # noqa: E402
+from jax_cases import compare, run_imported  # noqa: E402
+from jax_models import MODELS  # noqa: E402
+from poot_engine.run import run_program  # noqa: E402
+from poot_jax import ImportedFunction, import_function  # noqa: E402
+from poot_npu.registry import device_info  # noqa: E402
+from poot_planner import plan  # noqa: E402
+
+_IMPORTED: dict[str, ImportedFunction] = {}
+
+
+def _imported(name: str) -> tuple[ImportedFunction, np.ndarray]:
+    m = MODELS[name]()
+    if name not in _IMPORTED:
+        _IMPORTED[name] = import_function(m.fn, m.x, params=m.params, name=name)
+    return _IMPORTED[name], m.x
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_on_the_oracle_against_jax(name: str) -> None:
+    m = MODELS[name]()
+    imp, x = _imported(name)
+    compare(run_imported(imp, x)[0], np.asarray(jax.jit(m.fn)(m.params, x)))
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize(("device", "target"), [("xdna-host", "xdna2"), ("vpu-cpu", "intel-npu4")])
+def test_planned_and_run_partitioned_on_the_stand_in(
+    name: str, device: str, target: str, tmp_path: Path
+) -> None:
+    info = device_info(device)
+    if (why := info.unavailable_reason()) is not None:
+        pytest.skip(f"stand-in unavailable: {why}")
+    imp, x = _imported(name)
+    p = plan(imp.program, target)
+    assert p.admitted or p.refusals  # a plan either way: admitted, or every refusal named
+    rng = np.random.default_rng(1)
+    steps = [
+        {**imp.weights, "x": x},
+        {**imp.weights, "x": rng.standard_normal(x.shape).astype(x.dtype)},
+    ]
+    report = run_program(
+        imp.program, info.make(), device, cache_dir=tmp_path, inputs=steps, partition=True
+    )
+    assert report.plan.admitted or any(s.device for s in report.spans), "nothing ran on the device"
+    assert len(report.steps) == 2 and report.ok, report.steps
