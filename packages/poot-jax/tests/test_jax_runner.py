@@ -98,3 +98,17 @@ def test_an_unsupported_primitive_is_refused_before_anything_runs(tmp_path: Path
         with pytest.raises(UnsupportedJax, match="sort"):
             run(np.zeros(4, np.float32))
         assert run.signatures == 0 and run.engine.stats().steps == 0
+
+
+def test_a_second_runner_loads_from_the_blob_cache(tmp_path: Path) -> None:
+    def f(x: jax.Array) -> jax.Array:
+        return jnp.tanh(x) * 2.0 + 1.0
+
+    x = RNG.standard_normal((4, 8)).astype(np.float32)
+    stats = []
+    for _ in range(2):
+        with poot_jax.jit(f, device="xdna-host", cache_dir=tmp_path) as run:
+            compare(run(x), np.asarray(jax.jit(f)(x)), rtol=1e-4)
+            stats.append(run.engine.stats())
+    assert stats[0].compiles >= 1 and stats[0].cache_hits == 0
+    assert stats[1].compiles == 0 and stats[1].cache_hits == stats[0].compiles
