@@ -341,9 +341,10 @@ def test_every_refusal_kind_carries_its_facts() -> None:
     refuse(XDNA2, lambda b: b.reduce_sum(x(b, shape=(1, 8064)), 1))
 
     def many_regions(b: Builder) -> Var:
+        # 17 regions of 32 tiles, each with a max(v, v) at a place of its own: 17 artifacts
         v = x(b)
-        for _ in range(17 * 32):
-            v = b.neg(v)
+        for j in range(17 * 32):
+            v = b.max(v, v) if j % 32 == j // 32 else b.neg(v)
         return v
 
     refuse(XDNA2, many_regions)
@@ -365,7 +366,7 @@ def test_every_refusal_kind_carries_its_facts() -> None:
         RefusalKind.REGION_LIMIT: "equation 0 (reduce_sum): region limit: limit=tile_bytes, "
         "needed=64784, available=64512",
         RefusalKind.CONTEXT_LIMIT: "program: context limit: limit=contexts, needed=17, "
-        "available=16",
+        "available=16, regions=17",
     }
     for kind, line in expected.items():
         assert str(seen[kind]) == line

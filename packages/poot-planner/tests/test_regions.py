@@ -289,19 +289,30 @@ def test_a_tile_reads_at_most_two_streams() -> None:
 # -- contexts --------------------------------------------------------------------------------
 
 
-def test_16_regions_are_admitted() -> None:
-    p = xdna2(neg_chain(16 * 32))
-    assert p.admitted and p.contexts == 16 and set(region_sizes(p)) == {32}
+def test_16_distinct_regions_are_admitted() -> None:
+    p = xdna2(probes.marked_chain(16 * 32, 32, (4, 64)))
+    assert p.admitted and p.contexts == p.contexts_before_reuse == 16
+    assert set(region_sizes(p)) == {32}
 
 
-def test_17_regions_are_a_context_limit() -> None:
-    p = xdna2(neg_chain(16 * 32 + 1))
+def test_17_distinct_regions_are_a_context_limit() -> None:
+    p = xdna2(probes.marked_chain(16 * 32 + 1, 32, (4, 64)))
     (r,) = p.refusals
     assert r.kind is RefusalKind.CONTEXT_LIMIT
     assert (r.eqn, r.primitive) == (-1, "")
-    assert r.facts == (("limit", "contexts"), ("needed", 17), ("available", 16))
+    assert r.facts == (("limit", "contexts"), ("needed", 17), ("available", 16), ("regions", 17))
     assert r.fact("needed") == 17 and r.fact("available") == 16
     assert p.contexts == 17
+
+
+def test_17_identical_regions_need_the_contexts_of_two() -> None:
+    """Sixteen regions of 32 negations are one artifact (the first reads the argument, the
+    others the scratch arena: only where their streams live differs), the 17th (one tile)
+    another: two contexts, where one per region would be past the limit."""
+    p = xdna2(neg_chain(16 * 32 + 1))
+    assert p.admitted and p.contexts_before_reuse == 17 and p.contexts == 2
+    assert [r.runs for r in p.regions] == [0] * 16 + [16]
+    assert [r.artifact for r in p.regions] == [None] + [0] * 15 + [None]
 
 
 # -- order -----------------------------------------------------------------------------------
