@@ -61,12 +61,13 @@ __all__ = ["artifact_regions", "canonical_kernels", "on_artifact", "shape", "sha
 
 def shape(region: RegionDesign) -> Hashable:
     """``region`` without its place in the program or the arenas: every FIFO, core and tile
-    named by its place in the region, kernel symbols and arena offsets left out."""
+    named by its place in the region, kernel symbols and arena offsets left out (a name the
+    region does not define is None: such a design is refused by ``validate`` in any case)."""
     fifo = {f.name: k for k, f in enumerate(region.fifos)}
     tile = {c.tile: k for k, c in enumerate(region.cores)}
 
     def port(p: Port) -> Hashable:
-        return (fifo[p.fifo], p.dtype, p.resident, p.elems, p.nbytes)
+        return (fifo.get(p.fifo), p.dtype, p.resident, p.elems, p.nbytes)
 
     def transfer(t: Transfer) -> Hashable:
         return (t.direction, t.shim, t.channel, t.bd, t.nbytes)
@@ -96,17 +97,17 @@ def shape(region: RegionDesign) -> Hashable:
             f.nbytes,
             f.n_objects,
             f.resident,
-            None if f.producer is None else tile[f.producer],
-            tuple(tile[t] for t in f.consumers),
+            None if f.producer is None else tile.get(f.producer),
+            tuple(tile.get(t) for t in f.consumers),
             f.shim,
             f.source is not None,
             f.sink is not None,
         )
         for f in region.fifos
     )
-    sequence = tuple((fifo[t.fifo], transfer(t)) for t in region.transfers)
-    waits = tuple(fifo[w] for w in region.waits)
-    flag = (tuple(tile[t] for t in region.flag.order), transfer(region.flag.transfer))
+    sequence = tuple((fifo.get(t.fifo), transfer(t)) for t in region.transfers)
+    waits = tuple(fifo.get(w) for w in region.waits)
+    flag = (tuple(tile.get(t) for t in region.flag.order), transfer(region.flag.transfer))
     return (cores, fifos, sequence, waits, flag)
 
 
