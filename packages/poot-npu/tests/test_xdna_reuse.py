@@ -235,3 +235,20 @@ def test_the_fake_refuses_instructions_on_another_artifacts_context(
             loaded.regions[1] = dataclasses.replace(r1, kernel=r0.kernel)
             with pytest.raises(Exception, match="context of their region's artifact"):
                 engine.step(entry, {"x": _inputs(program, 1)["x"]})
+
+
+# -- the NPU ---------------------------------------------------------------------------------
+
+
+@pytest.mark.xdna
+def test_identical_layers_share_a_context_on_the_npu(tmp_path: Path) -> None:
+    """Twelve identical layers (three regions, two artifacts) on the NPU, every step verified
+    and equal to the oracle's bits: the second artifact's context runs two regions, each with its
+    own instruction buffer (the pattern of mlir-aie's add_one_two_txn), within the default of
+    two contexts."""
+    why = XdnaDevice.probe()
+    if why is not None:
+        pytest.skip(f"hardware unavailable: {why}")
+    with Engine(XdnaDevice(), tmp_path / "blobs", verify="always") as engine:
+        _run(engine, layers(12), steps=3)
+        assert xdna_contexts.held(NODE) == 2
