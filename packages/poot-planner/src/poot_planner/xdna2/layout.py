@@ -23,7 +23,7 @@ from poot_planner.fp16.narrowing import operating_dtype
 from poot_planner.refusal import Refusal, RefusalKind, limit_refusal
 from poot_planner.target import LaidOut, Target
 from poot_planner.xdna2.chunking import chunk_region, unchunked_bytes
-from poot_planner.xdna2.regions import HostRelayout, form_regions
+from poot_planner.xdna2.regions import HostRelayout, form_reusable_regions
 from poot_planner.xdna2.rowfusion import RowGroup, find_row_groups
 from poot_planner.xdna2.tiles import TileOp, tile_for_eqn, tile_for_group
 
@@ -159,7 +159,7 @@ def lay_out(
         tiles.append(job.placed(index=index, code_bytes=code))
         placed.extend((i, job.kind, index) for i in job.eqns)
     relayouts.sort(key=lambda r: r.eqn)
-    regions, moved = form_regions(program, tuple(tiles), limits, tuple(relayouts))
+    regions, moved = form_reusable_regions(program, tuple(tiles), limits, tuple(relayouts))
     chunked = tuple(t for r in regions for t in r.tiles)  # as each region chunks its tiles
     # the context limit counts distinct artifacts, which the device guards decide too: the
     # plan checks it once they are placed (``poot_planner.plan``); host relayouts take none

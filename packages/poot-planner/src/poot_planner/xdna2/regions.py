@@ -50,6 +50,7 @@ __all__ = [
     "artifact_key",
     "artifacts",
     "form_regions",
+    "form_reusable_regions",
     "in_step_order",
     "share_artifacts",
 ]
@@ -200,10 +201,13 @@ def form_regions(
     tiles: tuple[TileOp, ...],
     limits: RegionLimits,
     relayouts: tuple[HostRelayout, ...] = (),
+    tile_cap: int | None = None,
 ) -> tuple[tuple[Region, ...], tuple[HostRelayout, ...]]:
     """Greedy regions over ``tiles`` (in program order), and ``relayouts`` (in program order)
     with the place each runs at (``HostRelayout.after``). Each tile alone must already fit a
-    region (the planner refuses those that do not before calling this)."""
+    region (the planner refuses those that do not before calling this). ``tile_cap``: at most
+    that many tiles to a region (default, and at most, ``limits.compute_tiles``)."""
+    cap = limits.compute_tiles if tile_cap is None else min(tile_cap, limits.compute_tiles)
     readers: dict[int, set[int]] = {}
     for t in tiles:
         for op in t.inputs:
@@ -243,7 +247,7 @@ def form_regions(
         delta = current.delta(t)
         whole = unchunked_bytes(t) <= limits.data_tile_bytes
         if current.tiles and not (
-            len(current.tiles) < limits.compute_tiles
+            len(current.tiles) < cap
             and delta[0] <= limits.host_streams_in
             and delta[1] <= limits.data_streams_out  # the flag word takes one
             # one call per run fits whatever the region shares: no need to work out groups
@@ -262,6 +266,39 @@ def form_regions(
 
 
 # -- regions reused across identical layers ---------------------------------------------------
+
+
+def form_reusable_regions(
+    program: Program,
+    tiles: tuple[TileOp, ...],
+    limits: RegionLimits,
+    relayouts: tuple[HostRelayout, ...] = (),
+) -> tuple[tuple[Region, ...], tuple[HostRelayout, ...]]:
+    """``form_regions``, or the same with fewer tiles to a region when that makes fewer
+    distinct artifacts. Greedy regions of a chain of identical layers repeat only when a
+    layer's tiles divide the region's: 64 layers of 5 tiles make 10 regions of 6 designs at 32
+    tiles to a region, and 11 regions of 2 designs at 30. Each cap from the bound down to half
+    of it is tried (by ``artifact_key`` without guards, which the plan adds when it shares:
+    a heuristic for the choice only); the greedy one stays unless a cap makes strictly fewer
+    distinct artifacts (ties: fewer regions, then the larger cap), since every extra region
+    costs a kernel call and host traffic."""
+    best = form_regions(program, tiles, limits, relayouts)
+    if len(best[0]) < 3:  # nothing to share, or no pattern to find
+        return best
+
+    def score(regions: tuple[Region, ...]) -> tuple[int, int]:
+        return len({artifact_key(program, r, {}) for r in regions}), len(regions)
+
+    top = score(best[0])
+    for cap in range(limits.compute_tiles - 1, limits.compute_tiles // 2, -1):
+        if top[0] == 1:  # one artifact: no cap makes fewer
+            break
+        got = form_regions(program, tiles, limits, relayouts, cap)
+        s = score(got[0])
+        if s[0] < top[0] or (s[0] == top[0] and s[1] < top[1]):
+            best, top = got, s
+    return best
+
 
 #: Per equation, the operands its kernel guards on the device (``poot_planner.guards``, site
 #: ``DEVICE``): ``(operand, domain)`` pairs, ``-1`` for the result. A guard is code in the kernel,
