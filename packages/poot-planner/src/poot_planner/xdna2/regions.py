@@ -38,6 +38,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar
 
+import numpy as np
 from poot_ir import Atom, Prim, Program, Var
 
 from poot_planner.capability import RegionLimits
@@ -276,28 +277,62 @@ def form_reusable_regions(
 ) -> tuple[tuple[Region, ...], tuple[HostRelayout, ...]]:
     """``form_regions``, or the same with fewer tiles to a region when that makes fewer
     distinct artifacts. Greedy regions of a chain of identical layers repeat only when a
-    layer's tiles divide the region's: 64 layers of 5 tiles make 10 regions of 6 designs at 32
-    tiles to a region, and 11 regions of 2 designs at 30. Each cap from the bound down to half
-    of it is tried (by ``artifact_key`` without guards, which the plan adds when it shares:
-    a heuristic for the choice only); the greedy one stays unless a cap makes strictly fewer
-    distinct artifacts (ties: fewer regions, then the larger cap), since every extra region
-    costs a kernel call and host traffic."""
+    layer's tiles divide the region's: 64 layers of 5 tiles make 10 regions of 5 designs at 32
+    tiles to a region, and 11 of 2 at 30. So the tiles' period is found (``tile_period``: the
+    layer's tile count) and regions of the most whole layers that fit (or, for a layer past a
+    region, of its largest divisor that fits) are tried once; they replace the greedy ones only
+    when they make strictly fewer distinct artifacts (by ``artifact_key`` without guards,
+    which the plan adds when it shares: a heuristic for the choice only), since every extra
+    region costs a kernel call and host traffic."""
     best = form_regions(program, tiles, limits, relayouts)
-    if len(best[0]) < 3:  # nothing to share, or no pattern to find
+    period = tile_period(program, tiles, limits.compute_tiles)
+    if len(best[0]) < 3 or period is None:  # nothing to share, or no pattern to align to
         return best
+    limit = limits.compute_tiles
+    if period <= limit:
+        cap = limit // period * period
+    else:
+        cap = max(d for d in range(1, limit + 1) if period % d == 0)
+    if cap == limit:
+        return best
+    other = form_regions(program, tiles, limits, relayouts, cap)
 
-    def score(regions: tuple[Region, ...]) -> tuple[int, int]:
-        return len({artifact_key(program, r, {}) for r in regions}), len(regions)
+    def distinct(regions: tuple[Region, ...]) -> int:
+        return len({artifact_key(program, r, {}) for r in regions})
 
-    top = score(best[0])
-    for cap in range(limits.compute_tiles - 1, limits.compute_tiles // 2, -1):
-        if top[0] == 1:  # one artifact: no cap makes fewer
-            break
-        got = form_regions(program, tiles, limits, relayouts, cap)
-        s = score(got[0])
-        if s[0] < top[0] or (s[0] == top[0] and s[1] < top[1]):
-            best, top = got, s
-    return best
+    return other if distinct(other[0]) < distinct(best[0]) else best
+
+
+def tile_period(program: Program, tiles: tuple[TileOp, ...], longest: int) -> int | None:
+    """The period of ``tiles`` as a sequence of kernels (kind, primitives, types), the tile
+    count of a repeated layer: of ``p`` up to ``4 * longest`` (and a quarter of the tiles), the
+    one with the fewest tiles that differ from the one ``p`` before (then the smallest), if at
+    most a tenth of the tiles do (a prologue and an epilogue may differ); else None. Fewest,
+    not the first under the tenth: a layer of one ``mul``, 38 negations and a ``max`` differs
+    from itself shifted by one tile in only two places per layer."""
+    kinds: dict[Hashable, int] = {}
+    sig = np.array(
+        [
+            kinds.setdefault(
+                (
+                    t.kind,
+                    tuple(program.eqns[i].prim for i in t.eqns),
+                    t.output.type,
+                    tuple(op.var.type for op in t.inputs),
+                ),
+                len(kinds),
+            )
+            for t in tiles
+        ],
+        dtype=np.int64,
+    )
+    n = len(sig)
+    top = min(n // 4, 4 * longest)
+    misses = {p: int(np.count_nonzero(sig[:-p] != sig[p:])) for p in range(1, top + 1)}
+    if not misses:
+        return None
+    p = min(misses, key=lambda q: (misses[q], q))
+    return p if misses[p] * 10 <= n else None
 
 
 #: Per equation, the operands its kernel guards on the device (``poot_planner.guards``, site
