@@ -66,7 +66,9 @@ def test_plan_shows_rewrites_and_the_partition(
 
 def test_plan_prints_regions_refusals_and_numerics(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "plan", str(EXAMPLES / "rmsnorm_step.poot"), "--target", "xdna2")
-    assert code == 0 and "admitted" in out and "regions (1 hardware contexts)" in out
+    assert (
+        code == 0 and "admitted" in out and "regions (1 hardware contexts; 1 before reuse)" in out
+    )
     code, out, _ = _run(capsys, "plan", str(EXAMPLES / "layernorm.poot"), "--target", "xdna2")
     assert code == 1 and "MISSING_BOUND" in out and "subtraction" in out
     code, out, _ = _run(

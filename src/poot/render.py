@@ -146,7 +146,10 @@ def plan_panel(p: Plan, spans: tuple[Span, ...] = (), *, every: bool = False) ->
             "streams out",
             "tile-to-tile",
             "max bytes/tile",
-            title=f"regions ({p.contexts} hardware contexts)",
+            "artifact",
+            # identical regions run one artifact on one context (poot_codegen.xdna.reuse)
+            title=f"regions ({p.contexts} hardware contexts; "
+            f"{p.contexts_before_reuse} before reuse)",
             title_justify="left",
         )
         for region in p.regions:
@@ -159,6 +162,7 @@ def plan_panel(p: Plan, spans: tuple[Span, ...] = (), *, every: bool = False) ->
                 str(len(region.host_out)),
                 str(len(region.internal)),
                 str(region.tile_bytes),
+                "own" if region.runs == region.index else f"region {region.runs}'s",
             )
         parts.append(reg)
     if p.relayouts:  # the relayouts the host arenas absorb between the region runs

@@ -204,21 +204,26 @@ def test_a_relayout_of_an_argument_runs_before_the_region_and_closes_nothing() -
     assert len(pl.regions) == 1 and [h.after for h in pl.relayouts] == [0]
 
 
-def test_relayouts_take_no_context_but_regions_are_still_limited_to_16() -> None:
-    def chain(n: int) -> Program:
+def test_relayouts_take_no_context_but_distinct_regions_are_still_limited_to_16() -> None:
+    def chain(n: int, same: bool) -> Program:
         def body(b: Builder) -> None:
             v: Var = b.slot("x", F32, (4, 4))
-            for _ in range(n):
-                v = b.transpose(b.neg(v), (1, 0))  # each closes its region
+            for k in range(n):
+                # each closes its region; a factor of its own makes each region's kernel its own
+                y = b.neg(v) if same else b.mul(v, float(k + 2))
+                v = b.transpose(y, (1, 0))
             b.output("z", v)
 
         return build(f"chain{n}", body)
 
-    pl = plan(chain(16), "xdna2")
+    pl = plan(chain(16, same=False), "xdna2")
     assert pl.admitted and pl.contexts == 16 and len(pl.relayouts) == 16
-    refused = plan(chain(17), "xdna2")
+    refused = plan(chain(17, same=False), "xdna2")
     (r,) = refused.refusals
     assert r.kind.value == "context limit" and r.fact("needed") == 17
+    # seventeen identical regions (one reads the argument, the rest scratch): one artifact
+    same = plan(chain(17, same=True), "xdna2")
+    assert same.admitted and same.contexts == 1 and same.contexts_before_reuse == 17
 
 
 def test_partition_keeps_a_relayout_program_as_one_device_span() -> None:

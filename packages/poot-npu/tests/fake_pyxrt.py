@@ -10,8 +10,13 @@ instruction buffer ``cacheable`` in group 1, synced to the device and ``n_words`
 only ``sync`` moves between, so a missing or misdirected sync gives wrong results.
 
 An xclbin is what the fake ``aiecc`` (``FAKE_AIECC``) writes: ``FAKE-XCLBIN`` and the sha256 of
-the region's MLIR, which ``install(plan, cache_dir)`` maps to the region's design and its
-host-built kernels. ``STATE.script`` lists the states the next ``run.wait`` calls return
+the region's MLIR; its instruction stream is eight words of that sha256 and a region-specific
+tail. ``install(plan, cache_dir)`` maps each region's MLIR digest to the region's design and its
+host-built kernels, and each region to the digest of its artifact's module (regions reused
+across identical layers, ``poot_codegen.xdna.reuse``): a run executes the region its
+*instruction buffer* names, and is refused unless the kernel it is called on belongs to the
+hardware context of that region's artifact. ``STATE.runs_of`` records, for each hardware
+context, the regions run on it and the instruction and arena buffers of each run. ``STATE.script`` lists the states the next ``run.wait`` calls return
 (``COMPLETED`` once the list is empty): a ``TIMEOUT`` or ``ERROR`` there runs nothing.
 """
 
@@ -71,6 +76,8 @@ class _State:
     bos: weakref.WeakSet[bo] = field(default_factory=weakref.WeakSet)
     runs: weakref.WeakSet[run] = field(default_factory=weakref.WeakSet)
     executed: int = 0
+    artifact_of: dict[str, str] = field(default_factory=dict)  # region key -> its xclbin key
+    runs_of: dict[str, list[tuple[int, int, tuple[int, ...]]]] = field(default_factory=dict)
 
 
 STATE = _State()
@@ -86,8 +93,15 @@ def install(plan: Plan, cache_dir: Path) -> None:
     """Make the xclbins of ``plan``'s regions runnable: their designs and host-built kernels."""
     design = design_program(plan)
     lib = load_library(program_source(plan), BlobCache(cache_dir))
-    for region, mlir in zip(design.regions, render_program(design), strict=True):
-        STATE.regions[hashlib.sha256(mlir.encode()).hexdigest()] = (region, lib)
+    keys = [hashlib.sha256(m.encode()).hexdigest() for m in render_program(design)]
+    for region, key in zip(design.regions, keys, strict=True):
+        STATE.regions[key] = (region, lib)
+        STATE.artifact_of[key] = keys[region.runs]
+
+
+def _insts_key(words: np.ndarray) -> str:
+    """The MLIR digest the fake aiecc wrote into an instruction stream's first eight words."""
+    return words[:8].astype("<u4").tobytes().hex()
 
 
 def _log(*entry: Any) -> None:
@@ -163,6 +177,14 @@ class kernel:
     def __call__(self, *args: Any) -> run:
         opcode, insts, n_words, *arenas = args
         _log("call", self.ctx.key[:12], opcode, insts.id, n_words, tuple(b.id for b in arenas))
+        region = _insts_key(insts.device.view("<u4")) if insts.size >= 32 else ""
+        STATE.runs_of.setdefault(self.ctx.key, []).append(
+            (
+                STATE.regions[region][0].index if region in STATE.regions else -1,
+                insts.id,
+                tuple(b.id for b in arenas),
+            )
+        )
         checks = [
             (opcode == 3, "opcode 3"),
             (insts.flags is _Flags.cacheable, "insts cacheable"),
@@ -170,6 +192,11 @@ class kernel:
             (n_words == insts.size // 4, "n_words is the instruction word count"),
             (np.array_equal(insts.host, insts.device), "insts synced to the device"),
             (len(arenas) <= 5, "at most 5 arenas"),
+            (region in STATE.regions, "instructions of a region aiecc made"),
+            (
+                STATE.artifact_of.get(region) == self.ctx.key,
+                "instructions on the hardware context of their region's artifact",
+            ),
         ]
         for i, a in enumerate(arenas):
             checks.append((a.flags is _Flags.host_only, f"arena {i} host_only"))
@@ -177,13 +204,14 @@ class kernel:
         for ok, what in checks:
             if not ok:
                 raise RuntimeError(f"fake XRT: kernel call breaks {what!r}")
-        return run(self, arenas)
+        return run(self, arenas, region)
 
 
 class run:
-    def __init__(self, k: kernel, arenas: list[bo]) -> None:
+    def __init__(self, k: kernel, arenas: list[bo], region: str) -> None:
         self.kernel = k
         self.arenas = arenas
+        self.region = region
         self.done = False
         STATE.runs.add(self)
 
@@ -191,7 +219,7 @@ class run:
         state = STATE.script.pop(0) if STATE.script else ert_cmd_state.ERT_CMD_STATE_COMPLETED
         _log("wait", timeout_ms, state.name)
         if state is ert_cmd_state.ERT_CMD_STATE_COMPLETED and not self.done:
-            region, lib = STATE.regions[self.kernel.ctx.key]
+            region, lib = STATE.regions[self.region]
             run_region(region, lib, [a.device for a in self.arenas])
             self.done = True
             STATE.executed += 1
@@ -245,12 +273,16 @@ from pathlib import Path
 if sys.argv[1:2] == ["--version"]:
     print("aiecc 0.0 (fake)")
     sys.exit(0)
-mlir = Path("aie.mlir").read_bytes()
+mlir = Path(sys.argv[-1]).read_bytes()
 if not list(Path(".").glob("*.o")):
     sys.exit("no kernel object")
-Path("final.xclbin").write_bytes(b"FAKE-XCLBIN\\n" + hashlib.sha256(mlir).hexdigest().encode())
-words = 4 + len(mlir) % 7  # a region-specific instruction count
-Path("insts.bin").write_bytes(b"".join(i.to_bytes(4, "little") for i in range(words)))
+named = dict(a[2:].split("=", 1) for a in sys.argv[1:-1] if "=" in a)
+digest = hashlib.sha256(mlir).digest()
+if "--aie-generate-xclbin" in sys.argv:
+    Path(named["xclbin-name"]).write_bytes(b"FAKE-XCLBIN\\n" + digest.hex().encode())
+words = 4 + len(mlir) % 7  # a region-specific instruction count after the digest
+tail = b"".join(i.to_bytes(4, "little") for i in range(words))
+Path(named["npu-insts-name"]).write_bytes(digest + tail)
 """
 
 FAKE_CLANG = """\

@@ -145,7 +145,8 @@ def test_the_exact_xrt_call_sequence(engine: Engine, tmp_path: Path) -> None:
     program = _install(cases.sums(17), tmp_path)
     design = design_program(plan(program, "xdna2"))
     keys = [_key(m) for m in render_program(design)]
-    words = [4 + len(m.encode()) % 7 for m in render_program(design)]  # what the fake aiecc wrote
+    # what the fake aiecc wrote: the module's digest (8 words), then a region-specific tail
+    words = [8 + 4 + len(m.encode()) % 7 for m in render_program(design)]
     log = fake_pyxrt.STATE.log
     assert log == [("device", 0)]
     entry = engine.add_entry(program)

@@ -24,7 +24,7 @@ from poot_npu.xdna import NODE, XdnaDevice
 from poot_npu.xdna_contexts import ContextLimit
 from poot_planner import plan
 
-THREE = cases.negs(65)  # 65 neg tiles: three regions of at most 32 tiles
+THREE = cases.marked(65)  # 65 tiles: three regions of at most 32 tiles, three artifacts
 TWO = cases.sums(17)  # 17 host streams in: two regions
 
 
@@ -33,9 +33,9 @@ def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[ModuleType
     fake_pyxrt.reset()
     monkeypatch.setitem(sys.modules, "pyxrt", fake_pyxrt)
     monkeypatch.setattr(xdna_module, "_abandoned", [])
-    from poot.acceptance.engine import neg_chain  # the acceptance check's own program
+    from poot.acceptance.regions import marked_chain  # the acceptance check's own program
 
-    for program in (THREE, TWO, neg_chain(65)):
+    for program in (THREE, TWO, marked_chain(65, 32)):
         fake_pyxrt.install(plan(program, "xdna2").check(), tmp_path / "kernels")
     yield fake_pyxrt
 
@@ -54,7 +54,7 @@ def _runs_right(engine: Engine) -> None:
     entry = engine.add_entry(THREE)
     got = engine.step(entry, {"x": x})
     want = evaluate(THREE, {"x": x})
-    np.testing.assert_array_equal(got["y"], want["y"])  # 65 negations: exact
+    np.testing.assert_array_equal(got["y"], want["y"])  # negations and max(v, v): exact
 
 
 def test_three_regions_are_refused_by_default_naming_3654(fake: ModuleType, tmp_path: Path) -> None:

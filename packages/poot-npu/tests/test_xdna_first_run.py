@@ -39,14 +39,16 @@ PER_REGION = 32  # compute tiles per region
 
 
 def four_regions() -> Program:
-    """Four regions of 32 tiles (31 negs, then a multiply by 2): each region ends in a result
-    of its own, ``y_k = -2 y_(k-1)``, so a region returning stale or foreign data shows."""
+    """Four regions of 32 tiles (31 negs, then a multiply by ``k + 2``): each region ends in a
+    result of its own, ``y_k = -(k + 2) y_(k-1)``, so a region returning stale or foreign data
+    shows. The factors differ, so the four are four artifacts (identical regions would share
+    one context: ``poot_codegen.xdna.reuse``) and the run holds four hardware contexts."""
     b = Builder("four_regions")
     x = b.slot("x", F32, (4, 16))
     for k in range(REGIONS):
         for _ in range(PER_REGION - 1):
             x = b.neg(x)
-        x = b.mul(x, 2.0)
+        x = b.mul(x, float(k + 2))
         b.output(f"y{k}", x)
     return b.build()
 

@@ -12,7 +12,7 @@ from poot_ir import Builder, DType, Prim, Program, Storage, Var, evaluate, ops
 from poot_ir.edges import edge_sample
 from poot_ir.numerics import Comparison, Contract
 from poot_planner import TARGETS
-from poot_planner.xdna2.probes import add_chain, fan_out, neg_chain
+from poot_planner.xdna2.probes import add_chain, fan_out, marked_chain, neg_chain
 
 XDNA2 = TARGETS["xdna2"]
 F32, I32 = DType.F32, DType.I32
@@ -95,6 +95,12 @@ def twenty() -> Program:
 def negs(n: int) -> Program:
     """A chain of ``n`` neg tiles: ``n`` compute tiles, one stream in and out."""
     return neg_chain(n, (4, 16))
+
+
+def marked(n: int) -> Program:
+    """``negs(n)`` with one ``max(v, v)`` in each region of 32 tiles at a place of its own, so
+    that every region is an artifact of its own (one hardware context each)."""
+    return marked_chain(n, 32, (4, 16))
 
 
 def sums(n: int) -> Program:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 from poot_ir import Builder, DType, Exact, PlanRefused, Prim, Program, Var, ops
 from poot_planner import TARGETS, KernelClass, Plan, Refusal, RefusalKind, plan
+from poot_planner.xdna2.probes import chain_factor
 
 F32, F16, BF16, I32, BOOL = DType.F32, DType.F16, DType.BF16, DType.I32, DType.BOOL
 XDNA2 = TARGETS["xdna2"]
@@ -341,9 +342,10 @@ def test_every_refusal_kind_carries_its_facts() -> None:
     refuse(XDNA2, lambda b: b.reduce_sum(x(b, shape=(1, 8064)), 1))
 
     def many_regions(b: Builder) -> Var:
+        # 17 regions of 32 products, each by a factor of its own: 17 artifacts
         v = x(b)
-        for _ in range(17 * 32):
-            v = b.neg(v)
+        for j in range(17 * 32):
+            v = b.mul(v, chain_factor(j))
         return v
 
     refuse(XDNA2, many_regions)
@@ -365,7 +367,7 @@ def test_every_refusal_kind_carries_its_facts() -> None:
         RefusalKind.REGION_LIMIT: "equation 0 (reduce_sum): region limit: limit=tile_bytes, "
         "needed=64784, available=64512",
         RefusalKind.CONTEXT_LIMIT: "program: context limit: limit=contexts, needed=17, "
-        "available=16",
+        "available=16, regions=17",
     }
     for kind, line in expected.items():
         assert str(seen[kind]) == line

@@ -98,7 +98,7 @@ def test_target_sections_render_contracts_limits_and_composites() -> None:
     assert "| reduce_sum | f32 | row | last axis only | within 2 x cols x 2^-23" in xdna2
     assert "| tile-local bytes | 64512 |" in xdna2
     assert "| compute tiles per region | 32 |" in xdna2
-    assert "| hardware contexts (one per region) | 16 |" in xdna2
+    assert "| hardware contexts (one per distinct region artifact) | 16 |" in xdna2
     assert "| rmsnorm | relative 8.27e-06 |" in xdna2
     assert "| rmsnorm with weight | relative 8.33e-06 |" in xdna2
     assert "sqrt" in xdna2.split("Fused norm", 1)[1]

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import pytest
 from poot_ir import Builder, DType, Program, ops
-from poot_planner import KernelClass, Plan, RefusalKind, plan
+from poot_planner import TARGETS, KernelClass, Plan, RefusalKind, plan
 from poot_planner.xdna2 import probes
+from poot_planner.xdna2.regions import artifact_key, form_regions, tile_period
 
 F32, I32 = DType.F32, DType.I32
 LIMIT = 64512  # 64 KiB of data memory less the 1 KiB stack
@@ -289,19 +290,62 @@ def test_a_tile_reads_at_most_two_streams() -> None:
 # -- contexts --------------------------------------------------------------------------------
 
 
-def test_16_regions_are_admitted() -> None:
-    p = xdna2(neg_chain(16 * 32))
-    assert p.admitted and p.contexts == 16 and set(region_sizes(p)) == {32}
+def test_16_distinct_regions_are_admitted() -> None:
+    p = xdna2(probes.marked_chain(16 * 32, 32, (4, 64)))
+    assert p.admitted and p.contexts == p.contexts_before_reuse == 16
+    assert set(region_sizes(p)) == {32}
 
 
-def test_17_regions_are_a_context_limit() -> None:
-    p = xdna2(neg_chain(16 * 32 + 1))
+def test_17_distinct_regions_are_a_context_limit() -> None:
+    p = xdna2(probes.marked_chain(16 * 32 + 1, 32, (4, 64)))
     (r,) = p.refusals
     assert r.kind is RefusalKind.CONTEXT_LIMIT
     assert (r.eqn, r.primitive) == (-1, "")
-    assert r.facts == (("limit", "contexts"), ("needed", 17), ("available", 16))
+    assert r.facts == (("limit", "contexts"), ("needed", 17), ("available", 16), ("regions", 17))
     assert r.fact("needed") == 17 and r.fact("available") == 16
     assert p.contexts == 17
+
+
+def test_17_identical_regions_need_the_contexts_of_two() -> None:
+    """Sixteen regions of 32 negations are one artifact (the first reads the argument, the
+    others the scratch arena: only where their streams live differs), the 17th (one tile)
+    another: two contexts, where one per region would be past the limit."""
+    p = xdna2(neg_chain(16 * 32 + 1))
+    assert p.admitted and p.contexts_before_reuse == 17 and p.contexts == 2
+    assert [r.runs for r in p.regions] == [0] * 16 + [16]
+    assert [r.artifact for r in p.regions] == [None] + [0] * 15 + [None]
+
+
+def _layers(n: int, tiles: int) -> Program:
+    """``n`` layers of ``tiles`` tiles: a product by the layer's weight, negations, a max."""
+    b = Builder(f"layers{n}x{tiles}")
+    x = b.slot("x", F32, (4, 16))
+    for k in range(n):
+        v = b.mul(x, b.weight(f"w{k}", F32, (4, 16)))
+        for _ in range(tiles - 2):
+            v = b.neg(v)
+        x = b.max(v, x)
+    b.output("y", x)
+    return b.build()
+
+
+def test_regions_of_whole_layers_when_that_makes_fewer_artifacts() -> None:
+    """64 layers of 5 tiles (320): greedy regions of 32 repeat every 5 regions (five designs);
+    regions of six whole layers (30 tiles) are one design but for the first (its layer reads
+    the argument, which is checked on the host, so its kernels differ) and the last (20
+    tiles): three contexts. A layer past a region is split at its largest divisor that fits
+    (40 tiles: 20, two designs). A chain whose layers divide the region keeps its greedy regions."""
+    limits = TARGETS["xdna2"].region_limits
+    assert limits is not None
+    p = xdna2(_layers(64, 5))
+    assert tile_period(p.program, p.tiles, 32) == 5
+    assert p.admitted and p.contexts == 3 and region_sizes(p) == [30] * 10 + [20]
+    greedy, _ = form_regions(p.program, p.tiles, limits)
+    keys = {artifact_key(p.program, r, {}) for r in greedy}
+    assert len(greedy) == 10 and len(keys) == 5
+    big = xdna2(_layers(8, 40))
+    assert set(region_sizes(big)) == {20} and big.contexts == 3  # first, then the two halves
+    assert region_sizes(xdna2(_layers(16, 8))) == [32] * 4
 
 
 # -- order -----------------------------------------------------------------------------------

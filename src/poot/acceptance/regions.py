@@ -33,7 +33,7 @@ from poot_npu import xdna_contexts as contexts
 from poot_npu.xdna import XdnaDevice
 from poot_npu.xdna_contexts import NODE
 from poot_planner import Plan, RefusalKind, RegionLimits, get_target, plan
-from poot_planner.xdna2.probes import add_chain, fan_out, neg_chain
+from poot_planner.xdna2.probes import add_chain, fan_out, marked_chain, neg_chain
 
 from poot.acceptance.engine import Check
 
@@ -147,7 +147,7 @@ _CONTEXTS_3654 = "hardware contexts in one process (mlir-aie #3654)"
 def _three_contexts(engine: Engine, target: str, tiles: int) -> Iterator[Check]:
     """Three distinct xclbins, three hardware contexts in one process, every result verified:
     the pattern of mlir-aie #3654, which returned wrong data reporting COMPLETED."""
-    program = neg_chain(2 * tiles + 1)
+    program = marked_chain(2 * tiles + 1, tiles)  # identical regions would share one context
     p = plan(program, target)
     name = f"{_CONTEXTS_3654}: 3 distinct xclbins, verified"
     try:
@@ -243,7 +243,7 @@ def _at_and_past(
 
 
 def _contexts(engine: Engine, target: str, limit: int, tiles: int) -> Iterator[Check]:
-    program = neg_chain(limit * tiles)
+    program = marked_chain(limit * tiles, tiles)  # distinct artifacts: one context each
     p = plan(program, target)
     name = _name("contexts", limit, limit)
     try:
@@ -256,7 +256,7 @@ def _contexts(engine: Engine, target: str, limit: int, tiles: int) -> Iterator[C
         )
     except PootError as err:
         yield Check(name, False, detail=f"{type(err).__name__}: {err}")
-    q = plan(neg_chain(limit * tiles + 1), target)
+    q = plan(marked_chain((limit + 1) * tiles, tiles), target)
     ok = RefusalKind.CONTEXT_LIMIT in {r.kind for r in q.refusals}
     yield Check(
         _name("contexts", limit + 1, limit),

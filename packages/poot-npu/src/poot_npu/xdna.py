@@ -5,7 +5,9 @@ inside ``probe`` and the constructor, never when this module is imported. ``prob
 only when ``pyxrt`` imports and ``pyxrt.device(0)`` opens; otherwise it says why, and the
 constructor raises ``DeviceUnavailable`` with that reason.
 
-The artifact (one per program; one xclbin, instruction stream and hardware context per region):
+The artifact (one per program; one xclbin and hardware context per distinct region artifact,
+one instruction stream per region: regions reused across identical layers run their artifact's
+xclbin on its context with their own instruction buffer, ``poot_codegen.xdna.reuse``):
 
 - ``lower``: the plan's one lowering (``lower_program``): its design (``encode_design``),
   ``link.artifact_source`` (the part, tool versions, options, every region's MLIR and kernel
@@ -14,14 +16,15 @@ The artifact (one per program; one xclbin, instruction stream and hardware conte
 - ``compile``: reads the lowering back (``from_parts``: the design validated, the MLIR its
   design's; nothing is planned or designed again), then ``link.link``: Peano builds each
   region's kernels and aiecc links its design into an xclbin and an instruction stream. A missing tool is ``ToolchainUnavailable`` naming every missing tool; a
-  tool that fails is ``CompileFailed`` with its log. The blob frames the design and each
-  region's xclbin and instructions.
+  tool that fails is ``CompileFailed`` with its log. The blob frames the design, each distinct
+  artifact's xclbin (in region order) and each region's instructions.
 - ``load``: checks the frame, its digest and the design (else ``BlobRefused``); a blob needing
   more hardware contexts than are free (16 on Strix-class NPUs, shared by every loaded artifact
   of every XdnaDevice in the process), or more than the process may hold before an acceptance
   run has verified three or more (mlir-aie #3654), is ``ContextLimit`` naming the bound
-  (``poot_npu.xdna_contexts``). Then for each region: ``device.register_xclbin``, one
-  ``hw_context(device, uuid)``, ``kernel(ctx, "MLIR_AIE")`` and the instruction buffer
+  (``poot_npu.xdna_contexts``; the count is of distinct artifacts). Then for each distinct
+  artifact: ``device.register_xclbin``, one ``hw_context(device, uuid)`` and
+  ``kernel(ctx, "MLIR_AIE")``; for each region, on its artifact's kernel, its instruction buffer
   ``bo(device, nbytes, bo.cacheable, kernel.group_id(1))``, written and synced to the device.
   The arenas, shared by every region (a value crossing regions goes through its scratch slot),
   are ``bo(device, nbytes, bo.host_only, kernel.group_id(3 + i))``. XRT refusing any of it is
@@ -30,8 +33,8 @@ The artifact (one per program; one xclbin, instruction stream and hardware conte
 Buffers are host numpy arrays. A dispatch checks its command first (``check_dispatch``: another
 device's or an unloaded artifact, a buffer not allocated here or not the artifact's ABI is
 ``DispatchRefused`` before XRT is touched), writes each argument into its arena slot and syncs
-the weight and input arenas to the device, then for each region starts
-``kernel(3, insts, n_words, *arenas)`` (opcode 3; the instruction count in 32-bit words) and
+the weight and input arenas to the device, then for each region starts its artifact's
+``kernel(3, insts, n_words, *arenas)`` with its own instruction buffer (opcode 3; the instruction count in 32-bit words) and
 waits with ``run.wait(ms)`` for what is left of the deadline (whole milliseconds, at least 1:
 XRT's 0 waits forever). Between the runs, where the design puts them (``execute.stages``), the
 host relayouts: an alias moves nothing (the next region streams the same device bytes); a copy
@@ -84,6 +87,7 @@ from poot_codegen.xdna.execute import (
     write_arguments,
 )
 from poot_codegen.xdna.link import Progress
+from poot_codegen.xdna.reuse import artifact_regions
 from poot_engine.deadline import wait_slices_ms
 from poot_engine.device import (
     Artifact,
@@ -137,6 +141,13 @@ def _import_pyxrt() -> tuple[Any, str | None]:
 
 
 @dataclass(slots=True)
+class _Artifact:
+    xclbin: Any
+    context: Any
+    kernel: Any
+
+
+@dataclass(slots=True)
 class _Region:
     design: RegionDesign
     xclbin: Any
@@ -155,6 +166,7 @@ class _XdnaLoaded:
     to_device: tuple[int, ...]  # arenas the host writes before each run: weights and inputs
     from_device: tuple[int, ...]  # arenas synced back after each run: results, flags
     host: list[np.ndarray] = field(default_factory=list)  # arenas of a design with no region
+    contexts: int = 0  # hardware contexts held: one per distinct artifact
 
 
 class XdnaDevice(HostMemory):
@@ -247,10 +259,10 @@ class XdnaDevice(HostMemory):
             )
         except (ValueError, UnicodeDecodeError, DesignError) as err:
             raise CompileFailed(self._name, str(err), "an artifact source") from None
-        artifacts = xlink.link(lowered, env=self._env, progress=self.progress)
-        sections = [design]
-        for a in artifacts:
-            sections += [a.xclbin, a.insts]
+        linked = xlink.link(lowered, env=self._env, progress=self.progress)
+        # one xclbin per distinct artifact, then every region's instruction stream
+        sections = [design, *(a.xclbin for a in linked if a.artifact == a.region)]
+        sections += [a.insts for a in linked]
         return frame(_BLOB, sections)
 
     def load(self, blob: bytes) -> Artifact:
@@ -260,19 +272,27 @@ class XdnaDevice(HostMemory):
             design = decode_design(raw)
         except ValueError as err:
             raise BlobRefused(self._name, str(err)) from None
-        n = len(design.regions)
-        if len(parts) != 2 * n or any(not p or len(p) % 4 for p in parts[1::2]):
-            raise BlobRefused(self._name, f"not {n} regions of an xclbin and whole-word insts")
-        # device-wide, shared with every XdnaDevice in the process (poot_npu.xdna_contexts)
-        contexts.reserve(NODE, n, design.limits.contexts, self._name)
+        owners = artifact_regions(design)
+        n, k = len(design.regions), len(owners)
+        xclbins, insts = parts[:k], parts[k:]
+        if len(insts) != n or any(not p or len(p) % 4 for p in insts):
+            raise BlobRefused(
+                self._name, f"not {k} xclbins and {n} regions of whole-word instructions"
+            )
+        # one context per distinct artifact, device-wide, shared with every XdnaDevice in the
+        # process (poot_npu.xdna_contexts): regions reused across identical layers share one
+        contexts.reserve(NODE, k, design.limits.contexts, self._name)
         try:
-            regions = [
-                self._load_region(r, parts[2 * i], parts[2 * i + 1])
-                for i, r in enumerate(design.regions)
-            ]
+            xclbin = {r.index: x for r, x in zip(owners, xclbins, strict=True)}
+            kernels: dict[int, _Artifact] = {}
+            regions = []
+            for i, r in enumerate(design.regions):  # an artifact comes before its other uses
+                if r.artifact is None:
+                    kernels[r.index] = self._load_artifact(r, xclbin[r.index])
+                regions.append(self._load_region(r, kernels[r.runs], insts[i]))
             arenas = self._arenas(design, regions)
         except RuntimeError as err:
-            contexts.release(NODE, n)
+            contexts.release(NODE, k)
             raise BlobRefused(self._name, f"XRT refused it: {err}") from None
         layout = design.layout
         written = {layout.slot(b.value).arena for b in layout.arguments}
@@ -291,10 +311,12 @@ class XdnaDevice(HostMemory):
             tuple(sorted(written)),
             tuple(sorted(back)),
             [] if regions else [np.zeros(a.nbytes, np.uint8) for a in layout.arenas],
+            k,
         )
         return artifact
 
-    def _load_region(self, region: RegionDesign, xclbin: bytes, insts: bytes) -> _Region:
+    def _load_artifact(self, region: RegionDesign, xclbin: bytes) -> _Artifact:
+        """One distinct artifact: its xclbin registered, one hardware context, its kernel."""
         xrt, device = self._xrt, self._device
         with tempfile.TemporaryDirectory(prefix="poot-xclbin-") as scratch:
             path = Path(scratch) / f"region{region.index}.xclbin"
@@ -302,12 +324,17 @@ class XdnaDevice(HostMemory):
             xb = xrt.xclbin(str(path))  # read whole here: the file may go
         device.register_xclbin(xb)
         context = xrt.hw_context(device, xb.get_uuid())
-        kernel = xrt.kernel(context, KERNEL)
+        return _Artifact(xb, context, xrt.kernel(context, KERNEL))
+
+    def _load_region(self, region: RegionDesign, art: _Artifact, insts: bytes) -> _Region:
+        """One region: its own instruction buffer, on its artifact's kernel (reuse: several
+        regions' buffers on one kernel, as mlir-aie's add_one_two_txn test runs them)."""
+        xrt = self._xrt
         words = np.frombuffer(insts, dtype="<u4").astype(np.uint32)
-        bo = xrt.bo(device, words.nbytes, xrt.bo.cacheable, kernel.group_id(INSTS_GROUP))
+        bo = xrt.bo(self._device, words.nbytes, xrt.bo.cacheable, art.kernel.group_id(INSTS_GROUP))
         bo.write(words.view(np.uint8), 0)
         bo.sync(xrt.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE)
-        return _Region(region, xb, context, kernel, bo, len(words))
+        return _Region(region, art.xclbin, art.context, art.kernel, bo, len(words))
 
     def _arenas(self, design: ProgramDesign, regions: list[_Region]) -> list[Any]:
         if not regions:
@@ -322,7 +349,7 @@ class XdnaDevice(HostMemory):
         self._usable()
         gone = self._loaded.pop(artifact.id, None)
         if gone is not None:
-            contexts.release(NODE, len(gone.regions))
+            contexts.release(NODE, gone.contexts)
 
     # -- running -------------------------------------------------------------------------------
 
@@ -459,9 +486,9 @@ class XdnaDevice(HostMemory):
                 still = False
             if still:
                 _abandoned.append(failed)
-                kept += len(failed[0].regions)
+                kept += failed[0].contexts
         self._failed.clear()
-        contexts.release(NODE, sum(len(x.regions) for x in self._loaded.values()) - kept)
+        contexts.release(NODE, sum(x.contexts for x in self._loaded.values()) - kept)
         self._loaded.clear()
         self._device = None
 

@@ -9,13 +9,15 @@ offsets and chunking; not the NPU toolchain or silicon (``stand_in``, ``describe
 
 The artifact:
 
-- ``lower``: the plan's one lowering (``lower_program``): the design (``encode_design``), the
-  whole program's kernels as one C translation unit and ``link.artifact_source`` (the MLIR of every region, its kernel
-  source and the kernel headers) framed into one bytes value, and the design's signature.
-- ``compile``: the host C compiler builds the kernels into a shared library, kept as an entry
-  of the blob cache (``hostbuild``: the engine's own cache once an ``Engine`` takes the device,
+- ``lower``: the plan's one lowering (``lower_program``): the design (``encode_design``),
+  ``link.artifact_source`` (the MLIR of every region, its kernel source and the kernel headers)
+  and the kernels of each distinct artifact as one C translation unit (a region reused across
+  identical layers runs its artifact's kernels: ``poot_codegen.xdna.reuse``) framed into one
+  bytes value, and the design's signature.
+- ``compile``: the host C compiler builds each distinct artifact's kernels into a shared
+  library, each kept as an entry of the blob cache (``hostbuild``: the engine's own cache once an ``Engine`` takes the device,
   else ``cache_dir``, else the default) under the sha256 of the compiler, flags, source and
-  headers; the blob is the design and the C source (portable: any process with a C compiler
+  headers; the blob is the design and the C sources (portable: any process with a C compiler
   can load it, and a process sharing the cache finds the library built).
 - ``load``: checks the blob's frame and digest and decodes and re-validates the design (a
   damaged or foreign blob, or one whose kernels do not build or lack a core's symbol, is
@@ -72,6 +74,7 @@ from poot_codegen.xdna.hostbuild import (
     load_library,
 )
 from poot_codegen.xdna.link import artifact_source
+from poot_codegen.xdna.reuse import artifact_regions
 from poot_engine.blob_cache import BlobCache
 from poot_engine.deadline import DeadlineRunner
 from poot_engine.device import (
@@ -114,7 +117,7 @@ _TOOL: Final = "XdnaHostDevice"
 @dataclass(frozen=True, slots=True)
 class RunStats:
     """What one dispatch of a design moves. ``regions``: kernel calls (one per region, each on
-    its own hardware context on the NPU). ``host_bytes``: bytes its transfers move between the
+    a hardware context of its artifact on the NPU, ``contexts`` of them). ``host_bytes``: bytes its transfers move between the
     host arenas and the array, both ways (a value crossing regions counts twice: out to the
     scratch arena, back in). ``min_host_bytes``: each argument a region reads moved in once and
     each result a region writes moved out once."""
@@ -122,6 +125,7 @@ class RunStats:
     regions: int
     host_bytes: int
     min_host_bytes: int
+    contexts: int = 0  # hardware contexts the NPU would hold: one per distinct artifact
 
     @property
     def host_ratio(self) -> float:
@@ -144,14 +148,16 @@ def traffic(design: ProgramDesign) -> RunStats:
                 t.direction is TransferDirection.FROM_DEVICE and value in results
             ):
                 minimum.setdefault((value, t.direction), t.nbytes)
-    return RunStats(len(design.regions), moved, sum(minimum.values()))
+    return RunStats(
+        len(design.regions), moved, sum(minimum.values()), len(artifact_regions(design))
+    )
 
 
 @dataclass(slots=True)
 class _HostLoaded:
     artifact: Artifact
     design: ProgramDesign
-    library: ctypes.CDLL
+    libraries: dict[int, ctypes.CDLL]  # by the region whose artifact it is
     arenas: list[Bytes]
     stats: RunStats
 
@@ -225,43 +231,53 @@ class XdnaHostDevice(HostMemory):
         lowered = lower_program(plan)  # the one design build of this artifact
         i = self.identity
         fields = {"part": i.part, "compiler": i.compiler, "version": i.compiler_version}
+        # one kernel library per distinct artifact: a region reused across identical layers
+        # runs its artifact's kernels (poot_codegen.xdna.reuse)
+        kernels = [lowered.kernels[i].encode() for i in lowered.artifacts]
         sections = [
             encode_design(lowered.design),
-            lowered.program_c.encode(),
             artifact_source(lowered, fields=fields),
+            *kernels,
         ]
         return ArtifactSource(frame(_SOURCE, sections), design_signature(lowered.design))
 
     def compile(self, source: ArtifactSource) -> bytes:
         self._usable()
         try:
-            design, c_source, _ = unframe(_SOURCE, source.data)
-            decode_design(design)
-            text = c_source.decode()
+            design, _, *sources = unframe(_SOURCE, source.data)
+            _check_sources(decode_design(design), sources)
+            texts = [c.decode() for c in sources]
         except (ValueError, UnicodeDecodeError) as err:
             raise CompileFailed(_TOOL, str(err), "an artifact source") from None
-        build_library(text, self.cache, compiler=self._compiler)
-        return frame(_BLOB, [design, c_source])
+        for text in texts:  # one blob-cache entry per distinct artifact
+            build_library(text, self.cache, compiler=self._compiler)
+        return frame(_BLOB, [design, *sources])
 
     def load(self, blob: bytes) -> Artifact:
         self._usable()
         try:
-            raw, c_source = unframe(_BLOB, blob)
+            raw, *sources = unframe(_BLOB, blob)
             design = decode_design(raw)
-            text = c_source.decode()
+            _check_sources(design, sources)
+            texts = [c.decode() for c in sources]
         except (ValueError, UnicodeDecodeError) as err:
             raise BlobRefused(self._name, str(err)) from None
+        owners = artifact_regions(design)
         try:
-            library = load_library(text, self.cache, compiler=self._compiler)
+            built = [load_library(t, self.cache, compiler=self._compiler) for t in texts]
         except CompileFailed as err:
             raise BlobRefused(self._name, f"its kernels do not build: {err}") from None
-        needed = [FLAG_FIRST, FLAG_NEXT, *(c.symbol for r in design.regions for c in r.cores)]
-        for symbol in needed:
-            if not hasattr(library, symbol):
-                raise BlobRefused(self._name, f"no kernel {symbol} in its library")
+        libraries = {r.index: lib for r, lib in zip(owners, built, strict=True)}
+        for r in design.regions:
+            library = libraries[r.runs]
+            for symbol in (FLAG_FIRST, FLAG_NEXT, *(c.symbol for c in r.cores)):
+                if not hasattr(library, symbol):
+                    raise BlobRefused(self._name, f"no kernel {symbol} in its library")
         artifact = Artifact(next_id(), design_signature(design))
         arenas = new_arenas(design.layout)
-        self._loaded[artifact.id] = _HostLoaded(artifact, design, library, arenas, traffic(design))
+        self._loaded[artifact.id] = _HostLoaded(
+            artifact, design, libraries, arenas, traffic(design)
+        )
         return artifact
 
     def unload(self, artifact: Artifact) -> None:
@@ -297,7 +313,7 @@ class XdnaHostDevice(HostMemory):
         n_in = len(artifact.signature.inputs)
         specs = artifact.signature.args
         inputs = {s.name: a for s, a in zip(specs[:n_in], arrays[:n_in], strict=True)}
-        design, library, arenas = loaded.design, loaded.library, loaded.arenas
+        design, libraries, arenas = loaded.design, loaded.libraries, loaded.arenas
         check_indices(design, inputs)  # before the worker runs: a kernel trusts these indices
 
         def run() -> dict[str, np.ndarray]:
@@ -306,7 +322,7 @@ class XdnaHostDevice(HostMemory):
                 if isinstance(stage, Relayout):
                     run_relayout(design.layout, stage, arenas)
                 else:
-                    self._run_region(stage, library, arenas)
+                    self._run_region(stage, libraries[stage.runs], arenas)
             return read_results(design.layout, arenas)
 
         what = f"{self._name} run of artifact {artifact.id}"
@@ -343,6 +359,13 @@ class XdnaHostDevice(HostMemory):
         if loaded is None or loaded.artifact != artifact:
             raise DeviceFailed(f"{self._name}: artifact {artifact.id} is not loaded here")
         return loaded
+
+
+def _check_sources(design: ProgramDesign, sources: list[bytes]) -> None:
+    """``ValueError`` unless there is one kernel source per distinct artifact of ``design``."""
+    k = len(artifact_regions(design))
+    if len(sources) != k:
+        raise ValueError(f"{len(sources)} kernel sources for {k} distinct artifacts")
 
 
 def _compiler_identity(compiler: str | None) -> tuple[str, str]:

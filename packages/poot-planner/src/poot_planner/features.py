@@ -220,7 +220,7 @@ def _target_section(t: Target) -> list[str]:
                     str(lim.link_data_bytes),
                 ],
                 ["of the streams out, the flag word's", str(lim.flag_streams_out)],
-                ["hardware contexts (one per region)", str(lim.contexts)],
+                ["hardware contexts (one per distinct region artifact)", str(lim.contexts)],
                 ["host buffers per kernel call", str(lim.host_buffers)],
                 ["elements per tensor (int32 kernel ABI)", str(lim.tensor_elements)],
             ],

@@ -43,12 +43,12 @@ from poot_planner.fp16.narrowing import (
     needs_narrowing,
     splat_refusals,
 )
-from poot_planner.guards import DomainGuard, place_guards
+from poot_planner.guards import DomainGuard, Site, place_guards
 from poot_planner.legalize.rewrite import Legalized, Rewrite, legalize
-from poot_planner.refusal import Refusal, limit_refusal
+from poot_planner.refusal import Refusal, RefusalKind, limit_refusal
 from poot_planner.target import KernelClass, LaidOut, NarrowingContract, Target
 from poot_planner.targets import get_target
-from poot_planner.xdna2.regions import HostRelayout, Region
+from poot_planner.xdna2.regions import HostRelayout, Region, artifacts, share_artifacts
 from poot_planner.xdna2.tiles import TileOp
 
 __all__ = ["Admission", "Plan", "plan"]
@@ -103,7 +103,13 @@ class Plan:
 
     @property
     def contexts(self) -> int:
-        """Hardware contexts the program needs: one per region (XDNA2)."""
+        """Hardware contexts the program needs (XDNA2): one per distinct artifact, regions
+        reused across identical layers sharing one (``Region.artifact``)."""
+        return len(artifacts(self.regions))
+
+    @property
+    def contexts_before_reuse(self) -> int:
+        """Hardware contexts the program would need with one artifact per region."""
         return len(self.regions)
 
     def check(self) -> Plan:
@@ -176,7 +182,35 @@ def plan(program: Program, target: str | Target, *, legalization: bool = True) -
         rewrites=legal.rewrites,
         legal=program if legal.rewrites else None,
     )
-    return replace(made, guards=place_guards(made))
+    made = replace(made, guards=place_guards(made))
+    return _shared(made) if made.regions else made
+
+
+def _shared(p: Plan) -> Plan:
+    """``p`` with its regions' artifacts shared across identical layers
+    (``poot_planner.xdna2.regions.share_artifacts``, which needs the device guards: they are
+    code in the kernels), and refused with ``CONTEXT_LIMIT`` when its distinct artifacts
+    outnumber the target's hardware contexts."""
+    device: dict[int, list[tuple[int, str]]] = {}
+    for g in p.guards:
+        if g.site is Site.DEVICE:
+            device.setdefault(g.eqn, []).append((g.operand, repr(g.domain)))
+    guards = {i: tuple(sorted(gs)) for i, gs in device.items()}
+    shared = replace(p, regions=share_artifacts(p.program, p.regions, guards))
+    limits = p.target.region_limits
+    if limits is None or shared.contexts <= limits.contexts:
+        return shared
+    facts = (
+        ("limit", "contexts"),
+        ("needed", shared.contexts),
+        ("available", limits.contexts),
+        ("regions", len(shared.regions)),
+    )
+    refusals = sorted(
+        (*p.refusals, Refusal(RefusalKind.CONTEXT_LIMIT, -1, "", facts)),
+        key=lambda r: (r.eqn, r.kind.value),
+    )
+    return replace(shared, refusals=tuple(refusals))
 
 
 def _with_rewrites(cls: NumericsClass, rewrites: tuple[Rewrite, ...]) -> NumericsClass:

@@ -6,9 +6,10 @@ chunking:
 
 - ``HostLayout``: at most five host buffers (*arenas*, the last one the flag words) shared by every region, each host
   tensor at a fixed, aligned byte offset (a ``Slot``). Argument and result names bind to slots.
-- one ``RegionDesign`` per planned region (one artifact, one hardware context, one kernel call
-  per step): its ``Core``s placed on compute tiles, its object FIFOs (``Fifo``), and its runtime
-  sequence (``Transfer``s from and to the arenas, then waits).
+- one ``RegionDesign`` per planned region (one kernel call per step; one artifact and hardware
+  context, or an earlier identical region's: ``RegionDesign.artifact``, ``reuse``): its
+  ``Core``s placed on compute tiles, its object FIFOs (``Fifo``), and its runtime sequence
+  (``Transfer``s from and to the arenas, then waits).
 - ``Relayout``s: the host stages between region runs (a reshape, transpose, slice or concat the
   planner admitted as ``KernelClass.HOST_RELAYOUT``). A step runs, for ``k`` from 0, every
   relayout with ``after == k`` (in list order), then region ``k``; the relayouts after the last
@@ -355,9 +356,13 @@ def flag_fifo(tile: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class RegionDesign:
-    """One region: one artifact (``object_file`` holds its kernels), one kernel call per
-    step. ``transfers`` are in sequence order (every input, then every output); the sequence
-    then waits on ``waits``, then drains and waits on the flag word (``flag``)."""
+    """One region: one kernel call per step (``object_file`` holds its kernels).
+    ``transfers`` are in sequence order (every input, then every output); the sequence then
+    waits on ``waits``, then drains and waits on the flag word (``flag``). ``artifact``: None
+    when the region is an artifact of its own (one hardware context); else the index of the
+    earlier region whose artifact it runs, whose design it is up to names and arena offsets
+    (``poot_codegen.xdna.reuse``): its cores call that region's kernels and its runtime
+    sequence is its own."""
 
     index: int
     eqns: tuple[int, ...]
@@ -367,6 +372,12 @@ class RegionDesign:
     transfers: tuple[Transfer, ...]
     waits: tuple[str, ...]
     flag: FlagPath
+    artifact: int | None = None
+
+    @property
+    def runs(self) -> int:
+        """The index of the region whose artifact this one runs (its own, or an earlier one's)."""
+        return self.index if self.artifact is None else self.artifact
 
     def fifo(self, name: str) -> Fifo:
         for f in self.fifos:

@@ -54,6 +54,7 @@ from poot_codegen.xdna.design import (
     reserved_bytes,
 )
 from poot_codegen.xdna.kernels import kernel_symbol, region_object
+from poot_codegen.xdna.reuse import share
 from poot_codegen.xdna.validate import validate
 
 __all__ = ["build_design", "design_program", "fifo_name", "flag_order", "place"]
@@ -99,9 +100,13 @@ def build_design(plan: Plan) -> ProgramDesign:
     if limits is None:
         raise DesignError(f"target {plan.target.name!r} has no region limits: not an XDNA2 plan")
     layout = build_layout(plan)
-    regions = tuple(_region(r, layout, limits, plan.program) for r in plan.regions)
+    regions: list[RegionDesign] = []
+    for r in plan.regions:
+        d = _region(r, layout, limits, plan.program)
+        # a region reused across identical layers runs its artifact's kernels (reuse.share)
+        regions.append(d if r.runs == r.index else share(regions[r.runs], d))
     relayouts = tuple(_relayout(h, plan.program) for h in plan.relayouts)
-    return ProgramDesign(plan.program.name, DEVICE, limits, layout, regions, relayouts)
+    return ProgramDesign(plan.program.name, DEVICE, limits, layout, tuple(regions), relayouts)
 
 
 _KINDS = {

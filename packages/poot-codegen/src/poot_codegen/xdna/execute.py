@@ -62,8 +62,11 @@ Bytes = np.ndarray[Any, np.dtype[np.uint8]]
 
 
 def load_region_libraries(plan: Plan, cache: LibraryCache) -> tuple[ctypes.CDLL, ...]:
-    """Each region's kernels, built by the host C compiler and loaded (cached in ``cache``)."""
-    return tuple(load_library(region_source(plan, r), cache) for r in plan.regions)
+    """Each region's kernels, built by the host C compiler and loaded (cached in ``cache``): a
+    region running an earlier region's artifact (``reuse``) calls that region's kernels."""
+    return tuple(
+        load_library(region_source(plan, plan.regions[r.runs]), cache) for r in plan.regions
+    )
 
 
 def new_arenas(layout: HostLayout) -> list[Bytes]:

@@ -1,7 +1,7 @@
 """The XDNA2 link step: Peano builds each region's kernels, aiecc links each region's design.
 
-For region ``N``, in its own work directory ``region<N>/`` holding ``region<N>.cc`` and
-``aie.mlir``::
+For region ``N`` with an artifact of its own, in its own work directory ``region<N>/`` holding
+``region<N>.cc`` and ``aie.mlir``::
 
     $PEANO_INSTALL_DIR/bin/clang++ -O2 -std=c++20 --target=aie2p-none-unknown-elf
         -Wno-parentheses -Wno-attributes -Wno-macro-redefined -Wno-empty-body -DNDEBUG
@@ -9,6 +9,10 @@ For region ``N``, in its own work directory ``region<N>/`` holding ``region<N>.c
         -I<csrc> -I $MLIR_AIE_DIR/include -c region<N>.cc -o region<N>.o
     <aiecc> --no-xchesscc --no-xbridge --aie-generate-xclbin --aie-generate-npu-insts
         --xclbin-name=final.xclbin --npu-insts-name=insts.bin aie.mlir
+
+A region ``M`` that runs region ``N``'s artifact (``reuse``: identical layers) has no kernels or
+xclbin of its own: in ``region<N>/`` it takes one run, ``<aiecc> <options without the xclbin>
+--npu-insts-name=insts<M>.bin use<M>.mlir`` (``insts_only_flags``), its instruction stream.
 
 ``<aiecc>`` is the compiler driver the pinned mlir-aie wheel provides (``toolchain.json``), run
 by aiecc's own Python: the wheel declares ``numpy<2`` and the workspace has numpy 2, so the
@@ -38,7 +42,7 @@ environment, else it is the directory above the driver's ``bin``.
 Where a tool or module is missing the step raises ``ToolchainUnavailable`` naming every one
 before running anything: it never skips. A tool that fails raises ``CompileFailed`` with its
 log. ``progress(stage, done, total)`` is called before each tool runs and once at the end
-(stage ``"done"``); ``total`` is two steps per region.
+(stage ``"done"``); ``total`` is two steps per artifact and one per other region.
 
 An artifact's identity is the sha256 of ``artifact_source``: the part, the tool versions
 (``"unavailable"`` where a tool is missing), the options, the design MLIR, the kernel sources
@@ -83,8 +87,11 @@ __all__ = [
     "driver",
     "find_toolchain",
     "identity_fields",
+    "insts_only_flags",
     "link",
     "link_commands",
+    "use_insts",
+    "use_mlir",
 ]
 
 PART: Final = "npu2"
@@ -158,12 +165,15 @@ class LinkCommand:
 
 @dataclass(frozen=True, slots=True)
 class RegionArtifact:
-    """One linked region: its xclbin, its instruction stream and its identity (sha256 hex)."""
+    """One linked region: its xclbin, its instruction stream and its identity (sha256 hex).
+    ``artifact``: the region whose xclbin it is (its own, or the earlier region whose artifact
+    it runs, ``reuse``: then ``xclbin`` is that region's and only ``insts`` is its own)."""
 
     region: int
     identity: str
     xclbin: bytes
     insts: bytes
+    artifact: int
 
     def words(self) -> np.ndarray[Any, np.dtype[np.uint32]]:
         """The instruction stream as uint32 words (what the kernel call's count counts)."""
@@ -277,10 +287,46 @@ def find_toolchain(env: Mapping[str, str] | None = None) -> LinkTools:
     return LinkTools(clang, aiecc, Path(root), tuple(sorted(e.items())))
 
 
+def use_mlir(region: int) -> str:
+    """The MLIR file of region ``region`` when it runs an earlier region's artifact (written in
+    that region's work directory)."""
+    return f"use{region}.mlir"
+
+
+def use_insts(region: int) -> str:
+    """The instruction stream aiecc writes for region ``region`` running another's artifact."""
+    return f"insts{region}.bin"
+
+
+def insts_only_flags(region: int) -> tuple[str, ...]:
+    """The aiecc options that make only region ``region``'s instruction stream: the pinned
+    ones without the xclbin (``--aie-generate-xclbin``, ``--xclbin-name``), the stream named
+    ``use_insts(region)``. As Xilinx/mlir-aie test/npu-xrt/add_one_two_txn/run.lit makes its
+    second instruction stream (``aiecc.py ... --aie-generate-npu-insts --npu-insts-name=...``
+    with no xclbin option) for a kernel of the first's xclbin."""
+    out = []
+    for f in AIECC_FLAGS:
+        if f == "--aie-generate-xclbin" or f.startswith("--xclbin-name="):
+            continue
+        out.append(
+            f"--npu-insts-name={use_insts(region)}" if f.startswith("--npu-insts-name=") else f
+        )
+    return tuple(out)
+
+
 def link_commands(lowered: Lowered, toolchain: LinkTools) -> tuple[LinkCommand, ...]:
-    """The tool runs that link ``lowered``, in order, as data (nothing runs)."""
+    """The tool runs that link ``lowered``, in order, as data (nothing runs). A region that
+    runs an earlier region's artifact (``reuse``) takes one aiecc run in that region's work
+    directory, which makes its instruction stream only (``insts_only_flags``): its xclbin, and
+    the kernel object its module links, are the artifact's."""
     out: list[LinkCommand] = []
     for r in lowered.design.regions:
+        if r.artifact is not None:
+            argv = (*toolchain.aiecc, *insts_only_flags(r.index), use_mlir(r.index))
+            out.append(
+                LinkCommand("aiecc", r.index, f"region{r.artifact}", argv, (use_insts(r.index),))
+            )
+            continue
         cwd, obj = f"region{r.index}", region_object(r.index)
         source = f"region{r.index}.cc"
         peano = (
@@ -371,9 +417,13 @@ def link(
     report = progress or (lambda stage, done, total: None)
     with tempfile.TemporaryDirectory(prefix="poot-xdna-") as scratch:
         root = Path(scratch) if work_dir is None else work_dir
-        for i in range(lowered.regions):
-            d = root / f"region{i}"
+        for r in lowered.design.regions:
+            i = r.index
+            d = root / f"region{r.runs}"
             d.mkdir(parents=True, exist_ok=True)
+            if r.artifact is not None:  # its artifact's directory, object and xclbin
+                (d / use_mlir(i)).write_text(lowered.mlir[i], encoding="utf-8")
+                continue
             (d / f"region{i}.cc").write_text(lowered.kernels[i], encoding="utf-8")
             (d / MLIR_NAME).write_text(lowered.mlir[i], encoding="utf-8")
         for done, cmd in enumerate(commands):
@@ -403,8 +453,9 @@ def _run(cmd: LinkCommand, root: Path, env: dict[str, str]) -> None:
 def _collect(
     lowered: Lowered, region: int, root: Path, fields: Mapping[str, str]
 ) -> RegionArtifact:
-    d = root / f"region{region}"
-    insts = (d / INSTS_NAME).read_bytes()
+    runs = lowered.design.regions[region].runs
+    d = root / f"region{runs}"
+    insts = (d / (INSTS_NAME if runs == region else use_insts(region))).read_bytes()
     if len(insts) % 4 or not insts:
         raise CompileFailed(
             "aiecc",
@@ -412,4 +463,4 @@ def _collect(
             f"region {region}",
         )
     identity = hashlib.sha256(artifact_source(lowered, region, fields=fields)).hexdigest()
-    return RegionArtifact(region, identity, (d / XCLBIN_NAME).read_bytes(), insts)
+    return RegionArtifact(region, identity, (d / XCLBIN_NAME).read_bytes(), insts, runs)

@@ -1,7 +1,9 @@
 """Render an XDNA2 region design as MLIR-AIE text, in the placed ``aie`` dialect IRON prints,
 in the syntax of the mlir-aie version ``toolchain.json`` pins (1.1.4).
 
-One module per region (one artifact), as rendered for the pinned version::
+One module per region, as rendered for the pinned version (a region that runs an earlier
+identical region's artifact, ``reuse``, renders that region's device body with its own runtime
+sequence: its xclbin is the artifact's, its instruction stream its own)::
 
     module {
       aie.device(npu2) {
@@ -66,6 +68,7 @@ from poot_codegen.xdna.design import (
     TransferDirection,
 )
 from poot_codegen.xdna.guards import FLAG_FIRST, FLAG_NEXT
+from poot_codegen.xdna.reuse import on_artifact
 from poot_codegen.xdna.toolchain import LinkWith, Toolchain, manifest
 from poot_codegen.xdna.validate import validate, validate_region
 
@@ -94,14 +97,24 @@ def render_program(design: ProgramDesign, toolchain: Toolchain | None = None) ->
     of ``toolchain``'s mlir-aie (default: the pinned one, ``toolchain.json``)."""
     validate(design)
     tc = toolchain or manifest()
-    return tuple(_render(design, r, tc) for r in design.regions)
+    return tuple(_render(design, _as_run(design, r), tc) for r in design.regions)
 
 
 def render_region(design: ProgramDesign, index: int, toolchain: Toolchain | None = None) -> str:
     """The MLIR text of region ``index`` (validated first)."""
     region = design.regions[index]
     validate_region(region, design.layout, design.limits)
-    return _render(design, region, toolchain or manifest())
+    return _render(design, _as_run(design, region), toolchain or manifest())
+
+
+def _as_run(design: ProgramDesign, region: RegionDesign) -> RegionDesign:
+    """What ``region``'s module is rendered from: itself, or for a region running an earlier
+    one's artifact, that region's device body with its own runtime sequence
+    (``reuse.on_artifact``): the module's xclbin is the artifact's and only its instruction
+    stream is its own."""
+    if region.artifact is None:
+        return region
+    return on_artifact(design.regions[region.artifact], region)
 
 
 def _render(design: ProgramDesign, region: RegionDesign, tc: Toolchain) -> str:
@@ -113,6 +126,14 @@ def _render(design: ProgramDesign, region: RegionDesign, tc: Toolchain) -> str:
         f"// eqns {', '.join(map(str, region.eqns))}; kernels in {region.object_file}; "
         "kernel call: opcode 3, instructions, instruction words, then the arenas "
         + ", ".join(f"{a.index} ({a.role.value}, {a.nbytes} B)" for a in layout.arenas),
+        *(
+            [
+                f"// runs region {region.artifact}'s artifact (its xclbin and hardware "
+                "context); only this runtime sequence (its instruction stream) is its own"
+            ]
+            if region.artifact is not None
+            else []
+        ),
         "module {",
         f"  aie.device({design.device}) {{",
     ]

@@ -49,6 +49,7 @@ from poot_codegen.xdna.design import (
     reserved_bytes,
     words,
 )
+from poot_codegen.xdna.reuse import shape
 
 __all__ = ["validate", "validate_layout", "validate_region"]
 
@@ -65,8 +66,26 @@ def validate(design: ProgramDesign) -> ProgramDesign:
         _check(have >= need, "flags arena bytes", "host layout", need, have)
     for r in design.regions:
         validate_region(r, design.layout, design.limits)
+        if r.artifact is not None:
+            _validate_use(design, r)
     validate_relayouts(design)
     return design
+
+
+def _validate_use(design: ProgramDesign, use: RegionDesign) -> None:
+    """A region running an earlier region's artifact (``reuse``) is that region's design up to
+    names and arena offsets, and calls its kernels from its object."""
+    where = f"region {use.index}"
+    a = use.artifact
+    _check(a is not None and 0 <= a < use.index, "an artifact of a later region", where)
+    assert a is not None
+    of = design.regions[a]
+    _check(of.artifact is None, "an artifact of a region that runs another's", where)
+    _check(shape(of) == shape(use), f"a design other than region {a}'s, its artifact", where)
+    same = of.object_file == use.object_file and all(
+        x.symbol == y.symbol for x, y in zip(of.cores, use.cores, strict=True)
+    )
+    _check(same, f"kernels other than region {a}'s, its artifact", where)
 
 
 def validate_relayouts(design: ProgramDesign) -> None:

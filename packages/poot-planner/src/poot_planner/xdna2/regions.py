@@ -23,21 +23,38 @@ relayout reads counts as read outside every region, so its producing region stre
 (counted in that region's bounds). A relayout whose operand the region being formed makes
 closes that region (it runs after it); any other runs before the region being formed, so a
 relayout of an argument or of an earlier region's value costs no context.
+
+Regions reused across identical layers (``share_artifacts``): regions whose designs are equal up
+to where their host tensors live (the arena offsets of their streams and of their flag word)
+run one artifact, so one hardware context; each use keeps its own runtime sequence. Equality is
+decided on ``artifact_key``, the region with every value, tile and equation renamed by its place
+in the region (``poot_codegen.xdna.reuse`` checks that equal keys render the same device body and
+kernels). The context limit counts distinct artifacts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar
 
-from poot_ir import Prim, Program, Var
+import numpy as np
+from poot_ir import Atom, Prim, Program, Var
 
 from poot_planner.capability import RegionLimits
 from poot_planner.xdna2.chunking import chunk_calls, chunk_region, unchunked_bytes
 from poot_planner.xdna2.tiles import TileOp
 
-__all__ = ["HostRelayout", "Region", "form_regions", "in_step_order"]
+__all__ = [
+    "HostRelayout",
+    "Region",
+    "artifact_key",
+    "artifacts",
+    "form_regions",
+    "form_reusable_regions",
+    "in_step_order",
+    "share_artifacts",
+]
 
 
 class _Placed(Protocol):
@@ -63,14 +80,23 @@ def in_step_order(regions: Sequence[_R], relayouts: Sequence[_H]) -> list[_R | _
 
 @dataclass(frozen=True, slots=True)
 class Region:
-    """One artifact: its tiles (in order), the host values it reads (one stream each), the
-    values it writes to host memory (one stream each), and the values that stay on tiles."""
+    """One kernel call per step: its tiles (in order), the host values it reads (one stream
+    each), the values it writes to host memory (one stream each), and the values that stay on
+    tiles. ``artifact``: the index of the region whose artifact (and hardware context) it runs,
+    with its own runtime sequence (``share_artifacts``); None before that is decided, or when
+    it is its own."""
 
     index: int
     tiles: tuple[TileOp, ...]
     host_in: tuple[Var, ...]
     host_out: tuple[Var, ...]
     internal: tuple[Var, ...]
+    artifact: int | None = None
+
+    @property
+    def runs(self) -> int:
+        """The index of the region whose artifact this one runs (its own, or an earlier one's)."""
+        return self.index if self.artifact is None else self.artifact
 
     @property
     def eqns(self) -> tuple[int, ...]:
@@ -84,9 +110,11 @@ class Region:
     def __str__(self) -> str:
         eq = self.eqns
         span = f"eqns {eq[0]}..{eq[-1]}" if eq else "no eqns"
+        shared = f", runs region {self.runs}'s artifact" if self.runs != self.index else ""
         return (
             f"region {self.index}: {span}, {len(self.tiles)} tiles, {len(self.host_in)} streams in, "
             f"{len(self.host_out)} out, {len(self.internal)} tile-to-tile, max {self.tile_bytes} B/tile"
+            f"{shared}"
         )
 
 
@@ -174,10 +202,13 @@ def form_regions(
     tiles: tuple[TileOp, ...],
     limits: RegionLimits,
     relayouts: tuple[HostRelayout, ...] = (),
+    tile_cap: int | None = None,
 ) -> tuple[tuple[Region, ...], tuple[HostRelayout, ...]]:
     """Greedy regions over ``tiles`` (in program order), and ``relayouts`` (in program order)
     with the place each runs at (``HostRelayout.after``). Each tile alone must already fit a
-    region (the planner refuses those that do not before calling this)."""
+    region (the planner refuses those that do not before calling this). ``tile_cap``: at most
+    that many tiles to a region (default, and at most, ``limits.compute_tiles``)."""
+    cap = limits.compute_tiles if tile_cap is None else min(tile_cap, limits.compute_tiles)
     readers: dict[int, set[int]] = {}
     for t in tiles:
         for op in t.inputs:
@@ -217,7 +248,7 @@ def form_regions(
         delta = current.delta(t)
         whole = unchunked_bytes(t) <= limits.data_tile_bytes
         if current.tiles and not (
-            len(current.tiles) < limits.compute_tiles
+            len(current.tiles) < cap
             and delta[0] <= limits.host_streams_in
             and delta[1] <= limits.data_streams_out  # the flag word takes one
             # one call per run fits whatever the region shares: no need to work out groups
@@ -233,3 +264,146 @@ def form_regions(
     if current.tiles:
         close()
     return tuple(regions), tuple(placed)
+
+
+# -- regions reused across identical layers ---------------------------------------------------
+
+
+def form_reusable_regions(
+    program: Program,
+    tiles: tuple[TileOp, ...],
+    limits: RegionLimits,
+    relayouts: tuple[HostRelayout, ...] = (),
+) -> tuple[tuple[Region, ...], tuple[HostRelayout, ...]]:
+    """``form_regions``, or the same with fewer tiles to a region when that makes fewer
+    distinct artifacts. Greedy regions of a chain of identical layers repeat only when a
+    layer's tiles divide the region's: 64 layers of 5 tiles make 10 regions of 5 designs at 32
+    tiles to a region, and 11 of 2 at 30. So the tiles' period is found (``tile_period``: the
+    layer's tile count) and regions of the most whole layers that fit (or, for a layer past a
+    region, of its largest divisor that fits) are tried once; they replace the greedy ones only
+    when they make strictly fewer distinct artifacts (by ``artifact_key`` without guards,
+    which the plan adds when it shares: a heuristic for the choice only), since every extra
+    region costs a kernel call and host traffic."""
+    best = form_regions(program, tiles, limits, relayouts)
+    period = tile_period(program, tiles, limits.compute_tiles)
+    if len(best[0]) < 3 or period is None:  # nothing to share, or no pattern to align to
+        return best
+    limit = limits.compute_tiles
+    if period <= limit:
+        cap = limit // period * period
+    else:
+        cap = max(d for d in range(1, limit + 1) if period % d == 0)
+    if cap == limit:
+        return best
+    other = form_regions(program, tiles, limits, relayouts, cap)
+
+    def distinct(regions: tuple[Region, ...]) -> int:
+        return len({artifact_key(program, r, {}) for r in regions})
+
+    return other if distinct(other[0]) < distinct(best[0]) else best
+
+
+def tile_period(program: Program, tiles: tuple[TileOp, ...], longest: int) -> int | None:
+    """The period of ``tiles`` as a sequence of kernels (kind, primitives, types), the tile
+    count of a repeated layer: of ``p`` up to ``4 * longest`` (and a quarter of the tiles), the
+    one with the fewest tiles that differ from the one ``p`` before (then the smallest), if at
+    most a tenth of the tiles do (a prologue and an epilogue may differ); else None. Fewest,
+    not the first under the tenth: a layer of one ``mul``, 38 negations and a ``max`` differs
+    from itself shifted by one tile in only two places per layer."""
+    kinds: dict[Hashable, int] = {}
+    sig = np.array(
+        [
+            kinds.setdefault(
+                (
+                    t.kind,
+                    tuple(program.eqns[i].prim for i in t.eqns),
+                    t.output.type,
+                    tuple(op.var.type for op in t.inputs),
+                ),
+                len(kinds),
+            )
+            for t in tiles
+        ],
+        dtype=np.int64,
+    )
+    n = len(sig)
+    top = min(n // 4, 4 * longest)
+    misses = {p: int(np.count_nonzero(sig[:-p] != sig[p:])) for p in range(1, top + 1)}
+    if not misses:
+        return None
+    p = min(misses, key=lambda q: (misses[q], q))
+    return p if misses[p] * 10 <= n else None
+
+
+#: Per equation, the operands its kernel guards on the device (``poot_planner.guards``, site
+#: ``DEVICE``): ``(operand, domain)`` pairs, ``-1`` for the result. A guard is code in the kernel,
+#: so two regions are one artifact only if their kernels guard the same operands.
+DeviceGuards = Mapping[int, tuple[tuple[int, Hashable], ...]]
+
+
+def artifact_key(program: Program, region: Region, guards: DeviceGuards) -> Hashable:
+    """What a region's artifact is made of, with nothing that says where in the program or in
+    the host arenas it sits: every value named by its first appearance (the region's host
+    inputs first, in stream order), tiles by their place, equations by their place in their
+    tile. Two regions with equal keys have the same cores, FIFOs, chunking, kernels and guards,
+    and differ only in the slots their streams and flag word use: one artifact serves both."""
+    names: dict[int, int] = {}
+
+    def name(v: Var) -> int:
+        return names.setdefault(v.id, len(names))
+
+    def atom(a: Atom) -> Hashable:
+        if isinstance(a, Var):
+            return ("var", name(a), a.type)
+        return ("literal", a.bits, a.dtype)
+
+    ins = tuple((name(v), v.type) for v in region.host_in)
+    tiles = []
+    for t in region.tiles:
+        eqns = tuple(
+            (
+                program.eqns[i].prim,
+                repr(program.eqns[i].params),
+                tuple(atom(a) for a in program.eqns[i].inputs),
+                tuple((name(o), o.type) for o in program.eqns[i].outputs),
+                guards.get(i, ()),
+            )
+            for i in t.eqns
+        )
+        operands = tuple((name(op.var), op.unit, op.resident) for op in t.inputs)
+        tiles.append(
+            (
+                t.kind,
+                eqns,
+                operands,
+                name(t.output),
+                t.out_unit,
+                t.units,
+                t.chunk,
+                t.tile_bytes,
+                t.bound,
+                t.index_guard,
+                t.code_bytes,
+            )
+        )
+    outs = tuple(name(v) for v in region.host_out)
+    return (ins, tuple(tiles), outs)
+
+
+def share_artifacts(
+    program: Program, regions: tuple[Region, ...], guards: DeviceGuards
+) -> tuple[Region, ...]:
+    """``regions`` with ``Region.artifact`` set: the first region with the same
+    ``artifact_key`` (itself when it is the first)."""
+    first: dict[Hashable, int] = {}
+    out = []
+    for r in regions:
+        k = first.setdefault(artifact_key(program, r, guards), r.index)
+        out.append(replace(r, artifact=None if k == r.index else k))
+    return tuple(out)
+
+
+def artifacts(regions: Sequence[Region]) -> tuple[int, ...]:
+    """The regions whose artifacts are loaded (each distinct artifact once), in order: one
+    hardware context each."""
+    return tuple(r.index for r in regions if r.runs == r.index)
