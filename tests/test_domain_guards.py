@@ -67,7 +67,7 @@ def test_the_issue_cases_are_refused_before_anything_runs(engine: Engine) -> Non
         engine.step(entry, {"x": _f32(1, 100, 3, 4)})
     e = err.value
     assert (e.argument, e.element, e.value, e.eqn, e.primitive) == ("x", (1,), 100.0, 0, "exp")
-    assert "[-87, 88]" in e.domain
+    assert "[-inf, 88]" in e.domain
     with pytest.raises(DomainError) as err:  # max(sqrt(-1), 2): the oracle says NaN, 2 came back
         engine.step(entry, {"x": _f32(1, 2, -1, 4)})
     assert (err.value.eqn, err.value.primitive, err.value.element) == (1, "sqrt", (2,))
