@@ -217,9 +217,12 @@ class Interval(_Domain):
         inside = [v for v in (lo, hi, 0.0, -0.0, lo / 2, hi / 2, 1.0) if lo <= v <= hi]
         small = [v for v in (1e-30, -1e-30) if lo <= v <= hi]
         largest, _ = _limits(dtype)
-        # an infinite end (exp's -inf): the dtype's largest magnitude on that side is inside,
-        # and nothing is past it
-        small += [s * largest for s, end in ((-1.0, lo), (1.0, hi)) if math.isinf(end)]
+        # an infinite end (exp's -inf): the dtype's largest magnitude on that side is its limit
+        # inside, with a value the function saturates at (-104: exp is 0 there in F32), and
+        # nothing is past it
+        for sign, end in ((-1.0, lo), (1.0, hi)):
+            if math.isinf(end):
+                inside += [sign * largest, sign * 104.0]
         f = np.dtype(dtype.numpy).type
         ends = ((hi, math.inf), (lo, -math.inf))
         past = tuple(float(np.nextafter(f(e), f(d))) for e, d in ends if math.isfinite(e))
