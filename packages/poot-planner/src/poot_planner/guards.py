@@ -280,19 +280,18 @@ def _sources(plan: Planned) -> dict[int, tuple[str, ...]]:
 
 
 def _live(program: Program) -> frozenset[int]:
-    """The equations a result or a state update reads, directly or through others. Another
-    one's value never comes back (a legalization rule leaves the steps it replaced unread: the
-    importer's sigmoid's ``neg(|x|)`` once xdna2's rule computes it otherwise), so it needs no
-    guard: an argument it alone refuses (-inf) must not refuse the run."""
-    producer = {e.out.id: i for i, e in enumerate(program.eqns)}
-    todo = [v.id for _, v in program.results()]
+    """The equations a result or a state update reads, directly or through others (the same
+    reverse scan as ``poot_planner.xdna2.layout``'s, by equation). Another one's value never
+    comes back (a legalization rule leaves the steps it replaced unread: the importer's
+    sigmoid's ``neg(|x|)`` once xdna2's rule computes it otherwise), so it needs no guard: an
+    argument it alone refuses (-inf) must not refuse the run."""
+    values = {v.id for _, v in program.results()}
     live: set[int] = set()
-    while todo:
-        i = producer.get(todo.pop())
-        if i is None or i in live:
-            continue
-        live.add(i)
-        todo.extend(a.id for a in program.eqns[i].inputs if isinstance(a, Var))
+    for i in range(len(program.eqns) - 1, -1, -1):
+        e = program.eqns[i]
+        if any(o.id in values for o in e.outputs):
+            live.add(i)
+            values.update(a.id for a in e.inputs if isinstance(a, Var))
     return frozenset(live)
 
 
