@@ -13,7 +13,6 @@ still refused. Expected flags come from float64 arithmetic on the inputs, not fr
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
