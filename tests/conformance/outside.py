@@ -63,7 +63,7 @@ def _live(program: Program) -> set[int]:
 
 def _underflowed(
     prim: Prim,
-    inputs: tuple[object, ...],
+    inputs: tuple[Var | Literal, ...],
     values: dict[str, np.ndarray],
     names: dict[int, str],
     y: object,
