@@ -110,3 +110,40 @@ def test_every_xdna2_region_bound_at_and_one_past_its_limit_on_xdna_host(tmp_pat
     assert "limit=tile_bytes" in past.detail
     (flag,) = [c for c in checks if c.name.startswith("flag word")]
     assert flag.passed and "region 0 flagged" in flag.detail
+
+
+def test_the_legalized_xdna2_rules_on_xdna_host(tmp_path: Path) -> None:
+    """sigmoid and SiLU over the whole finite line and a masked softmax's exponent: all pass
+    on the stand-in, each figure within its bound."""
+    from poot_engine import Engine
+    from poot_npu.xdna_host import XdnaHostDevice
+
+    from poot.acceptance.legalized import legalized_checks
+
+    with Engine(XdnaHostDevice(tmp_path / "k"), tmp_path / "c", verify="always") as engine:
+        checks = list(legalized_checks(engine, "xdna2"))
+        assert not list(legalized_checks(engine, "intel-npu4"))  # no saturating rule there
+    assert [(c.name, c.passed) for c in checks] == [
+        ("sigmoid (legalized) over the finite line", True),
+        ("SiLU (legalized) over the finite line", True),
+        ("masked softmax exponent (finfo(float32).min keys)", True),
+    ], [c.detail for c in checks]
+    sig, silu, masked = checks
+    assert sig.figure is not None and 0.0 <= sig.figure <= 1.0
+    assert "saturates exactly" in sig.detail and "NaN refused" in sig.detail
+    assert silu.figure is not None and silu.figure <= 1.0 and masked.figure == 20 + 23 + 28
+
+
+@pytest.mark.xdna
+def test_the_legalized_xdna2_rules_on_the_npu(tmp_path: Path) -> None:
+    from poot_engine import Engine
+    from poot_npu.xdna import XdnaDevice
+
+    from poot.acceptance.legalized import legalized_checks
+
+    why = XdnaDevice.probe()
+    if why is not None:
+        pytest.skip(f"hardware unavailable: {why}")
+    with Engine(XdnaDevice(), tmp_path / "c", verify="always") as engine:
+        failed = [(c.name, c.detail) for c in legalized_checks(engine, "xdna2") if not c.passed]
+    assert not failed

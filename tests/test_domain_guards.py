@@ -67,7 +67,7 @@ def test_the_issue_cases_are_refused_before_anything_runs(engine: Engine) -> Non
         engine.step(entry, {"x": _f32(1, 100, 3, 4)})
     e = err.value
     assert (e.argument, e.element, e.value, e.eqn, e.primitive) == ("x", (1,), 100.0, 0, "exp")
-    assert "[-87, 88]" in e.domain
+    assert "[-inf, 88]" in e.domain
     with pytest.raises(DomainError) as err:  # max(sqrt(-1), 2): the oracle says NaN, 2 came back
         engine.step(entry, {"x": _f32(1, 2, -1, 4)})
     assert (err.value.eqn, err.value.primitive, err.value.element) == (1, "sqrt", (2,))
@@ -195,3 +195,31 @@ def test_a_fused_norm_flags_a_square_that_overflows(engine: Engine) -> None:
     big[1, 3] = 1e20  # finite, so the host lets it through; its square is not
     with pytest.raises(DomainFlagged):
         engine.step(entry, {"x": big})
+
+
+def test_an_unread_equation_is_not_guarded(engine: Engine) -> None:
+    # neg(x) is read by nothing (as a legalization rule leaves the steps it replaced): its
+    # domain (finite operands) must not refuse a -inf that only it would see
+    b = Builder("dead")
+    x = b.slot("x", F32, (4,))
+    b.neg(x)
+    b.output("y", b.max(x, 0.0))
+    p = plan(b.build(), "xdna2")
+    assert all(g.primitive.value != "neg" for g in p.guards)
+    got = engine.step(engine.add_entry(p), {"x": _f32(-np.inf, 1, -2, 3)})
+    assert got["y"].tolist() == [0.0, 1.0, 0.0, 3.0]
+
+
+def test_an_underflowed_product_is_outside_its_domain(engine: Engine) -> None:
+    # 1e-30 * 1e-30 rounds to 0 in F32 but is not an exact zero: the kernel's result guard
+    # flags it, and the conformance suites' oracle check agrees (a zero from nonzero factors)
+    from conformance.outside import unjustified
+
+    b = Builder("underflow")
+    x = b.slot("x", F32, (4,))
+    b.output("y", b.mul(x, x))
+    p = plan(b.build(), "xdna2")
+    feed = {"x": _f32(1e-30, 1, 2, 3)}
+    with pytest.raises(DomainFlagged) as err:
+        engine.step(engine.add_entry(p), feed)
+    assert unjustified(err.value, p, [feed]) is None

@@ -17,8 +17,8 @@ so each target admits or refuses it equation by equation like any other program:
 The mask value is ``-MASK`` added to a score: large enough that ``exp`` of it is 0 in F32 and
 FP16, small enough that FP16 holds it (a narrowing target refuses an argument beyond 65504).
 The softmax clamps its max-subtracted scores at ``EXP_FLOOR`` (-80), so a masked position's
-``exp`` is 1.8e-35 instead of 0: no device computes ``exp`` outside its domain (xdna2's is
-[-87, 88]), its weight ``exp / sum`` stays a normal number for rows of up to 1,500 keys (the sum
+``exp`` is 1.8e-35 instead of 0: no device computes ``exp`` outside its domain (xdna2's was
+[-87, 88] when this was written; it is [-inf, 88] now), its weight ``exp / sum`` stays a normal number for rows of up to 1,500 keys (the sum
 is at most the row's length; a subnormal quotient is outside xdna2's ``div`` domain), and the
 row's sum (at least 1, from its largest score) cannot tell it from 0 in F32.
 Weights come from a seeded generator (``weights``), scaled so activations stay near 1.

@@ -137,13 +137,33 @@ def test_expf_contract_over_its_domain(lib: ctypes.CDLL) -> None:
     check_mixed_bound("expf", x, call(lib, "expf", x), np.exp(x.astype(np.float64)))
 
 
+def test_expf_contract_below_minus_87(lib: ctypes.CDLL) -> None:
+    # the domain goes on down to -inf: the exact value there is below FLT_MIN, so the bound's
+    # absolute part holds whatever the kernel returns in [0, FLT_MIN]; it returns a normal
+    # result or exactly +0 (never a subnormal, which every later step's result guard flags)
+    everything = random_bits(1, 254)
+    x = np.concatenate(
+        [
+            f32(np.linspace(-110.0, -87.0, N_RANDOM)),
+            everything[everything < -87.0],
+            f32([-87.0, -87.3, -87.33654, -87.33655, -87.5, -88.0, -103.97, -104.0, -1e30]),
+            f32([-FLT_MAX, -np.inf]),
+        ]
+    )
+    y = call(lib, "expf", x)
+    check_mixed_bound("expf", x, y, np.exp(x.astype(np.float64)))
+    assert np.all((y == 0.0) | (y >= FLT_MIN)) and not np.any(np.signbit(y))
+    flushed = x[y == 0.0]
+    assert flushed.min() == -np.inf and flushed.max() < -87.3  # only where exp(x) < FLT_MIN
+    assert call(lib, "expf", f32([-np.inf]))[0] == 0.0
+
+
 def test_expf_saturates_beyond_88(lib: ctypes.CDLL) -> None:
     big = f32([88.0, 88.5, 100.0, 1e10, FLT_MAX, np.inf])
-    small = -big
-    y_big, y_small = call(lib, "expf", big), call(lib, "expf", small)
+    y_big = call(lib, "expf", big)
     assert np.all(y_big == y_big[0]) and np.isfinite(y_big[0])
-    assert np.all(y_small == y_small[0]) and 0.0 <= y_small[0] < FLT_MIN
-    print(f"\nexpf: exp(100) = exp(88) = {y_big[2]!r}, exp(-100) = exp(-88) = {y_small[2]!r}")
+    assert np.all(call(lib, "expf", -big) == 0.0)  # flushed: exp(-88) is subnormal
+    print(f"\nexpf: exp(100) = exp(88) = {y_big[2]!r}")
     assert np.isnan(call(lib, "expf", f32([np.nan]))[0])
 
 

@@ -103,11 +103,11 @@ def test_a_single_step_gets_exactly_its_contract() -> None:
     x = b.slot("x", F32, (200,))
     b.output("y", b.exp(x))
     program = b.build()
-    xs = np.linspace(-100, 100, 200, dtype=np.float32)  # beyond [-87, 88] too
+    xs = np.linspace(-100, 100, 200, dtype=np.float32)  # beyond [-inf, 88] too
     bound = result_bounds(plan(program, "xdna2").check(), {"x": xs})["y"]
     with np.errstate(over="ignore"):
         ref = np.exp(xs.astype(np.float64)).astype(np.float32).astype(np.float64)
-    inside = (xs >= -87) & (xs <= 88)
+    inside = xs <= 88  # exp's xdna2 domain goes down to -inf (flushed below FLT_MIN)
     np.testing.assert_allclose(bound[inside], 2e-6 + 1e-5 * np.abs(ref[inside]), rtol=1e-12)
     assert np.all(np.isinf(bound[~inside])), "outside the domain nothing is promised"
 

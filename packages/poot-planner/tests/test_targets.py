@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 import pkgutil
 import sys
 from pathlib import Path
@@ -191,7 +192,9 @@ def test_xdna2_table_is_the_verified_list() -> None:
         Prim.NEG: (BitExact(), FiniteNormalResult()),
         Prim.RECIP: (BitExact(), FiniteNormalResult()),
         Prim.GE: (BitExact(), FiniteNormalResult()),
-        Prim.EXP: (smooth, Interval(-87.0, 88.0)),
+        # the specification's [-87, 88], extended down to -inf (issue 30): below -87.34 the
+        # kernel flushes to +0, within the absolute part (packages/poot-codegen test_poot_math)
+        Prim.EXP: (smooth, Interval(-math.inf, 88.0)),
         Prim.LOG: (smooth, PositiveNormal()),
         Prim.TANH: (smooth, FiniteInputs()),
         Prim.ERF: (smooth, FiniteInputs()),

@@ -11,6 +11,8 @@ The checks, each with a figure and a verdict (``ACCEPTANCE_CHECKS`` lists them b
   limit (compute tiles, host streams in and out, tile-local bytes, streams into a tile,
   contexts, host buffers, elements per tensor), several regions in one program, each run
   verified, and the region flag word refusing a value computed outside its domain;
+- a legalization rule that claims saturation (xdna2's sigmoid, and SiLU and a masked
+  softmax's exponent with it: ``acceptance.legalized``), over the whole finite line;
 - Intel: the F32 boundary (65504 runs, the next F32 up is refused) and the narrowing contract's
   normwise error, measured;
 - the blob cache: a second process compiles nothing; a damaged entry is recompiled and repaired;
@@ -59,6 +61,7 @@ from poot_planner import get_target, plan
 from poot_planner.features import render_bound
 
 from poot.acceptance.engine import Check, cache_checks, poisoning_checks
+from poot.acceptance.legalized import legalized_checks
 from poot.acceptance.regions import region_checks
 
 __all__ = ["Check", "Receipt", "run_acceptance"]
@@ -310,6 +313,7 @@ def run_acceptance(info: DeviceInfo, progress: Callable[[Check], None]) -> Recei
         with Engine(device, cache_dir=root / "cache", verify="always") as engine:
             add(_capabilities(engine, info.target, receipt))
             add(region_checks(engine, info.target))
+            add(legalized_checks(engine, info.target))
             add(_narrowing(engine, info.make, info.target, receipt))
         add(cache_checks(info, info.make, root))
         add(poisoning_checks(info.make, root))

@@ -216,12 +216,27 @@ class Interval(_Domain):
         lo, hi = self.lo, self.hi
         inside = [v for v in (lo, hi, 0.0, -0.0, lo / 2, hi / 2, 1.0) if lo <= v <= hi]
         small = [v for v in (1e-30, -1e-30) if lo <= v <= hi]
+        largest, _ = _limits(dtype)
+        # an infinite end (exp's -inf): the dtype's largest magnitude on that side is its limit
+        # inside, with a value the function saturates at (-104: exp is 0 there in F32), and
+        # nothing is past it
+        for sign, end in ((-1.0, lo), (1.0, hi)):
+            if math.isinf(end):
+                inside += [sign * largest, sign * 104.0]
         f = np.dtype(dtype.numpy).type
-        past = (float(np.nextafter(f(hi), f(math.inf))), float(np.nextafter(f(lo), f(-math.inf))))
+        ends = ((hi, math.inf), (lo, -math.inf))
+        past = tuple(float(np.nextafter(f(e), f(d))) for e, d in ends if math.isfinite(e))
         return DomainEdges(_fit(inside, dtype), _fit(small, dtype), past)
 
     def ordinary(self, dtype: DType, n: int, rng: np.random.Generator) -> Array:
-        return rng.uniform(self.lo, self.hi, n)
+        # an infinite end stands in as a finite one 2 (|other end| + 8) away: uniform samples
+        # over an infinite interval are not numbers
+        lo, hi = self.lo, self.hi
+        if math.isinf(lo):
+            lo = hi - 2 * (abs(hi) + 8) if math.isfinite(hi) else -1e6
+        if math.isinf(hi):
+            hi = lo + 2 * (abs(lo) + 8)
+        return rng.uniform(lo, hi, n)
 
 
 @dataclass(frozen=True, slots=True)

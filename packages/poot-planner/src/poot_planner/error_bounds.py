@@ -57,6 +57,7 @@ from poot_planner.fp16.narrowing import operating_dtype
 from poot_planner.legalize.logarithm import operand_of_softplus
 from poot_planner.legalize.rewrite import Rewrite
 from poot_planner.legalize.rules import Numerics
+from poot_planner.legalize.steps import sigmoid_operand
 from poot_planner.plan import Plan
 
 __all__ = ["legalized_values", "result_bounds"]
@@ -151,7 +152,12 @@ def _carry(e: Eqn, vals: list[Array], errs: list[Array], y: Array) -> Any:
             near = np.maximum(np.abs(f[0]) - errs[0], 0.0)
             return errs[0] * _ERF_SLOPE * np.exp(-(near**2))
         case Prim.EXP:
-            return _scale(np.abs(y64), np.expm1(errs[0]))
+            # exp(x + e) - exp(x) where exp(x) * expm1(e) is not a number: an operand far
+            # below exp's range (a masked score near -FLT_MAX) with an error FLT_MAX's ulps
+            # make, whose exp is 0 however far the error moves it
+            scaled = _scale(np.abs(y64), np.expm1(errs[0]))
+            direct = np.exp(f[0] + errs[0]) - np.exp(f[0])
+            return np.where(np.isfinite(scaled), scaled, direct)
         case Prim.LOG:
             room = np.abs(f[0]) - errs[0]
             return np.where(
@@ -233,12 +239,14 @@ def _whole(
     the exact function's value of the operand the device holds, plus the reference's rounding:
     that value rounded once into the device dtype, float32's own error in computing it
     included) and its operand's error carried through the function (log: as the primitive;
-    softplus: 1-Lipschitz, its slope is a sigmoid)."""
+    softplus: 1-Lipschitz, its slope is a sigmoid; sigmoid: its slope is at most 1/4)."""
     bound = rw.derivation.bound
     kind = rw.rule.carried
     x: Atom | None = source.inputs[0]
     if kind == "softplus":
         x = operand_of_softplus(source, RuleContext(producer=producer))
+    if kind == "sigmoid":
+        x = sigmoid_operand(source, RuleContext(producer=producer))
     if not isinstance(bound, AbsRel) or not isinstance(x, Var) or kind not in _CARRIED:
         return np.full(y.shape, np.inf), np.zeros(y.shape)
     dtype = (device or source.out.dtype).numpy
@@ -248,6 +256,8 @@ def _whole(
     with np.errstate(over="ignore"):  # a value FP16 cannot hold is inf there: outside
         held = np.asarray(xs).astype(dtype).astype(np.float64)
     inside = (held > 0) & np.isfinite(held) if kind == "log" else np.isfinite(held)
+    if kind == "sigmoid":  # -inf too: the clamp makes it -104, whose exact value is 0's
+        inside = held < np.inf
     if rw.rule.domain is not None:  # past it the rewrite is refused in the graph
         inside &= (held >= rw.rule.domain[0]) & (held <= rw.rule.domain[1])
     with np.errstate(all="ignore"):
@@ -258,6 +268,8 @@ def _whole(
     own = np.where(inside, bound.abs + bound.rel * np.abs(exact) + ref, np.inf)
     if kind == "log":
         return own, _propagated(source, [xs], [es], y)
+    if kind == "sigmoid":  # its slope is at most 1/4
+        return own, 0.25 * np.asarray(es, dtype=np.float64)
     return own, np.asarray(es, dtype=np.float64)
 
 
@@ -265,6 +277,7 @@ def _whole(
 _CARRIED: dict[str, Callable[[Array], Array]] = {
     "log": np.log,
     "softplus": lambda x: np.logaddexp(0.0, x),
+    "sigmoid": lambda x: np.exp(-np.logaddexp(0.0, -x)),
 }
 
 
@@ -343,7 +356,9 @@ def result_bounds(
             # the formula's own error, and the reference's: the source's exact function value
             # rounded once to the result's dtype, up to half an ulp from the exact value the
             # formula approximates
-            ref = np.abs(np.spacing(np.asarray(y).astype(e.out.dtype.numpy))).astype(np.float64)
+            with np.errstate(over="ignore"):  # the largest magnitude's spacing: inf
+                ref = np.abs(np.spacing(np.asarray(y).astype(e.out.dtype.numpy)))
+            ref = ref.astype(np.float64)
             own = own + approximation[i] + 0.5 * ref
         if i in scaled:
             own = own + scaled[i](np.asarray(y))

@@ -28,6 +28,7 @@ and -0 cancel).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -82,6 +83,31 @@ static inline uint32_t poot_g_result(float y) {
     const uint32_t b = poot_f32_bits(y) & 0x7fffffffu, e = b & 0x7f800000u;
     return (uint32_t)(e == 0x7f800000u) | (uint32_t)(e == 0u && b != 0u) | (uint32_t)(b == 0x7f7fffffu);
 }
+/* The same for a sum or a difference, whose largest magnitude is flagged only when both
+ * operands are at least 2^103 (half the spacing at FLT_MAX) in magnitude: with a smaller one
+ * the exact result is below FLT_MAX + 2^103 and rounds to a finite value (a score plus a
+ * -FLT_MAX mask rounds to -FLT_MAX exactly as the oracle's does: no overflow). */
+static inline uint32_t poot_g_result_sum(float y, float a, float b) {
+    const uint32_t m = poot_f32_bits(y) & 0x7fffffffu, e = m & 0x7f800000u;
+    const uint32_t big = (uint32_t)((poot_f32_bits(a) & 0x7fffffffu) >= 0x73000000u)
+                       & (uint32_t)((poot_f32_bits(b) & 0x7fffffffu) >= 0x73000000u);
+    return (uint32_t)(e == 0x7f800000u) | (uint32_t)(e == 0u && m != 0u) | ((uint32_t)(m == 0x7f7fffffu) & big);
+}
+/* The same for a product (a quotient): the largest magnitude only when both operands exceed 1
+ * in magnitude (the divisor is below 1): otherwise |y| is at most the other operand's (the
+ * dividend's) magnitude, which is finite, so nothing overflowed (a 0/1 mask times
+ * finfo(float32).min is exactly -FLT_MAX). */
+static inline uint32_t poot_g_result_mul(float y, float a, float b) {
+    const uint32_t m = poot_f32_bits(y) & 0x7fffffffu, e = m & 0x7f800000u;
+    const uint32_t big = (uint32_t)((poot_f32_bits(a) & 0x7fffffffu) > 0x3f800000u)
+                       & (uint32_t)((poot_f32_bits(b) & 0x7fffffffu) > 0x3f800000u);
+    return (uint32_t)(e == 0x7f800000u) | (uint32_t)(e == 0u && m != 0u) | ((uint32_t)(m == 0x7f7fffffu) & big);
+}
+static inline uint32_t poot_g_result_div(float y, float b) {
+    const uint32_t m = poot_f32_bits(y) & 0x7fffffffu, e = m & 0x7f800000u;
+    const uint32_t small = (uint32_t)((poot_f32_bits(b) & 0x7fffffffu) < 0x3f800000u);
+    return (uint32_t)(e == 0x7f800000u) | (uint32_t)(e == 0u && m != 0u) | ((uint32_t)(m == 0x7f7fffffu) & small);
+}
 /* The same for an exact step (a negation): its result is never rounded or saturated, so the
  * largest magnitude is an exact result inside the domain. */
 static inline uint32_t poot_g_result_exact(float y) {
@@ -120,18 +146,28 @@ def operand_guard(domain: Domain, x: str) -> str | None:
         return f"poot_g_nonfinite({x})"
     if b.positive_normal:
         return f"poot_g_not_positive_normal({x})"
+    if b.lo == -math.inf:  # exp's [-inf, 88]: only the upper end (and NaN) is outside
+        return f"(uint32_t)!({x} <= {float(b.hi)!r}f)"
     return f"poot_g_outside({x}, {float(b.lo)!r}f, {float(b.hi)!r}f)"
 
 
 def result_guard(prim: Prim, args: list[str], y: str) -> str:
     """1 when ``y`` (the step's result) may have left a ``FiniteNormalResult`` domain: not
-    finite and normal, the largest magnitude, or a zero the operands cannot make exactly (an
+    finite and normal, the largest magnitude (only where the step can overflow to it: a sum
+    or a difference of two operands of at least 2^103, a product of two operands above 1, a
+    quotient by a divisor below 1), or a zero the operands cannot make exactly (an
     add of non-opposites, a sub of different values, a product or quotient of nonzeros, whose
     exact result is then a nonzero that underflowed). A negation is exact: its largest
     magnitude is the negated operand's, inside the domain, so only its class is checked."""
     if prim is Prim.NEG:
         return f"poot_g_result_exact({y})"
     terms = [f"poot_g_result({y})"]
+    if prim in (Prim.ADD, Prim.SUB) and len(args) == 2:
+        terms = [f"poot_g_result_sum({y}, {args[0]}, {args[1]})"]
+    if prim is Prim.MUL and len(args) == 2:
+        terms = [f"poot_g_result_mul({y}, {args[0]}, {args[1]})"]
+    if prim is Prim.DIV and len(args) == 2:
+        terms = [f"poot_g_result_div({y}, {args[1]})"]
     match prim:
         case Prim.ADD if len(args) == 2:
             terms.append(f"(poot_g_zero({y}) & (uint32_t)({args[0]} != poot_negf({args[1]})))")

@@ -79,11 +79,10 @@ Only a narrowing target gets the rewrite. xdna2 computes F32 and no in-graph gua
 scores, so nothing is proven there and the mask stays as exported (its adds are the oracle's:
 xdna2 refuses them), with or without ``score_guard``.
 
-On xdna2 a masked softmax's exponent (``-inf`` or any large negative score) is outside exp's
-domain there, [-87, 88] (the specification), so a device span holding the softmax's exp counts
-every masked key in its flag word and a padded batch is refused at run time (``DomainFlagged``;
-all-MiniLM-L6-v2: 27,264 masked keys in layer 0, and one unmasked score 90.2 below its row's
-maximum). The refusal is true and depends on the mask, an input, so the plan cannot make it
+On xdna2 exp's domain goes down to -inf (the kernel flushes a result below FLT_MIN to +0, inside
+its absolute bound), so a masked softmax's exponent (the -2^15 mask, ``finfo(float32).min``, or
+any large negative score) runs and weighs exactly 0; a ``-inf`` score is still refused, by the
+subtraction before it (finite operands: the specification)
 (``packages/poot-npu/tests/test_xdna_softmax_domain.py``).
 """
 

@@ -39,7 +39,7 @@ from poot_ir.numerics import (
 )
 
 from poot_planner.emit import Emit
-from poot_planner.legalize import logarithm
+from poot_planner.legalize import logarithm, logistic
 from poot_planner.legalize.intervals import Enclosure, chain_error, chain_value, device_value
 from poot_planner.legalize.rules import Numerics, Rule
 from poot_planner.target import Target
@@ -114,6 +114,11 @@ def derive(rule: Rule, eqns: list[Eqn], target: Target, dtype: DType) -> Derivat
             if key not in _MEMO:
                 _MEMO[key] = _piecewise(rule, target, device)
             return _MEMO[key]
+        case Numerics.SATURATING:
+            key = (rule, target, device, _chain_key(eqns))
+            if key not in _MEMO:
+                _MEMO[key] = _saturating(eqns, target, device)
+            return _MEMO[key]
         case Numerics.APPROXIMATION:
             # the chain of an approximation does not depend on the shape it runs at, so its
             # analysis (some thousands of interval steps) is made once per rule, target and chain
@@ -121,6 +126,18 @@ def derive(rule: Rule, eqns: list[Eqn], target: Target, dtype: DType) -> Derivat
             if key not in _MEMO:
                 _MEMO[key] = _approximation(rule, eqns, target, device)
             return _MEMO[key]
+
+
+def _saturating(eqns: list[Eqn], target: Target, device: DType) -> Derivation:
+    """A clamped formula over the whole line (``poot_planner.legalize.logistic``)."""
+    limit = target.narrowing.max_magnitude if target.narrowing is not None else 3.4028234e38
+    unit = _UNIT.get(device)
+    if unit is None:
+        return Derivation(None, f"no unit roundoff known for {device.value}")
+    got = logistic.derive_sigmoid(eqns, target, device, unit, limit)
+    if isinstance(got, str):
+        return Derivation(None, got)
+    return Derivation(AbsRel(*got))
 
 
 def _identity(eqns: list[Eqn], target: Target) -> Derivation:

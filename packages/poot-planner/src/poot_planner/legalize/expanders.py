@@ -17,7 +17,6 @@ from poot_planner.legalize.steps import (
     mask_of,
     multiplicand,
     predicate_and_literal,
-    sigmoid_operand,
 )
 
 __all__ = [
@@ -33,18 +32,7 @@ __all__ = [
     "expand_recip",
     "expand_scaled_sum",
     "expand_select",
-    "expand_sigmoid_select",
 ]
-
-
-def expand_sigmoid_select(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
-    # the importer's sigmoid (``poot_onnx.logic.sigmoid``): select(x >= 0, r, e r) with
-    # e = exp(-|x|), r = 1 / (1 + e): both branches are 1 / (1 + exp(-x)), in exact arithmetic
-    x = sigmoid_operand(e, ctx)
-    if x is None or not em.dtype.is_float:
-        return False
-    em.div(1.0, em.add(em.exp(em.neg(x)), 1.0), out=e.out)
-    return True
 
 
 def expand_recip(em: Emit, e: Eqn, ctx: RuleContext) -> bool:

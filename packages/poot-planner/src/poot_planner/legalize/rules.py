@@ -15,6 +15,10 @@ expander that emits the equations) and its numerics:
 - ``PIECEWISE``: an odd function as a short series below a threshold and a formula above it,
   the piece chosen by an exact mask (``poot_planner.legalize.odd``): the bound is derived on
   each piece alone and is relative plus absolute (relative where the value is FP16-normal).
+- ``SATURATING``: a formula on a clamped operand (``poot_planner.legalize.logistic``: xdna2's
+  sigmoid), exact in exact arithmetic; its bound is derived over the whole line, the clamped
+  tails included, and is absolute plus relative. The running error analysis carries it as one
+  step under that bound (``carried``).
 - ``SENTINEL``: the specification's mask-sentinel rule carried to a product: a mask value too
   large for FP16 saturates to the sentinel (+-65504), which is all an additive mask needs.
 - ``SCALED_SUM``: a range rewrite, made where the equation is admitted too (``admitted_too``):
@@ -59,7 +63,6 @@ from poot_planner.legalize.expanders import (
     expand_recip,
     expand_scaled_sum,
     expand_select,
-    expand_sigmoid_select,
 )
 from poot_planner.legalize.logarithm import (
     SOFTPLUS_REMAINDER,
@@ -67,6 +70,7 @@ from poot_planner.legalize.logarithm import (
     expand_log,
     expand_softplus,
 )
+from poot_planner.legalize.logistic import expand_sigmoid_select
 from poot_planner.legalize.odd import ERF, TANH, OddFunction, expand_erf, expand_tanh
 
 __all__ = ["RULES", "Numerics", "Rule", "RuleContext", "rules_for"]
@@ -79,6 +83,7 @@ class Numerics(Enum):
     REDUCED = "range-reduced approximation"
     SCALED_SUM = "power-of-two scale moved into the sum"
     PIECEWISE = "piecewise approximation"
+    SATURATING = "clamped approximation, saturating as the function does"
 
 
 #: Emits the decomposition of the equation (its last step writing the equation's output) and
@@ -106,7 +111,7 @@ class Rule:
     source: str = ""
     relative: bool = False
     #: the function the running error analysis carries the rewrite as, one step under its
-    #: derived bound (``poot_planner.error_bounds``): "log" or "softplus"; "" carries it step
+    #: derived bound (``poot_planner.error_bounds``): "log", "softplus" or "sigmoid"; "" carries it step
     #: by step
     carried: str = ""
     #: the operand's range the bound is derived on, when narrower than the device dtype's
@@ -241,12 +246,13 @@ RULES: tuple[Rule, ...] = (
         Prim.SELECT,
         XDNA,
         "sigmoid's select through exp and div",
-        "select(x >= 0, r, e r), e = exp(-|x|), r = 1 / (1 + e) as 1 / (1 + exp(-x)); "
-        "bound on [-88, 87] (past it exp's domain: flagged on the device)",
-        _A,
+        "select(x >= 0, r, e r), e = exp(-|x|), r = 1 / (1 + e) as g / (1 + g), "
+        "g = exp(clamp(x, -104, 88)): every finite x (NaN, +inf and subnormal x flagged on the "
+        "device), exactly 0 below -87.34 and exactly 1 above 17.33 as float32's sigmoid",
+        Numerics.SATURATING,
         expand_sigmoid_select,
-        source="identity: both branches are 1 / (1 + exp(-x))",
-        domain=(-88.0, 87.0),
+        source="identity: e^x / (1 + e^x) = 1 / (1 + e^-x); exp flushes below FLT_MIN",
+        carried="sigmoid",
     ),
     Rule(
         Prim.REDUCE_SUM,

@@ -61,8 +61,11 @@ static inline float poot_pow2i(int32_t k) { return poot_f32_from_bits((uint32_t)
  * Cody-Waite style (LN2_HI exact, then LN2_LO); exp(r) = 1 + r + r^2 P(r), P of degree 4
  * (relative fit error 3.2e-9); the result is scaled by 2^k in two halves so that k = -127
  * (x near -88) never needs a subnormal power of two.
- * Contract: the exp bound over [-87, 88]. Arguments beyond +-88 saturate to exp(+-88): finite,
- * never infinity. Below -87.3 the exact result is subnormal and only the absolute part holds.
+ * A result below the smallest normal (x below about -87.34, -inf included) is flushed to +0:
+ * the exact value is then below 1.2e-38, far inside the absolute part of the bound, and a zero
+ * (unlike a subnormal) passes every later step's result guard exactly (0 * y, 0 / y, 0 + y).
+ * Contract: the exp bound over [-inf, 88]. Arguments beyond 88 saturate to exp(88): finite,
+ * never infinity.
  */
 static inline float poot_expf(float x) {
     if (x != x) return x;
@@ -78,7 +81,8 @@ static inline float poot_expf(float x) {
     p = 0.49999994f + r * p;
     float e = 1.0f + (r + r * r * p);
     int32_t k1 = k / 2;
-    return e * poot_pow2i(k1) * poot_pow2i(k - k1);
+    float y = e * poot_pow2i(k1) * poot_pow2i(k - k1);
+    return y < POOT_FLT_MIN ? 0.0f : y;
 }
 
 /* log(x).
