@@ -59,11 +59,14 @@ __all__ = [
     "NotNaN",
     "NumericsClass",
     "PositiveNormal",
+    "ProductSum",
     "Relative",
     "ScaledSum",
     "compare",
+    "contraction_inside",
     "larger_operand",
     "looser",
+    "product_magnitudes",
     "row_magnitudes",
 ]
 
@@ -115,6 +118,29 @@ class ScaledSum:
 
 
 @dataclass(frozen=True, slots=True)
+class ProductSum:
+    """A contraction ``y = a @ b`` over ``K`` terms whose operands are rounded to a narrower
+    type (unit roundoff ``operand_unit``: bf16's 2^-8) with every product exact and the sum
+    accumulated in order at unit ``unit`` (an FP32 accumulator: 2^-23, safe whether or not
+    its add rounds to nearest), against the oracle's result rounded once to F32::
+
+        |y - ref| <= (2 u_o + u_o^2 + (1 + u_o)^2 gamma_K(unit) + 2^-24) * sum_k |a_ik| |b_kj|
+
+    with ``gamma_K(u) = K u / (1 - K u)`` (Higham, recursive summation). An element whose
+    magnitudes sum ``S`` (times that factor) reaches F32's largest finite value is promised
+    nothing: a partial sum may overflow where the exact result does not."""
+
+    operand_unit: float
+    unit: float = F32_UNIT
+
+    def factor(self, k: int) -> float:
+        """The coefficient of ``S`` for ``K = k`` terms (inf when ``k * unit >= 1``)."""
+        uo, ku = self.operand_unit, k * self.unit
+        gamma = ku / (1.0 - ku) if ku < 1.0 else float("inf")
+        return 2 * uo + uo * uo + (1 + uo) ** 2 * gamma + 2.0**-24
+
+
+@dataclass(frozen=True, slots=True)
 class Normwise:
     """A whole result tensor: ``||y - ref||_2 <= rel * ||ref||_2 + floor * sqrt(n)`` (a
     narrowed graph). ``floor`` is the narrow type's absolute resolution near zero (FP16's
@@ -131,7 +157,12 @@ class Derived:
     derived bound is infinite (an input outside some step's domain) is promised nothing."""
 
 
-Bound = BitExact | LargerOperandUlps | AbsRel | Relative | ScaledSum | Normwise | Derived
+Bound = (
+    BitExact | LargerOperandUlps | AbsRel | Relative | ScaledSum | Normwise | Derived | ProductSum
+)
+
+#: F32's largest finite value: a contraction whose magnitudes reach it is promised nothing.
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def larger_operand(a: Any, b: Any) -> Array:
@@ -143,6 +174,29 @@ def row_magnitudes(x: Any) -> Array:
     """The scale of ``ScaledSum`` for a last-axis sum of ``x``: ``cols * sum(|x_row|)``."""
     x64 = np.asarray(x, np.float64)
     return np.asarray(np.sum(np.abs(x64), axis=-1) * x64.shape[-1])
+
+
+def product_magnitudes(bound: ProductSum, a: Any, b: Any) -> Array:
+    """The allowed error of ``ProductSum`` for ``a @ b`` (batched over the leading axes):
+    ``factor(K) * (|a| @ |b|)`` at float64, inf where a partial sum could overflow F32."""
+    a64, b64 = np.abs(np.asarray(a, np.float64)), np.abs(np.asarray(b, np.float64))
+    f = bound.factor(a64.shape[-1])
+    with np.errstate(all="ignore"):
+        s = np.matmul(a64, b64) if a64.size and b64.size else np.zeros(
+            a64.shape[:-1] + b64.shape[-1:]
+        )
+        allowed = f * s
+    return np.asarray(np.where(s * (1 + f) < _F32_MAX, allowed, np.inf))
+
+
+def contraction_inside(domain: Domain, a: Any, b: Any) -> Array:
+    """Elements ``(..., i, j)`` of ``a @ b`` whose operands (row ``i`` of ``a``, column ``j``
+    of ``b``) are all inside ``domain`` (an operand domain: a contraction's result domain is
+    its ``product_magnitudes``)."""
+    x, w = np.asarray(a), np.asarray(b)
+    rows = np.all(domain.bounds(x.dtype).contains(np.asarray(x, np.float64)), axis=-1)
+    cols = np.all(domain.bounds(w.dtype).contains(np.asarray(w, np.float64)), axis=-2)
+    return np.asarray(rows[..., :, None] & cols[..., None, :])
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +217,11 @@ class Contract:
                 scale = larger_operand(operands[0], operands[-1])
             case ScaledSum():
                 scale = row_magnitudes(operands[0])
+            case ProductSum():
+                scale = product_magnitudes(self.bound, operands[0], operands[1])
+                mask = contraction_inside(self.domain, operands[0], operands[1]) & np.isfinite(
+                    scale
+                )
             case _:
                 pass
         return compare(actual, expected, self.bound, scale=scale, mask=mask)
@@ -312,7 +371,7 @@ def compare(
         promised = np.isfinite(np.broadcast_to(np.asarray(scale, np.float64), ref.shape))
         m = m & promised
         compared = int(np.count_nonzero(m))
-    if isinstance(bound, LargerOperandUlps | ScaledSum) and scale is None:
+    if isinstance(bound, LargerOperandUlps | ScaledSum | ProductSum) and scale is None:
         raise ValueError(f"{bound} needs a scale (larger_operand or row_magnitudes)")
     y64, r64 = y.astype(np.float64), ref.astype(np.float64)
     with np.errstate(all="ignore"):
@@ -338,6 +397,8 @@ def compare(
                     allowed = np.broadcast_to(u * unit * np.asarray(scale, np.float64), ref.shape)
                 case ScaledSum(ulps_per_term=u, unit=unit):
                     allowed = np.broadcast_to(u * unit * np.asarray(scale, np.float64), ref.shape)
+                case ProductSum():
+                    allowed = np.broadcast_to(np.asarray(scale, np.float64), ref.shape)
                 case Derived():
                     allowed = np.where(
                         m, np.broadcast_to(np.asarray(scale, np.float64), ref.shape), 0.0

@@ -48,8 +48,11 @@ from poot_ir.numerics import (
     Derived,
     LargerOperandUlps,
     Normwise,
+    ProductSum,
     Relative,
     ScaledSum,
+    contraction_inside,
+    product_magnitudes,
 )
 
 from poot_planner.emit import RuleContext
@@ -102,6 +105,11 @@ def _own(c: Contract | None, e: Eqn, ops: list[Array], y: Array) -> Array:
         case ScaledSum(ulps_per_term=u, unit=unit):
             x = np.abs(ops[0].astype(np.float64))
             own = u * unit * x.shape[-1] * np.sum(x, axis=-1) if x.ndim else zero
+        case ProductSum():
+            # a contraction: its operands' narrowing and its accumulation, over the row of a
+            # and the column of b (numerics.ProductSum); inf where a partial sum may overflow
+            own = product_magnitudes(c.bound, ops[0], ops[1])
+            return np.where(contraction_inside(c.domain, ops[0], ops[1]), own, np.inf)
     inside = c.domain.inside(ops, y)
     return np.where(inside, own, np.inf)
 

@@ -23,6 +23,7 @@ from poot_ir.numerics import (
     LargerOperandUlps,
     Normwise,
     Relative,
+    ProductSum,
     ScaledSum,
 )
 
@@ -70,6 +71,11 @@ def render_bound(b: Bound) -> str:
             return f"normwise rel {_num(r)}" + (f" + {_num(f)} per element" if f else "")
         case Derived():
             return "a bound derived per input by a running error analysis"
+        case ProductSum(operand_unit=uo, unit=unit):
+            return (
+                f"operands rounded at {_num(uo)}, products exact, summed in order at "
+                f"{_num(unit)}: (2 x {_num(uo)} + K x {_num(unit)}) of the sum of |a||b|"
+            )
         case _:
             assert_never(b)
 

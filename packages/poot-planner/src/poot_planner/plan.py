@@ -33,6 +33,7 @@ from poot_ir.numerics import (
     NarrowStorage,
     NumericsClass,
     Relative,
+    ProductSum,
     ScaledSum,
     looser,
 )
@@ -246,6 +247,8 @@ def _numerics(
                 cls = Bounded(0.0, u * unit)
             case ScaledSum(ulps_per_term=u, unit=unit):
                 cls = Bounded(0.0, u * unit * program.eqns[a.eqn].inputs[0].type.shape[-1])
+            case ProductSum() as ps:  # relative to the magnitudes' sum, as ScaledSum
+                cls = Bounded(0.0, ps.factor(program.eqns[a.eqn].inputs[0].type.shape[-1]))
             case _:
                 cls = Exact()
         out = looser(out, cls)

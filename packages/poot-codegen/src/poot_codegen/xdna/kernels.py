@@ -31,6 +31,8 @@ Kernel classes (``KernelClass``):
   them), and indices a region computes are clamped into the axis here and counted into
   the region's flag word (``IndexGuard.KERNEL_CLAMPED``; ``guards``: the run is refused), as
   the plan says for each gather tile.
+- MATMUL and BROADCAST: ``poot_codegen.xdna.matmul`` (one output row of N per unit; one
+  element per unit, the operand resident).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from poot_planner import IndexGuard, KernelClass, Plan, Region, TileOp
 from poot_codegen.xdna.cexpr import TARGET, c_type, literal_decl, step_expr
 from poot_codegen.xdna.fused import fused_norm_body
 from poot_codegen.xdna.guards import GUARD_PRELUDE, LOCAL, RESULT, KernelGuards, kernel_guards
+from poot_codegen.xdna.matmul import BF16_INCLUDE, broadcast_body, matmul_body
 
 __all__ = [
     "kernel_signature",
@@ -110,6 +113,11 @@ def tile_kernel(program: Program, tile: TileOp, guards: KernelGuards = _NO_GUARD
             body = fused_norm_body(tile, program, guards)
         case KernelClass.GATHER:
             body = _gather(tile, eqns[0], tile.eqns[0])
+        case KernelClass.MATMUL:
+            head = BF16_INCLUDE + head
+            body = matmul_body(tile, eqns[0], tile.eqns[0], guards)
+        case KernelClass.BROADCAST:
+            body = broadcast_body(tile, eqns[0], tile.eqns[0])
         case KernelClass.ORACLE | KernelClass.GRAPH_OP | KernelClass.HOST_RELAYOUT:
             # a host relayout runs between regions on the host (design.Relayout): no tile
             raise NoLowering(TARGET, tile.eqns[0], eqns[0].prim.value, f"a {tile.kind.value} job")

@@ -23,6 +23,7 @@ from poot_ir.numerics import (
     NotNaN,
     PositiveNormal,
     Relative,
+    ProductSum,
     ScaledSum,
 )
 
@@ -75,10 +76,35 @@ CODE_SIZE = CodeSize(
         (Prim.REDUCE_SUM, (_A,), 160),
         (Prim.REDUCE_MAX, (_C,), 160),
         (Prim.GATHER, (_I,), 320),
-        (Prim.BROADCAST_IN_DIM, (), 64),
+        # a broadcast tile finds each element's source by integer divides, then copies a word
+        # (in a fused norm the step costs less: the figure is its upper bound)
+        (Prim.BROADCAST_IN_DIM, (_I,), 240),
+        # the matmul kernel: bf16 rounding of the operands is integer work, then one float
+        # multiply and add per term (poot_codegen.xdna.matmul)
+        (Prim.MATMUL, (_A, _M, _I), 480),
     ),
     measured=False,
     source="estimate: routine sizes from a third-party aie2p symbol breakdown, bodies guessed",
+)
+
+
+#: bf16's largest finite value (0x7f7f): an F32 operand beyond it rounds (RNE) to an infinity.
+BF16_MAX = 3.3895313892515355e38
+
+#: The matmul arithmetic, decided from upstream (mlir-aie @19cce64c ``aie_kernels/aie2p/mm.cc``,
+#: ``matmul_vectorized_2x2_mmul`` over ``aie::mmul<4, 8, 8, bfloat16, bfloat16, accauto>``, which
+#: aie_api @2a408059 ``detail/aie2p/emulated_mmul_intrinsics.hpp`` builds from chained
+#: ``mac_elem_32``: bf16 x bf16 products, exact in FP32, added in order of k into an FP32
+#: accumulator, C kept as f32 between K chunks). That is what IRON's and iree-amd-aie's
+#: designs compute on npu2; F32 x F32 has no aie2p mmul at that pin and scalar F32 is
+#: software floating point (llvm-aie AIE2PLegalizerInfo.cpp: libcallFor). So the operands are
+#: *narrowed* to bf16 (RNE) inside the kernel: the contract is the narrowing's and the FP32
+#: accumulation's (``ProductSum``: 2^-8 per operand, 2^-23 per add), the domain every operand
+#: within bf16's finite range (checked on the host for arguments, counted into the flag word
+#: by the kernel otherwise). The rounding mode of the hardware accumulate is not established
+#: (xdna2-matmul.md): 2^-23 bounds it either way; the host stand-in adds with RNE.
+MATMUL_CONTRACT = Contract(
+    Prim.MATMUL, ProductSum(operand_unit=2.0**-8), Interval(-BF16_MAX, BF16_MAX)
 )
 
 
@@ -138,6 +164,20 @@ TARGET = Target(
             AxisRule.ANY,
             "i32 indices; one outside the axis: refused before the run when the host passes it, "
             "clamped, counted in the flag word and refused when a region computes it",
+        ),
+        Capability(
+            Prim.MATMUL,
+            F32,
+            KernelClass.MATMUL,
+            MATMUL_CONTRACT,
+            note="operands narrowed to bf16 (RNE), products exact, summed in order in FP32",
+        ),
+        Capability(
+            Prim.BROADCAST_IN_DIM,
+            _MOVED,
+            KernelClass.BROADCAST,
+            Contract(Prim.BROADCAST_IN_DIM, BitExact(), AnyInput()),
+            note="a copy on a tile, its operand resident: on chip when its consumer is beside it",
         ),
         _relayout(Prim.RESHAPE, "an alias: the same arena bytes read with the new shape"),
         _relayout(Prim.TRANSPOSE, "one host copy, arena to arena, between region runs"),

@@ -138,6 +138,20 @@ def tile_for_eqn(
             units, out_unit = out.type.size // inner if inner else 0, inner
             host = idx.id in arguments
             guard = IndexGuard.HOST_CHECKED if host else IndexGuard.KERNEL_CLAMPED
+        case KernelClass.MATMUL:
+            # a [..., M, K] @ [..., K, N]: a streams by rows (K elements a unit), b is resident
+            # (the whole [..., K, N], as upstream's B object reaches every core of its column;
+            # mlir-aie programming_examples/basic/matrix_multiplication/whole_array), and each
+            # unit is one output row of N (the kernel finds its batch from ``first_unit``)
+            a, b = e.inputs
+            assert isinstance(a, Var) and isinstance(b, Var)  # the type rule: both tensors
+            k = a.shape[-1]
+            # K = 0: both operands are empty and the kernel writes the empty sums (+0)
+            inputs = (TileOperand(a, k), TileOperand(b, 0, resident=True)) if k else ()
+            units, out_unit = out.type.size // max(out.shape[-1], 1), out.shape[-1]
+        case KernelClass.BROADCAST:
+            inputs = tuple(TileOperand(v, 0, resident=True) for v in tensors)
+            units, out_unit = out.type.size, 1
         case _:
             inputs = tuple(TileOperand(v, 1) for v in tensors)
             units, out_unit = out.type.size, 1
