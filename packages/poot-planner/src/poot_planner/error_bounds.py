@@ -51,7 +51,6 @@ from poot_ir.numerics import (
     ProductSum,
     Relative,
     ScaledSum,
-    contraction_inside,
     product_magnitudes,
 )
 
@@ -109,7 +108,7 @@ def _own(c: Contract | None, e: Eqn, ops: list[Array], y: Array) -> Array:
             # a contraction: its operands' narrowing and its accumulation, over the row of a
             # and the column of b (numerics.ProductSum); inf where a partial sum may overflow
             own = product_magnitudes(c.bound, ops[0], ops[1])
-            return np.where(contraction_inside(c.domain, ops[0], ops[1]), own, np.inf)
+            return np.where(c.domain.inside(ops, y), own, np.inf)
     inside = c.domain.inside(ops, y)
     return np.where(inside, own, np.inf)
 

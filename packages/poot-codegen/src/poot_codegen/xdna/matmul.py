@@ -45,7 +45,10 @@ def matmul_body(tile: TileOp, e: Eqn, index: int, guards: KernelGuards) -> str:
         raise NoLowering(TARGET, index, e.prim.value, "matmul of f32 tensors")
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     if k == 0:  # empty sums: +0 (no operand is streamed)
-        return "    (void)first_unit;\n    for (int32_t i = 0; i < units * " + f"{n}; i++) out[i] = 0.0f;\n"
+        return (
+            "    (void)first_unit;\n    for (int32_t i = 0; i < units * "
+            + f"{n}; i++) out[i] = 0.0f;\n"
+        )
     guard = guards.line(index, e, ["a[k]", f"b[k * {n} + j]"], "acc")
     lines = [
         "    for (int32_t u = 0; u < units; u++) {\n",

@@ -14,6 +14,7 @@ from poot_ir import DType, Prim
 from poot_ir.numerics import (
     AbsRel,
     AnyInput,
+    Bf16Contraction,
     BitExact,
     Contract,
     FiniteInputs,
@@ -76,20 +77,17 @@ CODE_SIZE = CodeSize(
         (Prim.REDUCE_SUM, (_A,), 160),
         (Prim.REDUCE_MAX, (_C,), 160),
         (Prim.GATHER, (_I,), 320),
-        # a broadcast tile finds each element's source by integer divides, then copies a word
-        # (in a fused norm the step costs less: the figure is its upper bound)
-        (Prim.BROADCAST_IN_DIM, (_I,), 240),
+        # a broadcast tile finds each element's source by divides by constants (multiplies
+        # and shifts, no library call), then copies a word; a fused norm's step costs less
+        (Prim.BROADCAST_IN_DIM, (), 160),
         # the matmul kernel: bf16 rounding of the operands is integer work, then one float
         # multiply and add per term (poot_codegen.xdna.matmul)
-        (Prim.MATMUL, (_A, _M, _I), 480),
+        (Prim.MATMUL, (_A, _M), 480),
     ),
     measured=False,
     source="estimate: routine sizes from a third-party aie2p symbol breakdown, bodies guessed",
 )
 
-
-#: bf16's largest finite value (0x7f7f): an F32 operand beyond it rounds (RNE) to an infinity.
-BF16_MAX = 3.3895313892515355e38
 
 #: The matmul arithmetic, decided from upstream (mlir-aie @19cce64c ``aie_kernels/aie2p/mm.cc``,
 #: ``matmul_vectorized_2x2_mmul`` over ``aie::mmul<4, 8, 8, bfloat16, bfloat16, accauto>``, which
@@ -103,9 +101,7 @@ BF16_MAX = 3.3895313892515355e38
 #: within bf16's finite range (checked on the host for arguments, counted into the flag word
 #: by the kernel otherwise). The rounding mode of the hardware accumulate is not established
 #: (xdna2-matmul.md): 2^-23 bounds it either way; the host stand-in adds with RNE.
-MATMUL_CONTRACT = Contract(
-    Prim.MATMUL, ProductSum(operand_unit=2.0**-8), Interval(-BF16_MAX, BF16_MAX)
-)
+MATMUL_CONTRACT = Contract(Prim.MATMUL, ProductSum(operand_unit=2.0**-8), Bf16Contraction())
 
 
 def _relayout(prim: Prim, note: str) -> Capability:
