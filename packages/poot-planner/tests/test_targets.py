@@ -13,7 +13,6 @@ import poot_planner.targets
 import pytest
 from poot_ir import Builder, DType, Prim, TargetTableError, UnknownTarget
 from poot_ir.numerics import (
-    ProductSum,
     AbsRel,
     AnyInput,
     BitExact,
@@ -24,6 +23,7 @@ from poot_ir.numerics import (
     LargerOperandUlps,
     NotNaN,
     PositiveNormal,
+    ProductSum,
     Relative,
     ScaledSum,
 )

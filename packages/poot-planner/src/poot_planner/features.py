@@ -22,8 +22,8 @@ from poot_ir.numerics import (
     Derived,
     LargerOperandUlps,
     Normwise,
-    Relative,
     ProductSum,
+    Relative,
     ScaledSum,
 )
 

@@ -32,8 +32,8 @@ from poot_ir.numerics import (
     LargerOperandUlps,
     NarrowStorage,
     NumericsClass,
-    Relative,
     ProductSum,
+    Relative,
     ScaledSum,
     looser,
 )

@@ -23,8 +23,8 @@ from poot_ir.numerics import (
     LargerOperandUlps,
     NotNaN,
     PositiveNormal,
-    Relative,
     ProductSum,
+    Relative,
     ScaledSum,
 )
 
