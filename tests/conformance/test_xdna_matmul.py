@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from poot_engine import Engine
-from poot_ir import Builder, DomainError, DomainFlagged, DType, Program, evaluate
+from poot_ir import Builder, DomainError, DomainFlagged, DType, Prim, Program, evaluate
 from poot_ir.numerics import Bf16Contraction, Derived, compare
 from poot_npu.registry import device_info
 from poot_planner import TARGETS, KernelClass, plan
@@ -255,3 +255,56 @@ def test_matmul_on_the_npu(tmp_path: Path) -> None:
     cmp = MATMUL.contract.check(got, evaluate(program, {"a": a, "b": b})["y"], [a, b])
     assert cmp.ok, cmp
     np.testing.assert_array_equal(got.view(np.uint32), _emulated(a, b).view(np.uint32))
+
+
+def _sequential(x: np.ndarray, axes: tuple[int, ...], prim: Prim) -> np.ndarray:
+    """The row kernel's order, independently: the reduced axes moved last (row-major), added
+    in order from -0 in f32 (or the max from -inf)."""
+    last = tuple(range(x.ndim - len(axes), x.ndim))
+    kept = [s for i, s in enumerate(x.shape) if i not in axes]
+    rows = np.moveaxis(x, axes, last).reshape(*kept, -1)
+    summing = prim is Prim.REDUCE_SUM
+    acc = np.full(kept, -0.0 if summing else -np.inf, np.float32)
+    for c in range(rows.shape[-1]):
+        acc = (acc + rows[..., c]).astype(np.float32) if summing else np.maximum(acc, rows[..., c])
+    if summing and rows.shape[-1] == 0:
+        acc = np.zeros(kept, np.float32)  # numpy's (and the oracle's) empty sum is +0
+    return acc
+
+
+@pytest.mark.parametrize("prim", [Prim.REDUCE_SUM, Prim.REDUCE_MAX])
+@pytest.mark.parametrize(
+    ("shape", "axes"),
+    [
+        ((2, 3, 4, 5), (2, 3)),  # trailing: streamed rows of 20 (global average pooling, NCHW)
+        ((2, 3, 4, 5), (1, 2)),  # NHWC pooling: strided over the resident operand
+        ((2, 3, 4, 5), (0,)),
+        ((6, 7), (0, 1)),  # everything: one output
+        ((5, 0, 3), (1,)),  # empty terms: the identities
+    ],
+)
+def test_reduction_over_any_axes(
+    engine: Engine, prim: Prim, shape: tuple[int, ...], axes: tuple[int, ...]
+) -> None:
+    bl = Builder("reduce")
+    bl.output("y", getattr(bl, prim.value)(bl.slot("x", F32, shape), axes=axes))
+    program = bl.build()
+    p = plan(program, XDNA2).check()
+    rng = np.random.default_rng(2)
+    x = _edges(rng, shape, 1.0)
+    got = engine.step(engine.add_entry(p), {"x": x})["y"]
+    np.testing.assert_array_equal(got.view(np.uint32), _sequential(x, axes, prim).view(np.uint32))
+    bound = result_bounds(p, {"x": x})["y"]
+    cmp = compare(got, evaluate(program, {"x": x})["y"], Derived(), scale=bound)
+    assert cmp.ok, cmp
+    if prim is Prim.REDUCE_SUM and x.size:  # the derived bound is ScaledSum over the axes
+        terms = int(np.prod([shape[a] for a in axes]))
+        s = np.sum(np.abs(x.astype(np.float64)), axis=axes)
+        np.testing.assert_allclose(bound, 2 * 2.0**-23 * terms * s)
+
+
+def test_a_strided_reduction_too_large_to_hold_is_refused_with_its_limit() -> None:
+    bl = Builder("big")
+    bl.output("y", bl.reduce_sum(bl.slot("x", F32, (300, 100)), axes=(0,)))
+    (r,) = plan(bl.build(), XDNA2).refusals
+    assert r.fact("limit") == "tile_bytes"

@@ -324,7 +324,9 @@ class Bf16Contraction(_Domain):
         # smallest normal, 2^-70 a term whose product with another underflows
         ties = (1.0 + 2.0**-8, -(1.0 + 3 * 2.0**-8))
         inside = (0.0, -0.0, 1.0, -1.0, *ties, 4.0, big, -big)
-        past = (float(np.nextafter(f(big), f(math.inf))), -math.inf, math.nan)
+        with np.errstate(over="ignore"):  # a narrower dtype's largest: the next is inf
+            up = float(np.nextafter(f(big), f(math.inf)))
+        past = tuple(dict.fromkeys((up, math.inf, -math.inf, math.nan)))
         return DomainEdges(_fit(inside, dtype), _fit((2.0**-126, 2.0**-70, 1e-40), dtype), past)
 
     def ordinary(self, dtype: DType, n: int, rng: np.random.Generator) -> Array:

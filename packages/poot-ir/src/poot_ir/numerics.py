@@ -112,7 +112,9 @@ class Relative:
 
 @dataclass(frozen=True, slots=True)
 class ScaledSum:
-    """A last-axis sum: ``|y - ref| <= ulps_per_term * cols * unit * sum(|x_row|)``."""
+    """A sum added in order: ``|y - ref| <= ulps_per_term * terms * unit * sum(|terms|)``, over
+    the reduced axes (``Contract.check`` and ``row_magnitudes`` take the last axis; the running
+    error analysis, ``poot_planner.error_bounds``, the equation's own axes)."""
 
     ulps_per_term: float
     unit: float = F32_UNIT

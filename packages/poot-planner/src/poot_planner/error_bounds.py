@@ -103,7 +103,10 @@ def _own(c: Contract | None, e: Eqn, ops: list[Array], y: Array) -> Array:
             own = u * unit * np.broadcast_to(larger, y.shape)
         case ScaledSum(ulps_per_term=u, unit=unit):
             x = np.abs(ops[0].astype(np.float64))
-            own = u * unit * x.shape[-1] * np.sum(x, axis=-1) if x.ndim else zero
+            # over the equation's reduced axes (the last one for a row kernel's step)
+            axes = e.params.axes if isinstance(e.params, ReduceParams) else (x.ndim - 1,)
+            terms = int(np.prod([x.shape[a] for a in axes]))
+            own = u * unit * terms * np.sum(x, axis=axes) if x.ndim else zero
         case ProductSum():
             # a contraction: its operands' narrowing and its accumulation, over the row of a
             # and the column of b (numerics.ProductSum); inf where a partial sum may overflow

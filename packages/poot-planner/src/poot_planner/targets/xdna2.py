@@ -142,15 +142,15 @@ TARGET = Target(
             F32,
             KernelClass.ROW,
             Contract(Prim.REDUCE_SUM, ScaledSum(2), FiniteInputs()),
-            AxisRule.LAST,
-            "adds in order; no relative bound when the row cancels",
+            AxisRule.ANY,
+            "adds in order (row-major over the reduced axes); no relative bound when it cancels",
         ),
         Capability(
             Prim.REDUCE_MAX,
             F32,
             KernelClass.ROW,
             Contract(Prim.REDUCE_MAX, BitExact(signed_zero=False), NotNaN()),
-            AxisRule.LAST,
+            AxisRule.ANY,
         ),
         Capability(
             Prim.GATHER,

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from poot_ir import Eqn, GatherParams, Literal, Var
+from poot_ir import Eqn, GatherParams, Literal, ReduceParams, Var
 
 from poot_planner.capability import KernelClass
 
@@ -125,10 +125,16 @@ def tile_for_eqn(
     match kind:
         case KernelClass.ROW:
             x = tensors[0]
-            cols = x.shape[-1] if x.type.rank else 1
+            axes = e.params.axes if isinstance(e.params, ReduceParams) else (x.type.rank - 1,)
+            # reduced axes at the end: each output's terms are contiguous, a row of ``cols``
+            # streamed; other axes: the operand is resident and the kernel strides over it
+            trailing = axes == tuple(range(x.type.rank - len(axes), x.type.rank))
+            cols = math.prod(x.shape[a] for a in axes)
             # rows of no columns: the kernel writes the identity and reads nothing, so the
             # empty tensor is not streamed (a DMA moves at least one word)
-            inputs = (TileOperand(x, cols),) if x.type.size else ()
+            inputs = (TileOperand(x, cols if trailing else 0, resident=not trailing),) * bool(
+                x.type.size
+            )
             units, out_unit = out.type.size, 1
         case KernelClass.GATHER:
             table, idx = tensors[0], tensors[-1]  # the type rules make both tensors
