@@ -81,8 +81,9 @@ CODE_SIZE = CodeSize(
         # and shifts, no library call), then copies a word; a fused norm's step costs less
         (Prim.BROADCAST_IN_DIM, (), 160),
         # the matmul kernel: bf16 rounding of the operands is integer work, then one float
-        # multiply and add per term (poot_codegen.xdna.matmul)
-        (Prim.MATMUL, (_A, _M), 480),
+        # multiply and add per term (poot_codegen.xdna.matmul); its operand guard compares
+        # with bf16's range (float compares)
+        (Prim.MATMUL, (_A, _M, _C), 480),
     ),
     measured=False,
     source="estimate: routine sizes from a third-party aie2p symbol breakdown, bodies guessed",
