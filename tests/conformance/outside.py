@@ -18,6 +18,8 @@ import numpy as np
 from poot_ir import (
     DomainError,
     DomainFlagged,
+    DType,
+    Eqn,
     GatherParams,
     Output,
     Prim,
@@ -82,10 +84,31 @@ def outside(p: Plan, feed: dict[str, np.ndarray], *, live: bool = True) -> list[
                 site = sites.get((i, k), Site.DEVICE)
                 what = f"eqn {i} {e.prim.value}: operand {k} outside {c.domain}"
                 found.append(Outside(i, what, site))
-        if isinstance(c.domain, FiniteNormalResult) and not c.domain.inside([], y).all():
+        if isinstance(c.domain, FiniteNormalResult) and not (
+            c.domain.inside([], y).all() and _exact_inside(e, values, names)
+        ):
             what = f"eqn {i} {e.prim.value}: a result outside {c.domain}"
             found.append(Outside(i, what, Site.DEVICE))
     return found
+
+
+_EXACT = {Prim.ADD: np.add, Prim.SUB: np.subtract, Prim.MUL: np.multiply, Prim.DIV: np.divide}
+
+
+def _exact_inside(e: Eqn, values: dict[str, np.ndarray], names: dict[int, str]) -> bool:
+    """A binary step's result at float64 (exact for add, sub and mul of F32 values) is finite
+    and normal in F32, or zero: the oracle's F32 rounding hides a product that underflowed to
+    0 (2^-126 x 2^-126), which the domain excludes and the device's guard flags."""
+    if e.prim not in _EXACT or e.out.dtype is not DType.F32:
+        return True
+    ops = [
+        (values[names[a.id]] if isinstance(a, Var) else np.asarray(a.value)).astype(np.float64)
+        for a in e.inputs
+    ]
+    with np.errstate(all="ignore"):
+        y = np.abs(_EXACT[e.prim](*ops))
+    ok = ~np.isfinite(y) | (y == 0) | (y >= 2.0**-126)  # infinities: the F32 check's
+    return bool(np.all(ok))
 
 
 def feeds(program: Program, steps: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
