@@ -113,7 +113,19 @@ def test_plan_an_onnx_model_names_the_refused_nodes(
 ) -> None:
     model = _model(tmp_path / "m.onnx")
     code, out, _ = _run(capsys, "plan", str(model), "--target", "xdna2")
-    assert code == 1 and "comes from ONNX node 'proj' (MatMul)" in out  # matmul: refused there
+    assert code == 0 and "admitted" in out  # matmul on a tile (issue 30), tanh, gather
+    cmp = helper.make_node("Greater", ["x", "zero"], ["y"], name="cmp")
+    graph = helper.make_graph(
+        [cmp],
+        "cmp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.BOOL, None)],
+        [numpy_helper.from_array(np.zeros((2, 4), np.float32), "zero")],
+    )
+    refused = tmp_path / "cmp.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(refused))
+    code, out, _ = _run(capsys, "plan", str(refused), "--target", "xdna2")
+    assert code == 1 and "comes from ONNX node 'cmp' (Greater)" in out  # gt: refused there
     code, out, _ = _run(capsys, "plan", str(model), "--target", "intel-npu4")
     assert code == 0 and "legalized: tanh" in out  # tanh: rewritten through exp there
     code, out, _ = _run(capsys, "plan", str(model), "--target", "cpu")

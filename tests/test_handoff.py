@@ -95,9 +95,9 @@ def test_the_decoder_pair_plans_on_every_target() -> None:
         npu4 = plan(program, "intel-npu4")  # matmul, exp, reductions, the causal mask: all
         assert npu4.admitted, npu4.refusals
         assert isinstance(npu4.numerics, NarrowStorage)
-        xdna = plan(program, "xdna2")  # no matmul on xdna2: the partitioned path
+        xdna = plan(program, "xdna2")  # matmuls on tiles; the rest: the partitioned path
         assert not xdna.admitted
-        assert {r.primitive for r in xdna.refusals} >= {"matmul"}
+        assert "matmul" not in {r.primitive for r in xdna.refusals}
 
 
 def test_the_decoder_program_files_are_what_the_builder_builds() -> None:

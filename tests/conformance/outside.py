@@ -18,8 +18,9 @@ import numpy as np
 from poot_ir import (
     DomainError,
     DomainFlagged,
+    DType,
+    Eqn,
     GatherParams,
-    Literal,
     Output,
     Prim,
     Program,
@@ -61,34 +62,6 @@ def _live(program: Program) -> set[int]:
     return need
 
 
-def _underflowed(
-    prim: Prim,
-    inputs: tuple[Var | Literal, ...],
-    values: dict[str, np.ndarray],
-    names: dict[int, str],
-    y: object,
-) -> bool:
-    """A zero result whose exact value is not zero: a product of nonzeros, a quotient of a
-    nonzero, a reciprocal (an add or a subtract rounds to zero only when it cancels exactly).
-    ``FiniteNormalResult`` counts a zero as an exact cancellation; this one underflowed, so
-    its exact result is below the normal range (the XDNA2 kernels' result guard says so)."""
-    if prim not in (Prim.MUL, Prim.DIV, Prim.RECIP):
-        return False
-    ops = [
-        np.asarray(values[names[a.id]]) if isinstance(a, Var) else np.asarray(a.value)
-        for a in inputs
-    ]
-    zero = np.asarray(y) == 0
-    match prim:
-        case Prim.MUL:
-            zero = zero & (ops[0] != 0) & (ops[1] != 0)
-        case Prim.DIV:
-            zero = zero & (ops[0] != 0) & np.isfinite(ops[1])
-        case _:
-            zero = zero & np.isfinite(ops[0])
-    return bool(np.any(zero))
-
-
 def outside(p: Plan, feed: dict[str, np.ndarray], *, live: bool = True) -> list[Outside]:
     """The equations with a contract (only those a result depends on, with ``live``) that read an operand (or, for
     ``FiniteNormalResult``, made a result) outside their domain on ``feed``, with the site of
@@ -112,11 +85,37 @@ def outside(p: Plan, feed: dict[str, np.ndarray], *, live: bool = True) -> list[
                 what = f"eqn {i} {e.prim.value}: operand {k} outside {c.domain}"
                 found.append(Outside(i, what, site))
         if isinstance(c.domain, FiniteNormalResult) and not (
-            c.domain.inside([], y).all() and not _underflowed(e.prim, e.inputs, values, names, y)
+            c.domain.inside([], y).all() and _exact_inside(e, values, names)
         ):
             what = f"eqn {i} {e.prim.value}: a result outside {c.domain}"
             found.append(Outside(i, what, Site.DEVICE))
     return found
+
+
+_EXACT = {
+    Prim.ADD: np.add,
+    Prim.SUB: np.subtract,
+    Prim.MUL: np.multiply,
+    Prim.DIV: np.divide,
+    Prim.RECIP: np.reciprocal,
+}
+
+
+def _exact_inside(e: Eqn, values: dict[str, np.ndarray], names: dict[int, str]) -> bool:
+    """An arithmetic step's result at float64 (exact for add, sub and mul of F32 values; a
+    quotient or reciprocal near enough) is finite and normal in F32, or exactly zero: the
+    oracle's F32 rounding hides a product, quotient or reciprocal that underflowed to 0
+    (2^-126 x 2^-126, 1 / 3e38), which the domain excludes and the device's guard flags."""
+    if e.prim not in _EXACT or e.out.dtype is not DType.F32:
+        return True
+    ops = [
+        (values[names[a.id]] if isinstance(a, Var) else np.asarray(a.value)).astype(np.float64)
+        for a in e.inputs
+    ]
+    with np.errstate(all="ignore"):
+        y = np.abs(_EXACT[e.prim](*ops))
+    ok = ~np.isfinite(y) | (y == 0) | (y >= 2.0**-126)  # infinities: the F32 check's
+    return bool(np.all(ok))
 
 
 def feeds(program: Program, steps: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:

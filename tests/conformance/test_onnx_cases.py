@@ -49,9 +49,11 @@ from poot_ir import (
     compare,
     evaluate,
 )
+from poot_ir.numerics import Derived, ProductSum
 from poot_npu.registry import DeviceInfo
 from poot_onnx import SUPPORTED_OPS, Imported, import_model
-from poot_planner import TARGETS, Refusal, RefusalKind, plan
+from poot_planner import TARGETS, Plan, Refusal, RefusalKind, plan
+from poot_planner.error_bounds import result_bounds
 
 from conformance.devices import DEVICE_PARAMS, Lent, Opened
 
@@ -60,7 +62,7 @@ GROUPS = (*SUPPORTED_OPS, "graph", "other")
 #: The passing count each device must reach (what it achieves today); the cpu device, the
 #: oracle itself, must pass every case that imports. A hardware device runs the same plans as
 #: its stand-in, so it must pass at least as many.
-FLOORS = {"vpu-cpu": 406, "vpu": 406, "xdna-host": 81, "xdna": 81}
+FLOORS = {"vpu-cpu": 406, "vpu": 406, "xdna-host": 466, "xdna": 466}
 
 #: Of those, the count that also meets each case's own rtol/atol on the narrowing stand-in (held
 #: to its plan's NarrowStorage bound): keeps them from drifting silently to the looser bound.
@@ -84,6 +86,13 @@ KNOWN: dict[tuple[str, str], str] = {
     ("intel-npu4", "test_logsoftmax_large_number_expanded"): _SOFTMAX_FP16,
     ("intel-npu4", "test_logsoftmax_large_number_expanded_ver18"): _SOFTMAX_FP16,
 }
+
+
+def _narrowed_contraction(p: Plan) -> bool:
+    """The plan computes a matmul whose operands its device narrows (``ProductSum``)."""
+    return any(
+        a.contract is not None and isinstance(a.contract.bound, ProductSum) for a in p.admissions
+    )
 
 
 class Result(Enum):
@@ -240,6 +249,13 @@ def _run_case(
                 cmp = compare(y, want, p.numerics.bound)
                 if not cmp.ok:
                     problems.append(f"{vi.name} vs the expected output under {p.numerics}: {cmp}")
+            elif _narrowed_contraction(p) and vi.name in (derived := result_bounds(p, feed)):
+                # xdna2's matmul rounds its operands to bf16 (2^-8 each, upstream aie2p mm.cc's
+                # arithmetic): the case's rtol of 1e-3 is beyond it by design, so the expected
+                # output is held to the bound the running error analysis derives for these inputs
+                cmp = compare(y, want, Derived(), scale=derived[vi.name])
+                if not cmp.ok:
+                    problems.append(f"{vi.name} vs the expected output, derived bound: {cmp}")
             elif not within:
                 err = float(np.nanmax(np.abs(a - b)))
                 problems.append(

@@ -205,7 +205,7 @@ class _Npu:
             return False
         axis = x.var.type.rank - 1
         if self.stray and self.draw(st.booleans()):
-            axis = 0  # xdna2 reduces the last axis only
+            axis = 0  # not the last axis: xdna2 strides over the resident operand
             n = x.var.shape[0]
             lo, hi = (x.lo, x.hi) if p is Prim.REDUCE_MAX else (n * x.lo, n * x.hi)
             if max(abs(lo), abs(hi)) > _MAG:

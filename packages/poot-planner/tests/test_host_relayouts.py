@@ -115,15 +115,14 @@ def test_relayouts_take_no_context_and_the_limit_still_holds() -> None:
 
 
 def test_partition_keeps_relayouts_inside_one_device_span() -> None:
-    """Elementwise work with relayouts between, then a matmul xdna2 refuses: one device span
+    """Elementwise work with relayouts between, then a select xdna2 refuses: one device span
     (every relayout inside it) and one oracle span, where the relayouts used to cut it."""
     b = Builder("encoder_like")
     x = b.slot("x", F32, (2, 3, 4))
     v = b.exp(b.neg(x))
     v = b.transpose(b.reshape(v, (6, 4)), (1, 0))  # (4, 6)
     v = b.concat([b.slice(v, (0, 0), (4, 3), (1, 1)), b.neg(b.slice(v, (0, 3), (4, 6), (1, 1)))], 0)
-    w = b.weight("w", F32, (3, 5))
-    b.output("y", b.matmul(v, w))
+    b.output("y", b.select(b.slot("p", DType.BOOL, (8, 3)), v, 0.0))
     spans = partition(b.build(), "xdna2")
     assert [s.device for s in spans] == [True, False]
     assert spans[0].eqns == tuple(range(8))
@@ -132,14 +131,14 @@ def test_partition_keeps_relayouts_inside_one_device_span() -> None:
 
 
 def test_a_span_of_relayouts_alone_goes_to_the_oracle() -> None:
-    """Between two refused matmuls, a span of nothing but relayouts is no NPU work: the oracle
+    """Between two refused selects, a span of nothing but relayouts is no NPU work: the oracle
     does it on the host, with no dispatch of its own; a span with a region stays on the device."""
     b = Builder("between_matmuls")
     x = b.slot("x", F32, (4, 6))
-    w = b.weight("w", F32, (6, 6))
-    v = b.matmul(x, w)  # refused
+    pred = b.slot("p", DType.BOOL, (4, 6))
+    v = b.select(pred, x, 1.0)  # refused
     v = b.reshape(b.transpose(v, (1, 0)), (4, 6))  # relayouts alone
-    v = b.matmul(v, w)  # refused
+    v = b.select(pred, v, 2.0)  # refused
     b.output("y", b.neg(b.transpose(v, (1, 0))))  # a relayout and a region
     spans = partition(b.build(), "xdna2")
     assert [(s.device, s.eqns) for s in spans] == [(False, (0, 1, 2, 3)), (True, (4, 5))]

@@ -316,15 +316,17 @@ def test_value_facts_lower_bounds_hold_on_the_oracle() -> None:
 
 def test_a_broadcast_of_a_value_reduced_elsewhere_is_no_row_kernel() -> None:
     # a per-row input broadcast across the row: no reduction in the chain, so no row kernel
-    # (its C had no way to read the per-row value); the broadcast is refused as itself
+    # (its C had no way to read the per-row value); the broadcast is a tile of its own
     from poot_ir import Builder, DType
-    from poot_planner import RefusalKind, plan
+    from poot_planner import KernelClass, plan
 
     b = Builder("per_row")
     m = b.slot("m", DType.F32, (8,))
     x = b.slot("x", DType.F32, (8, 64))
     b.output("y", b.mul(x, b.broadcast_in_dim(b.div(m, 64.0), (8, 64), (0,))))
-    p = plan(b.build(), "xdna2")
-    assert [(r.kind, r.primitive) for r in p.refusals] == [
-        (RefusalKind.UNSUPPORTED_PRIMITIVE, "broadcast_in_dim")
+    p = plan(b.build(), "xdna2").check()
+    assert [t.kind for t in p.tiles] == [
+        KernelClass.POINTWISE,
+        KernelClass.BROADCAST,
+        KernelClass.POINTWISE,
     ]

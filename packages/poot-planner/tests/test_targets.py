@@ -24,6 +24,7 @@ from poot_ir.numerics import (
     LargerOperandUlps,
     NotNaN,
     PositiveNormal,
+    ProductSum,
     Relative,
     ScaledSum,
 )
@@ -202,7 +203,11 @@ def test_xdna2_table_is_the_verified_list() -> None:
         Prim.REDUCE_SUM: (ScaledSum(2), FiniteInputs()),
     }
     relayouts = {Prim.RESHAPE, Prim.TRANSPOSE, Prim.SLICE, Prim.CONCAT}
-    assert set(rows) == {*expected, Prim.MAX, Prim.REDUCE_MAX, Prim.GATHER, *relayouts}
+    tiles = {Prim.MAX, Prim.REDUCE_MAX, Prim.GATHER, Prim.MATMUL, Prim.BROADCAST_IN_DIM}
+    assert set(rows) == {*expected, *tiles, *relayouts}
+    # matmul narrows its operands to bf16 (upstream aie2p mm.cc's arithmetic): ProductSum
+    assert rows[Prim.MATMUL].contract.bound == ProductSum(2.0**-8)
+    assert rows[Prim.MATMUL].kernel is KernelClass.MATMUL
     # the relayouts the host arenas absorb: they move bytes, on the dtypes tiles compute in
     for prim in relayouts:
         assert rows[prim].kernel is KernelClass.HOST_RELAYOUT
@@ -221,9 +226,10 @@ def test_xdna2_table_is_the_verified_list() -> None:
     assert rows[Prim.GATHER].dtypes == frozenset({DType.F32, DType.I32})
     assert rows[Prim.GATHER].axes is AxisRule.ANY
     for prim in (Prim.REDUCE_SUM, Prim.REDUCE_MAX):
-        assert rows[prim].kernel is KernelClass.ROW and rows[prim].axes is AxisRule.LAST
+        assert rows[prim].kernel is KernelClass.ROW and rows[prim].axes is AxisRule.ANY
     for prim, c in rows.items():
-        if prim is not Prim.GATHER and prim not in relayouts:
+        # gather and a broadcast copy move words, as the relayouts do
+        if prim not in (Prim.GATHER, Prim.BROADCAST_IN_DIM) and prim not in relayouts:
             assert c.dtypes == F32, prim
     assert xdna2.region_limits == RegionLimits(
         compute_tiles=32,

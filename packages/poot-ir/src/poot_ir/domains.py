@@ -21,6 +21,7 @@ from poot_ir.dtypes import DType
 
 __all__ = [
     "AnyInput",
+    "Bf16Contraction",
     "Domain",
     "DomainBounds",
     "DomainEdges",
@@ -317,7 +318,53 @@ class AnyInput(_Domain):
         return rng.uniform(-100, 100, n)
 
 
-Domain = FiniteNormalResult | Interval | PositiveNormal | FiniteInputs | NotNaN | AnyInput
+@dataclass(frozen=True, slots=True)
+class Bf16Contraction(_Domain):
+    """The operands of a contraction ``a @ b`` whose device rounds them to bf16 (RNE): every
+    operand finite and within bf16's largest finite value (3.3895e38, so its rounding stays
+    finite). Element ``(..., i, j)`` of the result is inside when row ``i`` of ``a`` and column
+    ``j`` of ``b`` are."""
+
+    def describe(self) -> str:
+        return "finite operands within bf16's range"
+
+    def bounds(self, dtype: DType | np.dtype[Any]) -> DomainBounds:
+        largest = min(_limits(dtype)[0], _FLOAT_LIMITS[DType.BF16][0])
+        return _bounds(-largest, largest, False, dtype)
+
+    def edges(self, dtype: DType) -> DomainEdges:
+        big = min(_limits(dtype)[0], _FLOAT_LIMITS[DType.BF16][0])
+        f = np.dtype(dtype.numpy).type
+        # 1 + 2^-8 and 1 + 3 x 2^-8 are bf16 ties (to 1 and to 1 + 2^-6: even), 2^-126 the
+        # smallest normal, 2^-70 a term whose product with another underflows
+        ties = (1.0 + 2.0**-8, -(1.0 + 3 * 2.0**-8))
+        inside = (0.0, -0.0, 1.0, -1.0, *ties, 4.0, big, -big)
+        with np.errstate(over="ignore"):  # a narrower dtype's largest: the next is inf
+            up = float(np.nextafter(f(big), f(math.inf)))
+        past = tuple(dict.fromkeys((up, math.inf, -math.inf, math.nan)))
+        return DomainEdges(_fit(inside, dtype), _fit((2.0**-126, 2.0**-70, 1e-40), dtype), past)
+
+    def ordinary(self, dtype: DType, n: int, rng: np.random.Generator) -> Array:
+        return _signs(rng, n) * np.exp2(rng.uniform(-8, 4, n))
+
+    def inside(self, operands: Sequence[Any], result: Any) -> Array:
+        if len(operands) != 2 or np.ndim(operands[0]) < 2 or np.ndim(operands[1]) < 2:
+            return _Domain.inside(self, operands, result)
+        a, b = (np.asarray(x) for x in operands)
+        rows = np.all(self.bounds(a.dtype).contains(_f64(a)), axis=-1)
+        cols = np.all(self.bounds(b.dtype).contains(_f64(b)), axis=-2)
+        return np.broadcast_to(rows[..., :, None] & cols[..., None, :], np.shape(result))
+
+
+Domain = (
+    FiniteNormalResult
+    | Interval
+    | PositiveNormal
+    | FiniteInputs
+    | NotNaN
+    | AnyInput
+    | Bf16Contraction
+)
 
 
 def _to_result(ok: Array, shape: tuple[int, ...]) -> Array:

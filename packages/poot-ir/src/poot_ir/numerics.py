@@ -25,6 +25,7 @@ import numpy as np
 from poot_ir.core import Prim
 from poot_ir.domains import (
     AnyInput,
+    Bf16Contraction,
     Domain,
     DomainBounds,
     DomainEdges,
@@ -40,6 +41,7 @@ __all__ = [
     "F32_UNIT",
     "AbsRel",
     "AnyInput",
+    "Bf16Contraction",
     "BitExact",
     "Bound",
     "Bounded",
@@ -59,11 +61,13 @@ __all__ = [
     "NotNaN",
     "NumericsClass",
     "PositiveNormal",
+    "ProductSum",
     "Relative",
     "ScaledSum",
     "compare",
     "larger_operand",
     "looser",
+    "product_magnitudes",
     "row_magnitudes",
 ]
 
@@ -108,10 +112,41 @@ class Relative:
 
 @dataclass(frozen=True, slots=True)
 class ScaledSum:
-    """A last-axis sum: ``|y - ref| <= ulps_per_term * cols * unit * sum(|x_row|)``."""
+    """A sum added in order: ``|y - ref| <= ulps_per_term * terms * unit * sum(|terms|)``, over
+    the reduced axes (``Contract.check`` and ``row_magnitudes`` take the last axis; the running
+    error analysis, ``poot_planner.error_bounds``, the equation's own axes)."""
 
     ulps_per_term: float
     unit: float = F32_UNIT
+
+
+@dataclass(frozen=True, slots=True)
+class ProductSum:
+    """A contraction ``y = a @ b`` over ``K`` terms whose operands are rounded to a narrower
+    type (unit roundoff ``operand_unit``: bf16's 2^-8) with every product exact and the sum
+    accumulated in order at unit ``unit`` (an FP32 accumulator: 2^-23, safe whether or not
+    its add rounds to nearest), against the oracle's result rounded once to F32::
+
+        |y - ref| <= (2 u_o + u_o^2 + (1 + u_o)^2 gamma_K(unit) + 2^-24) * sum_k |a_ik| |b_kj|
+
+             + K x floor
+
+    with ``gamma_K(u) = K u / (1 - K u)`` (Higham, recursive summation), and ``floor`` an
+    absolute error per term for a product or partial sum below the normal range: 2^-125 holds
+    whether the device rounds it (at most 2^-150 each) or flushes it to zero (below 2^-126
+    each, the product and the sum), which is not established for aie2p's accumulate. An
+    element whose magnitudes sum ``S`` (times that factor) reaches F32's largest finite value
+    is promised nothing: a partial sum may overflow where the exact result does not."""
+
+    operand_unit: float
+    unit: float = F32_UNIT
+    floor: float = 2.0**-125
+
+    def factor(self, k: int) -> float:
+        """The coefficient of ``S`` for ``K = k`` terms (inf when ``k * unit >= 1``)."""
+        uo, ku = self.operand_unit, k * self.unit
+        gamma = ku / (1.0 - ku) if ku < 1.0 else float("inf")
+        return 2 * uo + uo * uo + (1 + uo) ** 2 * gamma + 2.0**-24
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +166,12 @@ class Derived:
     derived bound is infinite (an input outside some step's domain) is promised nothing."""
 
 
-Bound = BitExact | LargerOperandUlps | AbsRel | Relative | ScaledSum | Normwise | Derived
+Bound = (
+    BitExact | LargerOperandUlps | AbsRel | Relative | ScaledSum | Normwise | Derived | ProductSum
+)
+
+#: F32's largest finite value: a contraction whose magnitudes reach it is promised nothing.
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def larger_operand(a: Any, b: Any) -> Array:
@@ -143,6 +183,21 @@ def row_magnitudes(x: Any) -> Array:
     """The scale of ``ScaledSum`` for a last-axis sum of ``x``: ``cols * sum(|x_row|)``."""
     x64 = np.asarray(x, np.float64)
     return np.asarray(np.sum(np.abs(x64), axis=-1) * x64.shape[-1])
+
+
+def product_magnitudes(bound: ProductSum, a: Any, b: Any) -> Array:
+    """The allowed error of ``ProductSum`` for ``a @ b`` (batched over the leading axes):
+    ``factor(K) * (|a| @ |b|)`` at float64, inf where a partial sum could overflow F32."""
+    a64, b64 = np.abs(np.asarray(a, np.float64)), np.abs(np.asarray(b, np.float64))
+    f = bound.factor(a64.shape[-1])
+    with np.errstate(all="ignore"):
+        s = (
+            np.matmul(a64, b64)
+            if a64.size and b64.size
+            else np.zeros(a64.shape[:-1] + b64.shape[-1:])
+        )
+        allowed = f * s + a64.shape[-1] * bound.floor
+    return np.asarray(np.where(s * (1 + f) < _F32_MAX, allowed, np.inf))
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +218,9 @@ class Contract:
                 scale = larger_operand(operands[0], operands[-1])
             case ScaledSum():
                 scale = row_magnitudes(operands[0])
+            case ProductSum():
+                scale = product_magnitudes(self.bound, operands[0], operands[1])
+                mask = np.asarray(mask, bool) & np.isfinite(scale)
             case _:
                 pass
         return compare(actual, expected, self.bound, scale=scale, mask=mask)
@@ -312,7 +370,7 @@ def compare(
         promised = np.isfinite(np.broadcast_to(np.asarray(scale, np.float64), ref.shape))
         m = m & promised
         compared = int(np.count_nonzero(m))
-    if isinstance(bound, LargerOperandUlps | ScaledSum) and scale is None:
+    if isinstance(bound, LargerOperandUlps | ScaledSum | ProductSum) and scale is None:
         raise ValueError(f"{bound} needs a scale (larger_operand or row_magnitudes)")
     y64, r64 = y.astype(np.float64), ref.astype(np.float64)
     with np.errstate(all="ignore"):
@@ -338,6 +396,8 @@ def compare(
                     allowed = np.broadcast_to(u * unit * np.asarray(scale, np.float64), ref.shape)
                 case ScaledSum(ulps_per_term=u, unit=unit):
                     allowed = np.broadcast_to(u * unit * np.asarray(scale, np.float64), ref.shape)
+                case ProductSum():
+                    allowed = np.broadcast_to(np.asarray(scale, np.float64), ref.shape)
                 case Derived():
                     allowed = np.where(
                         m, np.broadcast_to(np.asarray(scale, np.float64), ref.shape), 0.0

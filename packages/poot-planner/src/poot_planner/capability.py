@@ -32,6 +32,12 @@ class KernelClass(Enum):
     ROW = "row"  # xdna2: last-axis reduction, one lane per row, row loop serialized
     FUSED_NORM = "fused norm"  # xdna2: a recognized RMSNorm chain as one row kernel
     GATHER = "gather"  # xdna2: table and indices resident, output streamed
+    #: xdna2: a contraction, its right operand resident, the left streamed by rows, one output
+    #: row per unit (``poot_planner.xdna2.tiles``)
+    MATMUL = "matmul"
+    #: xdna2: a broadcast copy on a tile, its operand resident, the output streamed by
+    #: elements: it stays on chip when its consumer is in the same region
+    BROADCAST = "broadcast"
     GRAPH_OP = "graph op"  # intel-npu4: one OpenVINO opset op inside the one graph
     #: xdna2: a pure relayout between regions, absorbed by the host arenas: no tile, no
     #: context, no stream of its own (``poot_planner.xdna2.regions.HostRelayout``). A reshape is an

@@ -48,8 +48,10 @@ from poot_ir.numerics import (
     Derived,
     LargerOperandUlps,
     Normwise,
+    ProductSum,
     Relative,
     ScaledSum,
+    product_magnitudes,
 )
 
 from poot_planner.emit import RuleContext
@@ -102,7 +104,15 @@ def _own(c: Contract | None, e: Eqn, ops: list[Array], y: Array) -> Array:
             own = u * unit * np.broadcast_to(larger, y.shape)
         case ScaledSum(ulps_per_term=u, unit=unit):
             x = np.abs(ops[0].astype(np.float64))
-            own = u * unit * x.shape[-1] * np.sum(x, axis=-1) if x.ndim else zero
+            # over the equation's reduced axes (the last one for a row kernel's step)
+            axes = e.params.axes if isinstance(e.params, ReduceParams) else (x.ndim - 1,)
+            terms = int(np.prod([x.shape[a] for a in axes]))
+            own = u * unit * terms * np.sum(x, axis=axes) if x.ndim else zero
+        case ProductSum():
+            # a contraction: its operands' narrowing and its accumulation, over the row of a
+            # and the column of b (numerics.ProductSum); inf where a partial sum may overflow
+            own = product_magnitudes(c.bound, ops[0], ops[1])
+            return np.where(c.domain.inside(ops, y), own, np.inf)
     inside = c.domain.inside(ops, y)
     return np.where(inside, own, np.inf)
 

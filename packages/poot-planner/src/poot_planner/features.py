@@ -22,6 +22,7 @@ from poot_ir.numerics import (
     Derived,
     LargerOperandUlps,
     Normwise,
+    ProductSum,
     Relative,
     ScaledSum,
 )
@@ -65,11 +66,16 @@ def render_bound(b: Bound) -> str:
         case Relative(rel=r):
             return f"rel {_num(r)}"
         case ScaledSum(ulps_per_term=u, unit=unit):
-            return f"within {_num(u)} x cols x {_num(unit)} of the sum of the row's magnitudes"
+            return f"within {_num(u)} x terms x {_num(unit)} of the sum of the terms' magnitudes"
         case Normwise(rel=r, floor=f):
             return f"normwise rel {_num(r)}" + (f" + {_num(f)} per element" if f else "")
         case Derived():
             return "a bound derived per input by a running error analysis"
+        case ProductSum(operand_unit=uo, unit=unit):
+            return (
+                f"operands rounded at {_num(uo)}, products exact, summed in order at "
+                f"{_num(unit)}: (2 x {_num(uo)} + K x {_num(unit)}) of the sum of |a||b|"
+            )
         case _:
             assert_never(b)
 

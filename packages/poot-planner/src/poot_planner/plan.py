@@ -20,9 +20,10 @@ for a caller that needs the program to run). The steps:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
-from poot_ir import DType, PlanRefused, Program, TypeCheckError, Var
+from poot_ir import DType, PlanRefused, Program, ReduceParams, TypeCheckError, Var
 from poot_ir.numerics import (
     AbsRel,
     BitExact,
@@ -32,6 +33,7 @@ from poot_ir.numerics import (
     LargerOperandUlps,
     NarrowStorage,
     NumericsClass,
+    ProductSum,
     Relative,
     ScaledSum,
     looser,
@@ -279,7 +281,12 @@ def _numerics(
             case LargerOperandUlps(ulps=u, unit=unit):
                 cls = Bounded(0.0, u * unit)
             case ScaledSum(ulps_per_term=u, unit=unit):
-                cls = Bounded(0.0, u * unit * program.eqns[a.eqn].inputs[0].type.shape[-1])
+                e = program.eqns[a.eqn]
+                shape = e.inputs[0].type.shape
+                axes = e.params.axes if isinstance(e.params, ReduceParams) else (len(shape) - 1,)
+                cls = Bounded(0.0, u * unit * math.prod(shape[x] for x in axes))
+            case ProductSum() as ps:  # relative to the magnitudes' sum, as ScaledSum
+                cls = Bounded(0.0, ps.factor(program.eqns[a.eqn].inputs[0].type.shape[-1]))
             case _:
                 cls = Exact()
         out = looser(out, cls)

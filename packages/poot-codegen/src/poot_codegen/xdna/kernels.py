@@ -22,8 +22,10 @@ Kernel classes (``KernelClass``):
 
 - POINTWISE: the ordinary elementwise body with its thread grid turned into a loop over the
   chunk; an inline scalar literal is a ``const float`` hoisted out of the loop.
-- ROW: a last-axis ``reduce_sum`` (added in order, left to right) or ``reduce_max``; one lane
-  per row, the row loop serialized, no workgroup memory and no barrier.
+- ROW: a ``reduce_sum`` (added in order, left to right) or ``reduce_max``; one lane per output
+  element, the loop serialized, no workgroup memory and no barrier. Reduced axes at the end
+  stream as rows of their terms; others read the resident operand with strides, in row-major
+  order of the reduced axes.
 - FUSED_NORM: the row kernel generated from its steps (``fused.py``).
 - GATHER: F32 or I32 slices copied as ``uint32_t`` words (bit for bit), negative indices
   counted from the end as numpy does. The kernel never reads outside its table: indices the
@@ -31,6 +33,8 @@ Kernel classes (``KernelClass``):
   them), and indices a region computes are clamped into the axis here and counted into
   the region's flag word (``IndexGuard.KERNEL_CLAMPED``; ``guards``: the run is refused), as
   the plan says for each gather tile.
+- MATMUL and BROADCAST: ``poot_codegen.xdna.matmul`` (one output row of N per unit; one
+  element per unit, the operand resident).
 """
 
 from __future__ import annotations
@@ -38,12 +42,23 @@ from __future__ import annotations
 import math
 from typing import assert_never
 
-from poot_ir import DType, Eqn, GatherParams, Literal, NoLowering, Prim, Program, Var
+from poot_ir import (
+    DType,
+    Eqn,
+    GatherParams,
+    Literal,
+    NoLowering,
+    Prim,
+    Program,
+    ReduceParams,
+    Var,
+)
 from poot_planner import IndexGuard, KernelClass, Plan, Region, TileOp
 
 from poot_codegen.xdna.cexpr import TARGET, c_type, literal_decl, step_expr
 from poot_codegen.xdna.fused import fused_norm_body
 from poot_codegen.xdna.guards import GUARD_PRELUDE, LOCAL, RESULT, KernelGuards, kernel_guards
+from poot_codegen.xdna.matmul import BF16_INCLUDE, broadcast_body, matmul_body
 
 __all__ = [
     "kernel_signature",
@@ -110,6 +125,11 @@ def tile_kernel(program: Program, tile: TileOp, guards: KernelGuards = _NO_GUARD
             body = fused_norm_body(tile, program, guards)
         case KernelClass.GATHER:
             body = _gather(tile, eqns[0], tile.eqns[0])
+        case KernelClass.MATMUL:
+            head = BF16_INCLUDE + head
+            body = matmul_body(tile, eqns[0], tile.eqns[0], guards)
+        case KernelClass.BROADCAST:
+            body = broadcast_body(tile, eqns[0], tile.eqns[0])
         case KernelClass.ORACLE | KernelClass.GRAPH_OP | KernelClass.HOST_RELAYOUT:
             # a host relayout runs between regions on the host (design.Relayout): no tile
             raise NoLowering(TARGET, tile.eqns[0], eqns[0].prim.value, f"a {tile.kind.value} job")
@@ -187,8 +207,11 @@ def _row(tile: TileOp, e: Eqn, index: int, guards: KernelGuards) -> str:
     x = e.inputs[0]
     if not isinstance(x, Var) or x.dtype is not DType.F32 or e.prim not in _ROW_OPS:
         raise NoLowering(TARGET, index, e.prim.value, "row kernels reduce f32 only")
-    cols = x.shape[-1] if x.type.rank else 1
+    axes = e.params.axes if isinstance(e.params, ReduceParams) else (x.type.rank - 1,)
+    cols = math.prod(x.shape[a] for a in axes)
     init, step = _ROW_OPS[e.prim]
+    if cols and tile.inputs and tile.inputs[0].resident:
+        return _strided_row(tile, e, index, guards, axes)
     lines = ["    (void)first_unit;\n", "    for (int32_t r = 0; r < units; r++) {\n"]
     if cols == 0:  # an empty row: the sum is +0, the max -inf (the oracle's identities)
         empty = "0.0f" if e.prim is Prim.REDUCE_SUM else "poot_negf(poot_inff())"
@@ -207,6 +230,48 @@ def _row(tile: TileOp, e: Eqn, index: int, guards: KernelGuards) -> str:
             lines.append(f"        {LOCAL} += poot_g_nonfinite(acc);\n")
         lines.append("        out[r] = acc;\n")
     lines.append("    }\n")
+    return "".join(lines)
+
+
+def _strided_row(
+    tile: TileOp, e: Eqn, index: int, guards: KernelGuards, axes: tuple[int, ...]
+) -> str:
+    """A reduction over axes that are not the last ones: the operand is resident, and each
+    output element (``first_unit + r``) adds its terms in row-major order of the reduced
+    axes, as the trailing case does after a transpose; the same accumulator and guards."""
+    x = e.inputs[0]
+    assert isinstance(x, Var)
+    shape = x.shape
+    strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
+    kept = [a for a in range(len(shape)) if a not in axes]
+    init, step = _ROW_OPS[e.prim]
+    guard = guards.line(index, e, ["v"], "acc")
+    lines = [
+        "    for (int32_t r = 0; r < units; r++) {\n",
+        "        int32_t rest = first_unit + r, base = 0;\n",
+    ]
+    for a in reversed(kept):
+        if shape[a] > 1:
+            lines.append(f"        base += (rest % {shape[a]}) * {strides[a]};\n")
+            lines.append(f"        rest /= {shape[a]};\n")
+    lines.append("        (void)rest;\n")
+    lines.append(f"        float acc = {init};\n")
+    indent = "        "
+    terms = []
+    for d, a in enumerate(axes):
+        lines.append(f"{indent}for (int32_t i{d} = 0; i{d} < {shape[a]}; i{d}++) {{\n")
+        indent += "    "
+        terms.append(f"i{d} * {strides[a]}")
+    lines.append(f"{indent}const float v = in0[base + {' + '.join(terms)}];\n")
+    lines.append(f"{indent}acc = {step.format(acc='acc', x='v')};\n")
+    if guard is not None:
+        lines.append(f"{indent}{guard}\n")
+    for _ in axes:
+        indent = indent[:-4]
+        lines.append(f"{indent}}}\n")
+    if (index, RESULT) in guards.guarded:  # the in-order sum overflowed
+        lines.append(f"        {LOCAL} += poot_g_nonfinite(acc);\n")
+    lines += ["        out[r] = acc;\n", "    }\n"]
     return "".join(lines)
 
 

@@ -16,6 +16,7 @@ from poot_ir import DType, Prim
 from poot_ir.numerics import (
     AbsRel,
     AnyInput,
+    Bf16Contraction,
     BitExact,
     Contract,
     FiniteInputs,
@@ -24,6 +25,7 @@ from poot_ir.numerics import (
     LargerOperandUlps,
     NotNaN,
     PositiveNormal,
+    ProductSum,
     Relative,
     ScaledSum,
 )
@@ -77,11 +79,32 @@ CODE_SIZE = CodeSize(
         (Prim.REDUCE_SUM, (_A,), 160),
         (Prim.REDUCE_MAX, (_C,), 160),
         (Prim.GATHER, (_I,), 320),
-        (Prim.BROADCAST_IN_DIM, (), 64),
+        # a broadcast tile finds each element's source by divides by constants (multiplies
+        # and shifts, no library call), then copies a word; a fused norm's step costs less
+        (Prim.BROADCAST_IN_DIM, (), 160),
+        # the matmul kernel: bf16 rounding of the operands is integer work, then one float
+        # multiply and add per term (poot_codegen.xdna.matmul); its operand guard compares
+        # with bf16's range (float compares)
+        (Prim.MATMUL, (_A, _M, _C), 480),
     ),
     measured=False,
     source="estimate: routine sizes from a third-party aie2p symbol breakdown, bodies guessed",
 )
+
+
+#: The matmul arithmetic, decided from upstream (mlir-aie @19cce64c ``aie_kernels/aie2p/mm.cc``,
+#: ``matmul_vectorized_2x2_mmul`` over ``aie::mmul<4, 8, 8, bfloat16, bfloat16, accauto>``, which
+#: aie_api @2a408059 ``detail/aie2p/emulated_mmul_intrinsics.hpp`` builds from chained
+#: ``mac_elem_32``: bf16 x bf16 products, exact in FP32, added in order of k into an FP32
+#: accumulator, C kept as f32 between K chunks). That is what IRON's and iree-amd-aie's
+#: designs compute on npu2; F32 x F32 has no aie2p mmul at that pin and scalar F32 is
+#: software floating point (llvm-aie AIE2PLegalizerInfo.cpp: libcallFor). So the operands are
+#: *narrowed* to bf16 (RNE) inside the kernel: the contract is the narrowing's and the FP32
+#: accumulation's (``ProductSum``: 2^-8 per operand, 2^-23 per add), the domain every operand
+#: within bf16's finite range (checked on the host for arguments, counted into the flag word
+#: by the kernel otherwise). The rounding mode of the hardware accumulate is not established
+#: (xdna2-matmul.md): 2^-23 bounds it either way; the host stand-in adds with RNE.
+MATMUL_CONTRACT = Contract(Prim.MATMUL, ProductSum(operand_unit=2.0**-8), Bf16Contraction())
 
 
 def _relayout(prim: Prim, note: str) -> Capability:
@@ -124,15 +147,15 @@ TARGET = Target(
             F32,
             KernelClass.ROW,
             Contract(Prim.REDUCE_SUM, ScaledSum(2), FiniteInputs()),
-            AxisRule.LAST,
-            "adds in order; no relative bound when the row cancels",
+            AxisRule.ANY,
+            "adds in order (row-major over the reduced axes); no relative bound when it cancels",
         ),
         Capability(
             Prim.REDUCE_MAX,
             F32,
             KernelClass.ROW,
             Contract(Prim.REDUCE_MAX, BitExact(signed_zero=False), NotNaN()),
-            AxisRule.LAST,
+            AxisRule.ANY,
         ),
         Capability(
             Prim.GATHER,
@@ -142,6 +165,20 @@ TARGET = Target(
             AxisRule.ANY,
             "i32 indices; one outside the axis: refused before the run when the host passes it, "
             "clamped, counted in the flag word and refused when a region computes it",
+        ),
+        Capability(
+            Prim.MATMUL,
+            F32,
+            KernelClass.MATMUL,
+            MATMUL_CONTRACT,
+            note="operands narrowed to bf16 (RNE), products exact, summed in order in FP32",
+        ),
+        Capability(
+            Prim.BROADCAST_IN_DIM,
+            _MOVED,
+            KernelClass.BROADCAST,
+            Contract(Prim.BROADCAST_IN_DIM, BitExact(), AnyInput()),
+            note="a copy on a tile, its operand resident: on chip when its consumer is beside it",
         ),
         _relayout(Prim.RESHAPE, "an alias: the same arena bytes read with the new shape"),
         _relayout(Prim.TRANSPOSE, "one host copy, arena to arena, between region runs"),

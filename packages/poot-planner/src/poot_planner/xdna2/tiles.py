@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from poot_ir import Eqn, GatherParams, Literal, Var
+from poot_ir import Eqn, GatherParams, Literal, ReduceParams, Var
 
 from poot_planner.capability import KernelClass
 
@@ -125,10 +125,16 @@ def tile_for_eqn(
     match kind:
         case KernelClass.ROW:
             x = tensors[0]
-            cols = x.shape[-1] if x.type.rank else 1
+            axes = e.params.axes if isinstance(e.params, ReduceParams) else (x.type.rank - 1,)
+            # reduced axes at the end: each output's terms are contiguous, a row of ``cols``
+            # streamed; other axes: the operand is resident and the kernel strides over it
+            trailing = axes == tuple(range(x.type.rank - len(axes), x.type.rank))
+            cols = math.prod(x.shape[a] for a in axes)
             # rows of no columns: the kernel writes the identity and reads nothing, so the
             # empty tensor is not streamed (a DMA moves at least one word)
-            inputs = (TileOperand(x, cols),) if x.type.size else ()
+            inputs = (TileOperand(x, cols if trailing else 0, resident=not trailing),) * bool(
+                x.type.size
+            )
             units, out_unit = out.type.size, 1
         case KernelClass.GATHER:
             table, idx = tensors[0], tensors[-1]  # the type rules make both tensors
@@ -138,6 +144,20 @@ def tile_for_eqn(
             units, out_unit = out.type.size // inner if inner else 0, inner
             host = idx.id in arguments
             guard = IndexGuard.HOST_CHECKED if host else IndexGuard.KERNEL_CLAMPED
+        case KernelClass.MATMUL:
+            # a [..., M, K] @ [..., K, N]: a streams by rows (K elements a unit), b is resident
+            # (the whole [..., K, N], as upstream's B object reaches every core of its column;
+            # mlir-aie programming_examples/basic/matrix_multiplication/whole_array), and each
+            # unit is one output row of N (the kernel finds its batch from ``first_unit``)
+            a, b = e.inputs
+            assert isinstance(a, Var) and isinstance(b, Var)  # the type rule: both tensors
+            k = a.shape[-1]
+            # K = 0: both operands are empty and the kernel writes the empty sums (+0)
+            inputs = (TileOperand(a, k), TileOperand(b, 0, resident=True)) if k else ()
+            units, out_unit = out.type.size // max(out.shape[-1], 1), out.shape[-1]
+        case KernelClass.BROADCAST:
+            inputs = tuple(TileOperand(v, 0, resident=True) for v in tensors)
+            units, out_unit = out.type.size, 1
         case _:
             inputs = tuple(TileOperand(v, 1) for v in tensors)
             units, out_unit = out.type.size, 1

@@ -1,0 +1,99 @@
+"""The BERT-class encoder layer (``encoder_model``) on xdna2: every matmul on the compute tiles
+(operands narrowed to bf16, FP32 accumulation), the equations around it (bias and mask
+broadcasts on tiles), how much of the program reaches the device, in how many hardware contexts
+(before region reuse across layers), and a partitioned run on the xdna-host stand-in against
+the oracle.
+
+Measured here (the issue's aim: 80% of the equations on the device within 16 contexts): 99 of
+100 equations on the device with the additive masks ``10000`` and ``finfo`` (only the integer
+mask's ``convert`` runs on the host), 97 of 100 with ``inf`` (its ``gt`` and ``select`` too);
+2 spans; 8 contexts (7 with ``inf``), all 8 matmuls on tiles.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conformance.devices import open_device
+from encoder_model import encoder_inputs, encoder_layer
+from poot_engine.run import run_program
+from poot_ir import DomainFlagged, Prim, evaluate
+from poot_npu.registry import device_info
+from poot_planner import TARGETS, KernelClass, partition
+
+XDNA2 = TARGETS["xdna2"]
+STYLES = ["10000", "finfo", "inf"]
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_every_matmul_on_the_device_within_the_context_limit(style: str) -> None:
+    program = encoder_layer(mask_style=style)
+    spans = partition(program, XDNA2)
+    device = [s for s in spans if s.device]
+    on = {i for s in device for i in s.eqns}
+    matmuls = [i for i, e in enumerate(program.eqns) if e.prim is Prim.MATMUL]
+    assert len(matmuls) == 8 and set(matmuls) <= on
+    assert len(on) / len(program.eqns) >= 0.8
+    host = sorted(program.eqns[i].prim.value for s in spans if not s.device for i in s.eqns)
+    assert host == (["convert", "gt", "select"] if style == "inf" else ["convert"])
+    contexts = sum(s.plan.contexts for s in device if s.plan is not None)
+    assert contexts <= XDNA2.region_limits.contexts  # type: ignore[union-attr]
+    (plan,) = [s.plan for s in device]
+    assert plan is not None
+    kinds = [t.kind for t in plan.tiles]
+    assert kinds.count(KernelClass.MATMUL) == 8
+    assert KernelClass.BROADCAST in kinds
+    print(
+        f"{style}: {len(on)}/{len(program.eqns)} equations on xdna2, {len(spans)} spans, {contexts} contexts"
+    )
+
+
+def test_encoder_runs_partitioned_on_xdna_host(tmp_path: Path) -> None:
+    """Unpadded sequences: the run is within the plan's contracts (``run_program``'s check of
+    every span) and close to the oracle. The derived bound of the layer's output is not finite
+    for BERT-scale values (the running analysis loses it in the second LayerNorm's divide), so
+    the output check is the run's; what the derived bound covers is checked in
+    ``conformance/test_xdna_matmul.py`` (a dense layer)."""
+    program = encoder_layer()
+    steps = [encoder_inputs(program, seed) for seed in (0, 1)]
+    for s in steps:
+        s["attention_mask"][:] = 1
+    report = run_program(
+        program,
+        open_device(device_info("xdna-host")),
+        "xdna-host",
+        inputs=steps,
+        cache_dir=tmp_path,
+        partition=True,
+    )
+    assert report.ok, [str(c) for s in report.steps for _, c in s.results if not c.ok]
+    assert [s.device for s in report.spans] == [False, True]
+    for inputs, got in zip(steps, report.outputs, strict=True):
+        want = evaluate(program, inputs)["hidden"].astype(np.float64)
+        err = np.abs(got["hidden"].astype(np.float64) - want)
+        print(
+            f"largest error against the oracle: {err.max():.3g} (|y| up to {np.abs(want).max():.3g})"
+        )
+
+
+def test_padded_masks_are_refused_or_within_contract(tmp_path: Path) -> None:
+    """A padded mask puts exp's argument below -87, outside its domain today (issue 30 item 4
+    extends it downward): a typed refusal, or, once exp takes it, a run within the plan's
+    contracts; never a silent result."""
+    program = encoder_layer()
+    steps = [encoder_inputs(program, 0)]
+    try:
+        report = run_program(
+            program,
+            open_device(device_info("xdna-host")),
+            "xdna-host",
+            inputs=steps,
+            cache_dir=tmp_path,
+            partition=True,
+        )
+    except DomainFlagged as e:
+        assert "outside their domain" in str(e)
+    else:
+        assert report.ok, [str(c) for s in report.steps for _, c in s.results if not c.ok]
