@@ -22,6 +22,7 @@ from poot_ir.numerics import (
     Derived,
     LargerOperandUlps,
     Normwise,
+    RoundedTwice,
     Relative,
     ScaledSum,
 )
@@ -66,6 +67,8 @@ def render_bound(b: Bound) -> str:
             return f"rel {_num(r)}"
         case ScaledSum(ulps_per_term=u, unit=unit):
             return f"within {_num(u)} x cols x {_num(unit)} of the sum of the row's magnitudes"
+        case RoundedTwice(rel=r, floor=f):
+            return f"rel {_num(r)} + (N + 2) x {_num(f)}, N summands (rounded twice)"
         case Normwise(rel=r, floor=f):
             return f"normwise rel {_num(r)}" + (f" + {_num(f)} per element" if f else "")
         case Derived():

@@ -33,11 +33,13 @@ from poot_ir.numerics import (
     NarrowStorage,
     NumericsClass,
     Relative,
+    RoundedTwice,
     ScaledSum,
     looser,
 )
 
 from poot_planner.admission import PlanMemo
+from poot_planner.fp16.contract import unbounded_results
 from poot_planner.fp16.narrowing import (
     narrow_to_device_precision,
     needs_narrowing,
@@ -229,8 +231,8 @@ def _numerics(
     Operand-scaled bounds (an add's two units of the larger operand, a sum's bound over the
     row's magnitudes) are published as the same figures relative to the result, which is what
     they are when nothing cancels."""
-    if narrowing is not None:
-        return NarrowStorage(narrowing.normwise, narrowing.floor)
+    if narrowing is not None:  # derived per step (``fp16.contract``); where it cannot be, said
+        return NarrowStorage(narrowing.normwise, narrowing.floor, unbounded_results(program))
     out: NumericsClass = Exact()
     for a in admissions.values():
         if a.contract is None:
@@ -246,6 +248,10 @@ def _numerics(
                 cls = Bounded(0.0, u * unit)
             case ScaledSum(ulps_per_term=u, unit=unit):
                 cls = Bounded(0.0, u * unit * program.eqns[a.eqn].inputs[0].type.shape[-1])
+            case RoundedTwice(rel=rel, floor=floor):
+                e = program.eqns[a.eqn]
+                n = e.inputs[0].type.size / max(e.out.type.size, 1)
+                cls = Bounded(floor * (n + 2.0), rel)
             case _:
                 cls = Exact()
         out = looser(out, cls)
