@@ -239,7 +239,9 @@ class Unbounded:
     why: UnboundedBy
 
     def __str__(self) -> str:
-        return f"{self.result}: unbounded by equation {self.eqn} ({self.primitive}): {self.why.value}"
+        return (
+            f"{self.result}: unbounded by equation {self.eqn} ({self.primitive}): {self.why.value}"
+        )
 
 
 @dataclass(frozen=True, slots=True)

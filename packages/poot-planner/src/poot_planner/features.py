@@ -22,8 +22,8 @@ from poot_ir.numerics import (
     Derived,
     LargerOperandUlps,
     Normwise,
-    RoundedTwice,
     Relative,
+    RoundedTwice,
     ScaledSum,
 )
 
