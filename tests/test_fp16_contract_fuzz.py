@@ -231,3 +231,16 @@ def test_a_cancellation_is_bounded_by_the_input_rounding_not_a_figure(engine: En
     got = engine.step(entry, feed)["y"]
     assert got[0] == 0.0 and got[1] == 2.0
     assert np.all(np.abs(got.astype(np.float64) - [0.1, 2.0]) <= bound + 1e-7)
+
+
+def test_an_infinite_f16_literal_runs_as_the_oracle_has_it(engine: Engine) -> None:
+    """At the pinned npu_compiler an infinite F16 splat is not clamped (issue 24 item 5): the
+    plan admits ``x + -inf`` in F16 and the stand-in returns -inf, as the oracle does."""
+    b = Builder("f16_inf")
+    b.output("y", b.add(b.slot("x", DType.F16, (3,)), -math.inf))
+    p = plan(b.build(), "intel-npu4")
+    assert p.admitted, [str(r) for r in p.refusals]
+    x = np.array([1.0, -2.0, 65504.0], np.float16)
+    entry = engine.add_entry(p, engine.load_weights({}))
+    got = engine.step(entry, {"x": x})["y"]
+    assert got.dtype == np.float16 and np.all(np.isneginf(got.astype(np.float32)))

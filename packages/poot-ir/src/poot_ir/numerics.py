@@ -189,7 +189,7 @@ class Contract:
             case ScaledSum():
                 scale = row_magnitudes(operands[0])
             case RoundedTwice():
-                scale = summands(operands[0], expected)
+                scale = np.asarray(summands(operands[0], expected))
             case _:
                 pass
         return compare(actual, expected, self.bound, scale=scale, mask=mask)

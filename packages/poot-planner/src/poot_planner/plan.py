@@ -143,7 +143,7 @@ def plan(program: Program, target: str | Target, *, legalization: bool = True) -
     if t.tensor_bytes is not None:
         refusals.extend(_tensor_byte_refusals(program, t, t.tensor_bytes))
     narrowing = None
-    if t.narrowing is not None:  # an FP16 device: its compiler clamps infinite F16 literals
+    if t.narrowing is not None:  # an FP16 device: infinite F16 literals, as its compiler takes them
         refusals.extend(splat_refusals(program))
     if t.narrowing is not None and needs_narrowing(program):
         refusals.extend(memo.literal_refusals(program, t.narrowing))
