@@ -54,7 +54,7 @@ from poot_ir import (
     Var,
 )
 from poot_ir.core import COMPARISONS, EXACT_ARITHMETIC, MOVEMENT
-from poot_ir.numerics import Unbounded, UnboundedBy
+from poot_ir.numerics import NarrowStorage, Unbounded, UnboundedBy
 from poot_ir.window import conv64, windows_of
 
 from poot_planner.fp16.saturation import pooled_summands
@@ -65,6 +65,7 @@ __all__ = [
     "LIMIT",
     "UNIT",
     "Lowering",
+    "contract_form",
     "lowering",
     "own_rounding",
     "stored",
@@ -210,3 +211,24 @@ def unbounded_results(program: Program) -> tuple[Unbounded, ...]:
         for name, v in program.results()
         if v.id in origin
     )
+
+
+def contract_form(program: Program, cls: NarrowStorage) -> str:
+    """The derived contract's form, as ``poot plan`` shows it: what the bound is made of, how
+    many equations of ``program`` (the F32 program the plan narrows) lower each way, the results
+    it cannot bound (each with the equation that makes it so), and the specification's figure
+    ``poot acceptance`` measures on hardware."""
+    counts: dict[Lowering, int] = {}
+    for e in program.eqns:
+        if e.out.dtype is DType.F32:
+            kind = lowering(e)
+            counts[kind] = counts.get(kind, 0) + 1
+    kinds = ", ".join(f"{k.value} x{counts[k]}" for k in Lowering if k in counts)
+    out = (
+        "derived per result on each step's inputs (FP16): |y - F32 oracle| <= the FP16 "
+        "rounding of every F32 input and literal, carried with each equation's own "
+        f"({kinds or 'none'}); an element that may reach 65504 is promised nothing (overflow)"
+    )
+    if cls.unbounded:
+        out += "; unbounded: " + "; ".join(str(u) for u in cls.unbounded)
+    return out + f"; design figure normwise {cls.normwise_rel:.3g} (poot acceptance, on hardware)"
