@@ -244,3 +244,24 @@ def test_an_infinite_f16_literal_runs_as_the_oracle_has_it(engine: Engine) -> No
     entry = engine.add_entry(p, engine.load_weights({}))
     got = engine.step(entry, {"x": x})["y"]
     assert got.dtype == np.float16 and np.all(np.isneginf(got.astype(np.float32)))
+
+
+def test_an_unbounded_result_names_the_equation_that_makes_it_so() -> None:
+    """``1 / (x - z)`` at x = 1000.1, z = 1000: FP16 holds x as 1000, so the difference's bound
+    (0.1) is its whole value and the quotient is promised nothing; the analysis names the div,
+    and the step's check says so instead of reading as a check."""
+    from poot_engine.verify import check_results
+
+    b = Builder("unbounded")
+    x, z = b.slot("x", DType.F32, (2,)), b.slot("z", DType.F32, (2,))
+    b.output("y", b.div(1.0, b.sub(x, z)))
+    p = plan(b.build(), "intel-npu4")
+    feed = {"x": np.array([1000.1, 3.0], np.float32), "z": np.array([1000.0, 1.0], np.float32)}
+    origins: dict[str, tuple[int, str]] = {}
+    bound = result_bounds(p, feed, None, origins)["y"]
+    assert np.isinf(bound[0]) and np.isfinite(bound[1])
+    assert origins == {"y": (len(p.legalized.eqns) - 1, "div")}
+    got = {"y": np.array([np.inf, 0.5], np.float32)}  # what FP16 gives: 1 / 0
+    ((_, c),) = check_results(p, feed, got)
+    assert c.ok and "1 element(s) promised nothing: unbounded by equation" in c.reason
+    assert "(div)" in c.reason

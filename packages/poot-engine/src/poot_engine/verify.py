@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from poot_ir import (
@@ -93,11 +93,33 @@ def check_results(
             values, want = joint_values(mine, feed)
         else:
             values = legalized_values(p, feed)
-        bounds = result_bounds(p, feed, values)
-        return tuple((n, compare(got[n], want[n], Derived(), scale=bounds[n])) for n in want)
+        origins: dict[str, tuple[int, str]] = {}
+        bounds = result_bounds(p, feed, values, origins)
+        return tuple(
+            (
+                n,
+                _unbounded(
+                    compare(got[n], want[n], Derived(), scale=bounds[n]), bounds[n], origins.get(n)
+                ),
+            )
+            for n in want
+        )
     if want is None:
         want = evaluate(p.source, feed)
     return tuple((n, compare(got[n], want[n], p.numerics.bound)) for n in want)
+
+
+def _unbounded(c: Comparison, bound: np.ndarray, origin: tuple[int, str] | None) -> Comparison:
+    """``c`` saying how many elements were promised nothing and which equation made it so (an
+    infinite derived bound is no check: the report must not read as one)."""
+    skipped = int(np.size(bound) - np.count_nonzero(np.isfinite(bound)))
+    if skipped == 0 or origin is None:
+        return c
+    why = (
+        f"{skipped} element(s) promised nothing: unbounded by equation {origin[0]} "
+        f"({origin[1]}) of the legalized program on these inputs"
+    )
+    return replace(c, reason=f"{c.reason}; {why}" if c.reason else why)
 
 
 def step_joint(p: Plan) -> Joint | None:

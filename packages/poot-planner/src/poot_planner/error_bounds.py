@@ -347,13 +347,19 @@ def legalized_values(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[int, 
 
 
 def result_bounds(
-    plan: Plan, inputs: Mapping[str, np.ndarray], values: Mapping[int, Array] | None = None
+    plan: Plan,
+    inputs: Mapping[str, np.ndarray],
+    values: Mapping[int, Array] | None = None,
+    origins: dict[str, tuple[int, str]] | None = None,
 ) -> dict[str, Array]:
     """For each result of ``plan.source`` (by name): the largest error a device running
     ``plan`` may have at each element, for these ``inputs`` (inf: nothing promised). The
     analysis runs over the legalized program (``plan.legalized``, the same results), so each
     rewrite is carried step by step under its steps' contracts. ``values``: the
-    ``legalized_values`` of these inputs, when the caller has them (else evaluated here)."""
+    ``legalized_values`` of these inputs, when the caller has them (else evaluated here).
+    ``origins``, when given, receives for each result with an element promised nothing the
+    equation of ``plan.legalized`` (index, primitive) whose bound first became infinite on
+    finite operand bounds and reaches it: what makes the result unbounded on these inputs."""
     program = plan.legalized
     # a rewrite by a published approximation adds the formula's own error at its last step
     approximation = {
@@ -372,6 +378,7 @@ def result_bounds(
     # a narrowed plan: the device rounds every F32 argument and literal to FP16 first, and each
     # equation computing an F32 value rounds as the NPU compiler lowers it (``fp16.contract``)
     narrow = plan.narrowing is not None
+    first: dict[int, tuple[int, str]] = {}  # where infinite bounds came from (``origins``)
     val: dict[int, Array] = {a.var.id: np.asarray(inputs[a.name]) for a in program.args}
     err: dict[int, Array] = {
         a.var.id: stored(val[a.var.id])
@@ -410,4 +417,16 @@ def result_bounds(
                 own = own + own_rounding(e, ops, y, prop)
         val[e.out.id] = y
         err[e.out.id] = np.asarray(own + prop, dtype=np.float64)
+        if origins is not None:
+            came = next(
+                (first[a.id] for a in e.inputs if isinstance(a, Var) and a.id in first), None
+            )
+            if came is None and np.isinf(err[e.out.id]).any():
+                came = (i, e.prim.value)
+            if came is not None:
+                first[e.out.id] = came
+    if origins is not None:
+        for name, v in program.results():
+            if v.id in first and np.isinf(err[v.id]).any():
+                origins[name] = first[v.id]
     return {name: err[v.id] for name, v in program.results()}

@@ -29,6 +29,7 @@ from poot_ir.numerics import (
 
 from poot_planner.emit import Emit
 from poot_planner.fp16.checks import OVERFLOW_RULE, SCORE_RULE, SENTINEL_RULE
+from poot_planner.fp16.contract import DERIVED_RULE
 from poot_planner.fp16.narrowing import INPUT_EDGE_RULE, LITERAL_EDGE_RULE
 from poot_planner.legalize.bounds import derive
 from poot_planner.legalize.rules import RULES, Rule, RuleContext
@@ -260,6 +261,7 @@ def _target_section(t: Target) -> list[str]:
             [
                 ["device dtype", n.device_dtype.value],
                 ["normwise bound", render_bound(Normwise(n.normwise, n.floor))],
+                ["step contract", DERIVED_RULE],
                 ["largest magnitude", _num(n.max_magnitude)],
                 ["measured on", n.measured_on],
                 ["F32 data", "every F32 argument or result is narrowed (FP16 inside the graph)"],

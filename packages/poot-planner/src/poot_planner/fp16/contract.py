@@ -60,6 +60,7 @@ from poot_ir.window import conv64, windows_of
 from poot_planner.fp16.saturation import pooled_summands
 
 __all__ = [
+    "DERIVED_RULE",
     "F32_ORACLE",
     "HALF_TINY",
     "LIMIT",
@@ -86,6 +87,20 @@ LIMIT = 65504.0
 F32_ORACLE = 2.0**-23
 #: FP32 accumulation: ``n`` terms add at most ``n 2^-24`` of their magnitudes' sum (first order)
 _F32_ACCUMULATION = 2.0**-24
+
+
+DERIVED_RULE = (
+    "Each step of a narrowed plan is checked (Engine(verify=...), poot run, poot acceptance) "
+    "against the F32 oracle within a bound derived for that step's inputs by the running error "
+    "analysis: the FP16 rounding of every F32 input, weight, state and literal, then each "
+    "equation's own FP16 rounding as the NPU compiler lowers it (rounded once; FP32 "
+    "accumulation rounded once for matmul, conv, window sums and channel reductions; AvgPool "
+    "then x N, two roundings, for other reductions), an element that may reach 65504 promised "
+    "nothing (overflow). An element the analysis cannot bound is promised nothing and the "
+    "check names the equation that made it so; a result a saturated sentinel reaches is named "
+    "in the plan. The normwise figure above is the design figure poot acceptance measures on "
+    "hardware, not a step's contract."
+)
 
 
 class Lowering(Enum):
