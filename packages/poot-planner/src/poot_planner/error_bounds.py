@@ -192,16 +192,16 @@ def _carry(e: Eqn, vals: list[Array], errs: list[Array], y: Array) -> Any:
         case Prim.REDUCE_MAX if isinstance(e.params, ReduceParams):
             return np.max(errs[0], axis=e.params.axes, initial=0.0)
         case Prim.MATMUL:
-            a, b = np.abs(f[0]), np.abs(f[1])
-            return a @ errs[1] + errs[0] @ b + errs[0] @ errs[1]
+            n = f[0].shape[-1] if f[0].ndim else 1
+            return _bilinear(np.matmul, np.abs(f[0]), np.abs(f[1]), errs[0], errs[1], n, y.shape)
         case Prim.CONV if isinstance(e.params, ConvParams):
-            shape = e.out.type.shape
-            a, b = np.abs(f[0]), np.abs(f[1])
-            return (
-                conv64(a, errs[1], e.params, shape)
-                + conv64(errs[0], b, e.params, shape)
-                + conv64(errs[0], errs[1], e.params, shape)
-            )
+            shape, p_ = e.out.type.shape, e.params
+            n = int(np.prod(f[1].shape[1:]))
+
+            def conv(x: Array, w: Array) -> Array:
+                return conv64(x, w, p_, shape)
+
+            return _bilinear(conv, np.abs(f[0]), np.abs(f[1]), errs[0], errs[1], n, y.shape)
         case Prim.REDUCE_WINDOW_SUM | Prim.REDUCE_WINDOW_MAX if isinstance(
             e.params, ReduceWindowParams
         ):
@@ -212,6 +212,27 @@ def _carry(e: Eqn, vals: list[Array], errs: list[Array], y: Array) -> Any:
             return np.zeros(y.shape)
         case _:
             return _moved(e, errs, vals)
+
+
+def _bilinear(
+    fn: Callable[[Array, Array], Array],
+    a: Array,
+    b: Array,
+    ea: Array,
+    eb: Array,
+    n: int,
+    shape: tuple[int, ...],
+) -> Array:
+    """``a * eb + ea * b + ea * eb`` for a bilinear ``fn`` (a matmul, a convolution: sums of
+    ``n`` products) on magnitudes ``a``, ``b``, in at most two evaluations: one when an operand
+    is exact, else ``fn(a + ea, b + eb) - fn(a, b)``, plus what float64 may lose in that
+    difference (``n`` units of 2^-52 of the larger sum of nonnegative terms)."""
+    if not np.any(ea):
+        return fn(a, eb) if np.any(eb) else np.zeros(shape)
+    if not np.any(eb):
+        return fn(ea, b)
+    full = fn(a + ea, b + eb)
+    return np.maximum(full - fn(a, b), 0.0) + n * 2.0**-52 * full
 
 
 def _moved(e: Eqn, errs: list[Array], vals: list[Array]) -> Array:
