@@ -265,3 +265,26 @@ def test_an_unbounded_result_names_the_equation_that_makes_it_so() -> None:
     ((_, c),) = check_results(p, feed, got)
     assert c.ok and "1 element(s) promised nothing: unbounded by equation" in c.reason
     assert "(div)" in c.reason
+
+
+def test_a_pooled_reduce_sum_is_held_to_its_two_roundings(engine: Engine) -> None:
+    """reduce_sum over a non-channel axis is AvgPool then x N on the NPU (and the stand-in):
+    four ones and seven zeros is 4/11 rounded to FP16 (0.36353), times 11, rounded again:
+    3.998, not 4.
+    The F16 contract is ``RoundedTwice`` (before: bit exact, which this result breaks)."""
+    from poot_ir import BitExact, Prim, compare, evaluate
+    from poot_ir.numerics import RoundedTwice
+
+    b = Builder("pooled")
+    b.output("y", b.reduce_sum(b.slot("x", DType.F16, (11, 2)), 0))
+    p = plan(b.build(), "intel-npu4")
+    x = np.array([[1, 2]] * 4 + [[0, 2]] * 7, np.float16)
+    entry = engine.add_entry(p, engine.load_weights({}))
+    got = engine.step(entry, {"x": x})["y"]
+    want = evaluate(p.program, {"x": x})["y"]
+    assert float(got[0]) == 3.998046875 and float(want[0]) == 4.0
+    assert float(got[1]) == float(want[1]) == 22.0
+    cap = p.target.capability(Prim.REDUCE_SUM, DType.F16)
+    assert cap is not None and isinstance(cap.contract.bound, RoundedTwice)
+    assert cap.contract.check(got, want, [x]).ok
+    assert not compare(got, want, BitExact(signed_zero=False)).ok
