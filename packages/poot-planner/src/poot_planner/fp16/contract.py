@@ -7,7 +7,7 @@ function a step's), so the contract is derived for the inputs at hand, element b
 
 - **storage**: every F32 argument, weight, state and literal is rounded to FP16 first, as the
   device does (``stored``): its error is ``|fp16(x) - x|``, exactly, flushes included;
-- **each equation's own rounding**, as the NPU compiler lowers it (``Lowering``):
+- **each equation's own rounding**, as the NPU compiler lowers it (``F16Lowering``):
 
   * ``ROUNDED``: one FP16 rounding of the result (a SHAVE kernel or an Eltwise):
     ``u |y| + 2^-25`` (``u = 2^-11``, half an FP16 ulp relative; ``2^-25`` half the smallest
@@ -65,7 +65,7 @@ __all__ = [
     "HALF_TINY",
     "LIMIT",
     "UNIT",
-    "Lowering",
+    "F16Lowering",
     "contract_form",
     "lowering",
     "own_rounding",
@@ -103,7 +103,7 @@ DERIVED_RULE = (
 )
 
 
-class Lowering(Enum):
+class F16Lowering(Enum):
     """How the NPU compiler lowers an equation computing an FP16 value (see the module)."""
 
     EXACT = "exact"
@@ -112,22 +112,22 @@ class Lowering(Enum):
     POOLED = "AvgPool then x N: two roundings"
 
 
-def lowering(e: Eqn) -> Lowering:
+def lowering(e: Eqn) -> F16Lowering:
     """The lowering of equation ``e`` of an F32 program narrowed to FP16."""
     if e.prim in MOVEMENT or e.prim in EXACT_ARITHMETIC or e.prim in COMPARISONS:
-        return Lowering.EXACT
+        return F16Lowering.EXACT
     match e.prim:
         case Prim.IOTA | Prim.REDUCE_WINDOW_MAX | Prim.REDUCE_MAX | Prim.SELECT:
-            return Lowering.EXACT
+            return F16Lowering.EXACT
         case Prim.MATMUL | Prim.CONV | Prim.REDUCE_WINDOW_SUM:
-            return Lowering.ACCUMULATED
+            return F16Lowering.ACCUMULATED
         case Prim.REDUCE_SUM:
             n = pooled_summands(e)
-            return Lowering.POOLED if n is not None and n > 1 else Lowering.ACCUMULATED
+            return F16Lowering.POOLED if n is not None and n > 1 else F16Lowering.ACCUMULATED
         case Prim.CONVERT:
-            return Lowering.ROUNDED if e.out.dtype.is_float else Lowering.EXACT
+            return F16Lowering.ROUNDED if e.out.dtype.is_float else F16Lowering.EXACT
         case _:
-            return Lowering.ROUNDED
+            return F16Lowering.ROUNDED
 
 
 def stored(x: Any) -> Array:
@@ -185,14 +185,14 @@ def own_rounding(e: Eqn, ops: list[Array], y: Array, carried: Array) -> Array:
         held = y64 + carried
         oracle = F32_ORACLE * y64
         match lowering(e):
-            case Lowering.EXACT:
+            case F16Lowering.EXACT:
                 return np.where(np.isfinite(held) | np.isnan(y64), oracle, np.inf)
-            case Lowering.ROUNDED:
+            case F16Lowering.ROUNDED:
                 own = UNIT * held + HALF_TINY
-            case Lowering.ACCUMULATED:
+            case F16Lowering.ACCUMULATED:
                 mag, n = _magnitudes(e, ops)
                 own = UNIT * held + HALF_TINY + 2.0 * n * _F32_ACCUMULATION * mag
-            case Lowering.POOLED:
+            case F16Lowering.POOLED:
                 mag, n = _magnitudes(e, ops)
                 own = 2.0 * UNIT * (1.0 + UNIT) * held + (n + 2) * HALF_TINY
                 own = own + 2.0 * n * _F32_ACCUMULATION * mag
@@ -233,12 +233,12 @@ def contract_form(program: Program, cls: NarrowStorage) -> str:
     many equations of ``program`` (the F32 program the plan narrows) lower each way, the results
     it cannot bound (each with the equation that makes it so), and the specification's figure
     ``poot acceptance`` measures on hardware."""
-    counts: dict[Lowering, int] = {}
+    counts: dict[F16Lowering, int] = {}
     for e in program.eqns:
         if e.out.dtype is DType.F32:
             kind = lowering(e)
             counts[kind] = counts.get(kind, 0) + 1
-    kinds = ", ".join(f"{k.value} x{counts[k]}" for k in Lowering if k in counts)
+    kinds = ", ".join(f"{k.value} x{counts[k]}" for k in F16Lowering if k in counts)
     out = (
         "derived per result on each step's inputs (FP16): |y - F32 oracle| <= the FP16 "
         "rounding of every F32 input and literal, carried with each equation's own "
