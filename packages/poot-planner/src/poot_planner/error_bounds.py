@@ -232,7 +232,7 @@ def _bilinear(
     if not np.any(eb):
         return fn(ea, b)
     full = fn(a + ea, b + eb)
-    return np.maximum(full - fn(a, b), 0.0) + n * 2.0**-52 * full
+    return np.asarray(np.maximum(full - fn(a, b), 0.0) + n * 2.0**-52 * full)
 
 
 def _moved(e: Eqn, errs: list[Array], vals: list[Array]) -> Array:
