@@ -78,6 +78,27 @@ def test_plan_prints_regions_refusals_and_numerics(capsys: pytest.CaptureFixture
     assert code == 0 and narrowed.eqns[0].prim.value == "convert"  # the cast on entry
 
 
+def test_plan_shows_the_derived_fp16_contract(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A narrowed plan's contract is derived per step, not a figure: ``poot plan`` shows its
+    form (how each equation lowers) and names a result it cannot bound with the equation."""
+    code, out, _ = _run(
+        capsys, "plan", str(EXAMPLES / "rmsnorm_step.poot"), "--target", "intel-npu4"
+    )
+    flat = " ".join(out.replace("│", " ").split())
+    assert code == 0 and "NarrowStorage: derived per result on each step's inputs" in flat
+    assert "rounded once x" in flat and "design figure normwise 0.00391" in flat
+    path = tmp_path / "m.poot"
+    path.write_text(
+        "program m\n  slot x %0: f32[4]\n  %1: f32[4] = add %0 -1e9:f32\n"
+        "  %2: f32[4] = max %1 %0\n  output y = %2\nend\n"
+    )
+    code, out, _ = _run(capsys, "plan", str(path), "--target", "intel-npu4")
+    flat = " ".join(out.replace("│", " ").split())
+    assert "unbounded: y: unbounded by equation 0 (add): a saturated mask sentinel" in flat, flat
+
+
 def test_run_checks_against_the_oracle(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, out, _ = _run(
         capsys,

@@ -77,4 +77,6 @@ def test_erf_and_tanh_near_zero_on_vpu_cpu(tmp_path: Path) -> None:
         entry = engine.add_entry(p, engine.load_weights({}))
         got = engine.step(entry, {"x": X})
     measured = {name: _check(name, got[name], bounds[name]) for name in ("erf", "tanh")}
-    print(measured)
+    # right sign and within the stated bound (``_check``); where the value is FP16-normal in
+    # 1e-6..1e-1, relative: measured here erf 9.6e-4 and tanh 6.3e-4 against 0.0041 and 0.0051
+    assert all(m < bounds[k].rel for k, m in measured.items()), measured

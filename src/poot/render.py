@@ -6,7 +6,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from poot_engine.run import RunReport
+from poot_ir.numerics import NarrowStorage
 from poot_planner import Plan, Span, partition, summarize
+from poot_planner.fp16.contract import contract_form
 from poot_planner.guards import RESULT, DomainGuard, Site
 from rich.console import Group
 from rich.panel import Panel
@@ -77,6 +79,8 @@ def demo_table(rows: Sequence[tuple[str, DeviceInfo, RunReport]]) -> Table:
 
 
 def _numerics(p: Plan) -> str:
+    if isinstance(p.numerics, NarrowStorage):  # derived per step: its form, not a figure
+        return f"NarrowStorage: {contract_form(p.legalized, p.numerics)}"
     return (
         repr(p.numerics).replace("(", " ").replace(")", "").replace("signed_zero=True", "").strip()
     )

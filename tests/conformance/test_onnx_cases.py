@@ -85,6 +85,13 @@ KNOWN: dict[tuple[str, str], str] = {
     # admitted whole since log has a rule on intel-npu4: the same inputs, the same conditioning
     ("intel-npu4", "test_logsoftmax_large_number_expanded"): _SOFTMAX_FP16,
     ("intel-npu4", "test_logsoftmax_large_number_expanded_ver18"): _SOFTMAX_FP16,
+    # an F16 program, admitted since the pinned npu_compiler keeps its -inf mask splat (issue
+    # 24 item 5): its softmax's reduce_sum over the last axis is AvgPool then x N on the NPU
+    # (and the stand-in), two FP16 roundings (the RoundedTwice contract), one FP16 ulp (4.9e-4)
+    # from the expected output where the case's rtol allows 1e-3 of a value below 0.49
+    ("intel-npu4", "test_attention_4d_gqa_with_past_and_present_fp16_expanded"): (
+        "FP16 reduce_sum over a non-channel axis rounds twice (AvgPool x N)"
+    ),
 }
 
 

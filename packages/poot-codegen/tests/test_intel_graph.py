@@ -770,6 +770,25 @@ def test_emulation_carries_f32_as_the_npu_compiler_does() -> None:
     assert_bits(exact["t"], x_in.T)
 
 
+def test_infinite_splats_follow_the_pinned_compiler() -> None:
+    """The pinned npu_compiler clamps a splat of 32 bits or more whose FP16 value is infinite
+    (an F32 infinity too) to +-65504, and leaves an F16 splat as it is (convert_precision_to_fp.cpp:
+    ``getIntOrFloatBitWidth() >= (sizeof(float) * 8)``): the stand-in does the same. Before, an
+    F32 infinity stayed infinite on the stand-in."""
+    b = Builder("splats")
+    x = b.slot("x", DType.F32, (2,))
+    h = b.slot("h", DType.F16, (2,))
+    b.output("s", b.add(x, -np.inf))
+    b.output("t", b.add(h, -np.inf))
+    got = run(
+        b.build(),
+        {"x": np.array([1.0, 2.0], np.float32), "h": np.array([1.0, 2.0], np.float16)},
+        emulate=True,
+    )
+    assert got["s"].tolist() == [-65504.0, -65504.0]  # 1 - 65504, rounded to FP16
+    assert np.all(np.isneginf(got["t"].astype(np.float32)))
+
+
 def test_divisors_the_npu_compiler_would_clamp_get_a_second_use() -> None:
     """insertEpsilonClamp (npu_compiler) clamps a one-use divisor's producer to a positive range;
     the NPU lowering gives each such value a second use through an ignored guard flag."""

@@ -7,11 +7,14 @@ comparison measures one step, never accumulated drift. The comparison uses the p
 numerics class:
 
 - ``Exact``: bit for bit (a zero's sign too, unless the class says otherwise);
-- ``NarrowStorage``: normwise against the F32 oracle, plus the narrow type's floor;
-- ``Bounded``: elementwise under the bound ``poot_planner.error_bounds`` derives for the step's
+- ``Bounded`` and ``NarrowStorage``: elementwise under the bound ``poot_planner.error_bounds`` derives for the step's
   very inputs (a running error analysis: a chain of approximate steps compounds their errors,
   and an element outside a step's domain is promised nothing and not compared). The analysis's
   values and the reference come out of one oracle evaluation (``poot_planner.reference``).
+  For a narrowed (FP16) plan the analysis includes the FP16 rounding of every F32 input and
+  literal and each equation's FP16 lowering (``poot_planner.fp16.contract``); the class's
+  normwise figure is the specification's design figure ``poot acceptance`` measures, not the
+  step's contract.
 
 A partitioned run is checked span by span (``check_spans``), each device span on the inputs it
 really had, under its own plan; an oracle span and every program result bit for bit.
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from poot_ir import (
@@ -39,7 +42,7 @@ from poot_ir import (
     compare,
     evaluate,
 )
-from poot_ir.numerics import Bounded, Derived
+from poot_ir.numerics import Bounded, Derived, NarrowStorage
 from poot_planner import Plan, Span
 from poot_planner.error_bounds import legalized_values, result_bounds
 from poot_planner.partition import value_names
@@ -80,27 +83,54 @@ def check_results(
 ) -> Checks:
     """Each result of ``p.source`` on ``feed`` under the plan's class (see the module).
     ``want`` is the oracle's results, evaluated here when not given: once per step. A
-    ``Bounded`` plan's analysis needs every value of the legalized program besides, so both
+    ``Bounded`` or ``NarrowStorage`` plan's analysis needs every value of the legalized program besides, so both
     come out of one evaluation of the plan's joint program (``poot_planner.reference``:
     the legalized and source programs merged), built here when ``joint`` (``joint_program(p)``,
     which a caller checking many steps keeps) is not given or is another plan's."""
-    if isinstance(p.numerics, Bounded):
+    if _derived(p):
         if want is None:
             mine = joint if joint is not None and joint.plan is p else joint_program(p)
             values, want = joint_values(mine, feed)
         else:
             values = legalized_values(p, feed)
-        bounds = result_bounds(p, feed, values)
-        return tuple((n, compare(got[n], want[n], Derived(), scale=bounds[n])) for n in want)
+        origins: dict[str, tuple[int, str]] = {}
+        bounds = result_bounds(p, feed, values, origins)
+        return tuple(
+            (
+                n,
+                _unbounded(
+                    compare(got[n], want[n], Derived(), scale=bounds[n]), bounds[n], origins.get(n)
+                ),
+            )
+            for n in want
+        )
     if want is None:
         want = evaluate(p.source, feed)
     return tuple((n, compare(got[n], want[n], p.numerics.bound)) for n in want)
 
 
+def _unbounded(c: Comparison, bound: np.ndarray, origin: tuple[int, str] | None) -> Comparison:
+    """``c`` saying how many elements were promised nothing and which equation made it so (an
+    infinite derived bound is no check: the report must not read as one)."""
+    skipped = int(np.size(bound) - np.count_nonzero(np.isfinite(bound)))
+    if skipped == 0 or origin is None:
+        return c
+    why = (
+        f"{skipped} element(s) promised nothing: unbounded by equation {origin[0]} "
+        f"({origin[1]}) of the legalized program on these inputs"
+    )
+    return replace(c, reason=f"{c.reason}; {why}" if c.reason else why)
+
+
 def step_joint(p: Plan) -> Joint | None:
     """What ``check_results`` of many steps of ``p`` keeps: the joint program of a ``Bounded``
-    plan (None for another class, whose check evaluates the source alone)."""
-    return joint_program(p) if isinstance(p.numerics, Bounded) else None
+    or ``NarrowStorage`` plan (None for another class, whose check evaluates the source alone)."""
+    return joint_program(p) if _derived(p) else None
+
+
+def _derived(p: Plan) -> bool:
+    """Whether ``p``'s results are checked under the bound derived for each step's inputs."""
+    return isinstance(p.numerics, Bounded | NarrowStorage)
 
 
 def check_spans(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -63,12 +64,16 @@ __all__ = [
     "PositiveNormal",
     "ProductSum",
     "Relative",
+    "RoundedTwice",
     "ScaledSum",
+    "Unbounded",
+    "UnboundedBy",
     "compare",
     "larger_operand",
     "looser",
     "product_magnitudes",
     "row_magnitudes",
+    "summands",
 ]
 
 Array = np.ndarray[Any, np.dtype[Any]]
@@ -150,6 +155,19 @@ class ProductSum:
 
 
 @dataclass(frozen=True, slots=True)
+class RoundedTwice:
+    """A sum a device computes as the mean rounded to its type, then times N rounded again
+    (the Intel NPU's AvgPool x N): ``|y - ref| <= rel * |ref| + floor * (N + 2)``, ``N`` the
+    summands per result (the scale: ``summands``). Against a sum rounded once, the mean's
+    rounding is ``N`` times its half ulp, the product's one more: three half ulps relative in
+    the normal range (``rel``), and ``N + 2`` halves of the smallest subnormal (``floor``)
+    where the mean is subnormal."""
+
+    rel: float
+    floor: float
+
+
+@dataclass(frozen=True, slots=True)
 class Normwise:
     """A whole result tensor: ``||y - ref||_2 <= rel * ||ref||_2 + floor * sqrt(n)`` (a
     narrowed graph). ``floor`` is the narrow type's absolute resolution near zero (FP16's
@@ -167,7 +185,15 @@ class Derived:
 
 
 Bound = (
-    BitExact | LargerOperandUlps | AbsRel | Relative | ScaledSum | Normwise | Derived | ProductSum
+    BitExact
+    | LargerOperandUlps
+    | AbsRel
+    | Relative
+    | ScaledSum
+    | RoundedTwice
+    | Normwise
+    | Derived
+    | ProductSum
 )
 
 #: F32's largest finite value: a contraction whose magnitudes reach it is promised nothing.
@@ -177,6 +203,11 @@ _F32_MAX = float(np.finfo(np.float32).max)
 def larger_operand(a: Any, b: Any) -> Array:
     """The scale of ``LargerOperandUlps``: ``max(|a|, |b|)`` at float64."""
     return np.maximum(np.abs(np.asarray(a, np.float64)), np.abs(np.asarray(b, np.float64)))
+
+
+def summands(x: Any, result: Any) -> float:
+    """The scale of ``RoundedTwice``: the number of summands of each result element."""
+    return float(np.size(x)) / max(float(np.size(result)), 1.0)
 
 
 def row_magnitudes(x: Any) -> Array:
@@ -221,6 +252,8 @@ class Contract:
             case ProductSum():
                 scale = product_magnitudes(self.bound, operands[0], operands[1])
                 mask = np.asarray(mask, bool) & np.isfinite(scale)
+            case RoundedTwice():
+                scale = np.asarray(summands(operands[0], expected))
             case _:
                 pass
         return compare(actual, expected, self.bound, scale=scale, mask=mask)
@@ -253,13 +286,45 @@ class Bounded:
         return AbsRel(self.abs, self.rel)
 
 
+class UnboundedBy(Enum):
+    """Why the analysis can give a result no finite bound for any input."""
+
+    SENTINEL = "a saturated mask sentinel (an F32 literal beyond 65504, carried as +-65504)"
+
+
+@dataclass(frozen=True, slots=True)
+class Unbounded:
+    """Result ``result`` of a narrowed program has no finite derived bound: equation ``eqn``
+    (``primitive``) of the program makes it so, for ``why``."""
+
+    result: str
+    eqn: int
+    primitive: str
+    why: UnboundedBy
+
+    def __str__(self) -> str:
+        return (
+            f"{self.result}: unbounded by equation {self.eqn} ({self.primitive}): {self.why.value}"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class NarrowStorage:
-    """Computed in a narrower type (FP16): each result within ``normwise_rel`` normwise, plus
-    the narrow type's absolute ``floor`` per element. The loosest class."""
+    """Computed in a narrower type (FP16). A step's contract is derived, not a figure: each
+    result element within the bound the running error analysis derives for the step's very
+    inputs (``poot_planner.fp16.contract``: the FP16 rounding of every F32 argument, weight,
+    state and literal, and each equation's FP16 rounding as the NPU compiler lowers it, carried
+    through the program), checked as ``Derived`` (``poot_engine.verify``). ``unbounded``: the
+    results the analysis can give no finite bound, each naming the equation that makes it so.
+
+    ``normwise_rel`` and ``floor`` are the specification's design figure for a short graph
+    (normwise, plus the narrow type's floor per element): what ``poot acceptance`` measures and
+    reports on hardware, and the bound (``bound``) of values carried between engines, where no
+    analysis follows them. The loosest class."""
 
     normwise_rel: float
     floor: float = 0.0
+    unbounded: tuple[Unbounded, ...] = ()
 
     @property
     def bound(self) -> Bound:
@@ -282,7 +347,11 @@ def looser(a: NumericsClass, b: NumericsClass) -> NumericsClass:
         case Bounded(), Bounded():
             return Bounded(max(a.abs, b.abs), max(a.rel, b.rel))
         case NarrowStorage(), NarrowStorage():
-            return NarrowStorage(max(a.normwise_rel, b.normwise_rel), max(a.floor, b.floor))
+            return NarrowStorage(
+                max(a.normwise_rel, b.normwise_rel),
+                max(a.floor, b.floor),
+                a.unbounded + tuple(u for u in b.unbounded if u not in a.unbounded),
+            )
         case NarrowStorage(), _:
             return a
         case _:
@@ -370,7 +439,10 @@ def compare(
         promised = np.isfinite(np.broadcast_to(np.asarray(scale, np.float64), ref.shape))
         m = m & promised
         compared = int(np.count_nonzero(m))
-    if isinstance(bound, LargerOperandUlps | ScaledSum | ProductSum) and scale is None:
+    if (
+        isinstance(bound, LargerOperandUlps | ScaledSum | ProductSum | RoundedTwice)
+        and scale is None
+    ):
         raise ValueError(f"{bound} needs a scale (larger_operand or row_magnitudes)")
     y64, r64 = y.astype(np.float64), ref.astype(np.float64)
     with np.errstate(all="ignore"):
@@ -398,6 +470,9 @@ def compare(
                     allowed = np.broadcast_to(u * unit * np.asarray(scale, np.float64), ref.shape)
                 case ProductSum():
                     allowed = np.broadcast_to(np.asarray(scale, np.float64), ref.shape)
+                case RoundedTwice(rel=rel, floor=fl):
+                    n = np.asarray(scale, np.float64)
+                    allowed = rel * np.abs(r64) + fl * (n + 2.0)
                 case Derived():
                     allowed = np.where(
                         m, np.broadcast_to(np.asarray(scale, np.float64), ref.shape), 0.0

@@ -11,7 +11,9 @@ for the inputs at hand, element by element:
          + the operands' errors propagated through the step (first-order, with the
            magnitudes of the oracle's values, and the second-order product where it matters)
 
-Inputs and literals are exact (E = 0). Outside a step's domain nothing is promised (E = inf,
+Inputs and literals are exact (E = 0), except in a narrowed plan: there the device rounds each
+F32 argument and literal to FP16 first, and each equation adds its FP16 lowering's rounding
+(``poot_planner.fp16.contract``: the derived FP16 contract). Outside a step's domain nothing is promised (E = inf,
 and the comparison skips the element); a comparison or a select whose outcome an operand's
 error could flip is promised nothing either. Steps of an XDNA2 row kernel are analysed one by
 one under the same per-primitive contracts the kernel's static bound is derived from
@@ -28,6 +30,7 @@ from poot_ir import (
     Atom,
     BroadcastParams,
     ConcatParams,
+    ConvParams,
     DType,
     Eqn,
     GatherParams,
@@ -35,12 +38,14 @@ from poot_ir import (
     Prim,
     Program,
     ReduceParams,
+    ReduceWindowParams,
     ReshapeParams,
     SliceParams,
     TransposeParams,
     Var,
     evaluate,
 )
+from poot_ir.erf import erf64
 from poot_ir.numerics import (
     AbsRel,
     BitExact,
@@ -50,11 +55,14 @@ from poot_ir.numerics import (
     Normwise,
     ProductSum,
     Relative,
+    RoundedTwice,
     ScaledSum,
     product_magnitudes,
 )
+from poot_ir.window import conv64, windows_of
 
 from poot_planner.emit import RuleContext
+from poot_planner.fp16.contract import own_rounding, stored, stored_literal
 from poot_planner.fp16.narrowing import operating_dtype
 from poot_planner.legalize.logarithm import operand_of_softplus
 from poot_planner.legalize.rewrite import Rewrite
@@ -113,6 +121,8 @@ def _own(c: Contract | None, e: Eqn, ops: list[Array], y: Array) -> Array:
             # and the column of b (numerics.ProductSum); inf where a partial sum may overflow
             own = product_magnitudes(c.bound, ops[0], ops[1])
             return np.where(c.domain.inside(ops, y), own, np.inf)
+        case RoundedTwice(rel=r, floor=f):
+            own = r * y64 + f * (np.size(ops[0]) / max(y.size, 1) + 2.0)
     inside = c.domain.inside(ops, y)
     return np.where(inside, own, np.inf)
 
@@ -198,12 +208,47 @@ def _carry(e: Eqn, vals: list[Array], errs: list[Array], y: Array) -> Any:
         case Prim.REDUCE_MAX if isinstance(e.params, ReduceParams):
             return np.max(errs[0], axis=e.params.axes, initial=0.0)
         case Prim.MATMUL:
-            a, b = np.abs(f[0]), np.abs(f[1])
-            return a @ errs[1] + errs[0] @ b + errs[0] @ errs[1]
+            n = f[0].shape[-1] if f[0].ndim else 1
+            return _bilinear(np.matmul, np.abs(f[0]), np.abs(f[1]), errs[0], errs[1], n, y.shape)
+        case Prim.CONV if isinstance(e.params, ConvParams):
+            shape, p_ = e.out.type.shape, e.params
+            n = int(np.prod(f[1].shape[1:]))
+
+            def conv(x: Array, w: Array) -> Array:
+                return conv64(x, w, p_, shape)
+
+            return _bilinear(conv, np.abs(f[0]), np.abs(f[1]), errs[0], errs[1], n, y.shape)
+        case Prim.REDUCE_WINDOW_SUM | Prim.REDUCE_WINDOW_MAX if isinstance(
+            e.params, ReduceWindowParams
+        ):
+            win = windows_of(np.asarray(errs[0], np.float64), e.params, 0.0)
+            axes = tuple(range(y.ndim, win.ndim))
+            return np.sum(win, axis=axes) if p is Prim.REDUCE_WINDOW_SUM else np.max(win, axes)
         case Prim.IOTA:
             return np.zeros(y.shape)
         case _:
             return _moved(e, errs, vals)
+
+
+def _bilinear(
+    fn: Callable[[Array, Array], Array],
+    a: Array,
+    b: Array,
+    ea: Array,
+    eb: Array,
+    n: int,
+    shape: tuple[int, ...],
+) -> Array:
+    """``a * eb + ea * b + ea * eb`` for a bilinear ``fn`` (a matmul, a convolution: sums of
+    ``n`` products) on magnitudes ``a``, ``b``, in at most two evaluations: one when an operand
+    is exact, else ``fn(a + ea, b + eb) - fn(a, b)``, plus what float64 may lose in that
+    difference (``n`` units of 2^-52 of the larger sum of nonnegative terms)."""
+    if not np.any(ea):
+        return fn(a, eb) if np.any(eb) else np.zeros(shape)
+    if not np.any(eb):
+        return fn(ea, b)
+    full = fn(a + ea, b + eb)
+    return np.asarray(np.maximum(full - fn(a, b), 0.0) + n * 2.0**-52 * full)
 
 
 def _moved(e: Eqn, errs: list[Array], vals: list[Array]) -> Array:
@@ -251,7 +296,7 @@ def _whole(
     included) and its operand's error carried through the function (log: as the primitive;
     softplus: 1-Lipschitz, its slope is a sigmoid; sigmoid: its slope is at most 1/4)."""
     bound = rw.derivation.bound
-    kind = rw.rule.carried
+    kind = _kind(rw)
     x: Atom | None = source.inputs[0]
     if kind == "softplus":
         x = operand_of_softplus(source, RuleContext(producer=producer))
@@ -276,11 +321,22 @@ def _whole(
         exact
     )
     own = np.where(inside, bound.abs + bound.rel * np.abs(exact) + ref, np.inf)
-    if kind == "log":
+    if kind in ("log", "erf", "tanh"):
         return own, _propagated(source, [xs], [es], y)
     if kind == "sigmoid":  # its slope is at most 1/4
         return own, 0.25 * np.asarray(es, dtype=np.float64)
     return own, np.asarray(es, dtype=np.float64)
+
+
+def _kind(rw: Rewrite) -> str:
+    """The function a rewrite is carried as (``_CARRIED``): the rule's ``carried``, or a
+    piecewise rule's odd function (erf, tanh), whose derived bound is absolute plus relative
+    (``legalize.odd``: relative near zero, where the series serves), "" for neither."""
+    if rw.rule.carried:
+        return rw.rule.carried
+    if rw.rule.numerics is Numerics.PIECEWISE and rw.rule.piecewise is not None:
+        return rw.rule.piecewise.name
+    return ""
 
 
 #: the functions a rewrite is carried as, exactly (float64)
@@ -288,6 +344,8 @@ _CARRIED: dict[str, Callable[[Array], Array]] = {
     "log": np.log,
     "softplus": lambda x: np.logaddexp(0.0, x),
     "sigmoid": lambda x: np.exp(-np.logaddexp(0.0, -x)),
+    "erf": erf64,
+    "tanh": np.tanh,
 }
 
 
@@ -333,35 +391,59 @@ def legalized_values(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[int, 
 
 
 def result_bounds(
-    plan: Plan, inputs: Mapping[str, np.ndarray], values: Mapping[int, Array] | None = None
+    plan: Plan,
+    inputs: Mapping[str, np.ndarray],
+    values: Mapping[int, Array] | None = None,
+    origins: dict[str, tuple[int, str]] | None = None,
 ) -> dict[str, Array]:
     """For each result of ``plan.source`` (by name): the largest error a device running
     ``plan`` may have at each element, for these ``inputs`` (inf: nothing promised). The
     analysis runs over the legalized program (``plan.legalized``, the same results), so each
     rewrite is carried step by step under its steps' contracts. ``values``: the
-    ``legalized_values`` of these inputs, when the caller has them (else evaluated here)."""
+    ``legalized_values`` of these inputs, when the caller has them (else evaluated here).
+    ``origins``, when given, receives for each result with an element promised nothing the
+    equation of ``plan.legalized`` (index, primitive) whose bound first became infinite on
+    finite operand bounds and reaches it: what makes the result unbounded on these inputs."""
     program = plan.legalized
     # a rewrite by a published approximation adds the formula's own error at its last step
     approximation = {
         rw.last: rw.rule.approximation
         for rw in plan.rewrites
-        if rw.rule.numerics is not Numerics.SCALED_SUM
+        if rw.rule.numerics is not Numerics.SCALED_SUM and not _kind(rw)
     }
     scaled = _scaled_sums(plan)
     # a range-reduced rewrite is carried as one step: its derived bound, and its operand's error
     # through the source primitive (its steps' own errors are inside that bound)
-    whole = {rw.last: rw for rw in plan.rewrites if rw.rule.carried}
+    whole = {rw.last: rw for rw in plan.rewrites if _kind(rw)}
     producer = {e.out.id: e for e in plan.source.eqns}
     device = plan.narrowing.device_dtype if plan.narrowing is not None else None
     if values is None:
         values = legalized_values(plan, inputs)
+    # a narrowed plan: the device rounds every F32 argument and literal to FP16 first, and each
+    # equation computing an F32 value rounds as the NPU compiler lowers it (``fp16.contract``)
+    narrow = plan.narrowing is not None
+    first: dict[int, tuple[int, str]] = {}  # where infinite bounds came from (``origins``)
     val: dict[int, Array] = {a.var.id: np.asarray(inputs[a.name]) for a in program.args}
-    err: dict[int, Array] = {a.var.id: np.zeros(a.var.shape) for a in program.args}
+    err: dict[int, Array] = {
+        a.var.id: stored(val[a.var.id])
+        if narrow and a.var.dtype is DType.F32
+        else np.zeros(a.var.shape)
+        for a in program.args
+    }
     for i, e in enumerate(program.eqns):
         ops = [val[a.id] if isinstance(a, Var) else np.asarray(a.value) for a in e.inputs]
-        eops = [err[a.id] if isinstance(a, Var) else np.zeros(()) for a in e.inputs]
+        eops = [
+            err[a.id]
+            if isinstance(a, Var)
+            else np.asarray(stored_literal(a) if narrow and a.dtype is DType.F32 else 0.0)
+            for a in e.inputs
+        ]
         y = values[e.out.id]
-        own = _own(_contract(plan, i, e), e, ops, y)
+        contract = _contract(plan, i, e)
+        narrowed = narrow and DType.F32 in (e.out.dtype, operating_dtype(e))
+        if narrowed and contract is not None and isinstance(contract.bound, RoundedTwice):
+            contract = None  # the FP16 lowering below is the pooled sum's own error
+        own = _own(contract, e, ops, y)
         if i in approximation:
             # the formula's own error, and the reference's: the source's exact function value
             # rounded once to the result's dtype, up to half an ulp from the exact value the
@@ -377,6 +459,20 @@ def result_bounds(
             own, prop = _whole(whole[i], source, producer, val, err, y, device)
         else:
             prop = _propagated(e, ops, eops, y)
+            if narrowed:
+                own = own + own_rounding(e, ops, y, prop)
         val[e.out.id] = y
         err[e.out.id] = np.asarray(own + prop, dtype=np.float64)
+        if origins is not None:
+            came = next(
+                (first[a.id] for a in e.inputs if isinstance(a, Var) and a.id in first), None
+            )
+            if came is None and np.isinf(err[e.out.id]).any():
+                came = (i, e.prim.value)
+            if came is not None:
+                first[e.out.id] = came
+    if origins is not None:
+        for name, v in program.results():
+            if v.id in first and np.isinf(err[v.id]).any():
+                origins[name] = first[v.id]
     return {name: err[v.id] for name, v in program.results()}

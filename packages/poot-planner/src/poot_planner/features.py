@@ -24,11 +24,13 @@ from poot_ir.numerics import (
     Normwise,
     ProductSum,
     Relative,
+    RoundedTwice,
     ScaledSum,
 )
 
 from poot_planner.emit import Emit
 from poot_planner.fp16.checks import OVERFLOW_RULE, SCORE_RULE, SENTINEL_RULE
+from poot_planner.fp16.contract import DERIVED_RULE
 from poot_planner.fp16.narrowing import INPUT_EDGE_RULE, LITERAL_EDGE_RULE
 from poot_planner.legalize.bounds import derive
 from poot_planner.legalize.rules import RULES, Rule, RuleContext
@@ -67,6 +69,8 @@ def render_bound(b: Bound) -> str:
             return f"rel {_num(r)}"
         case ScaledSum(ulps_per_term=u, unit=unit):
             return f"within {_num(u)} x terms x {_num(unit)} of the sum of the terms' magnitudes"
+        case RoundedTwice(rel=r, floor=f):
+            return f"rel {_num(r)} + (N + 2) x {_num(f)}, N summands (rounded twice)"
         case Normwise(rel=r, floor=f):
             return f"normwise rel {_num(r)}" + (f" + {_num(f)} per element" if f else "")
         case Derived():
@@ -263,6 +267,7 @@ def _target_section(t: Target) -> list[str]:
             [
                 ["device dtype", n.device_dtype.value],
                 ["normwise bound", render_bound(Normwise(n.normwise, n.floor))],
+                ["step contract", DERIVED_RULE],
                 ["largest magnitude", _num(n.max_magnitude)],
                 ["measured on", n.measured_on],
                 ["F32 data", "every F32 argument or result is narrowed (FP16 inside the graph)"],

@@ -35,11 +35,13 @@ from poot_ir.numerics import (
     NumericsClass,
     ProductSum,
     Relative,
+    RoundedTwice,
     ScaledSum,
     looser,
 )
 
 from poot_planner.admission import PlanMemo
+from poot_planner.fp16.contract import unbounded_results
 from poot_planner.fp16.narrowing import (
     narrow_to_device_precision,
     needs_narrowing,
@@ -149,7 +151,7 @@ def plan(program: Program, target: str | Target, *, legalization: bool = True) -
     if t.tensor_bytes is not None:
         refusals.extend(_tensor_byte_refusals(program, t, t.tensor_bytes))
     narrowing = None
-    if t.narrowing is not None:  # an FP16 device: its compiler clamps infinite F16 literals
+    if t.narrowing is not None:  # an FP16 device: infinite F16 literals, as its compiler takes them
         refusals.extend(splat_refusals(program))
     if t.narrowing is not None and needs_narrowing(program):
         refusals.extend(memo.literal_refusals(program, t.narrowing))
@@ -265,8 +267,8 @@ def _numerics(
     Operand-scaled bounds (an add's two units of the larger operand, a sum's bound over the
     row's magnitudes) are published as the same figures relative to the result, which is what
     they are when nothing cancels."""
-    if narrowing is not None:
-        return NarrowStorage(narrowing.normwise, narrowing.floor)
+    if narrowing is not None:  # derived per step (``fp16.contract``); where it cannot be, said
+        return NarrowStorage(narrowing.normwise, narrowing.floor, unbounded_results(program))
     out: NumericsClass = Exact()
     for a in admissions.values():
         if a.contract is None:
@@ -287,6 +289,10 @@ def _numerics(
                 cls = Bounded(0.0, u * unit * math.prod(shape[x] for x in axes))
             case ProductSum() as ps:  # relative to the magnitudes' sum, as ScaledSum
                 cls = Bounded(0.0, ps.factor(program.eqns[a.eqn].inputs[0].type.shape[-1]))
+            case RoundedTwice(rel=rel, floor=floor):
+                e = program.eqns[a.eqn]
+                n = e.inputs[0].type.size / max(e.out.type.size, 1)
+                cls = Bounded(floor * (n + 2.0), rel)
             case _:
                 cls = Exact()
         out = looser(out, cls)

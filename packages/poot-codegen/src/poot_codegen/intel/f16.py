@@ -46,9 +46,9 @@ from __future__ import annotations
 from typing import Any, Final, TypeAlias
 
 import numpy as np
-from poot_ir.core import EXACT_ARITHMETIC, MOVEMENT, Eqn, Prim, ReduceParams
+from poot_ir.core import EXACT_ARITHMETIC, MOVEMENT, Eqn, Prim
 from poot_ir.dtypes import DType
-from poot_planner.fp16.saturation import saturates
+from poot_planner.fp16.saturation import pooled_summands, saturates
 
 from poot_codegen.intel.quiet import opset16 as ops
 
@@ -78,18 +78,10 @@ def computes_f16(e: Eqn, f32_is_fp16: bool = False) -> bool:
 
 
 def pooled(e: Eqn) -> int | None:
-    """For a reduce_sum the compiler lowers as AvgPool then Multiply (an axis other than the
-    channel axis, taken to be axis 1 of a value of rank 2 or more; a rank-1 value is taken to
-    be all channel), the number of summands N; None otherwise."""
-    if e.prim is not Prim.REDUCE_SUM or not isinstance(e.params, ReduceParams):
-        return None
-    shape = e.inputs[0].type.shape
-    if len(shape) < 2 or tuple(e.params.axes) == (1,):  # a rank-1 value is all channel
-        return None
-    n = 1
-    for a in e.params.axes:
-        n *= shape[a]
-    return n
+    """For a reduce_sum the compiler lowers as AvgPool then Multiply, the number of summands N
+    (``poot_planner.fp16.saturation.pooled_summands``, which the derived contract reads too);
+    None otherwise."""
+    return pooled_summands(e)
 
 
 def round_result(

@@ -52,8 +52,8 @@ producer, and a parameter's tensor name would be overwritten by the result's.
 F16 emulation (``emulate_f16=True``) is for the CPU stand-in only. It models what the NPU
 compiler does to F32 as well (``ConvertPrecisionToFP16``, see ``poot_planner.fp16.narrowing``): an
 F32 parameter is rounded to FP16 on entry, every F32 value an equation computes is rounded to
-FP16, and an F32 literal is its FP16 value (a finite one beyond 65504 clamped to 65504, as the
-compiler clamps splat constants); a narrowed program has no F32 inside, so this matters only
+FP16, and an F32 literal is its FP16 value (one FP16 cannot hold, an infinity too, clamped to
++-65504, as the compiler clamps splat constants of 32 bits or more; ``_fp16_splat``); a narrowed program has no F32 inside, so this matters only
 for a graph lowered from an un-narrowed plan, which then differs on the stand-in as it would on
 the NPU. And every F16 value is carried as f32 inside the graph (an F16 parameter converted to f32 on entry, an F16 result back to f16
 on exit, F16 literals and iotas as f32 constants holding the FP16 value), and each equation that
@@ -324,7 +324,7 @@ class _Graph:
         if isinstance(a, Var):
             return self.env[a.id]
         if self.emulated(a.dtype) or self.npu_f32(a.dtype):
-            return _const(_fp16_splat(a.as_float()), name)
+            return _const(_fp16_splat(a.as_float(), a.dtype), name)
         return _bits_const(a.bits, a.dtype, name)
 
     def array_const(self, values: np.ndarray[Any, Any], dtype: DType, name: str) -> Node:
@@ -342,14 +342,16 @@ class _Graph:
         return _named(ov.op.Constant(t), name)
 
 
-def _fp16_splat(value: float) -> np.ndarray[Any, Any]:
-    """A scalar literal as the NPU compiler carries it, in f32: its FP16 value, except that a
-    finite literal beyond FP16's range is clamped to +-65504 rather than made infinite
-    (npu_compiler ``convert_precision_to_fp16.cpp``, ``clampF16Splat``: "Splat floating-point
-    constants must be clamped, not converted")."""
+def _fp16_splat(value: float, dtype: DType) -> np.ndarray[Any, Any]:
+    """A scalar literal as the pinned NPU compiler carries it, in f32: its FP16 value, except
+    that an F32 literal whose FP16 value is infinite (a finite one beyond FP16's range, or an
+    infinity) is clamped to +-65504 (npu_compiler ``convert_precision_to_fp.cpp``,
+    ``clampF16Splat``: "Splat floating-point constants must be clamped, not converted", applied
+    to splats of 32 bits or more). An F16 splat is not clamped at the pinned version, so an
+    infinite F16 literal stays infinite (``poot_planner.fp16.narrowing.F16_SPLATS_CLAMPED``)."""
     with np.errstate(over="ignore"):
         half = np.float16(value)
-    if np.isinf(half) and math.isfinite(value):
+    if np.isinf(half) and dtype is DType.F32:
         half = np.float16(math.copysign(65504.0, value))
     return np.asarray(half.astype(np.float32))
 

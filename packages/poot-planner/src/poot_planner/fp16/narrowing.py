@@ -55,6 +55,7 @@ from poot_planner.refusal import Refusal, RefusalKind
 
 __all__ = [
     "ARITHMETIC",
+    "F16_SPLATS_CLAMPED",
     "INPUT_EDGE_RULE",
     "LITERAL_EDGE_RULE",
     "intermediate_guards",
@@ -178,12 +179,26 @@ def _infinite_literal(i: int, prim: str, v: float) -> Refusal:
     return Refusal(RefusalKind.NARROWING_RANGE, i, prim, facts)
 
 
+#: Whether the NPU compiler the shell pins (nix/intel-npu.json: linux-npu-driver 1.38.0, its
+#: 2026 npu_compiler) clamps an F16 splat constant whose value is infinite. It does not: its
+#: precision pass (``src/vpux_compiler/src/dialect/IE/transforms/passes/
+#: convert_precision_to_fp.cpp``, ``ConvertPrecisionToFPPass::safeRunOnModule``, read at
+#: openvinotoolkit/npu_compiler a285f0b5, the newest stored 2026 source) sends a splat to
+#: ``clampF16Splat`` only when ``inElemType.getIntOrFloatBitWidth() >= (sizeof(float) * 8)``:
+#: F32 and F64 splats. The 2025 ``convert_precision_to_fp16.cpp`` compared the bit width with
+#: ``sizeof(float)`` (4: every float type, F16 included), which is what this rule used to follow.
+#: An F32 splat whose FP16 value is infinite is still clamped to +-65504 (the stand-in does the
+#: same, ``poot_codegen.intel.graph``).
+F16_SPLATS_CLAMPED = False
+
+
 def splat_refusals(program: Program) -> list[Refusal]:
-    """An infinite F16 literal on an FP16 device: refused, since the NPU compiler clamps every
-    splat float constant whose FP16 value is infinite to +-65504 (npu_compiler
-    ``convert_precision_to_fp16.cpp``, ``clampF16Splat``, and ``numeric_limits<float16>::clamp``
-    in ``vpux/utils/core/type/float16.hpp``): ``x + -inf`` would be ``x - 65504``. (An F32
-    one in a narrowed program is a sentinel instead: ``literal_refusals``.)"""
+    """An infinite F16 literal on an FP16 device, refused only if the pinned compiler clamped
+    it to +-65504 (``F16_SPLATS_CLAMPED``; ``x + -inf`` would be ``x - 65504``). At the pinned
+    version it does not, so an infinite F16 literal is carried as the infinity it is and none is
+    refused. (An F32 one in a narrowed program is a sentinel instead: ``literal_refusals``.)"""
+    if not F16_SPLATS_CLAMPED:
+        return []
     return [
         _infinite_literal(i, e.prim.value, a.as_float())
         for i, e in enumerate(program.eqns)

@@ -16,10 +16,10 @@ same equations (``poot_codegen.intel.f16``).
 
 from __future__ import annotations
 
-from poot_ir import Atom, Eqn, Literal, Prim, Program, Var
+from poot_ir import Atom, Eqn, Literal, Prim, Program, ReduceParams, Var
 from poot_ir.core import REARRANGEMENT
 
-__all__ = ["saturated_results", "saturates"]
+__all__ = ["pooled_summands", "saturated_results", "saturates"]
 
 
 def saturates(e: Eqn) -> bool:
@@ -60,3 +60,20 @@ def _sentinel(a: Atom, made: dict[int, Eqn]) -> bool:
     if e is None or e.prim is not Prim.MUL:
         return False
     return any(isinstance(x, Literal) and abs(x.as_float()) >= 65504.0 for x in e.inputs)
+
+
+def pooled_summands(e: Eqn) -> int | None:
+    """For a reduce_sum the compiler lowers as AvgPool then Multiply by N (npu_compiler
+    ``convert_reduce_to_pooling.cpp``: an axis other than the channel axis, taken to be axis 1
+    of a value of rank 2 or more; a rank-1 value is taken to be all channel), the number of
+    summands N; None otherwise. The stand-in (``poot_codegen.intel.f16``) and the derived
+    contract (``fp16.contract``) both read it."""
+    if e.prim is not Prim.REDUCE_SUM or not isinstance(e.params, ReduceParams):
+        return None
+    shape = e.inputs[0].type.shape
+    if len(shape) < 2 or tuple(e.params.axes) == (1,):  # a rank-1 value is all channel
+        return None
+    n = 1
+    for a in e.params.axes:
+        n *= shape[a]
+    return n

@@ -4,25 +4,27 @@ The NPU computes in FP16, so arithmetic is admitted on F16 only; an F32 program 
 target records a narrowing contract, through ``narrow_to_device_precision`` (casts to F16 on
 entry, back to F32 on exit). Contracts compare the device with the oracle's own F16 evaluation:
 bit for bit on integer-valued inputs (``IntegerValued``), within FP16 tolerance for exp, div
-and sqrt. The bit-for-bit rows hold where the result is inside +-65504 only: an FP16 overflow of
+and sqrt, and a reduce_sum within three half ulps (``POOLED_SUM``, ``RoundedTwice``). The bit-for-bit rows hold where the result is inside +-65504 only: an FP16 overflow of
 a DPU task (an add or subtract of two same-shape values, a matmul, a reduce_sum) is +-65504 on
 the NPU (the PPE clamp, npu_compiler NPU40XX ``expand_dpu_config_invariant_ppe.cpp``), where
 the oracle's is infinite; a narrowed program refuses it (a value of magnitude 65504 counts as
 overflow in the in-graph guard and the host result check). A reduce_sum over an axis other than
 the channel axis is AvgPool then Multiply by N on the NPU (``convert_reduce_to_pooling.cpp``):
-two roundings, so "exact on integer-valued inputs" holds there only while the mean is an FP16
-value (the vpu-cpu stand-in rounds twice too; ``npu_intel`` measures both axes). The sign of a
+two roundings, so its contract is ``RoundedTwice``, not bit for bit (the vpu-cpu stand-in rounds
+twice too; ``npu_intel`` measures both axes). The sign of a
 zero is not promised (the NPU's neg of +0 is +0). Data movement is bit
 exact in every width the device carries: F16, BF16, I32 and BOOL. The NPU compiler carries F32
 as FP16 (``ConvertPrecisionToFP16``), so a program with any F32 argument or result, data
 movement alone included, is narrowed and published as ``NarrowStorage`` with the range checks
-(``poot_planner.fp16.narrowing``); an F32 row below is bit exact on the FP16 values it carries.
+(``poot_planner.fp16.narrowing``): each result within the bound the running error analysis
+derives for its inputs (``poot_planner.fp16.contract``); an F32 row below is bit exact on the
+FP16 values it carries.
 """
 
 from __future__ import annotations
 
 from poot_ir import DType, Prim
-from poot_ir.numerics import AbsRel, AnyInput, BitExact, Contract, FiniteInputs
+from poot_ir.numerics import AbsRel, AnyInput, BitExact, Contract, FiniteInputs, RoundedTwice
 
 from poot_planner.target import Capability, KernelClass, NarrowingContract, Target
 
@@ -33,6 +35,12 @@ _NO_ZERO_SIGN = BitExact(signed_zero=False)
 #: FP16 tolerance for the transcendental and divided results: a few FP16 ulps (2^-10 relative),
 #: plus an absolute floor at the smallest FP16 subnormal.
 FP16_TOLERANCE = AbsRel(2.0**-24, 2.0**-9)
+#: a reduce_sum against the oracle's sum rounded once: over a non-channel axis the NPU rounds
+#: the mean (N of its half ulps) and the product by N (one more), three half ulps relative in
+#: the normal range (room to 2^-9 for the cross terms) and N + 2 halves of the smallest
+#: subnormal where the mean is subnormal, an absolute floor doubled for the same cross terms;
+#: over the channel axis (one rounding) the same bound holds with room
+POOLED_SUM = RoundedTwice(2.0**-9, 2.0**-24)
 #: the bit-for-bit rows of a DPU task hold inside FP16's range only (past it: +-65504)
 _IN_RANGE = " inside +-65504 (a DPU overflow saturates)"
 
@@ -62,9 +70,9 @@ TARGET = Target(
         _op(
             Prim.REDUCE_SUM,
             F16,
-            _NO_ZERO_SIGN,
-            f"rows and columns; exact on integer-valued inputs{_IN_RANGE} (over a non-channel "
-            "axis: while the mean is an FP16 value, AvgPool then x N)",
+            POOLED_SUM,
+            f"rows and columns, FP32 accumulation{_IN_RANGE}; over a non-channel axis AvgPool "
+            "then x N (two roundings)",
         ),
         _op(Prim.REDUCE_MAX, F16, _NO_ZERO_SIGN, "rows and columns"),
         _op(Prim.MATMUL, F16, _NO_ZERO_SIGN, f"exact on small integer-valued inputs{_IN_RANGE}"),

@@ -1,0 +1,249 @@
+"""The derived FP16 contract of a narrowed plan: what each equation's FP16 lowering adds to the
+running error analysis (``poot_planner.error_bounds``), and which results it can bound at all.
+
+A narrowed plan (``fp16.narrowing``) is checked against the F32 oracle of its source. No fixed
+figure holds for every program there (cancellation amplifies an input's rounding, a steep
+function a step's), so the contract is derived for the inputs at hand, element by element:
+
+- **storage**: every F32 argument, weight, state and literal is rounded to FP16 first, as the
+  device does (``stored``): its error is ``|fp16(x) - x|``, exactly, flushes included;
+- **each equation's own rounding**, as the NPU compiler lowers it (``F16Lowering``):
+
+  * ``ROUNDED``: one FP16 rounding of the result (a SHAVE kernel or an Eltwise):
+    ``u |y| + 2^-25`` (``u = 2^-11``, half an FP16 ulp relative; ``2^-25`` half the smallest
+    subnormal);
+  * ``ACCUMULATED``: a matmul, a convolution, a window sum and a reduce_sum over the channel
+    axis run on the DPU with FP32 accumulation rounded once: the rounding plus
+    ``n 2^-24 sum |a||b|`` (FP32 accumulation of ``n`` terms);
+  * ``POOLED``: a reduce_sum over another axis is AvgPool then Multiply by N
+    (npu_compiler ``convert_reduce_to_pooling.cpp``; ``fp16.saturation.pooled_summands``): the
+    mean rounds (``u |s| / N + 2^-25``, times N) and so does the product, ``2u |s| +
+    (N + 1) 2^-25`` plus the accumulation;
+  * ``EXACT``: data movement, choosing, signs, comparisons: nothing;
+
+  each operand's error raising the value the rounding applies to (``|y| + carried``), and the
+  F32 oracle's own rounding (``2^-23 |y|``) besides, since the check compares with it, not with
+  the exact value;
+- **saturation is overflow**: an element that may reach 65504 is promised nothing (the DPU
+  saturates there, a SHAVE kernel gives infinity; the in-graph guard and the host check refuse
+  it as an overflow), so its bound is infinite.
+
+Where no finite bound can come out for any input, the plan says so per result
+(``unbounded_results``): a saturated mask sentinel (a literal beyond FP16's range, carried as
++-65504, ``fp16.narrowing``) differs from the F32 literal by more than any figure, so every
+value it reaches is promised nothing by the analysis (the sentinel rule of ``fp16.checks``
+still refuses such a result unless the sentinel dominates it).
+"""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+from typing import Any, assert_never
+
+import numpy as np
+from poot_ir import (
+    ConvParams,
+    DType,
+    Eqn,
+    Literal,
+    Prim,
+    Program,
+    ReduceParams,
+    ReduceWindowParams,
+    Var,
+)
+from poot_ir.core import COMPARISONS, EXACT_ARITHMETIC, MOVEMENT
+from poot_ir.numerics import NarrowStorage, Unbounded, UnboundedBy
+from poot_ir.window import conv64, windows_of
+
+from poot_planner.fp16.saturation import pooled_summands
+
+__all__ = [
+    "DERIVED_RULE",
+    "F32_ORACLE",
+    "HALF_TINY",
+    "LIMIT",
+    "UNIT",
+    "F16Lowering",
+    "contract_form",
+    "lowering",
+    "own_rounding",
+    "stored",
+    "stored_literal",
+    "unbounded_results",
+]
+
+Array = np.ndarray
+#: FP16's unit roundoff: half an ulp of 1 (a rounded normal value is within ``UNIT`` of it,
+#: relatively)
+UNIT = 2.0**-11
+#: half FP16's smallest subnormal: a rounded subnormal is within this of the value
+HALF_TINY = 2.0**-25
+#: FP16's largest finite value: a value reaching it may be a saturated overflow
+LIMIT = 65504.0
+#: the F32 oracle's own rounding of a step (its kernels compute at float64 and round once),
+#: with a little room for an F32 transcendental's extra half ulp
+F32_ORACLE = 2.0**-23
+#: FP32 accumulation: ``n`` terms add at most ``n 2^-24`` of their magnitudes' sum (first order)
+_F32_ACCUMULATION = 2.0**-24
+
+
+DERIVED_RULE = (
+    "Each step of a narrowed plan is checked (Engine(verify=...), poot run, poot acceptance) "
+    "against the F32 oracle within a bound derived for that step's inputs by the running error "
+    "analysis: the FP16 rounding of every F32 input, weight, state and literal, then each "
+    "equation's own FP16 rounding as the NPU compiler lowers it (rounded once; FP32 "
+    "accumulation rounded once for matmul, conv, window sums and channel reductions; AvgPool "
+    "then x N, two roundings, for other reductions), an element that may reach 65504 promised "
+    "nothing (overflow). An element the analysis cannot bound is promised nothing and the "
+    "check names the equation that made it so; a result a saturated sentinel reaches is named "
+    "in the plan. The normwise figure above is the design figure poot acceptance measures on "
+    "hardware, not a step's contract."
+)
+
+
+class F16Lowering(Enum):
+    """How the NPU compiler lowers an equation computing an FP16 value (see the module)."""
+
+    EXACT = "exact"
+    ROUNDED = "rounded once"
+    ACCUMULATED = "FP32 accumulation rounded once"
+    POOLED = "AvgPool then x N: two roundings"
+
+
+def lowering(e: Eqn) -> F16Lowering:
+    """The lowering of equation ``e`` of an F32 program narrowed to FP16."""
+    if e.prim in MOVEMENT or e.prim in EXACT_ARITHMETIC or e.prim in COMPARISONS:
+        return F16Lowering.EXACT
+    match e.prim:
+        case Prim.IOTA | Prim.REDUCE_WINDOW_MAX | Prim.REDUCE_MAX | Prim.SELECT:
+            return F16Lowering.EXACT
+        case Prim.MATMUL | Prim.CONV | Prim.REDUCE_WINDOW_SUM:
+            return F16Lowering.ACCUMULATED
+        case Prim.REDUCE_SUM:
+            n = pooled_summands(e)
+            return F16Lowering.POOLED if n is not None and n > 1 else F16Lowering.ACCUMULATED
+        case Prim.CONVERT:
+            return F16Lowering.ROUNDED if e.out.dtype.is_float else F16Lowering.EXACT
+        case _:
+            return F16Lowering.ROUNDED
+
+
+def stored(x: Any) -> Array:
+    """``|fp16(x) - x|`` elementwise at float64: the error of the device's first rounding of an
+    F32 value (a flush to zero included; inf where FP16 overflows, NaN-free: a NaN stays NaN
+    and is matched as one, so it carries no error)."""
+    x64 = np.asarray(x, np.float64)
+    with np.errstate(all="ignore"):
+        held = np.asarray(x).astype(np.float16).astype(np.float64)
+        err = np.abs(held - x64)
+    return np.where(np.isnan(x64), 0.0, np.where(np.isnan(err), np.inf, err))
+
+
+def stored_literal(a: Literal) -> float:
+    """The error of the F16 literal a narrowed program holds for F32 literal ``a``: its FP16
+    rounding, or for a mask sentinel (beyond 65504, carried as +-65504) the distance to it."""
+    v = a.as_float()
+    if math.isnan(v):
+        return 0.0
+    if math.isinf(v):
+        return math.inf
+    if abs(v) > LIMIT:
+        return abs(v) - LIMIT
+    return abs(float(np.float16(v)) - v)
+
+
+def _magnitudes(e: Eqn, ops: list[Array]) -> tuple[Array, int]:
+    """``sum |terms|`` of an accumulating equation at each result element, and the number of
+    terms ``n`` (the accumulation's ``n 2^-24`` of it)."""
+    a = [np.abs(np.asarray(o, np.float64)) for o in ops]
+    match e.prim, e.params:
+        case Prim.MATMUL, _:
+            return np.asarray(a[0] @ a[1]), int(a[0].shape[-1])
+        case Prim.CONV, ConvParams() as p:
+            w = a[1]
+            return conv64(a[0], w, p, e.out.type.shape), int(np.prod(w.shape[1:]))
+        case Prim.REDUCE_WINDOW_SUM, ReduceWindowParams() as p:
+            win = windows_of(a[0], p, 0.0)
+            axes = tuple(range(len(e.out.type.shape), win.ndim))
+            return np.sum(win, axis=axes), math.prod(p.window)
+        case Prim.REDUCE_SUM, ReduceParams(axes=axes):
+            return np.sum(a[0], axis=axes), math.prod(a[0].shape[i] for i in axes)
+        case _:
+            return np.zeros(e.out.type.shape), 0
+
+
+def own_rounding(e: Eqn, ops: list[Array], y: Array, carried: Array) -> Array:
+    """The error equation ``e``'s FP16 lowering adds (see the module) at the oracle's result
+    ``y``, given its operands' errors carried to the result (``carried``); inf where the result
+    may reach 65504 (an overflow, promised nothing)."""
+    if not e.out.dtype.is_float:
+        return np.zeros(np.shape(y))
+    y64 = np.abs(np.asarray(y, np.float64))
+    with np.errstate(all="ignore"):
+        held = y64 + carried
+        oracle = F32_ORACLE * y64
+        match lowering(e):
+            case F16Lowering.EXACT:
+                return np.where(np.isfinite(held) | np.isnan(y64), oracle, np.inf)
+            case F16Lowering.ROUNDED:
+                own = UNIT * held + HALF_TINY
+            case F16Lowering.ACCUMULATED:
+                mag, n = _magnitudes(e, ops)
+                own = UNIT * held + HALF_TINY + 2.0 * n * _F32_ACCUMULATION * mag
+            case F16Lowering.POOLED:
+                mag, n = _magnitudes(e, ops)
+                own = 2.0 * UNIT * (1.0 + UNIT) * held + (n + 2) * HALF_TINY
+                own = own + 2.0 * n * _F32_ACCUMULATION * mag
+            case other:
+                assert_never(other)
+        own = own + oracle
+        over = ~(held + own < LIMIT)  # NaN (undefined) and past the range alike
+    return np.where(over & ~np.isnan(y64), np.inf, np.where(np.isnan(y64), 0.0, own))
+
+
+def unbounded_results(program: Program) -> tuple[Unbounded, ...]:
+    """Each result of F32 ``program`` (the source a plan narrows) the analysis cannot bound,
+    with the first equation that makes it so (see the module)."""
+    origin: dict[int, tuple[int, str]] = {}
+    for i, e in enumerate(program.eqns):
+        found = next(
+            (origin[a.id] for a in e.inputs if isinstance(a, Var) and a.id in origin), None
+        )
+        if found is None and any(
+            isinstance(a, Literal)
+            and a.dtype is DType.F32
+            and not math.isnan(a.as_float())
+            and abs(a.as_float()) > LIMIT
+            for a in e.inputs
+        ):
+            found = (i, e.prim.value)
+        if found is not None:
+            origin[e.out.id] = found
+    return tuple(
+        Unbounded(name, *origin[v.id], UnboundedBy.SENTINEL)
+        for name, v in program.results()
+        if v.id in origin
+    )
+
+
+def contract_form(program: Program, cls: NarrowStorage) -> str:
+    """The derived contract's form, as ``poot plan`` shows it: what the bound is made of, how
+    many equations of ``program`` (the F32 program the plan narrows) lower each way, the results
+    it cannot bound (each with the equation that makes it so), and the specification's figure
+    ``poot acceptance`` measures on hardware."""
+    counts: dict[F16Lowering, int] = {}
+    for e in program.eqns:
+        if e.out.dtype is DType.F32:
+            kind = lowering(e)
+            counts[kind] = counts.get(kind, 0) + 1
+    kinds = ", ".join(f"{k.value} x{counts[k]}" for k in F16Lowering if k in counts)
+    out = (
+        "derived per result on each step's inputs (FP16): |y - F32 oracle| <= the FP16 "
+        "rounding of every F32 input and literal, carried with each equation's own "
+        f"({kinds or 'none'}); an element that may reach 65504 is promised nothing (overflow)"
+    )
+    if cls.unbounded:
+        out += "; unbounded: " + "; ".join(str(u) for u in cls.unbounded)
+    return out + f"; design figure normwise {cls.normwise_rel:.3g} (poot acceptance, on hardware)"

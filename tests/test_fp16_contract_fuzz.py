@@ -1,0 +1,290 @@
+"""The derived FP16 contract fuzzed on the vpu-cpu stand-in (issue 24, done-when): random F32
+programs at FP16's edges, narrowed for intel-npu4 and run with verify off, each result within the
+bound ``poot_planner.error_bounds.result_bounds`` derives for the step's inputs (the FP16
+rounding of every input and literal, each equation's FP16 lowering, ``poot_planner.fp16.contract``).
+
+The judge is independent of poot's oracle and of the analysis: a float64 evaluation written
+here (numpy, ``math.erf``) of the program on the inputs as given. The device must be within the
+derived bound of it, up to F32's own half ulp; and the derived bound must cover what the FP16
+rounding of the inputs alone does (the same float64 evaluation of the FP16-rounded inputs), so
+``1000.1 - 1000`` (0 in FP16) is promised only what the input's rounding leaves, not 2^-8.
+
+Edges drawn: values FP16 flushes (3e-8, 1e-9), resolution near 1 (1 +- 2^-11, 1.0001),
+cancellation (1000.1 - 1000), sums and products that reach 65504 exactly or overflow (32752 +
+32752, 40000 + 40000), literals FP16 flushes (1e-30: refused when planning), every legalized
+rule near zero (erf, tanh, log, recip, min, abs from 1e-6), a reduce_sum over the channel axis and
+over the other (AvgPool x N on the NPU: two roundings). Every refusal must be justified: a plan
+refusal names a literal FP16 flushes, moves under a comparison or cannot hold; a run refusal
+(typed: an FP16 overflow, a value crossing a domain edge) must be real on the float64
+evaluation (an intermediate at or beyond 65504, or a NaN / infinity)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from poot_engine import Engine
+from poot_ir import Builder, DType, PootError, Program, Var
+from poot_npu.registry import make_device
+from poot_planner import plan
+from poot_planner.error_bounds import result_bounds
+from poot_planner.refusal import RefusalKind
+
+SHAPE = (4, 8)
+#: the edges, by regime (each example draws its inputs from one or two of them)
+REGIMES = {
+    "flush": [0.0, -0.0, 3e-8, -3e-8, 1e-9, 2**-24, 2**-14, 1e-6, -1e-6, 1e-4, -1e-4],
+    "small": [1e-6, -1e-6, 1e-4, -1e-4, 1e-3, 0.01, -0.01, 0.1, -0.1],
+    "near one": [0.5, 1.0, -1.0, 1.0 + 2**-11, 1.0 - 2**-12, 1.0001, 0.9999, 2.0],
+    "ordinary": [3.5, -3.5, 9.5, -0.75, 100.0, -7.25, 0.3],
+    "cancellation": [1000.0, 1000.1, -1000.1, 999.9, 1000.05],
+    "overflow": [32752.0, 40000.0, 65504.0, -65504.0, 30000.0],
+}
+LITERALS = (0.5, 2.0, 1000.0, 0.1, 1e-30, 3e-4, -1000.1)
+UNARY = ("exp", "sqrt", "log", "tanh", "erf", "recip", "abs", "neg")
+BINARY = ("add", "sub", "mul", "div", "max", "min")
+OTHER = ("sum_rows", "sum_channels", "matmul", "lit_add", "lit_mul", "select")
+STEPS = UNARY + BINARY + OTHER
+
+Array = np.ndarray
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _f64(step: str, y: Array, z: Array, w: Array, lit: float) -> Array:
+    """One step in float64, as the mathematics says (the independent judge)."""
+    with np.errstate(all="ignore"):
+        match step:
+            case "exp" | "sqrt" | "log" | "tanh" | "abs":
+                return np.asarray(getattr(np, step)(y))
+            case "erf":
+                return np.asarray(_erf(y))
+            case "recip":
+                return 1.0 / y
+            case "neg":
+                return -y
+            case "add":
+                return y + z
+            case "sub":
+                return y - z
+            case "mul":
+                return y * z
+            case "div":
+                return y / z
+            case "max":
+                return np.maximum(y, z)
+            case "min":
+                return np.minimum(y, z)
+            case "sum_rows":  # over axis 0: AvgPool x N on the NPU
+                return np.broadcast_to(np.sum(y, axis=0, keepdims=True), y.shape)
+            case "sum_channels":  # over axis 1: the channel axis, one rounding
+                return np.broadcast_to(np.sum(y, axis=1, keepdims=True), y.shape)
+            case "matmul":
+                return y @ w
+            case "lit_add":
+                return y + lit
+            case "lit_mul":
+                return y * lit
+            case "select":
+                return np.where(y >= z, y, z * 0.5)
+            case _:
+                raise AssertionError(step)
+
+
+def _emit(b: Builder, step: str, y: Var, z: Var, w: Var, lit: float) -> Var:
+    match step:
+        case "sum_rows":
+            return b.broadcast_in_dim(b.reduce_sum(y, 0), SHAPE, (1,))
+        case "sum_channels":
+            return b.broadcast_in_dim(b.reduce_sum(y, 1), SHAPE, (0,))
+        case "matmul":
+            return b.matmul(y, w)
+        case "lit_add":
+            return b.add(y, lit)
+        case "lit_mul":
+            return b.mul(y, lit)
+        case "select":
+            return b.select(b.ge(y, z), y, b.mul(z, 0.5))
+        case _ if step in UNARY:
+            fn: Callable[[Var], Var] = getattr(b, step)
+            return fn(y)
+        case _:
+            return getattr(b, step)(y, z)  # type: ignore[no-any-return]
+
+
+def _program(steps: list[str], lit: float) -> Program:
+    b = Builder("fp16_fuzz")
+    x, z = b.slot("x", DType.F32, SHAPE), b.slot("z", DType.F32, SHAPE)
+    w = b.weight("w", DType.F32, (SHAPE[1], SHAPE[1]))
+    y = x
+    for s in steps:
+        y = _emit(b, s, y, z, w, lit)
+    b.output("y", y)
+    return b.build()
+
+
+def _judge(steps: list[str], feed: dict[str, Array], lit: float) -> tuple[Array, list[Array]]:
+    """The float64 result and every intermediate of ``steps`` on ``feed``."""
+    y = np.asarray(feed["x"], np.float64)
+    z, w = np.asarray(feed["z"], np.float64), np.asarray(feed["w"], np.float64)
+    seen = [y]
+    for s in steps:
+        y = _f64(s, y, z, w, lit)
+        seen.append(y)
+    return y, seen
+
+
+def _fp16(feed: dict[str, Array]) -> dict[str, Array]:
+    with np.errstate(over="ignore"):
+        return {k: v.astype(np.float16).astype(np.float32) for k, v in feed.items()}
+
+
+def _plan_refusal_justified(r: object, lit: float) -> bool:
+    """A narrowing refusal names a literal FP16 flushes, cannot hold, or moves under a
+    comparison."""
+    kind = getattr(r, "kind", None)
+    if kind is not RefusalKind.NARROWING_RANGE:
+        return False
+    held = float(np.float16(lit))
+    return (lit != 0 and held == 0.0) or abs(lit) > 65504 or held != lit
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    with Engine(make_device("vpu-cpu"), cache_dir=tmp_path_factory.mktemp("fp16")) as e:
+        yield e
+
+
+@given(
+    steps=st.lists(st.sampled_from(STEPS), min_size=1, max_size=3),
+    lit=st.sampled_from(LITERALS),
+    data=st.data(),
+)
+@settings(
+    derandomize=True,
+    max_examples=24,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+def test_fp16_programs_on_vpu_cpu_within_their_derived_contract(
+    engine: Engine, steps: list[str], lit: float, data: st.DataObject
+) -> None:
+    names = data.draw(st.lists(st.sampled_from(sorted(REGIMES)), min_size=1, max_size=2))
+    edges = [float(v) for n in names for v in REGIMES[n]]
+    pick = st.lists(st.sampled_from(edges), min_size=32, max_size=32)
+    feed = {n: np.array(data.draw(pick), np.float32).reshape(SHAPE) for n in ("x", "z")}
+    w = st.lists(st.sampled_from(REGIMES["ordinary"] + REGIMES["small"]), min_size=64, max_size=64)
+    feed["w"] = np.array(data.draw(w), np.float32).reshape(SHAPE[1], SHAPE[1])
+    p = plan(_program(steps, lit), "intel-npu4")
+    if not p.admitted:
+        assert all(_plan_refusal_justified(r, lit) for r in p.refusals), [
+            str(r) for r in p.refusals
+        ]
+        return
+    want, seen = _judge(steps, feed, lit)
+    entry = engine.add_entry(p, engine.load_weights({"w": feed["w"]}))
+    try:
+        got = engine.step(entry, {"x": feed["x"], "z": feed["z"]})["y"].astype(np.float64)
+    except PootError as err:
+        # a typed refusal: real on the float64 evaluation of the inputs as the device holds
+        # them (a value at or past 65504, or one off a function's domain)
+        _, held = _judge(steps, _fp16(feed), lit)
+        wild = any(bool(np.any(~np.isfinite(v) | (np.abs(v) >= 65504.0))) for v in [*seen, *held])
+        assert wild, f"{type(err).__name__} unjustified: {err}"
+        return
+    finally:
+        engine.remove_entry(entry)
+    bound = result_bounds(p, feed)["y"]
+    ideal, _ = _judge(steps, _fp16(feed), lit)
+    promised = np.isfinite(bound) & np.isfinite(want)
+    err = np.abs(got - want)
+    slack = 2.0**-24 * np.abs(want)  # the F32 oracle's half ulp the bound is stated against
+    assert np.all(err[promised] <= bound[promised] + slack[promised]), (
+        steps,
+        lit,
+        np.max((err - bound)[promised]),
+    )
+    # the bound covers the rounding of the inputs to FP16 (cancellation amplifies it)
+    moved = np.abs(ideal - want)
+    both = promised & np.isfinite(ideal)
+    assert np.all(moved[both] <= bound[both] + slack[both])
+    # where the judge is finite and the bound infinite, only an edge explains it: a value
+    # reaching 65504, a comparison the errors could flip, a NaN or infinity on the way
+
+
+def test_a_cancellation_is_bounded_by_the_input_rounding_not_a_figure(engine: Engine) -> None:
+    """``1000.1 - 1000``: FP16 holds 1000.1 as 1000.0, so the device returns 0 where F32 gives
+    0.1; the derived bound is the input's rounding (0.1), so the result is inside it, and a
+    wrong device value beyond it is not."""
+    b = Builder("cancel")
+    x, z = b.slot("x", DType.F32, (2,)), b.slot("z", DType.F32, (2,))
+    b.output("y", b.sub(x, z))
+    p = plan(b.build(), "intel-npu4")
+    feed = {"x": np.array([1000.1, 3.0], np.float32), "z": np.array([1000.0, 1.0], np.float32)}
+    bound = result_bounds(p, feed)["y"]
+    assert 0.09 < bound[0] < 0.2  # the rounding of 1000.1 (0.1 away) plus FP16's own
+    assert bound[1] < 2.0**-9  # exact inputs: one rounding of 2
+    entry = engine.add_entry(p, engine.load_weights({}))
+    got = engine.step(entry, feed)["y"]
+    assert got[0] == 0.0 and got[1] == 2.0
+    assert np.all(np.abs(got.astype(np.float64) - [0.1, 2.0]) <= bound + 1e-7)
+
+
+def test_an_infinite_f16_literal_runs_as_the_oracle_has_it(engine: Engine) -> None:
+    """At the pinned npu_compiler an infinite F16 splat is not clamped (issue 24 item 5): the
+    plan admits ``x + -inf`` in F16 and the stand-in returns -inf, as the oracle does."""
+    b = Builder("f16_inf")
+    b.output("y", b.add(b.slot("x", DType.F16, (3,)), -math.inf))
+    p = plan(b.build(), "intel-npu4")
+    assert p.admitted, [str(r) for r in p.refusals]
+    x = np.array([1.0, -2.0, 65504.0], np.float16)
+    entry = engine.add_entry(p, engine.load_weights({}))
+    got = engine.step(entry, {"x": x})["y"]
+    assert got.dtype == np.float16 and np.all(np.isneginf(got.astype(np.float32)))
+
+
+def test_an_unbounded_result_names_the_equation_that_makes_it_so() -> None:
+    """``1 / (x - z)`` at x = 1000.1, z = 1000: FP16 holds x as 1000, so the difference's bound
+    (0.1) is its whole value and the quotient is promised nothing; the analysis names the div,
+    and the step's check says so instead of reading as a check."""
+    from poot_engine.verify import check_results
+
+    b = Builder("unbounded")
+    x, z = b.slot("x", DType.F32, (2,)), b.slot("z", DType.F32, (2,))
+    b.output("y", b.div(1.0, b.sub(x, z)))
+    p = plan(b.build(), "intel-npu4")
+    feed = {"x": np.array([1000.1, 3.0], np.float32), "z": np.array([1000.0, 1.0], np.float32)}
+    origins: dict[str, tuple[int, str]] = {}
+    bound = result_bounds(p, feed, None, origins)["y"]
+    assert np.isinf(bound[0]) and np.isfinite(bound[1])
+    assert origins == {"y": (len(p.legalized.eqns) - 1, "div")}
+    got = {"y": np.array([np.inf, 0.5], np.float32)}  # what FP16 gives: 1 / 0
+    ((_, c),) = check_results(p, feed, got)
+    assert c.ok and "1 element(s) promised nothing: unbounded by equation" in c.reason
+    assert "(div)" in c.reason
+
+
+def test_a_pooled_reduce_sum_is_held_to_its_two_roundings(engine: Engine) -> None:
+    """reduce_sum over a non-channel axis is AvgPool then x N on the NPU (and the stand-in):
+    four ones and seven zeros is 4/11 rounded to FP16 (0.36353), times 11, rounded again:
+    3.998, not 4.
+    The F16 contract is ``RoundedTwice`` (before: bit exact, which this result breaks)."""
+    from poot_ir import BitExact, Prim, compare, evaluate
+    from poot_ir.numerics import RoundedTwice
+
+    b = Builder("pooled")
+    b.output("y", b.reduce_sum(b.slot("x", DType.F16, (11, 2)), 0))
+    p = plan(b.build(), "intel-npu4")
+    x = np.array([[1, 2]] * 4 + [[0, 2]] * 7, np.float16)
+    entry = engine.add_entry(p, engine.load_weights({}))
+    got = engine.step(entry, {"x": x})["y"]
+    want = evaluate(p.program, {"x": x})["y"]
+    assert float(got[0]) == 3.998046875 and float(want[0]) == 4.0
+    assert float(got[1]) == float(want[1]) == 22.0
+    cap = p.target.capability(Prim.REDUCE_SUM, DType.F16)
+    assert cap is not None and isinstance(cap.contract.bound, RoundedTwice)
+    assert cap.contract.check(got, want, [x]).ok
+    assert not compare(got, want, BitExact(signed_zero=False)).ok
