@@ -13,7 +13,9 @@ against a whole run on the oracle (prefill then decode, evaluated by ``poot_ir.e
   class after the handoff (``Engine.numerics``): its own plan's class loosened by the class
   the handed-over states carry from the source. So a prefill narrowed to FP16 makes the
   decode's bound ``NarrowStorage`` (normwise, 2^-8 on intel-npu4) even on the exact CPU, an
-  XDNA2 prefill makes it ``Bounded``, and CPU to CPU stays bit for bit. (An elementwise
+  XDNA2 prefill makes it ``Bounded``, and CPU to CPU stays bit for bit. A decode on xdna2
+  (its own plan ``Bounded``: bf16 matmul operands) is checked step by step under its derived
+  bound on the cache it holds, whichever device filled it. (An elementwise
   running bound started from the handed-over states' measured error, through
   ``poot_planner.error_bounds``, is sound but too loose to check anything here: its
   worst-case carries through two rmsnorm-attention-MLP layers reach infinity.) A step is
@@ -204,6 +206,8 @@ def run_handoff(
         }
         trace = {**w, **part.trace}
         pchecks = check_spans(prefill, part.spans, trace, pout)
+    # the decode's own plan's class, before the handed-over states loosen it
+    own = dst.engine.numerics(dst.decode)
     moved = handoff(src.engine, src.prefill, dst.engine, dst.decode)
     report = GenerateReport(
         cfg.name,
@@ -222,13 +226,15 @@ def run_handoff(
         pchecks,
     )
     bound = report.numerics.bound
-    derived = isinstance(report.numerics, Bounded)
+    derived = isinstance(own, Bounded) or isinstance(report.numerics, Bounded)
     names = cfg.state_names()
     for k in range(len(oracle.feeds)):
         slots = _decode_feed(cfg, report.tokens[-1], k)
-        # a Bounded class (xdna2's) is checked per element under the bound the running error
-        # analysis derives for the inputs the step really had (its cache as the device holds
-        # it: a contraction's bound is relative to its terms' magnitudes, not to the result)
+        # a decode whose own plan is Bounded (xdna2's) is checked per element under the bound
+        # the running error analysis derives for the inputs the step really had (its cache as
+        # the device holds it: a contraction's bound is relative to its terms' magnitudes, not
+        # to the result), whatever the handed-over states carry: their error is the prefill's,
+        # checked above, and a fixed figure cannot hold bf16 products on top of an FP16 cache
         held = {n: dst.engine.read_state(dst.decode, n) for n in names} if derived else {}
         t0 = perf_counter()
         out = dst.engine.step(dst.decode, slots)
