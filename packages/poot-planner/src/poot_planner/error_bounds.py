@@ -50,6 +50,7 @@ from poot_ir.numerics import (
     Normwise,
     Relative,
     ScaledSum,
+    accumulated,
 )
 
 from poot_planner.emit import RuleContext
@@ -100,8 +101,9 @@ def _own(c: Contract | None, e: Eqn, ops: list[Array], y: Array) -> Array:
             )
             own = u * unit * np.broadcast_to(larger, y.shape)
         case ScaledSum(ulps_per_term=u, unit=unit):
-            x = np.abs(ops[0].astype(np.float64))
-            own = u * unit * x.shape[-1] * np.sum(x, axis=-1) if x.ndim else zero
+            # an accumulation: its terms' count times their magnitudes (``accumulated``; a
+            # last-axis sum's is ``cols * sum(|x_row|)``, a matmul's, a convolution's too)
+            own = u * unit * accumulated(e, ops) if ops[0].ndim else zero
     inside = c.domain.inside(ops, y)
     return np.where(inside, own, np.inf)
 

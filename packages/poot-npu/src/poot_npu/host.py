@@ -1,0 +1,86 @@
+"""``HostDevice``: the compiled host device. A program (or a partition's host span) as one
+OpenVINO graph, compiled by OpenVINO's CPU plugin and run on the host CPU in F32.
+
+It is the worker for the equations an NPU refuses; the oracle stays the judge (every check of
+``verify``, ``poot run`` and ``poot acceptance`` compares with ``poot_ir.evaluate``). Its
+target is ``host-cpu`` (``poot_planner.targets.host_cpu``: the rows and their measured
+contracts). The graph is ``poot_codegen.intel.graph.lower`` of the plan's program without FP16
+emulation or narrowing: F32 stays F32 (compiled with ``INFERENCE_PRECISION_HINT`` f32 and
+``EXECUTION_MODE_HINT`` ACCURACY, so a processor with bf16 or f16 units does not narrow it),
+integers and booleans are carried as they are, and no guard result is added (the target
+admits no F16, so no divisor the NPU compiler would clamp).
+
+Everything else, the artifact (framed IR, compiled blob, the blob cache), buffers bound once
+to the request, deadlines and record/replay, is ``OpenVinoDevice`` (``poot_npu.openvino_device``),
+which ``VpuDevice`` shares. The identity is the CPU plugin's, with the libraries' digests
+(``vpu_identity``), named as the host device so its blobs never meet the stand-in's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Final
+
+from poot_codegen.intel import graph as intel_graph
+from poot_codegen.intel.quiet import ov
+from poot_engine.device import ArtifactSource
+from poot_ir import DeviceUnavailable, UnsupportedDevice
+
+from poot_npu import vpu_identity
+from poot_npu.openvino_device import OpenVinoDevice, frame_ir, port_signature, split_guard
+
+if TYPE_CHECKING:
+    from poot_planner import Plan
+
+__all__ = ["HOST_CONFIG", "TARGET", "HostDevice"]
+
+TARGET: Final = "host-cpu"
+
+HOST_CONFIG: Final[dict[str, str]] = dict(intel_graph.CPU_STANDIN_CONFIG)
+"""Compile options: F32 kept as F32 (no bf16 or f16 inference), accuracy over speed-ups that
+change precision. Threads are the plugin's default (every core)."""
+
+
+class HostDevice(OpenVinoDevice):
+    """The compiled host device (module docstring). ``threads``: the plugin's
+    ``INFERENCE_NUM_THREADS`` (None: the plugin's default); a blob compiled for one count
+    keys apart from another's."""
+
+    def __init__(self, *, threads: int | None = None) -> None:
+        config = dict(HOST_CONFIG)
+        if threads is not None:
+            config["INFERENCE_NUM_THREADS"] = str(threads)
+        super().__init__("HostDevice(CPU)", "CPU", config, ov.Core())
+        why = vpu_identity.probe(self._core, "CPU", self._config)
+        if why is not None:
+            raise DeviceUnavailable(self._name, why)
+        ident = vpu_identity.identity(self._core, "CPU", self._config, False)
+        cpu = vpu_identity.prop(self._core, "CPU", "FULL_DEVICE_NAME") or "an unnamed CPU"
+        self._identity = replace(ident, part=f"{cpu}, OpenVINO's CPU plugin in F32 (host-cpu)")
+
+    @staticmethod
+    def probe() -> str | None:
+        """None when OpenVINO lists its CPU device, else the reason it is unavailable."""
+        return vpu_identity.probe(ov.Core(), "CPU", dict(HOST_CONFIG))
+
+    @property
+    def target(self) -> str:
+        return TARGET
+
+    def describe(self) -> str:
+        return (
+            f"{self._name}: the compiled host device: one OpenVINO {ov.get_version()} graph in "
+            f"F32 on the CPU plugin of {self._identity.part.split(',')[0]}; checked against the oracle"
+        )
+
+    def lower(self, plan: Plan) -> ArtifactSource:
+        self._usable()
+        if plan.target.name != TARGET:
+            raise UnsupportedDevice(self._name, f"it runs {TARGET} plans, not {plan.target.name}")
+        model = intel_graph.lower(plan.program, emulate_f16=False)
+        entries, guard = split_guard(model)
+        if guard is not None:  # the target admits no F16: no divisor to keep
+            raise UnsupportedDevice(self._name, "a graph with a guard result")
+        return ArtifactSource(
+            frame_ir(*intel_graph.serialize(model)), port_signature(entries, self._name)
+        )
