@@ -19,7 +19,7 @@ which ``VpuDevice`` shares. The identity is the CPU plugin's, with the libraries
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from poot_codegen.intel import graph as intel_graph
 from poot_codegen.intel.quiet import ov
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from poot_planner import Plan
 
 __all__ = ["HOST_CONFIG", "TARGET", "HostDevice"]
+
+_NONCONVERTIBLE_DIVIDE: Final = "nonconvertable_divide_0"  # sic: OpenVINO's spelling
 
 TARGET: Final = "host-cpu"
 
@@ -72,6 +74,17 @@ class HostDevice(OpenVinoDevice):
             f"{self._name}: the compiled host device: one OpenVINO {ov.get_version()} graph in "
             f"F32 on the CPU plugin of {self._identity.part.split(',')[0]}; checked against the oracle"
         )
+
+    def _prepare(self, model: Any) -> None:
+        """Every Divide marked nonconvertible: else the common transformations rewrite
+        ``x / y`` as ``x * y^-1`` (openvino src/common/transformations/src/transformations/
+        op_conversions/convert_divide.cpp, which skips a node ``divide_is_nonconvertible``:
+        rt_info/nonconvertible_divide.hpp, key ``nonconvertable_divide_0``), a rounding more
+        than the oracle's and infinite for a subnormal divisor. The IR does not carry the
+        mark, so it is set on the model read back, before every compile."""
+        for op in model.get_ops():
+            if op.get_type_name() == "Divide":
+                op.get_rt_info()[_NONCONVERTIBLE_DIVIDE] = ""
 
     def lower(self, plan: Plan) -> ArtifactSource:
         self._usable()

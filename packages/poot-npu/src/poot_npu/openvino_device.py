@@ -139,6 +139,10 @@ class OpenVinoDevice(HostMemory):
         self._gen = 0
         self.runs = 0
 
+    def _prepare(self, model: Any) -> None:
+        """Mark ``model`` (just read from the IR) before it is compiled: nothing by default.
+        (Runtime info the IR does not carry is set here, so the blob holds its effect.)"""
+
     def _fallback(self, error: str) -> dict[str, str] | None:
         """The configuration to compile again with after the plugin's compiler raised
         ``error``, or None to refuse the graph. The CPU plugin's snippets (JIT fusion of
@@ -159,6 +163,7 @@ class OpenVinoDevice(HostMemory):
             model = intel_graph.deserialize(xml, weights)
         except RuntimeError as err:
             raise CompileFailed(tool, str(err), "the IR") from None
+        self._prepare(model)
         try:
             try:
                 compiled = self._core.compile_model(model, self._device, self._config)
