@@ -59,11 +59,13 @@ def run_program(
     inputs: list[dict[str, np.ndarray]] | None = None,
     integer_valued: bool = False,
     partition: bool = False,
+    host: Device | None = None,
 ) -> RunReport:
     """Plan ``program`` for ``device``'s target; if it is admitted (or ``partition`` asks for a
     partitioned entry), run ``steps`` steps through an ``Engine`` and check each one. Inputs
     are ``inputs[k]`` (every argument: weights are read from step 0 only, states from step 0 as
-    initial values) or deterministic samples."""
+    initial values) or deterministic samples. ``host``: the device a partition's host spans
+    run on where its target admits them (``Engine(host=...)``; None: the oracle)."""
     p = plan(program, device.target)  # the one plan: the engine loads it (and its spans') as is
     report = RunReport(program, device_name, p)
     if not p.admitted and not partition:
@@ -83,7 +85,7 @@ def run_program(
     first = per_step[0]
     weights = {n: v for n, v in first.items() if storage[n] is Storage.WEIGHT}
     states = {n: v for n, v in first.items() if storage[n] is Storage.STATE}
-    engine = Engine(device, cache_dir=cache_dir)
+    engine = Engine(device, cache_dir=cache_dir, host=host)
     try:
         handle = engine.load_weights(weights)
         add = engine.add_partitioned if partition else engine.add_entry
@@ -96,7 +98,8 @@ def run_program(
             got = engine.step(entry, slots)
             if part is not None:
                 trace = {**weights, **part.trace}  # a device span's weights stay on the device
-                report.steps.append(StepCheck(k, check_spans(program, part.spans, trace, got)))
+                checks = check_spans(program, part.spans, trace, got, part.hosts)
+                report.steps.append(StepCheck(k, checks))
             else:
                 feed = {**weights, **states, **slots}
                 checks = check_results(p, feed, got, joint=joint)
