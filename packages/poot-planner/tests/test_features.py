@@ -119,7 +119,7 @@ def test_target_sections_render_contracts_limits_and_composites() -> None:
         (AbsRel(2e-6, 1e-5), "abs 2e-06 + rel 1e-05"),
         (AbsRel(2.0**-24, 2.0**-9), "abs 2^-24 + rel 2^-9"),
         (Relative(4e-7), "rel 4e-07"),
-        (ScaledSum(2), "within 2 x cols x 2^-23 of the sum of the row's magnitudes"),
+        (ScaledSum(2), "within 2 x n x 2^-23 of the sum of the n terms' magnitudes"),
         (Normwise(2.0**-8), "normwise rel 2^-8"),
     ],
 )

@@ -32,7 +32,8 @@ __all__ = ["RunReport", "StepCheck", "run_program"]
 @dataclass(slots=True)
 class RunReport:
     """What running ``program`` on a device did: the plan, every step's check, engine stats.
-    ``spans`` is the partition a partitioned run used (empty for an ordinary run)."""
+    ``spans`` is the partition a partitioned run used (empty for an ordinary run), ``hosts``
+    the plans its host spans ran by on the host device."""
 
     program: Program
     device: str
@@ -42,6 +43,8 @@ class RunReport:
     compiles: int = 0
     cache_hits: int = 0
     spans: tuple[Span, ...] = ()
+    #: each span's plan on the host device (None: a device span, or a host span the oracle ran)
+    hosts: tuple[Plan | None, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -92,6 +95,7 @@ def run_program(
         entry = add(p, handle, states)
         part = engine.partitioned(entry)
         report.spans = part.spans if part is not None else ()
+        report.hosts = part.hosts if part is not None else ()
         joint = step_joint(p) if part is None else None  # built once: one evaluation a step
         for k, sample in enumerate(per_step):
             slots = {n: v for n, v in sample.items() if storage[n] is Storage.SLOT}

@@ -65,7 +65,7 @@ def render_bound(b: Bound) -> str:
         case Relative(rel=r):
             return f"rel {_num(r)}"
         case ScaledSum(ulps_per_term=u, unit=unit):
-            return f"within {_num(u)} x cols x {_num(unit)} of the sum of the row's magnitudes"
+            return f"within {_num(u)} x n x {_num(unit)} of the sum of the n terms' magnitudes"
         case Normwise(rel=r, floor=f):
             return f"normwise rel {_num(r)}" + (f" + {_num(f)} per element" if f else "")
         case Derived():
