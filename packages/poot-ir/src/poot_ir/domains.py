@@ -217,7 +217,12 @@ class Interval(_Domain):
         inside = [v for v in (lo, hi, 0.0, -0.0, lo / 2, hi / 2, 1.0) if lo <= v <= hi]
         small = [v for v in (1e-30, -1e-30) if lo <= v <= hi]
         f = np.dtype(dtype.numpy).type
-        past = (float(np.nextafter(f(hi), f(math.inf))), float(np.nextafter(f(lo), f(-math.inf))))
+        # a bound past the dtype's range (2^50 in F16) is its infinity: only that is past it
+        with np.errstate(over="ignore"):
+            past = (
+                float(np.nextafter(f(hi), f(math.inf))),
+                float(np.nextafter(f(lo), f(-math.inf))),
+            )
         return DomainEdges(_fit(inside, dtype), _fit(small, dtype), past)
 
     def ordinary(self, dtype: DType, n: int, rng: np.random.Generator) -> Array:

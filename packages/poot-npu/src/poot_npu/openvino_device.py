@@ -81,7 +81,8 @@ __all__ = ["OpenVinoDevice", "frame_ir", "port_signature", "split_guard", "unfra
 
 _IR_MAGIC: Final = b"POOT-OPENVINO-IR-1\n"
 _CLOSE_GRACE_MS: Final = 1000
-_SNIPPET_REGISTERS: Final = "Can't allocate registers for a snippet"
+#: What the CPU plugin's snippet passes raise on a graph they cannot fuse (``_fallback``)
+_SNIPPET_FAILURES: Final = ("Can't allocate registers for a snippet", "[TokenizeSnippets]")
 
 _abandoned: list[object] = []  # requests still running at close, kept alive (module docstring)
 
@@ -148,8 +149,10 @@ class OpenVinoDevice(HostMemory):
         ``error``, or None to refuse the graph. The CPU plugin's snippets (JIT fusion of
         elementwise chains) can fail to allocate registers on a long chain (a legalized erf
         with its f16 roundings: 34 steps); such a graph compiles with snippets off: every op
-        its own kernel, the same per-op results. The blob loads with the usual options."""
-        if self._device == "CPU" and _SNIPPET_REGISTERS in error:
+        its own kernel, the same per-op results. So does one their tokenizer rejects
+        (``[TokenizeSnippets] ... Topological order is required``: OpenVINO 2026.4 on a
+        BERT-class encoder's graph). The blob loads with the usual options."""
+        if self._device == "CPU" and any(m in error for m in _SNIPPET_FAILURES):
             return {**self._config, "SNIPPETS_MODE": "DISABLE"}
         return None
 
