@@ -18,6 +18,7 @@ Skipped, with the reason, where the ``models`` group is not installed.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import tempfile
@@ -58,8 +59,9 @@ class _Case:
 
 
 def _cases(tmp: Path) -> tuple[list[_Case], list[Figure]]:
-    from models.catalog import MODELS, available
     from poot_onnx import import_model
+
+    from models.catalog import MODELS, available
 
     notes: list[Figure] = []
     cases: list[_Case] = []
@@ -129,7 +131,7 @@ def whole(case: _Case, cache: Path) -> list[Figure]:
             figures.append(Figure(f"{case.name}: host step, {label}", t_host * 1e3, "ms"))
             continue
         session = _ort(case.onnx, threads)
-        t_ort = median_time(lambda: session.run(None, case.onnx_feed), repeat=REPEAT)
+        t_ort = median_time(functools.partial(session.run, None, case.onnx_feed), repeat=REPEAT)
         figures.append(
             Figure(
                 f"{case.name}: host / onnxruntime, {label}{how}",
