@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 from poot_engine import Engine
-from poot_ir import Program, Storage
+from poot_ir import PootError, Program, Storage
 from poot_npu.host import HostDevice
 from poot_npu.registry import make_device
 from poot_planner import plan
@@ -162,7 +162,11 @@ def partitioned(case: _Case, stand_in: str, cache: Path) -> list[Figure]:
         hosted = sum(h is not None for h in part.hosts)
         host_spans = sum(not s.device for s in part.spans)
         steps = {k: (lambda e=e: engine.step(e, case.slots)) for k, e in entries.items()}
-        t = {k: median_time(f, repeat=5) for k, f in steps.items()}
+        try:
+            t = {k: median_time(f, repeat=5) for k, f in steps.items()}
+        except PootError as err:  # a stand-in's own refusal of these inputs, typed
+            note = f"{type(err).__name__}: {str(err)[:120]}"
+            return [Figure(f"{case.name} on {stand_in}: refused", 0, "", note=note)]
         before = engine.stats()
         for _ in range(3):
             steps["compiled"]()

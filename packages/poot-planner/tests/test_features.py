@@ -95,7 +95,7 @@ def test_target_sections_render_contracts_limits_and_composites() -> None:
     assert "| exp | f32 | pointwise |  | abs 2e-06 + rel 1e-05 | [-87, 88] |" in xdna2
     assert "| sqrt | f32 | pointwise |  | rel 4e-07 | positive normal |" in xdna2
     assert "| max | f32 | pointwise |  | bit exact (sign of zero not promised) |" in xdna2
-    assert "| reduce_sum | f32 | row | last axis only | within 2 x cols x 2^-23" in xdna2
+    assert "| reduce_sum | f32 | row | last axis only | within 2 x n x 2^-23" in xdna2
     assert "| tile-local bytes | 64512 |" in xdna2
     assert "| compute tiles per region | 32 |" in xdna2
     assert "| hardware contexts (one per region) | 16 |" in xdna2

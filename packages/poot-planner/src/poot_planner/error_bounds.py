@@ -108,6 +108,25 @@ def _own(c: Contract | None, e: Eqn, ops: list[Array], y: Array) -> Array:
     return np.where(inside, own, np.inf)
 
 
+#: the steps that round a value they compute (data movement and choosing steps round nothing)
+_ROUNDED = frozenset(
+    {Prim.ADD, Prim.SUB, Prim.MUL, Prim.DIV, Prim.RECIP, Prim.SQRT, Prim.EXP, Prim.LOG}
+    | {Prim.TANH, Prim.ERF, Prim.REDUCE_SUM, Prim.MATMUL, Prim.CONV, Prim.REDUCE_WINDOW_SUM}
+)
+
+
+def _rerounded(e: Eqn, y: Array, prop: Array) -> Array:
+    """One ulp of the result where a rounding step reads operands that carry an error: the
+    oracle rounds ``f(x)``, the device rounds (within its contract) ``f(x + d)``, and the two
+    roundings of those neighbouring values can part by an ulp beyond ``|f(x + d) - f(x)|``
+    (the first-order carry). Zero where the operands are exact (the contract covers it)."""
+    if e.prim not in _ROUNDED or y.dtype.kind != "f":
+        return np.zeros(y.shape)
+    with np.errstate(all="ignore"):
+        ulp = np.abs(np.spacing(np.abs(y))).astype(np.float64)
+    return np.where(prop > 0, np.where(np.isfinite(ulp), ulp, np.inf), 0.0)
+
+
 def _flip(a: Array, b: Array, ea: Array, eb: Array) -> Array:
     """Elements of a comparison that the operands' errors could flip: promised nothing."""
     gap = np.abs(a.astype(np.float64) - b.astype(np.float64))
@@ -354,6 +373,7 @@ def result_bounds(
             own, prop = _whole(whole[i], source, producer, val, err, y, device)
         else:
             prop = _propagated(e, ops, eops, y)
+            own = own + _rerounded(e, y, prop)
         val[e.out.id] = y
         err[e.out.id] = np.asarray(own + prop, dtype=np.float64)
     return {name: err[v.id] for name, v in program.results()}
