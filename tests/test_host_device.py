@@ -174,3 +174,16 @@ class _Shared:
 
 
 _DEVICE = _Shared()
+
+
+def test_a_dot_product_to_a_scalar_compiles(tmp_path: Path) -> None:
+    # OpenVINO's snippets die of SIGSEGV compiling this graph (ONNX test_matmul_1d_1d): the
+    # host device compiles with them off
+    b = Builder("dot")
+    a, c = b.slot("a", F32, (1, 3)), b.slot("c", F32, (3, 1))
+    b.output("y", b.reshape(b.matmul(a, c), ()))
+    program = b.build()
+    feed = {"a": np.array([[1, 2, 3]], np.float32), "c": np.array([[4], [5], [6]], np.float32)}
+    with Engine(_open("host"), cache_dir=tmp_path, verify="always") as engine:
+        got = engine.step(engine.add_entry(program), feed)["y"]
+    assert got.shape == () and float(got) == 32.0

@@ -38,7 +38,7 @@ from poot_ir.numerics import (
     ScaledSum,
 )
 
-from poot_planner.target import Capability, KernelClass, Target
+from poot_planner.target import AxisRule, Capability, KernelClass, Target
 
 F32 = frozenset({DType.F32})
 I32 = frozenset({DType.I32})
@@ -86,6 +86,21 @@ def _op(
     return Capability(prim, dtypes, _G, Contract(prim, bound, domain), note=note)  # type: ignore[arg-type]
 
 
+#: OpenVINO 2026.4's CPU plugin fuses the elementwise op after a Reduce into it as a post-op
+#: and computes that wrong over a leading axis (``reduce_sum(x[3,2,2], 1) / 2`` gives zeros
+#: past the first row; so do ONNX's ReduceMean, ArgMax, GroupNormalization and
+#: RMSNormalization cases over leading axes), and its transpose passes fold a transpose back
+#: into the Reduce: reductions are admitted over the last axis only, where it is right
+_LEADING = "last axis only: a fused op after a reduction over a leading axis is wrong"
+
+
+def _last(
+    prim: Prim, dtypes: frozenset[DType], bound: object, domain: object, note: str
+) -> Capability:
+    contract = Contract(prim, bound, domain)  # type: ignore[arg-type]
+    return Capability(prim, dtypes, _G, contract, AxisRule.LAST, note=note)
+
+
 def _move(prim: Prim, note: str = "") -> Capability:
     return _op(prim, CARRIED, BitExact(), AnyInput(), note)
 
@@ -113,8 +128,8 @@ TARGET = Target(
         _op(Prim.EQ, CARRIED, BitExact(), NotNaN()),
         _op(Prim.SELECT, CARRIED, BitExact(), AnyInput()),
         _op(Prim.CONVERT, CARRIED, BitExact(), _CONVERTIBLE, "to i32: truncates"),
-        _op(Prim.REDUCE_SUM, F32, _ACCUMULATED, _SUMMABLE, "any axes; the plugin's order"),
-        _op(Prim.REDUCE_MAX, NUMBERS, BitExact(signed_zero=False), NotNaN(), "any axes"),
+        _last(Prim.REDUCE_SUM, F32, _ACCUMULATED, _SUMMABLE, f"the plugin's order; {_LEADING}"),
+        _last(Prim.REDUCE_MAX, NUMBERS, BitExact(signed_zero=False), NotNaN(), _LEADING),
         _op(Prim.MATMUL, F32, _ACCUMULATED, _SUMMABLE, "the plugin's order, with FMA"),
         _op(Prim.CONV, F32, _ACCUMULATED, _SUMMABLE, "(Group)Convolution-1"),
         _op(Prim.REDUCE_WINDOW_SUM, F32, _ACCUMULATED, _SUMMABLE, "a depthwise convolution"),
