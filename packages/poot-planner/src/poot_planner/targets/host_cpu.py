@@ -109,7 +109,7 @@ TARGET = Target(
     name="host-cpu",
     description="The host CPU: one compiled OpenVINO graph in F32 on OpenVINO's CPU plugin",
     capabilities=(
-        _op(Prim.NEG, NUMBERS, BitExact(), FiniteInputs()),
+        _op(Prim.NEG, NUMBERS, BitExact(signed_zero=False), FiniteInputs(), "neg of +0 is +0"),
         _op(Prim.ABS, NUMBERS, BitExact(), FiniteInputs()),
         _op(Prim.ADD, NUMBERS, _CONTRACTED_SUM, FiniteInputs(), _FMA_ADD),
         _op(Prim.SUB, NUMBERS, _CONTRACTED_SUM, FiniteInputs(), _FMA_ADD),
