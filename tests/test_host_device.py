@@ -187,3 +187,25 @@ def test_a_dot_product_to_a_scalar_compiles(tmp_path: Path) -> None:
     with Engine(_open("host"), cache_dir=tmp_path, verify="always") as engine:
         got = engine.step(engine.add_entry(program), feed)["y"]
     assert got.shape == () and float(got) == 32.0
+
+
+def test_a_reduction_over_a_leading_axis_is_refused_and_the_last_axis_runs(
+    tmp_path: Path,
+) -> None:
+    # the plugin fuses the divide after a leading-axis reduction as a post-op and gets it wrong
+    # (zeros past the first row): refused, typed; over the last axis it is right
+    def mean(axis: int) -> Program:
+        b = Builder(f"mean{axis}")
+        x = b.slot("x", F32, (3, 2, 2))
+        b.output("y", b.div(b.reduce_sum(x, axes=axis), 3.0))
+        return b.build()
+
+    refused = plan(mean(1), "host-cpu")
+    assert not refused.admitted
+    assert {r.kind.value for r in refused.refusals} == {"unsupported axis"}
+    program = mean(2)
+    x = np.arange(12, dtype=np.float32).reshape(3, 2, 2) * 1.5
+    with Engine(_open("host"), cache_dir=tmp_path, verify="always") as engine:
+        got = engine.step(engine.add_entry(program), {"x": x})["y"]
+    want = evaluate(program, {"x": x})["y"]
+    assert np.allclose(got, want, rtol=2e-7) and got[2].all()
