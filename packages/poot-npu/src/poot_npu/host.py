@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 from poot_codegen.intel import graph as intel_graph
+from poot_codegen.intel.quiet import opset16 as ops
 from poot_codegen.intel.quiet import ov
 from poot_engine.device import ArtifactSource
 from poot_ir import DeviceUnavailable, UnsupportedDevice
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["HOST_CONFIG", "TARGET", "HostDevice"]
 
 _NONCONVERTIBLE_DIVIDE: Final = "nonconvertable_divide_0"  # sic: OpenVINO's spelling
-_PREPARE: Final = "divides nonconvertible but a reduction's by a normal constant"
+_PREPARE: Final = "divides nonconvertible but a mean's; implicit broadcasts"
 
 TARGET: Final = "host-cpu"
 
@@ -98,7 +99,14 @@ class HostDevice(OpenVinoDevice):
         plugin fuses a marked Divide into the Reduce as a post-op, and OpenVINO 2026.4 gets
         that wrong for some shapes (``reduce_sum(x[3,2,2], 2) / 3`` is off by 0.66; unmarked,
         or by a non-constant divisor, it is right). That one stays ``x * (1 / c)``, within the
-        host target's divide row (two ulps)."""
+        host target's divide row (two ulps).
+
+        And an explicit broadcast read only by elementwise ops whose other operand already has
+        the broadcast's shape becomes a reshape with unit axes (``_implicit_broadcasts``): the
+        op broadcasts it itself. The plugin runs an explicit Broadcast with its reference
+        kernel, materializing the whole tensor (ocr_cls: 82 of them, most of its step);
+        broadcasting moves values, so the results are the same bits."""
+        _implicit_broadcasts(model)
         for op in model.get_ops():
             if op.get_type_name() == "Divide" and not _mean(op):
                 op.get_rt_info()[_NONCONVERTIBLE_DIVIDE] = ""
@@ -125,3 +133,52 @@ def _mean(divide: Any) -> bool:
         return False
     c = np.abs(np.asarray(den.get_data(), np.float64))
     return bool(c.size and np.all((c >= 2.0**-126) & (c <= 2.0**126)))
+
+
+#: elementwise ops of numpy-style broadcasting (their ``auto_broadcast`` is the default)
+_ELEMENTWISE: Final = frozenset(
+    {"Add", "Subtract", "Multiply", "Divide", "Maximum", "Minimum", "Greater", "GreaterEqual"}
+    | {"Equal", "Select"}
+)
+
+
+def _implicit_broadcasts(model: Any) -> None:
+    """Each explicit Broadcast with increasing axes whose every reader is an elementwise op
+    (``_ELEMENTWISE``, numpy broadcasting) whose other operands all have the broadcast's
+    shape, replaced by a Reshape of its operand to that rank with unit axes."""
+    for op in list(model.get_ordered_ops()):
+        if op.get_type_name() != "Broadcast" or op.get_attributes().get("mode") != "explicit":
+            continue
+        out = op.output(0)
+        if not out.get_partial_shape().is_static:
+            continue
+        shape = [int(d) for d in out.get_shape()]
+        dims_node = op.input_value(2).get_node()
+        if dims_node.get_type_name() != "Constant":
+            continue
+        dims = [int(d) for d in np.asarray(dims_node.get_data()).ravel()]
+        if dims != sorted(set(dims)):
+            continue
+        readers = list(out.get_target_inputs())
+        if not readers or not all(_takes_full(r, shape) for r in readers):
+            continue
+        src = [int(d) for d in op.input_value(0).get_shape()]
+        unit = [1] * len(shape)
+        for k, d in enumerate(dims):
+            unit[d] = src[k]
+        flat = ops.reshape(op.input_value(0), ops.constant(np.array(unit, np.int64)), False)
+        for r in readers:
+            r.replace_source_output(flat.output(0))
+
+
+def _takes_full(reader: Any, shape: list[int]) -> bool:
+    """Whether ``reader`` is an input of an elementwise op whose other inputs have ``shape``."""
+    node = reader.get_node()
+    if node.get_type_name() not in _ELEMENTWISE:
+        return False
+    if node.get_type_name() == "Select" and reader.get_index() == 0:
+        return False  # the condition: keep it explicit
+    others = [node.input_value(i) for i in range(node.get_input_size()) if i != reader.get_index()]
+    return all(
+        o.get_partial_shape().is_static and [int(d) for d in o.get_shape()] == shape for o in others
+    )
