@@ -60,9 +60,12 @@ def test_poot_run_partition(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     assert main([*argv, "--device", "vpu-cpu", "--partition"]) == 0
     out = capsys.readouterr().out
     assert "span 0: device equations 0..1" in out
-    assert "span 1: oracle equations 2..3" in out
+    assert "span 1: host device equations 2..3" in out  # compiled on the host (the default)
     assert "span 2: device equations 4..6" in out
     assert "FAILED" not in out
+    assert main([*argv, "--device", "vpu-cpu", "--partition", "--host", "oracle"]) == 0
+    out = capsys.readouterr().out
+    assert "span 1: oracle equations 2..3" in out and "FAILED" not in out
 
 
 def test_a_flagged_span_is_named_in_the_partitioned_refusal(tmp_path: Path) -> None:

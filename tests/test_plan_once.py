@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from poot_engine import CpuDevice, Engine
 from poot_ir import Builder, DType, EngineError, Program, parse_program
+from poot_npu.host import HostDevice
 from poot_npu.vpu import VpuDevice
 from poot_planner import partition
 
@@ -40,7 +41,7 @@ def plans(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
 @pytest.fixture
 def lowerings(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     counts: Counter[str] = Counter()
-    for cls in (CpuDevice, VpuDevice):
+    for cls in (CpuDevice, VpuDevice, HostDevice):
         real = cls.lower
 
         def lower(self: object, plan: object, real: object = real) -> object:
@@ -75,12 +76,21 @@ def test_a_partitioned_poot_run_plans_once_per_span(
     path = EXAMPLES / "log_state.poot"
     name = parse_program(path.read_text()).name
     argv = ["--cache-dir", str(tmp_path), "run", str(path), "--target", "intel-npu4"]
-    assert main([*argv, "--device", "vpu-cpu", "--partition"]) == 0
+    assert main([*argv, "--device", "vpu-cpu", "--partition", "--host", "oracle"]) == 0
     assert "span 2: device equations 4..6" in capsys.readouterr().out
     # the whole program once; each of its two device spans once (planned by the partition,
     # loaded by the engine from the plan the span carries), the oracle span never
     assert plans == {name: 1, f"{name}_e0_1": 1, f"{name}_e4_6": 1}
     assert lowerings == {f"{name}_e0_1": 1, f"{name}_e4_6": 1}
+    plans.clear()
+    lowerings.clear()
+    # with the host span on the compiled host device (the default): that span once more, for
+    # the host device's target, and lowered once there
+    assert main([*argv, "--device", "vpu-cpu", "--partition"]) == 0
+    assert "span 1: host device equations 2..3" in capsys.readouterr().out
+    spans = {f"{name}_e0_1": 1, f"{name}_e2_3": 1, f"{name}_e4_6": 1}
+    assert plans == {name: 1, **spans}
+    assert lowerings == spans
 
 
 def _refused_in_the_middle() -> Program:

@@ -178,7 +178,15 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--partition",
         action="store_true",
-        help="run a refused program in spans: refused ones on the CPU oracle, the rest on the device",
+        help="run a refused program in spans: refused ones on the host, the rest on the device",
+    )
+    r.add_argument(
+        "--host",
+        choices=("compiled", "oracle"),
+        default="compiled",
+        help="where --partition's refused spans run: compiled, the host device (one OpenVINO "
+        "graph in F32, where its target admits the span; else the oracle), or oracle (the "
+        "numpy oracle); either way every step is checked against the oracle (default: compiled)",
     )
     g = sub.add_parser("generate", help="prefill on one device, decode on another (KV handoff)")
     g.add_argument(

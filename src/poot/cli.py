@@ -7,7 +7,8 @@
     poot plan FILE --target T               admission, regions, contexts, refusals, numerics
     poot run FILE [--device D] [--target T] run a program and check it against the oracle
              [--partition]                  (T: D's target; D: the first device present for T;
-                                            refused spans on the CPU oracle, the rest on D)
+             [--host compiled|oracle]        refused spans on the host device or the oracle,
+                                            the rest on D)
     poot generate EXAMPLE                   prefill on one device, hand the KV cache over,
              [--prefill-device D]           decode greedily on another; checked against a
              [--decode-device D] [--steps N]  whole run on the oracle
@@ -309,6 +310,11 @@ def _run(console: Console, args: argparse.Namespace) -> int:
     program, imported = _load(args.file, args.shape, limit)
     device = make_device(name)
     _with_progress(device, console)
+    # a partition's host spans: on the compiled host device unless --host oracle (or no host
+    # device here, or the device is the oracle itself)
+    host = None
+    if args.partition and args.host == "compiled" and name != "cpu":
+        host = make_device("host")
     try:
         inputs = None
         if args.inputs:
@@ -332,9 +338,12 @@ def _run(console: Console, args: argparse.Namespace) -> int:
             cache_dir=args.cache_dir,
             inputs=inputs,
             partition=args.partition,
+            host=host,
         )
     finally:
         device.close()
+        if host is not None:
+            host.close()
     console.print(render.run_report(report))
     return 0 if report.ok else 1
 

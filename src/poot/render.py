@@ -239,7 +239,8 @@ def run_report(report: RunReport) -> Group:
     if report.spans:
         parts.append(Text(f"partitioned into {len(report.spans)} spans:"))
         for k, span in enumerate(report.spans):
-            where = "device" if span.device else "oracle"
+            hosted = k < len(report.hosts) and report.hosts[k] is not None
+            where = "device" if span.device else "host device" if hosted else "oracle"
             which = f"equations {span.first}..{span.last}"
             if len(span.eqns) != span.last - span.first + 1:  # the host prelude: not contiguous
                 which = f"{len(span.eqns)} equations in {span.first}..{span.last}"

@@ -172,7 +172,7 @@ def test_capability(info: object, cap: Capability, dtype: DType, tmp_path: Path)
             want = evaluate(p.program, feed)
             operands = [feed[a.name] for a in program.args if a.var in program.eqns[-1].inputs]
             (name,) = want  # one result: the output, or the updated state
-            cmp = cap.contract.check(got[name], want[name], operands)
+            cmp = cap.contract.check(got[name], want[name], operands, program.eqns[-1])
             assert cmp.ok, f"step {step}: {cmp}"
             assert cmp.compared > 0, "nothing inside the domain was compared"
             if isinstance(p.numerics, NarrowStorage):

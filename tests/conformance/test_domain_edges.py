@@ -60,7 +60,7 @@ from conformance.outside import DEVICE_FLAGS, outside, unjustified
 from conformance.test_random_programs import _npu_programs
 
 STAND_INS = [d for d in DEVICES if d.kind is not DeviceKind.HARDWARE]
-EXAMPLES = {"cpu": 60, "vpu-cpu": 50, "xdna-host": 50}
+EXAMPLES = {"cpu": 60, "vpu-cpu": 50, "xdna-host": 50, "host": 50}
 REFUSALS = (DomainError, DomainFlagged, NarrowingRangeError, EvaluationError)
 
 

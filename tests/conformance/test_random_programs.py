@@ -44,7 +44,7 @@ from conformance.devices import DEVICE_PARAMS, Lent, Opened, opened
 from conformance.outside import feeds, unjustified
 
 #: Examples per device: small enough for a ~40 s budget on two cores (xdna-host compiles C).
-EXAMPLES = {"cpu": 150, "vpu-cpu": 120, "vpu": 120, "xdna-host": 100, "xdna": 100}
+EXAMPLES = {"cpu": 150, "vpu-cpu": 120, "vpu": 120, "xdna-host": 100, "xdna": 100, "host": 100}
 
 _MAG = 1e4  # every drawn value stays within this magnitude
 _LEGAL_DRAWN = frozenset({Prim.TANH, Prim.ERF, Prim.ABS, Prim.RECIP, Prim.MIN})

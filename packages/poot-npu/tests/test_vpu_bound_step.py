@@ -36,7 +36,7 @@ def test_a_bound_vpu_step_outlives_another_entry_and_matches_the_oracle(tmp_path
             got = engine.step(entry, {"x": x})
             want = evaluate(_program(), {"x": x, "total": total})
             total = want["total"]
-            assert type(engine._entries[entry.id].bound).__name__ == "_VpuStep"
+            assert type(engine._entries[entry.id].bound).__name__ == "_OpenVinoStep"
             # FP16 storage of each value: within a few FP16 ulps of the F32 oracle
             assert np.allclose(got["y"], want["y"], rtol=2**-10, atol=0)
             assert np.allclose(got["total"], want["total"], rtol=2**-10, atol=0)

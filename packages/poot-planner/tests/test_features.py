@@ -95,7 +95,7 @@ def test_target_sections_render_contracts_limits_and_composites() -> None:
     assert "| exp | f32 | pointwise |  | abs 2e-06 + rel 1e-05 | [-inf, 88] |" in xdna2
     assert "| sqrt | f32 | pointwise |  | rel 4e-07 | positive normal |" in xdna2
     assert "| max | f32 | pointwise |  | bit exact (sign of zero not promised) |" in xdna2
-    assert "| reduce_sum | f32 | row | any axis | within 2 x terms x 2^-23" in xdna2
+    assert "| reduce_sum | f32 | row | any axis | within 2 x n x 2^-23" in xdna2
     assert "| tile-local bytes | 64512 |" in xdna2
     assert "| compute tiles per region | 32 |" in xdna2
     assert "| hardware contexts (one per distinct region artifact) | 16 |" in xdna2
@@ -119,7 +119,7 @@ def test_target_sections_render_contracts_limits_and_composites() -> None:
         (AbsRel(2e-6, 1e-5), "abs 2e-06 + rel 1e-05"),
         (AbsRel(2.0**-24, 2.0**-9), "abs 2^-24 + rel 2^-9"),
         (Relative(4e-7), "rel 4e-07"),
-        (ScaledSum(2), "within 2 x terms x 2^-23 of the sum of the terms' magnitudes"),
+        (ScaledSum(2), "within 2 x n x 2^-23 of the sum of the n terms' magnitudes"),
         (Normwise(2.0**-8), "normwise rel 2^-8"),
     ],
 )

@@ -6,11 +6,19 @@
     weights = engine.load_weights({"w": w})       # uploaded once; range-checked on a narrowing target
     entry = engine.add_entry(plan, weights)       # lower, compile or load from cache, load
     entry = engine.add_entry(program, weights)    # the same, planned for the device's target
-    part = engine.add_partitioned(plan, weights)  # refused spans on the oracle
+    part = engine.add_partitioned(plan, weights)  # refused spans on the host device or oracle
     out = engine.step(entry, {"x": x})            # first step records, later steps replay
     engine.reset_state(entry); engine.remove_entry(entry); engine.stats(); engine.close()
     engine.read_state(entry, "k"); engine.write_state(entry, "k", k)  # poot_engine.handoff
     Engine(device, verify="always")               # or 0.01: steps checked against the oracle
+    Engine(device, host=HostDevice())             # a partition's host spans compiled there
+
+A partitioned entry's host spans (the equations the target refuses) run on ``host``, a device
+of its own (``poot_npu.host.HostDevice``: one compiled graph in F32 on the host CPU), driven
+by an engine of its own made here (the same cache, deadline and verify mode; closed with this
+one), wherever that device's target admits the span; else, and when ``host`` is None, on the
+oracle (``poot_ir.evaluate``). ``add_partitioned(..., host_spans="oracle")`` keeps one entry's
+on the oracle. The oracle stays the judge either way (``verify``, ``poot run``).
 
 Each step's host-visible values are checked against the domains of the equations reading them
 (``domain``: ``DomainError``, nothing runs); a verified step is compared with the oracle before
@@ -29,6 +37,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from time import perf_counter
+from typing import Literal
 
 import numpy as np
 from poot_ir import (
@@ -60,9 +69,11 @@ from poot_engine.live import LiveEntry, make_entry, upload_weights
 from poot_engine.partitioned import PartitionedEntry
 from poot_engine.verify import Verifier, VerifyMode
 
-__all__ = ["DEFAULT_DEADLINE_S", "Engine", "Entry", "Stats", "Weights"]
+__all__ = ["DEFAULT_DEADLINE_S", "Engine", "Entry", "HostSpans", "Stats", "Weights"]
 
 Results = dict[str, np.ndarray]
+#: Where a partitioned entry's host spans run: the engine's host device, or the oracle.
+HostSpans = Literal["compiled", "oracle"]
 
 DEFAULT_DEADLINE_S = 10.0
 _engines = itertools.count(1)
@@ -77,9 +88,12 @@ class Engine:
         cache_dir: Path | str | None = None,
         deadline_s: float = DEFAULT_DEADLINE_S,
         verify: VerifyMode = "off",
+        host: Device | None = None,
     ) -> None:
         if not isinstance(device, Device):
             raise EngineError(f"device must be a poot Device, got a {type(device).__name__}")
+        if host is not None and not isinstance(host, Device):
+            raise EngineError(f"host must be a poot Device or None, got a {type(host).__name__}")
         self.device = device
         self.deadline_s = check_deadline(deadline_s)
         self._verify = Verifier(verify)  # before anything is opened: a bad mode raises
@@ -100,6 +114,10 @@ class Engine:
         self._stepping = False  # read_state / write_state refuse while a step runs
         self._planned: dict[int, NumericsClass] = {}  # each entry's plan's numerics class
         self._handed: dict[int, NumericsClass] = {}  # the class of states written into it
+        self._host_device = host
+        self._host: Engine | None = None  # the host device's engine, made at its first span
+        self._verify_mode: VerifyMode = verify
+        self._cache_dir = cache_dir
 
     # -- weights and entries ------------------------------------------------------------------
 
@@ -137,18 +155,25 @@ class Engine:
         plan: Plan | Program,
         weights: Weights | None = None,
         initial_state: Mapping[str, np.ndarray] | None = None,
+        *,
+        host_spans: HostSpans = "compiled",
     ) -> Entry:
         """``add_entry``, but a plan that refuses a part runs its refused spans on the host
-        oracle (``poot_engine.partitioned``): the engine cuts it into spans once
+        (``poot_engine.partitioned``): the engine cuts it into spans once
         (``poot_planner.partition``, with the device's ``traits``), each device span loaded
-        from the plan it carries; ``partitioned(entry)`` gives the spans. An admitted plan gets
-        the ordinary entry. Raises as ``add_entry`` does."""
+        from the plan it carries, each host span on the engine's host device where its target
+        admits it (``host_spans="compiled"``, the default; ``"oracle"``: every host span on the
+        oracle); ``partitioned(entry)`` gives the spans. An admitted plan gets the ordinary
+        entry. Raises as ``add_entry`` does."""
         self._usable()
+        if host_spans not in ("compiled", "oracle"):
+            raise EngineError(f"host_spans is 'compiled' or 'oracle', not {host_spans!r}")
         planned = self._plan(plan)
         if planned.admitted:
             return self.add_entry(planned, weights, initial_state)
         wbufs = self._weights_of(weights) if weights is not None else {}
-        part = self._add_partitioned(planned, wbufs, initial_state or {})
+        on_host = host_spans == "compiled" and self._host_device is not None
+        part = self._add_partitioned(planned, wbufs, initial_state or {}, on_host)
         handle = Entry(self._id, next(self._ids), planned.source.name)
         self._parts[handle.id] = part
         self._planned[handle.id] = planned.numerics
@@ -189,9 +214,11 @@ class Engine:
         planned: Plan,
         wbufs: Mapping[str, Buffer],
         initial_state: Mapping[str, np.ndarray],
+        on_host: bool = False,
     ) -> PartitionedEntry:
         """The partitioned entry of a refused plan: each device span an ordinary sub-entry bound
-        to the subset of ``wbufs`` it reads, loaded from the plan its span carries."""
+        to the subset of ``wbufs`` it reads, loaded from the plan its span carries; with
+        ``on_host``, each host span the host device's target admits a sub-entry there."""
 
         program = planned.source
         bind_weights(program, {n: b.type for n, b in wbufs.items()})  # exactly the program's
@@ -207,7 +234,31 @@ class Engine:
         def read(name: str) -> np.ndarray:
             return self.device.read(wbufs[name])
 
-        return PartitionedEntry.build(program, spans, read, states, add_sub, self.remove_entry)
+        add_host = self._add_host if on_host else None
+        return PartitionedEntry.build(
+            program, spans, read, states, add_sub, self.remove_entry, add_host
+        )
+
+    def _host_engine(self) -> Engine:
+        """The host device's engine, made at the first host span it runs."""
+        assert self._host_device is not None
+        if self._host is None:
+            self._host = Engine(
+                self._host_device, self._cache_dir, self.deadline_s, self._verify_mode
+            )
+        return self._host
+
+    def _add_host(self, span: Span, weights: Mapping[str, np.ndarray]) -> tuple[Entry, Plan] | None:
+        """A host span as a sub-entry of the host device's engine, with the weights it reads,
+        or None when that device's target refuses any of it (the oracle runs it)."""
+        assert self._host_device is not None
+        p = plan(span.program, self._host_device.target)
+        if not p.admitted:
+            return None
+        host = self._host_engine()
+        names = [a.name for a in span.program.args if a.storage is Storage.WEIGHT]
+        handle = host.load_weights({n: weights[n] for n in names})
+        return host.add_entry(p, handle), p
 
     def partitioned(self, entry: Entry) -> PartitionedEntry | None:
         """The spans, sub-entries and last step's boundary values of a partitioned entry."""
@@ -234,6 +285,9 @@ class Engine:
             for sub in part.subs:
                 if sub is not None:
                     self.remove_entry(sub)
+            for sub in part.host_subs:
+                if sub is not None and self._host is not None:
+                    self._host.remove_entry(sub)
             return
         e = self._entry(entry)
         del self._entries[entry.id]
@@ -267,7 +321,9 @@ class Engine:
             if e is not None:
                 results, device_s = self._run(e, inputs)
             elif (part := self.partitioned(entry)) is not None:
-                results, device_s = part.step(inputs, lambda h, x: self._run(self._entry(h), x))
+                results, device_s = part.step(
+                    inputs, lambda h, x: self._run(self._entry(h), x), self._run_host
+                )
             else:
                 raise unknown_entry(entry)
         finally:
@@ -277,6 +333,17 @@ class Engine:
         c.device_s += device_s
         c.host_s += perf_counter() - t0 - device_s
         return results
+
+    def _run_host(self, entry: Entry, inputs: Mapping[str, np.ndarray]) -> tuple[Results, float]:
+        """One step of a host span's sub-entry on the host device's engine."""
+        assert self._host is not None
+        host = self._host
+        e = host._entry(entry)
+        try:
+            return host._run(e, inputs)
+        except (DeadlineExceeded, DevicePoisoned):
+            self._life.poison()  # this engine's step missed its deadline on the host device
+            raise
 
     def _run(self, e: LiveEntry, inputs: Mapping[str, np.ndarray]) -> tuple[Results, float]:
         v = self._verify
@@ -357,6 +424,10 @@ class Engine:
         self._parts.clear()
         self._weights.clear()
         self._failed.clear()
+        if self._host is not None:
+            self._host.close()
+        elif self._host_device is not None:
+            self._host_device.close()
         self.device.close()
 
     def __enter__(self) -> Engine:

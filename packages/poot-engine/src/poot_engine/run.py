@@ -32,7 +32,8 @@ __all__ = ["RunReport", "StepCheck", "run_program"]
 @dataclass(slots=True)
 class RunReport:
     """What running ``program`` on a device did: the plan, every step's check, engine stats.
-    ``spans`` is the partition a partitioned run used (empty for an ordinary run)."""
+    ``spans`` is the partition a partitioned run used (empty for an ordinary run), ``hosts``
+    the plans its host spans ran by on the host device."""
 
     program: Program
     device: str
@@ -42,6 +43,8 @@ class RunReport:
     compiles: int = 0
     cache_hits: int = 0
     spans: tuple[Span, ...] = ()
+    #: each span's plan on the host device (None: a device span, or a host span the oracle ran)
+    hosts: tuple[Plan | None, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -59,11 +62,13 @@ def run_program(
     inputs: list[dict[str, np.ndarray]] | None = None,
     integer_valued: bool = False,
     partition: bool = False,
+    host: Device | None = None,
 ) -> RunReport:
     """Plan ``program`` for ``device``'s target; if it is admitted (or ``partition`` asks for a
     partitioned entry), run ``steps`` steps through an ``Engine`` and check each one. Inputs
     are ``inputs[k]`` (every argument: weights are read from step 0 only, states from step 0 as
-    initial values) or deterministic samples."""
+    initial values) or deterministic samples. ``host``: the device a partition's host spans
+    run on where its target admits them (``Engine(host=...)``; None: the oracle)."""
     p = plan(program, device.target)  # the one plan: the engine loads it (and its spans') as is
     report = RunReport(program, device_name, p)
     if not p.admitted and not partition:
@@ -83,20 +88,22 @@ def run_program(
     first = per_step[0]
     weights = {n: v for n, v in first.items() if storage[n] is Storage.WEIGHT}
     states = {n: v for n, v in first.items() if storage[n] is Storage.STATE}
-    engine = Engine(device, cache_dir=cache_dir)
+    engine = Engine(device, cache_dir=cache_dir, host=host)
     try:
         handle = engine.load_weights(weights)
         add = engine.add_partitioned if partition else engine.add_entry
         entry = add(p, handle, states)
         part = engine.partitioned(entry)
         report.spans = part.spans if part is not None else ()
+        report.hosts = part.hosts if part is not None else ()
         joint = step_joint(p) if part is None else None  # built once: one evaluation a step
         for k, sample in enumerate(per_step):
             slots = {n: v for n, v in sample.items() if storage[n] is Storage.SLOT}
             got = engine.step(entry, slots)
             if part is not None:
                 trace = {**weights, **part.trace}  # a device span's weights stay on the device
-                report.steps.append(StepCheck(k, check_spans(program, part.spans, trace, got)))
+                checks = check_spans(program, part.spans, trace, got, part.hosts)
+                report.steps.append(StepCheck(k, checks))
             else:
                 feed = {**weights, **states, **slots}
                 checks = check_results(p, feed, got, joint=joint)

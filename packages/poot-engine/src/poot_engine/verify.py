@@ -28,7 +28,7 @@ reports.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -138,15 +138,21 @@ def check_spans(
     spans: tuple[Span, ...],
     trace: Mapping[str, np.ndarray],
     got: Mapping[str, np.ndarray],
+    hosts: Sequence[Plan | None] = (),
 ) -> Checks:
     """A partitioned step, span by span on its own inputs (``trace``: the weights and every
-    boundary value of the step), then each program result against the span value it is."""
+    boundary value of the step), then each program result against the span value it is.
+    ``hosts[k]``: the plan host span ``k`` ran on the host device by (``PartitionedEntry.
+    hosts``), checked under it like a device span's; a host span without one ran on the
+    oracle and must match it bit for bit."""
     checks: list[tuple[str, Comparison]] = []
-    for span in spans:
-        p = span.plan
+    for k, span in enumerate(spans):
+        host = hosts[k] if k < len(hosts) else None
+        p = span.plan or host
         feed = {a.name: trace[a.name] for a in span.program.args}
         mine = {n: trace[n] for n in span.program.result_names}
-        where = f"{'device' if p else 'oracle'} {span.first}..{span.last}"
+        kind = "device" if span.plan else "host" if host else "oracle"
+        where = f"{kind} {span.first}..{span.last}"
         if p is not None:
             found = check_results(p, feed, mine)  # the oracle evaluated once, there
         else:

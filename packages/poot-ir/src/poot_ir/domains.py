@@ -226,7 +226,10 @@ class Interval(_Domain):
                 inside += [sign * largest, sign * 104.0]
         f = np.dtype(dtype.numpy).type
         ends = ((hi, math.inf), (lo, -math.inf))
-        past = tuple(float(np.nextafter(f(e), f(d))) for e, d in ends if math.isfinite(e))
+        # a bound past the dtype's range (2^50 in F16) is its infinity: only that is past it;
+        # an infinite end has nothing past it
+        with np.errstate(over="ignore"):
+            past = tuple(float(np.nextafter(f(e), f(d))) for e, d in ends if math.isfinite(e))
         return DomainEdges(_fit(inside, dtype), _fit(small, dtype), past)
 
     def ordinary(self, dtype: DType, n: int, rng: np.random.Generator) -> Array:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from poot_ir.core import Prim
+from poot_ir.core import ConvParams, Eqn, Prim, ReduceParams, ReduceWindowParams
 from poot_ir.domains import (
     AnyInput,
     Bf16Contraction,
@@ -68,6 +68,7 @@ __all__ = [
     "ScaledSum",
     "Unbounded",
     "UnboundedBy",
+    "accumulated",
     "compare",
     "larger_operand",
     "looser",
@@ -117,9 +118,9 @@ class Relative:
 
 @dataclass(frozen=True, slots=True)
 class ScaledSum:
-    """A sum added in order: ``|y - ref| <= ulps_per_term * terms * unit * sum(|terms|)``, over
-    the reduced axes (``Contract.check`` and ``row_magnitudes`` take the last axis; the running
-    error analysis, ``poot_planner.error_bounds``, the equation's own axes)."""
+    """An accumulation: ``|y - ref| <= ulps_per_term * n * unit * sum(|terms|)``, ``n`` the
+    terms summed into the element. A last-axis sum: ``cols * sum(|x_row|)``
+    (``row_magnitudes``); any sum, matmul, convolution or window sum: ``accumulated``."""
 
     ulps_per_term: float
     unit: float = F32_UNIT
@@ -231,6 +232,35 @@ def product_magnitudes(bound: ProductSum, a: Any, b: Any) -> Array:
     return np.asarray(np.where(s * (1 + f) < _F32_MAX, allowed, np.inf))
 
 
+def accumulated(eqn: Eqn, operands: Sequence[Any]) -> Array:
+    """The scale of ``ScaledSum`` for the accumulating step ``eqn`` on ``operands``: at each
+    result element, the number of terms summed into it times the sum of their magnitudes
+    (float64). A reduce_sum over any axes, a matmul (terms ``a_ik * b_kj``), a convolution
+    (``x * w`` over the window and the group's channels, padding excluded) and a window sum;
+    another primitive is ``ValueError``. The count is the step evaluated on ones, so padding
+    and dilation are counted as the oracle sums them."""
+    from poot_ir.window import conv64, windows_of  # the oracle's own window arithmetic
+
+    mags = [np.abs(np.asarray(o, np.float64)) for o in operands]
+    p = eqn.params
+    match eqn.prim:
+        case Prim.REDUCE_SUM if isinstance(p, ReduceParams):
+            x = mags[0]
+            n = int(np.prod([x.shape[a] for a in p.axes]))
+            return np.asarray(n * np.sum(x, axis=p.axes))
+        case Prim.MATMUL:
+            return np.asarray(mags[0].shape[-1] * (mags[0] @ mags[1]))
+        case Prim.CONV if isinstance(p, ConvParams):
+            shape = eqn.out.type.shape
+            ones = conv64(np.ones_like(mags[0]), np.ones_like(mags[1]), p, shape)
+            return np.asarray(ones * conv64(mags[0], mags[1], p, shape))
+        case Prim.REDUCE_WINDOW_SUM if isinstance(p, ReduceWindowParams):
+            axes = tuple(range(mags[0].ndim, 2 * mags[0].ndim))
+            ones = np.sum(windows_of(np.ones_like(mags[0]), p, 0.0), axis=axes)
+            return np.asarray(ones * np.sum(windows_of(mags[0], p, 0.0), axis=axes))
+    raise ValueError(f"{eqn.prim.value} is no accumulation")
+
+
 @dataclass(frozen=True, slots=True)
 class Contract:
     """What a target promises for one primitive: ``bound`` on ``domain``."""
@@ -239,16 +269,19 @@ class Contract:
     bound: Bound
     domain: Domain
 
-    def check(self, actual: Any, expected: Any, operands: Sequence[Any]) -> Comparison:
+    def check(
+        self, actual: Any, expected: Any, operands: Sequence[Any], eqn: Eqn | None = None
+    ) -> Comparison:
         """Compare a device result with the oracle's inside the domain; the scale the bound
-        needs is computed from ``operands``."""
+        needs is computed from ``operands`` (a ``ScaledSum``: of the step ``eqn`` when given,
+        ``accumulated``; else a last-axis sum's, ``row_magnitudes``)."""
         mask = self.domain.inside(operands, expected)
         scale: Array | None = None
         match self.bound:
             case LargerOperandUlps():
                 scale = larger_operand(operands[0], operands[-1])
             case ScaledSum():
-                scale = row_magnitudes(operands[0])
+                scale = row_magnitudes(operands[0]) if eqn is None else accumulated(eqn, operands)
             case ProductSum():
                 scale = product_magnitudes(self.bound, operands[0], operands[1])
                 mask = np.asarray(mask, bool) & np.isfinite(scale)

@@ -21,6 +21,7 @@ __all__ = ["DEVICES", "DeviceInfo", "DeviceKind", "available_devices", "device_i
 
 class DeviceKind(Enum):
     ORACLE = "oracle"
+    HOST = "compiled host"
     STAND_IN = "hardware-free stand-in"
     HARDWARE = "hardware"
 
@@ -88,6 +89,21 @@ def _make_vpu(device: str) -> Callable[[], Device]:
     return make
 
 
+def _host() -> str | None:
+    missing = _module("openvino") or _module("poot_npu.host")
+    if missing:
+        return missing
+    from poot_npu.host import HostDevice
+
+    return HostDevice.probe()
+
+
+def _make_host() -> Device:
+    from poot_npu.host import HostDevice
+
+    return HostDevice()
+
+
 def _make_xdna() -> Device:
     from poot_npu.xdna import XdnaDevice
 
@@ -108,6 +124,14 @@ DEVICES: tuple[DeviceInfo, ...] = (
         "the reference semantics itself",
         lambda: None,
         CpuDevice,
+    ),
+    DeviceInfo(
+        "host",
+        "host-cpu",
+        DeviceKind.HOST,
+        "the host CPU: one compiled OpenVINO graph in F32, checked against the oracle",
+        _host,
+        _make_host,
     ),
     DeviceInfo(
         "vpu",

@@ -11,17 +11,8 @@ OpenVINO's CPU plugin with ``CPU_STANDIN_CONFIG``. It proves the IR, the lowerin
 cache and the engine path; it does not prove the NPU's compiler, FP16 units or driver
 (``stand_in``, ``describe()``). No device is ever ``"AUTO"``, which silently falls back to CPU.
 
-The artifact:
-
-- ``lower``: the IR, xml and bin framed into one bytes value (``frame_ir``), and the signature
-  of the lowered model. With the device identity it is the blob-cache key.
-- ``compile``: read the IR, ``compile_model`` on the explicit device, ``export_model``. A graph
-  the compiler rejects is ``CompileFailed`` carrying OpenVINO's own message.
-- ``load``: ``import_model``; a blob the runtime refuses is ``BlobRefused`` (the engine then
-  recompiles). The compiled model's ports (names, order, direction, extents, element type) are
-  read back as the artifact's signature: the runtime converts a retyped input silently and runs
-  a missing one on stale memory, so only this comparison catches a compiler that changed one.
-  A port no poot type can describe is ``SignatureMismatch`` here.
+The artifact, buffers, binding, deadlines and the guard's check after a run are
+``poot_npu.openvino_device`` (``OpenVinoDevice``, which ``HostDevice`` shares).
 
 The FP16 guard. A narrowed graph (``plan.narrowing``) is lowered with the in-graph guards of
 ``poot_planner.fp16.checks``: one extra boolean result after the program's, named by the
@@ -29,67 +20,27 @@ equations it checks, which is not part of the artifact's signature. After every 
 output is copied, a set flag is ``NarrowingRangeIntermediate`` naming the source equation (an
 intermediate that overflowed FP16, or a saturated sentinel that stopped dominating); the engine
 then commits nothing. ``overflow_guard=False`` drops it, for the benchmark only.
-
-Buffers are host numpy arrays (the NPU addresses host memory). Each artifact has one infer
-request, made at load; a dispatch binds every buffer to it once, as an ``ov.Tensor`` that
-shares the array's memory, on the request's input and output ports: later writes into an input
-buffer are what the next run reads, and a run writes its results into the output buffers
-themselves (no copy). A dispatch checks its command first (``check_dispatch``: another device's
-or an unloaded artifact, a buffer not allocated here, or not the artifact's ABI is
-``DispatchRefused`` before OpenVINO is touched; a replay's dispatch, the same buffers again, was
-checked and bound once, until a buffer is freed), then ``start_async`` and ``wait_for`` at most
-the deadline (whole milliseconds, rounded up, in waits of at most ``MAX_WAIT_MS``; ``inf`` waits
-with no end: ``poot_engine.deadline``). A missed deadline is ``DeadlineExceeded`` and poisons the device:
-every later call but ``close`` raises ``DevicePoisoned``, and the failed request and every
-buffer it used stay referenced until ``close``. ``close`` cancels such a request and waits for
-it at most ``_CLOSE_GRACE_MS``; one still running after that is kept alive for the rest of the
-process rather than freeing memory the runtime may still write.
 """
 
 from __future__ import annotations
 
-import math
-import struct
-from collections.abc import Sequence
-from dataclasses import dataclass
-from time import perf_counter
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
-import numpy as np
 from poot_codegen.intel import graph as intel_graph
-from poot_codegen.intel import guard as intel_guard
 from poot_codegen.intel.quiet import ov
-from poot_engine.deadline import single_wait_ms, wait_slices_ms
-from poot_engine.device import (
-    ArgSpec,
-    Artifact,
-    ArtifactSource,
-    BoundStep,
-    Buffer,
-    DeviceIdentity,
-    DeviceTraits,
-    Direction,
-    Signature,
-    StepCommands,
-    check_dispatch,
-)
-from poot_engine.host_buffers import HostMemory, HostStep, next_id
-from poot_ir import (
-    BlobRefused,
-    CompileFailed,
-    DeviceFailed,
-    DeviceUnavailable,
-    DispatchRefused,
-    DType,
-    NarrowingRangeIntermediate,
-    SignatureMismatch,
-    TensorType,
-    UnsupportedDevice,
-)
+from poot_engine.device import ArtifactSource, DeviceTraits
+from poot_ir import DeviceUnavailable, UnsupportedDevice
 from poot_planner.fp16.checks import RangeCheck
 from poot_planner.fp16.narrowing import intermediate_guards
 
 from poot_npu import vpu_identity
+from poot_npu.openvino_device import (
+    OpenVinoDevice,
+    frame_ir,
+    port_signature,
+    split_guard,
+    unframe_ir,
+)
 
 if TYPE_CHECKING:
     from poot_planner import Plan
@@ -104,74 +55,22 @@ NPU_CONFIG: Final[dict[str, str]] = {}
 """Compile options on the NPU: none. The plugin picks its compiler (``NPU_COMPILER_TYPE``,
 recorded in the identity) and the present device's platform; FP16 is the NPU's only float."""
 
-_IR_MAGIC: Final = b"POOT-OPENVINO-IR-1\n"
-_CLOSE_GRACE_MS: Final = 1000
 
-# Handle ids, shared by every VpuDevice and disjoint from CpuDevice's (which count from 1), so
-# an artifact or buffer of another device is never mistaken for one of ours.
-_abandoned: list[object] = []  # requests still running at close, kept alive (module docstring)
-
-
-def frame_ir(xml: bytes, weights: bytes) -> bytes:
-    """The IR as one bytes value: a magic line, then xml and bin, each u64-length-prefixed."""
-    return _IR_MAGIC + struct.pack(">Q", len(xml)) + xml + struct.pack(">Q", len(weights)) + weights
-
-
-def unframe_ir(data: bytes) -> tuple[bytes, bytes]:
-    """The (xml, bin) that ``frame_ir`` framed; ``ValueError`` for anything else."""
-    at = len(_IR_MAGIC)
-    if data[:at] != _IR_MAGIC or len(data) < at + 8:
-        raise ValueError("not a poot OpenVINO IR source")
-    (n,) = struct.unpack_from(">Q", data, at)
-    xml_end = at + 8 + n
-    if xml_end + 8 > len(data):
-        raise ValueError("a truncated poot OpenVINO IR source")
-    (m,) = struct.unpack_from(">Q", data, xml_end)
-    if xml_end + 8 + m != len(data):
-        raise ValueError("a poot OpenVINO IR source of the wrong length")
-    return data[at + 8 : xml_end], data[xml_end + 8 :]
-
-
-@dataclass(slots=True)
-class _VpuLoaded:
-    """One loaded artifact: its compiled model, its one infer request and what is bound: the
-    buffers of the last checked dispatch (compared by identity: a replay passes the same tuple
-    every step) and the tensors over their memory, set on the request's ports, inputs and
-    outputs, kept referenced here."""
-
-    artifact: Artifact
-    compiled: Any
-    request: Any
-    n_in: int
-    #: the guard result's output port and the label of each of its flags, if it has one
-    guard: tuple[int, tuple[str, ...]] | None
-    buffers: tuple[Buffer, ...] | None = None
-    generation: int = -1
-    tensors: tuple[Any, ...] = ()
-    flags: np.ndarray | None = None  # the guard result's memory, bound with the buffers
-
-
-class VpuDevice(HostMemory):
+class VpuDevice(OpenVinoDevice):
     """The Intel NPU4 device (``"NPU"``) or its stand-in on OpenVINO's CPU plugin (``"CPU"``);
     see the module docstring. ``runs`` counts completed dispatches."""
 
     def __init__(self, device: str = "NPU", *, overflow_guard: bool = True) -> None:
         if device not in DEVICES:
             raise UnsupportedDevice(device, f"VpuDevice runs on {' or '.join(DEVICES)} only")
-        super().__init__(f"VpuDevice({device})")
-        self._device = device
+        config = intel_graph.CPU_STANDIN_CONFIG if device == "CPU" else NPU_CONFIG
+        super().__init__(f"VpuDevice({device})", device, config, ov.Core())
         # the in-graph FP16 guard of narrowed graphs (module docstring); off only to measure it
         self._guard = overflow_guard
-        self._core = ov.Core()
-        self._config = dict(intel_graph.CPU_STANDIN_CONFIG if self.stand_in else NPU_CONFIG)
         why = vpu_identity.probe(self._core, device, self._config)
         if why is not None:
             raise DeviceUnavailable(self._name, why)
         self._identity = vpu_identity.identity(self._core, device, self._config, self.stand_in)
-        self._loaded: dict[int, _VpuLoaded] = {}
-        self._failed: list[tuple[_VpuLoaded, tuple[np.ndarray, ...]]] = []
-        self._gen = 0
-        self.runs = 0
 
     @staticmethod
     def probe(device: str) -> str | None:
@@ -190,10 +89,6 @@ class VpuDevice(HostMemory):
     @property
     def target(self) -> str:
         return TARGET
-
-    @property
-    def identity(self) -> DeviceIdentity:
-        return self._identity
 
     def describe(self) -> str:
         i = self._identity
@@ -229,236 +124,5 @@ class VpuDevice(HostMemory):
             guards = intermediate_guards(plan.legalized, plan.narrowing, plan.score_bound)
         model = intel_graph.lower(plan.program, emulate_f16=self.stand_in, guards=guards)
         data = frame_ir(*intel_graph.serialize(model))
-        entries, _ = _split_guard(model)
-        return ArtifactSource(data, _signature(entries, self._name))
-
-    def compile(self, source: ArtifactSource) -> bytes:
-        self._usable()
-        xml, weights = unframe_ir(source.data)
-        tool = f"OpenVINO {ov.get_version()} ({self._device})"
-        try:
-            model = intel_graph.deserialize(xml, weights)
-        except RuntimeError as err:
-            raise CompileFailed(tool, str(err), "the IR") from None
-        try:
-            try:
-                compiled = self._core.compile_model(model, self._device, self._config)
-            except RuntimeError as err:
-                # The CPU plugin's snippets (JIT fusion of elementwise chains) can fail to
-                # allocate registers on a long chain (a legalized erf alone: 34 steps with their
-                # f16 roundings). The stand-in then compiles that graph with snippets off: every
-                # op its own kernel, the same per-op results; the blob loads with the usual
-                # options.
-                if not (self.stand_in and _SNIPPET_REGISTERS in str(err)):
-                    raise
-                config = {**self._config, "SNIPPETS_MODE": "DISABLE"}
-                compiled = self._core.compile_model(model, self._device, config)
-            return bytes(compiled.export_model().getvalue())
-        except RuntimeError as err:
-            raise CompileFailed(tool, str(err), f"graph {model.get_friendly_name()!r}") from None
-
-    def load(self, blob: bytes) -> Artifact:
-        self._usable()
-        try:
-            compiled = self._core.import_model(blob, self._device, self._config)
-        except RuntimeError as err:
-            raise BlobRefused(self._name, str(err)) from None
-        entries, guard = _split_guard(compiled)
-        sig = _signature(entries, self._name)
-        try:
-            request = compiled.create_infer_request()
-        except RuntimeError as err:
-            raise BlobRefused(self._name, f"no infer request: {err}") from None
-        artifact = Artifact(next_id(), sig)
-        self._loaded[artifact.id] = _VpuLoaded(artifact, compiled, request, len(sig.inputs), guard)
-        return artifact
-
-    def compiled_model(self, artifact: Artifact) -> Any:
-        """The ``ov.CompiledModel`` behind a loaded artifact (for diagnostics and benchmarks)."""
-        loaded = self._loaded.get(artifact.id)
-        if loaded is None or loaded.artifact != artifact:
-            raise DispatchRefused(f"{self._name}: artifact {artifact.id} is not loaded here")
-        return loaded.compiled
-
-    def unload(self, artifact: Artifact) -> None:
-        self._usable()
-        self._buffers.epoch += 1  # a bound step of this artifact is stale
-        self._loaded.pop(artifact.id, None)
-
-    # -- running -------------------------------------------------------------------------------
-
-    def dispatch(self, artifact: Artifact, buffers: tuple[Buffer, ...], deadline_s: float) -> None:
-        self._usable()
-        loaded = self._loaded.get(artifact.id)
-        if loaded is None or loaded.buffers is not buffers or loaded.generation != self._gen:
-            loaded = self._bind(artifact, buffers)
-        self._run(loaded, deadline_s, single_wait_ms(deadline_s))
-
-    def _run(self, loaded: _VpuLoaded, deadline_s: float, ms: int | None) -> None:
-        """One run of a bound request under ``deadline_s``, then its FP16 guard. ``ms`` is
-        ``single_wait_ms(deadline_s)``, which a bound step works out once per deadline."""
-        req = loaded.request
-        try:
-            req.start_async()
-            if ms is not None:
-                done = req.wait_for(ms)
-            else:
-                done = any(req.wait_for(ms) for ms in wait_slices_ms(deadline_s))
-        except RuntimeError as err:
-            raise DeviceFailed(
-                f"{self._name}: the run of artifact {loaded.artifact.id} failed: {err}"
-            ) from None
-        if not done:
-            memory = self._buffers.memory
-            kept = tuple(memory[b.id] for b in loaded.buffers or ())
-            self._failed.append((loaded, kept))
-            raise self._life.missed(
-                deadline_s, f"{self._name} run of artifact {loaded.artifact.id}"
-            )
-        self.runs += 1
-        # The run wrote its outputs; a set flag commits nothing. ``flags`` is bound with the
-        # buffers when the graph has a guard; any flag set is argmax (cheaper than ``any`` here).
-        flags = loaded.flags
-        if flags is not None and flags.item(flags.argmax()):
-            _check_guard(loaded, self._name)
-
-    def bind_step(self, commands: StepCommands) -> BoundStep:
-        """``poot_engine.steps``: a step of one dispatch is bound whole (``_VpuStep``: the
-        command checked and the request's tensors set once); anything else gets ``HostStep``.
-        A subclass that changes ``dispatch``, ``write``, ``read`` or ``copy`` returns
-        ``ProtocolStep(self, commands)`` instead."""
-        self._usable()
-        if len(commands.dispatches) != 1:
-            return super().bind_step(commands)
-        artifact, buffers = commands.dispatches[0]
-        return _VpuStep(self, commands, self._bind(artifact, buffers))
-
-    def _bind(self, artifact: Artifact, buffers: tuple[Buffer, ...]) -> _VpuLoaded:
-        """Check a dispatch's command (``check_dispatch``), then set a tensor over each buffer's
-        own memory on the request's port, inputs and outputs alike: later writes into an input
-        buffer are what the next run reads, and a run writes its results straight into the
-        output buffers (no copy). Kept until another command, a free or an unload."""
-        memory = self._buffers.memory
-        loaded = check_dispatch(
-            artifact, buffers, self._loaded, lambda e: e.artifact, memory, self._name
-        )
-        req, n_in = loaded.request, loaded.n_in
-        tensors = tuple(_shared(memory[b.id], b.type) for b in buffers)
-        try:
-            for port, tensor in enumerate(tensors[:n_in]):
-                req.set_input_tensor(port, tensor)
-            for port, tensor in enumerate(tensors[n_in:]):
-                req.set_output_tensor(port, tensor)
-            if loaded.guard is not None and loaded.flags is None:
-                # the guard's flags in host memory too: a step reads them without a tensor
-                flags = np.zeros(len(loaded.guard[1]), np.bool_)
-                req.set_output_tensor(loaded.guard[0], ov.Tensor(flags, shared_memory=True))
-                loaded.flags = flags
-        except RuntimeError as err:
-            raise DeviceFailed(f"{self._name}: binding artifact {artifact.id}: {err}") from None
-        loaded.buffers, loaded.generation, loaded.tensors = buffers, self._gen, tensors
-        return loaded
-
-    def free(self, buffer: Buffer) -> None:
-        self._gen += 1  # a binding over a freed buffer is never reused
-        super().free(buffer)
-
-    def _release(self) -> None:
-        for loaded, arrays in self._failed:
-            if not _cancel(loaded.request):
-                _abandoned.append((loaded, arrays))
-        self._failed.clear()
-        self._loaded.clear()
-
-
-# -- helpers ------------------------------------------------------------------------------------
-
-
-def _split_guard(model: Any) -> tuple[tuple[intel_graph.ArgSignature, ...], Any]:
-    """The ports of ``model`` but its guard result, and the guard's (output port, labels)."""
-    entries = intel_graph.model_signature(model)
-    for port, out in enumerate(model.outputs):
-        labels = intel_guard.guard_labels({str(n) for n in out.get_names()})
-        if labels is not None:
-            drop = len(model.inputs) + port
-            return entries[:drop] + entries[drop + 1 :], (port, labels)
-    return entries, None
-
-
-def _check_guard(loaded: _VpuLoaded, device: str) -> None:
-    """``NarrowingRangeIntermediate`` for the first flag the graph set (outputs are not yet
-    copied, so nothing of the refused run reaches a buffer)."""
-    assert loaded.guard is not None and loaded.flags is not None  # bound with the buffers
-    for label, flag in zip(loaded.guard[1], loaded.flags, strict=True):
-        eqn, prim, check = label.split(".")
-        if flag and check != "keep":  # a keep flag only gives a divisor a use
-            raise NarrowingRangeIntermediate(int(eqn), prim, check, device)
-
-
-class _VpuStep(HostStep):
-    """A recorded step of one dispatch, bound whole: the inputs written into the bound
-    tensors' memory, one run of the request, the results copied out of the output buffers.
-    The deadline's wait is worked out once per deadline, not per step."""
-
-    __slots__ = ("_artifact", "_bound", "_buffers_bound", "_deadline", "_ms", "_vpu")
-
-    def __init__(self, device: VpuDevice, commands: StepCommands, loaded: _VpuLoaded) -> None:
-        super().__init__(device, device._life, device._buffers, commands)
-        self._vpu, self._bound = device, loaded
-        self._artifact, self._buffers_bound = commands.dispatches[0]
-        self._deadline = math.nan  # unequal to every deadline: the first run works its wait out
-        self._ms: int | None = None
-
-    def loaded(self) -> bool:
-        return self._vpu._loaded.get(self._bound.artifact.id) is self._bound
-
-    def run(
-        self, inputs: Sequence[np.ndarray], deadline_s: float
-    ) -> tuple[tuple[np.ndarray, ...], float]:
-        vpu, loaded = self._vpu, self._bound
-        if not self._life.usable:
-            self._life.check()
-        self.check()
-        if loaded.buffers is not self._buffers_bound or loaded.generation != vpu._gen:
-            vpu._bind(self._artifact, self._buffers_bound)  # another command ran since
-        self.write_inputs(inputs)
-        if deadline_s != self._deadline:
-            self._deadline, self._ms = deadline_s, single_wait_ms(deadline_s)
-        t0 = perf_counter()
-        vpu._run(loaded, deadline_s, self._ms)
-        took = perf_counter() - t0
-        return tuple([m.copy() for m in self._reads]), took
-
-
-_SNIPPET_REGISTERS = "Can't allocate registers for a snippet"
-
-
-def _signature(entries: tuple[intel_graph.ArgSignature, ...], device: str) -> Signature:
-    """The engine's signature of a model's ports; ``SignatureMismatch`` for a port no poot type
-    describes (an element type poot lacks, a dynamic shape)."""
-    specs = []
-    for e in entries:
-        if not isinstance(e.dtype, DType) or not isinstance(e.shape, tuple):
-            raise SignatureMismatch(
-                f"{device}: the compiled graph's {e.direction} {e.name!r} has no poot type",
-                "a poot dtype and a static shape",
-                f"{e.dtype} {e.shape}",
-            )
-        specs.append(ArgSpec(e.name, Direction(e.direction), TensorType(e.shape, e.dtype)))
-    return Signature(tuple(specs))
-
-
-def _shared(mem: np.ndarray, type: TensorType) -> Any:
-    """An ``ov.Tensor`` over ``mem``'s own memory (OpenVINO's numpy map has no bfloat16)."""
-    if type.dtype is DType.BF16:
-        return ov.Tensor(mem.view(np.uint16), list(mem.shape), ov.Type.bf16)
-    return ov.Tensor(mem, shared_memory=True)
-
-
-def _cancel(req: Any) -> bool:
-    """Cancel a run that missed its deadline; whether it is over (its memory may be freed)."""
-    try:
-        req.cancel()
-        return bool(req.wait_for(_CLOSE_GRACE_MS))
-    except RuntimeError:  # a cancelled request's wait raises: it is over
-        return True
+        entries, _ = split_guard(model)
+        return ArtifactSource(data, port_signature(entries, self._name))

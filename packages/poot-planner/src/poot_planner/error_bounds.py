@@ -57,7 +57,9 @@ from poot_ir.numerics import (
     Relative,
     RoundedTwice,
     ScaledSum,
+    accumulated,
     product_magnitudes,
+    row_magnitudes,
 )
 from poot_ir.window import conv64, windows_of
 
@@ -111,11 +113,14 @@ def _own(c: Contract | None, e: Eqn, ops: list[Array], y: Array) -> Array:
             )
             own = u * unit * np.broadcast_to(larger, y.shape)
         case ScaledSum(ulps_per_term=u, unit=unit):
-            x = np.abs(ops[0].astype(np.float64))
-            # over the equation's reduced axes (the last one for a row kernel's step)
-            axes = e.params.axes if isinstance(e.params, ReduceParams) else (x.ndim - 1,)
-            terms = int(np.prod([x.shape[a] for a in axes]))
-            own = u * unit * terms * np.sum(x, axis=axes) if x.ndim else zero
+            # an accumulation: its terms' count times their magnitudes (``accumulated``: any
+            # reduce_sum, matmul, convolution or window sum); a row kernel's step, its last axis
+            if not ops[0].ndim:
+                own = zero
+            elif e.prim in _ACCUMULATIONS:
+                own = u * unit * accumulated(e, ops)
+            else:
+                own = u * unit * row_magnitudes(ops[0])
         case ProductSum():
             # a contraction: its operands' narrowing and its accumulation, over the row of a
             # and the column of b (numerics.ProductSum); inf where a partial sum may overflow
@@ -125,6 +130,29 @@ def _own(c: Contract | None, e: Eqn, ops: list[Array], y: Array) -> Array:
             own = r * y64 + f * (np.size(ops[0]) / max(y.size, 1) + 2.0)
     inside = c.domain.inside(ops, y)
     return np.where(inside, own, np.inf)
+
+
+#: the steps that round a value they compute (data movement and choosing steps round nothing)
+_ROUNDED = frozenset(
+    {Prim.ADD, Prim.SUB, Prim.MUL, Prim.DIV, Prim.RECIP, Prim.SQRT, Prim.EXP, Prim.LOG}
+    | {Prim.TANH, Prim.ERF, Prim.REDUCE_SUM, Prim.MATMUL, Prim.CONV, Prim.REDUCE_WINDOW_SUM}
+)
+
+
+#: the steps ``numerics.accumulated`` scales a ``ScaledSum`` of
+_ACCUMULATIONS = frozenset({Prim.REDUCE_SUM, Prim.MATMUL, Prim.CONV, Prim.REDUCE_WINDOW_SUM})
+
+
+def _rerounded(e: Eqn, y: Array, prop: Array) -> Array:
+    """One ulp of the result where a rounding step reads operands that carry an error: the
+    oracle rounds ``f(x)``, the device rounds (within its contract) ``f(x + d)``, and the two
+    roundings of those neighbouring values can part by an ulp beyond ``|f(x + d) - f(x)|``
+    (the first-order carry). Zero where the operands are exact (the contract covers it)."""
+    if e.prim not in _ROUNDED or y.dtype.kind != "f":
+        return np.zeros(y.shape)
+    with np.errstate(all="ignore"):
+        ulp = np.abs(np.spacing(np.abs(y))).astype(np.float64)
+    return np.where(prop > 0, np.where(np.isfinite(ulp), ulp, np.inf), 0.0)
 
 
 def _flip(a: Array, b: Array, ea: Array, eb: Array) -> Array:
@@ -459,8 +487,9 @@ def result_bounds(
             own, prop = _whole(whole[i], source, producer, val, err, y, device)
         else:
             prop = _propagated(e, ops, eops, y)
-            if narrowed:
-                own = own + own_rounding(e, ops, y, prop)
+            # narrowed: each equation's FP16 lowering (the F32 oracle's rounding in it); else
+            # the one ulp two roundings of neighbouring values can part by
+            own = own + (own_rounding(e, ops, y, prop) if narrowed else _rerounded(e, y, prop))
         val[e.out.id] = y
         err[e.out.id] = np.asarray(own + prop, dtype=np.float64)
         if origins is not None:

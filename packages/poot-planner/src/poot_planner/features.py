@@ -68,7 +68,7 @@ def render_bound(b: Bound) -> str:
         case Relative(rel=r):
             return f"rel {_num(r)}"
         case ScaledSum(ulps_per_term=u, unit=unit):
-            return f"within {_num(u)} x terms x {_num(unit)} of the sum of the terms' magnitudes"
+            return f"within {_num(u)} x n x {_num(unit)} of the sum of the n terms' magnitudes"
         case RoundedTwice(rel=r, floor=f):
             return f"rel {_num(r)} + (N + 2) x {_num(f)}, N summands (rounded twice)"
         case Normwise(rel=r, floor=f):

@@ -5,11 +5,13 @@ from __future__ import annotations
 from poot_ir import UnknownTarget
 
 from poot_planner.target import Target
-from poot_planner.targets import cpu, intel_npu4, xdna2
+from poot_planner.targets import cpu, host_cpu, intel_npu4, xdna2
 
 __all__ = ["TARGETS", "get_target"]
 
-TARGETS: dict[str, Target] = {t.name: t for t in (cpu.TARGET, xdna2.TARGET, intel_npu4.TARGET)}
+TARGETS: dict[str, Target] = {
+    t.name: t for t in (cpu.TARGET, xdna2.TARGET, intel_npu4.TARGET, host_cpu.TARGET)
+}
 
 
 def get_target(target: str | Target) -> Target:

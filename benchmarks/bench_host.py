@@ -1,0 +1,198 @@
+"""The compiled host device (``HostDevice``) against ONNX Runtime, and a partition's host spans on
+it against the same spans on the oracle; every figure a ratio of two timings in the same run.
+
+1. Whole program: ``Engine.step`` on ``HostDevice`` (one compiled OpenVINO graph in F32) against
+   ``InferenceSession.run`` of the same ONNX model on the same inputs, both pinned to one thread
+   and both at their default thread counts, for each real model of the suite that is here
+   (``models/catalog.py``, the ``models`` group) and for a BERT-class encoder layer
+   (``benchmarks/encoder_onnx``: 8 x 128 tokens, hidden 256, 4 heads, a 1024-wide erf MLP). A model the host target refuses in part
+   runs partitioned on the host device (its refused equations on the oracle), and says so.
+2. Partitioned step on the stand-ins (xdna-host, vpu-cpu): the same entry with its host spans on
+   the compiled host device against on the oracle (``host_spans="oracle"``), per model.
+   ``BENCH_HOST_PARTITIONED`` (comma-separated model names, default ``ocr_cls,encoder``)
+   picks the models: xdna-host builds C kernels per region, minutes for a large model.
+
+Skipped, with the reason, where the ``models`` group is not installed.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from poot_engine import Engine
+from poot_ir import PootError, Program, Storage
+from poot_npu.host import HostDevice
+from poot_npu.registry import make_device
+from poot_planner import plan
+
+from benchmarks.harness import Figure, median_time
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+REPEAT = 7
+
+
+class _Case:
+    """A program with its weights and step inputs, and the ONNX file and feed behind it."""
+
+    def __init__(
+        self,
+        name: str,
+        program: Program,
+        feed: dict[str, np.ndarray],
+        onnx: Path | None,
+        onnx_feed: dict[str, np.ndarray],
+    ) -> None:
+        self.name, self.program, self.onnx, self.onnx_feed = name, program, onnx, onnx_feed
+        kinds = {a.name: a.storage for a in program.args}
+        self.weights = {n: v for n, v in feed.items() if kinds[n] is Storage.WEIGHT}
+        self.states = {n: v for n, v in feed.items() if kinds[n] is Storage.STATE}
+        self.slots = {n: v for n, v in feed.items() if kinds[n] is Storage.SLOT}
+
+
+def _cases(tmp: Path) -> tuple[list[_Case], list[Figure]]:
+    from poot_onnx import import_model
+
+    from models.catalog import MODELS, available
+
+    notes: list[Figure] = []
+    cases: list[_Case] = []
+    why = available()
+    if why is None:
+        for m in MODELS:
+            missing = m.missing()
+            if missing is not None:
+                notes.append(Figure(f"{m.name}: skipped", 0, "", note=missing))
+                continue
+            imp = import_model(m.file(), shapes=m.shapes, constants=m.constants)
+            ins = m.inputs()
+            feed = {**imp.weights, **{imp.inputs[k]: v for k, v in ins.items()}}
+            cases.append(_Case(m.name, imp.program, feed, m.file(), {**ins, **m.constants}))
+    else:
+        notes.append(Figure("real models", 0, "skipped", note=why))
+    cases.append(_encoder(tmp))
+    return cases, notes
+
+
+def _encoder(tmp: Path) -> _Case:
+    """The BERT-class encoder layer (``benchmarks/encoder_onnx``, the legalization tests'
+    ``tests/encoder_model.py`` as an export ships it) at a sentence encoder's size, imported."""
+    from poot_onnx import import_model
+
+    from benchmarks.encoder_onnx import encoder_feed, encoder_onnx
+
+    path = tmp / "encoder.onnx"
+    path.write_bytes(encoder_onnx(batch=8, seq=128, hidden=256, heads=4, ffn=1024, vocab=1000))
+    ins = encoder_feed(batch=8, seq=128, vocab=1000)
+    imp = import_model(path)
+    feed = {**imp.weights, **{imp.inputs[k]: v for k, v in ins.items()}}
+    return _Case("encoder", imp.program, feed, path, ins)
+
+
+def _ort(path: Path, threads: int | None) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if threads is not None:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = threads
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def _host_step(case: _Case, cache: Path, threads: int | None) -> tuple[Callable[[], Any], Engine]:
+    engine = Engine(HostDevice(threads=threads), cache)
+    weights = engine.load_weights(case.weights)
+    p = plan(case.program, "host-cpu")
+    add = engine.add_entry if p.admitted else engine.add_partitioned
+    entry = add(p, weights, case.states)
+    engine.step(entry, case.slots)  # the recording
+    return (lambda: engine.step(entry, case.slots)), engine
+
+
+def whole(case: _Case, cache: Path) -> list[Figure]:
+    p = plan(case.program, "host-cpu")
+    how = "" if p.admitted else f" (partitioned: {len(p.refusals)} refused on the oracle)"
+    figures = []
+    for threads, label in ((1, "1 thread"), (None, "default threads")):
+        step, engine = _host_step(case, cache, threads)
+        try:
+            t_host = median_time(step, repeat=REPEAT)
+        finally:
+            engine.close()
+        if case.onnx is None:
+            figures.append(Figure(f"{case.name}: host step, {label}", t_host * 1e3, "ms"))
+            continue
+        session = _ort(case.onnx, threads)
+        t_ort = median_time(functools.partial(session.run, None, case.onnx_feed), repeat=REPEAT)
+        figures.append(
+            Figure(
+                f"{case.name}: host / onnxruntime, {label}{how}",
+                t_host / t_ort,
+                "x",
+                aim="<= 1.5 (issue 27)",
+                note=f"{t_host * 1e3:.2f} ms vs {t_ort * 1e3:.2f} ms",
+            )
+        )
+    return figures
+
+
+def partitioned(case: _Case, stand_in: str, cache: Path) -> list[Figure]:
+    """The partitioned step on ``stand_in`` with host spans compiled against on the oracle."""
+    device = make_device(stand_in)
+    if plan(case.program, device.target).admitted:
+        device.close()
+        return [Figure(f"{case.name} on {stand_in}: admitted whole, no host span", 0, "")]
+    engine = Engine(device, cache, host=HostDevice())
+    try:
+        weights = engine.load_weights(case.weights)
+        entries = {
+            k: engine.add_partitioned(case.program, weights, case.states, host_spans=k)
+            for k in ("compiled", "oracle")
+        }
+        part = engine.partitioned(entries["compiled"])
+        assert part is not None
+        hosted = sum(h is not None for h in part.hosts)
+        host_spans = sum(not s.device for s in part.spans)
+        steps = {k: (lambda e=e: engine.step(e, case.slots)) for k, e in entries.items()}
+        try:
+            steps["compiled"]()  # the recordings (and a stand-in's refusal) before timing
+            t = {k: median_time(f, repeat=5) for k, f in steps.items()}
+        except PootError as err:  # a stand-in's own refusal of these inputs, typed
+            note = f"{type(err).__name__}: {str(err)[:120]}"
+            return [Figure(f"{case.name} on {stand_in}: refused", 0, "", note=note)]
+    finally:
+        engine.close()
+    figures = [
+        Figure(
+            f"{case.name} on {stand_in}: step, host spans compiled / on the oracle",
+            t["compiled"] / t["oracle"],
+            "x",
+            note=f"{hosted} of {host_spans} host spans compiled, "
+            f"{part.oracle_steps} host-span steps the oracle answered (a boundary value "
+            f"outside a domain); {t['compiled'] * 1e3:.1f} ms vs {t['oracle'] * 1e3:.1f} ms",
+        )
+    ]
+    return figures
+
+
+def run() -> list[Figure]:
+    wanted = os.environ.get("BENCH_HOST_PARTITIONED", "ocr_cls,encoder").split(",")
+    figures: list[Figure] = []
+    with tempfile.TemporaryDirectory(prefix="poot-bench-host-") as tmp:
+        cache = Path(tmp) / "cache"
+        cases, notes = _cases(Path(tmp))
+        figures += notes
+        for case in cases:
+            figures += whole(case, cache)
+        for case in cases:
+            if case.name in wanted:
+                for stand_in in ("vpu-cpu", "xdna-host"):
+                    figures += partitioned(case, stand_in, cache)
+    return figures

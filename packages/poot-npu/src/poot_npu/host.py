@@ -1,0 +1,184 @@
+"""``HostDevice``: the compiled host device. A program (or a partition's host span) as one
+OpenVINO graph, compiled by OpenVINO's CPU plugin and run on the host CPU in F32.
+
+It is the worker for the equations an NPU refuses; the oracle stays the judge (every check of
+``verify``, ``poot run`` and ``poot acceptance`` compares with ``poot_ir.evaluate``). Its
+target is ``host-cpu`` (``poot_planner.targets.host_cpu``: the rows and their measured
+contracts). The graph is ``poot_codegen.intel.graph.lower`` of the plan's program without FP16
+emulation or narrowing: F32 stays F32 (compiled with ``INFERENCE_PRECISION_HINT`` f32 and
+``EXECUTION_MODE_HINT`` ACCURACY, so a processor with bf16 or f16 units does not narrow it),
+integers and booleans are carried as they are, and no guard result is added (the target
+admits no F16, so no divisor the NPU compiler would clamp).
+
+Everything else, the artifact (framed IR, compiled blob, the blob cache), buffers bound once
+to the request, deadlines and record/replay, is ``OpenVinoDevice`` (``poot_npu.openvino_device``),
+which ``VpuDevice`` shares. The identity is the CPU plugin's, with the libraries' digests
+(``vpu_identity``), named as the host device so its blobs never meet the stand-in's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+from poot_codegen.intel import graph as intel_graph
+from poot_codegen.intel.quiet import opset16 as ops
+from poot_codegen.intel.quiet import ov
+from poot_engine.device import ArtifactSource
+from poot_ir import DeviceUnavailable, UnsupportedDevice
+
+from poot_npu import vpu_identity
+from poot_npu.openvino_device import OpenVinoDevice, frame_ir, port_signature, split_guard
+
+if TYPE_CHECKING:
+    from poot_planner import Plan
+
+__all__ = ["HOST_CONFIG", "TARGET", "HostDevice"]
+
+_NONCONVERTIBLE_DIVIDE: Final = "nonconvertable_divide_0"  # sic: OpenVINO's spelling
+_PREPARE: Final = "divides nonconvertible but a mean's; implicit broadcasts"
+
+TARGET: Final = "host-cpu"
+
+HOST_CONFIG: Final[dict[str, str]] = {**intel_graph.CPU_STANDIN_CONFIG, "SNIPPETS_MODE": "DISABLE"}
+"""Compile options: F32 kept as F32 (no bf16 or f16 inference), accuracy over speed-ups that
+change precision, and the plugin's snippets (its JIT fusion of op chains) off: with them,
+OpenVINO 2026.4's ``compile_model`` dies of SIGSEGV on ``reshape(matmul(a[1,3], b[3,1]), ())``
+(the ONNX case ``test_matmul_1d_1d``) and rejects a BERT-class encoder's graph
+(``[TokenizeSnippets] ... Topological order is required``); the eltwise and oneDNN kernels
+still fuse, and measured within noise of the snippets on the suite's models. Threads are
+the plugin's default (every core)."""
+
+
+class HostDevice(OpenVinoDevice):
+    """The compiled host device (module docstring). ``threads``: the plugin's
+    ``INFERENCE_NUM_THREADS`` (None: the plugin's default); a blob compiled for one count
+    keys apart from another's."""
+
+    def __init__(self, *, threads: int | None = None) -> None:
+        config = dict(HOST_CONFIG)
+        if threads is not None:
+            config["INFERENCE_NUM_THREADS"] = str(threads)
+        super().__init__("HostDevice(CPU)", "CPU", config, ov.Core())
+        why = vpu_identity.probe(self._core, "CPU", self._config)
+        if why is not None:
+            raise DeviceUnavailable(self._name, why)
+        ident = vpu_identity.identity(self._core, "CPU", self._config, False)
+        cpu = vpu_identity.prop(self._core, "CPU", "FULL_DEVICE_NAME") or "an unnamed CPU"
+        # what ``_prepare`` does to a graph before it compiles is part of what a blob is
+        options = (*ident.options, ("prepare", _PREPARE))
+        self._identity = replace(
+            ident, part=f"{cpu}, OpenVINO's CPU plugin in F32 (host-cpu)", options=options
+        )
+
+    @staticmethod
+    def probe() -> str | None:
+        """None when OpenVINO lists its CPU device, else the reason it is unavailable."""
+        return vpu_identity.probe(ov.Core(), "CPU", dict(HOST_CONFIG))
+
+    @property
+    def target(self) -> str:
+        return TARGET
+
+    def describe(self) -> str:
+        return (
+            f"{self._name}: the compiled host device: one OpenVINO {ov.get_version()} graph in "
+            f"F32 on the CPU plugin of {self._identity.part.split(',')[0]}; checked against the oracle"
+        )
+
+    def _prepare(self, model: Any) -> None:
+        """Every Divide marked nonconvertible: else the common transformations rewrite
+        ``x / y`` as ``x * y^-1`` (openvino src/common/transformations/src/transformations/
+        op_conversions/convert_divide.cpp, which skips a node ``divide_is_nonconvertible``:
+        rt_info/nonconvertible_divide.hpp, key ``nonconvertable_divide_0``), a rounding more
+        than the oracle's and infinite for a subnormal divisor. The IR does not carry the
+        mark, so it is set on the model read back, before every compile.
+
+        Except a divide of a reduction by a constant (a mean) whose reciprocal is normal: the
+        plugin fuses a marked Divide into the Reduce as a post-op, and OpenVINO 2026.4 gets
+        that wrong for some shapes (``reduce_sum(x[3,2,2], 2) / 3`` is off by 0.66; unmarked,
+        or by a non-constant divisor, it is right). That one stays ``x * (1 / c)``, within the
+        host target's divide row (two ulps).
+
+        And an explicit broadcast read only by elementwise ops whose other operand already has
+        the broadcast's shape becomes a reshape with unit axes (``_implicit_broadcasts``): the
+        op broadcasts it itself. The plugin runs an explicit Broadcast with its reference
+        kernel, materializing the whole tensor (ocr_cls: 82 of them, most of its step);
+        broadcasting moves values, so the results are the same bits."""
+        _implicit_broadcasts(model)
+        for op in model.get_ops():
+            if op.get_type_name() == "Divide" and not _mean(op):
+                op.get_rt_info()[_NONCONVERTIBLE_DIVIDE] = ""
+
+    def lower(self, plan: Plan) -> ArtifactSource:
+        self._usable()
+        if plan.target.name != TARGET:
+            raise UnsupportedDevice(self._name, f"it runs {TARGET} plans, not {plan.target.name}")
+        model = intel_graph.lower(plan.program, emulate_f16=False)
+        entries, guard = split_guard(model)
+        if guard is not None:  # the target admits no F16: no divisor to keep
+            raise UnsupportedDevice(self._name, "a graph with a guard result")
+        return ArtifactSource(
+            frame_ir(*intel_graph.serialize(model)), port_signature(entries, self._name)
+        )
+
+
+def _mean(divide: Any) -> bool:
+    """A Divide of a Reduce* output by a Constant whose every value is a normal number with a
+    normal reciprocal (``HostDevice._prepare``)."""
+    num = divide.input_value(0).get_node()
+    den = divide.input_value(1).get_node()
+    if not num.get_type_name().startswith("Reduce") or den.get_type_name() != "Constant":
+        return False
+    c = np.abs(np.asarray(den.get_data(), np.float64))
+    return bool(c.size and np.all((c >= 2.0**-126) & (c <= 2.0**126)))
+
+
+#: elementwise ops of numpy-style broadcasting (their ``auto_broadcast`` is the default)
+_ELEMENTWISE: Final = frozenset(
+    {"Add", "Subtract", "Multiply", "Divide", "Maximum", "Minimum", "Greater", "GreaterEqual"}
+    | {"Equal", "Select"}
+)
+
+
+def _implicit_broadcasts(model: Any) -> None:
+    """Each explicit Broadcast with increasing axes whose every reader is an elementwise op
+    (``_ELEMENTWISE``, numpy broadcasting) whose other operands all have the broadcast's
+    shape, replaced by a Reshape of its operand to that rank with unit axes."""
+    for op in list(model.get_ordered_ops()):
+        if op.get_type_name() != "Broadcast" or op.get_attributes().get("mode") != "explicit":
+            continue
+        out = op.output(0)
+        if not out.get_partial_shape().is_static:
+            continue
+        shape = [int(d) for d in out.get_shape()]
+        dims_node = op.input_value(2).get_node()
+        if dims_node.get_type_name() != "Constant":
+            continue
+        dims = [int(d) for d in np.asarray(dims_node.get_data()).ravel()]
+        if dims != sorted(set(dims)):
+            continue
+        readers = list(out.get_target_inputs())
+        if not readers or not all(_takes_full(r, shape) for r in readers):
+            continue
+        src = [int(d) for d in op.input_value(0).get_shape()]
+        unit = [1] * len(shape)
+        for k, d in enumerate(dims):
+            unit[d] = src[k]
+        flat = ops.reshape(op.input_value(0), ops.constant(np.array(unit, np.int64)), False)
+        for r in readers:
+            r.replace_source_output(flat.output(0))
+
+
+def _takes_full(reader: Any, shape: list[int]) -> bool:
+    """Whether ``reader`` is an input of an elementwise op whose other inputs have ``shape``."""
+    node = reader.get_node()
+    if node.get_type_name() not in _ELEMENTWISE:
+        return False
+    if node.get_type_name() == "Select" and reader.get_index() == 0:
+        return False  # the condition: keep it explicit
+    others = [node.input_value(i) for i in range(node.get_input_size()) if i != reader.get_index()]
+    return all(
+        o.get_partial_shape().is_static and [int(d) for d in o.get_shape()] == shape for o in others
+    )
