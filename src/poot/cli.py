@@ -20,9 +20,10 @@
     poot acceptance --device D [-o FILE]    every claim for device D, checked on it: a receipt
     poot acceptance --compare A B           two receipts side by side
 
-Exit status: 0 on success, 1 when a check failed or a program was refused, 2 on bad input
-(a typed ``PootError`` of a public class, one line naming what is wrong, or a usage error from
-the argument parser), 3 when ``acceptance`` finds its device absent ("hardware unavailable:
+Exit status: 0 on success, 1 when a check failed or a program was refused by the target or
+the device (when planning or while running: ``poot.exit_codes.REFUSALS``), 2 on bad input (a
+typed ``PootError`` of a public class, one line naming what is wrong, or a usage error from the
+argument parser), 3 when ``acceptance`` finds its device absent ("hardware unavailable:
 ...").
 
 Every file read is checked before it is opened and every file written before the work starts
@@ -49,6 +50,7 @@ from rich.markup import escape
 
 from poot import files
 from poot.arguments import parser
+from poot.exit_codes import exit_code
 
 # Each subcommand imports what it needs when it runs: `poot import` loads neither the engine,
 # the devices nor the planner (tests/test_cli.py checks it with -X importtime).
@@ -432,7 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             highlight=False,
             soft_wrap=True,
         )  # soft_wrap: one line, however long, for scripts that read it
-        return 2
+        return int(exit_code(err))
     return code
 
 
