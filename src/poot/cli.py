@@ -237,7 +237,8 @@ def _plan(console: Console, args: argparse.Namespace) -> int:
     targets = [args.target] if args.target else list(TARGETS)
     code = 0
     for t in targets:
-        p = plan(program, t)
+        # an ONNX model's weights are known now: checked when planning, as `poot run` checks them
+        p = plan(program, t, constants=imported.weights if imported is not None else None)
         console.print(render.plan_panel(p, every=args.guards))
         _origins(console, p, imported)
         if args.program and p.admitted:
