@@ -54,15 +54,18 @@ def test_a_constant_causal_mask_is_refused_when_planning_with_its_softmax(fill: 
     program = _decoder()
     assert plan(program, "intel-npu4").admitted  # its values unknown: nothing to see
     p = plan(program, "intel-npu4", constants=_weights(fill))
-    assert p.refusals and {r.kind for r in p.refusals} == {RefusalKind.NARROWING_RANGE}
+    kinds = {r.kind for r in p.refusals}  # -inf is outside the add's domain (finite) too
+    assert RefusalKind.NARROWING_RANGE in kinds <= {RefusalKind.NARROWING_RANGE, RefusalKind.DOMAIN}
     assert {r.fact("constant") for r in p.refusals} == {"causal_mask"}
     refused = sorted({program.eqns[r.eqn].prim for r in p.refusals}, key=str)
     # the mask's broadcast, the add, the row maximum (and its broadcast), the shift and exp:
     # exp of the shift is in [0, 1], so the softmax's sum and division stay on the device
     assert set(refused) == {Prim.BROADCAST_IN_DIM, Prim.ADD, Prim.REDUCE_MAX, Prim.SUB, Prim.EXP}
-    assert (
-        plan(program, "xdna2", constants=_weights(fill)).refusals == plan(program, "xdna2").refusals
-    )  # F32 on xdna2: no narrowing range to check
+    # xdna2 computes F32: no narrowing range; an infinite mask is outside its add's domain
+    # (finite operands), which the engine refused at bind and the plan refuses now
+    before = set(plan(program, "xdna2").refusals)
+    added = set(plan(program, "xdna2", constants=_weights(fill)).refusals) - before
+    assert {r.kind for r in added} == (set() if fill == MIN else {RefusalKind.DOMAIN})
 
 
 def test_a_mask_within_the_range_is_admitted() -> None:
@@ -128,3 +131,36 @@ def test_a_padded_maxpool_has_no_infinite_weight(tmp_path: Path) -> None:
     finally:
         dev.close()
     assert report.ok and np.isfinite(report.outputs[0][imp.outputs["y"]]).all()
+
+
+def _exp_of_a_weight() -> Program:
+    b = Builder("exp_w")
+    x = b.slot("x", F32, (4, 8))
+    w = b.weight("w", F32, (4, 8))
+    b.output("y", b.add(b.exp(w), x))
+    return b.build()
+
+
+def test_a_weight_outside_a_domain_is_refused_when_planning(tmp_path: Path) -> None:
+    # xdna2's exp holds its contract on [-87, 88]: a weight of -100 was admitted when planning
+    # and refused when the entry bound it (DomainError); now the plan refuses the exp, and the
+    # partitioned run computes it on the host
+    program = _exp_of_a_weight()
+    w = np.full((4, 8), -100.0, np.float32)
+    w[0, :4] = 1.0
+    assert plan(program, "xdna2", constants={"w": np.ones((4, 8), np.float32)}).admitted
+    p = plan(program, "xdna2", constants={"w": w})
+    ((r,),) = [p.refusals]
+    assert (r.kind, r.eqn, r.fact("constant"), r.fact("element")) == (
+        RefusalKind.DOMAIN, 0, "w", "(0, 4)"
+    )  # fmt: skip
+    x = np.ones((4, 8), np.float32)
+    dev = make_device("xdna-host")
+    try:
+        report = run_program(
+            program, dev, "xdna-host", inputs=[{"x": x, "w": w}], partition=True,
+            cache_dir=tmp_path,
+        )  # fmt: skip
+    finally:
+        dev.close()
+    assert report.ok and np.allclose(report.outputs[0]["y"], np.exp(w.astype(np.float64)) + 1)

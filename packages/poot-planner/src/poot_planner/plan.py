@@ -46,7 +46,7 @@ from poot_planner.fp16.narrowing import (
     needs_narrowing,
     splat_refusals,
 )
-from poot_planner.guards import DomainGuard, place_guards
+from poot_planner.guards import DomainGuard, constant_domain_refusals, place_guards
 from poot_planner.legalize.rewrite import Legalized, Rewrite, legalize
 from poot_planner.refusal import Refusal, limit_refusal
 from poot_planner.target import KernelClass, LaidOut, NarrowingContract, Target
@@ -169,6 +169,18 @@ def plan(
             contract = admissions[i].contract if i in admissions else None
             admissions[i] = Admission(i, kernel, contract, tile)
     tiles = laid.tiles
+
+    if constants:  # known weights against the domains of the equations that read them
+        probe = Plan(
+            target=t,
+            source=program,
+            program=program,
+            admissions=tuple(admissions[i] for i in sorted(admissions)),
+            refusals=(),
+            numerics=Exact(),
+            narrowing=narrowing,
+        )
+        refusals.extend(constant_domain_refusals(place_guards(probe), constants))
 
     run = program
     if narrowing is not None and not refusals:
