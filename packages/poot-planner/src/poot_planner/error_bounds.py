@@ -187,41 +187,24 @@ def _carry(e: Eqn, vals: list[Array], errs: list[Array], y: Array) -> Any:
         case Prim.MATMUL:
             a, b = np.abs(f[0]), np.abs(f[1])
             return a @ errs[1] + errs[0] @ b + errs[0] @ errs[1]
+        case Prim.CONV if isinstance(e.params, ConvParams):
+            shape = e.out.type.shape
+            a, b = np.abs(f[0]), np.abs(f[1])
+            return (
+                conv64(a, errs[1], e.params, shape)
+                + conv64(errs[0], b, e.params, shape)
+                + conv64(errs[0], errs[1], e.params, shape)
+            )
+        case Prim.REDUCE_WINDOW_SUM | Prim.REDUCE_WINDOW_MAX if isinstance(
+            e.params, ReduceWindowParams
+        ):
+            win = windows_of(np.asarray(errs[0], np.float64), e.params, 0.0)
+            axes = tuple(range(y.ndim, win.ndim))
+            return np.sum(win, axis=axes) if p is Prim.REDUCE_WINDOW_SUM else np.max(win, axes)
         case Prim.IOTA:
             return np.zeros(y.shape)
-        case Prim.CONV | Prim.REDUCE_WINDOW_SUM | Prim.REDUCE_WINDOW_MAX:
-            return _windowed(e, f, errs, y)
         case _:
             return _moved(e, errs, vals)
-
-
-def _windowed(e: Eqn, f: list[Array], errs: list[Array], y: Array) -> Array:
-    """The window primitives carry errors as their linear parts do: a convolution as a
-    matmul does (``|x| * ew + ex * |w| + ex * ew``, each a float64 convolution), a window sum
-    sums its window's errors (padding adds exact zeros) and a window max takes the largest
-    (``|max(a + d) - max(a)| <= max |d|``; padding is an exact -inf). A term whose error
-    operand is zero is skipped: an input or a weight is exact."""
-    zero = np.zeros(y.shape)
-    match e.params:
-        case ConvParams() as p:
-            ex, ew = (np.broadcast_to(err, v.shape) for err, v in zip(errs, f, strict=True))
-            out = zero
-            if ex.any():
-                out = out + conv64(ex, np.abs(f[1]), p, y.shape)
-            if ew.any():
-                out = out + conv64(np.abs(f[0]), ew, p, y.shape)
-                if ex.any():
-                    out = out + conv64(ex, ew, p, y.shape)
-            return out
-        case ReduceWindowParams() as p:
-            if not errs[0].any():
-                return zero
-            win = windows_of(np.broadcast_to(errs[0], f[0].shape), p, 0.0)
-            axes = tuple(range(-len(p.window), 0))
-            if e.prim is Prim.REDUCE_WINDOW_SUM:
-                return np.asarray(win.sum(axis=axes)).reshape(y.shape)
-            return np.asarray(win.max(axis=axes, initial=0.0)).reshape(y.shape)
-    return np.full(y.shape, np.inf)  # not reached: the params are the primitive's
 
 
 def _moved(e: Eqn, errs: list[Array], vals: list[Array]) -> Array:
