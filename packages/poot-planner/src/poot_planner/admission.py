@@ -143,8 +143,8 @@ def _graph_window_problem(e: Eqn) -> str | None:
                 # and a low padding within the lead d (K - 1) its pads_begin is measured from
                 k = e.inputs[1].type.shape[2:]
                 rd = e.params.rhs_dilation
-                lead = [d * (kk - 1) for d, kk in zip(rd, k, strict=True)]
-                if any(x != 1 for x in s) or any(lo[a] > lead[a] for a in range(len(k))):
+                reach = [d * (kk - 1) for d, kk in zip(rd, k, strict=True)]
+                if any(x != 1 for x in s) or any(lo[a] > reach[a] for a in range(len(k))):
                     return "lhs_dilation with strides or a low pad past the kernel's extent"
             elif min((*lo, *hi), default=0) < 0:
                 return "a negative pad"

@@ -343,9 +343,10 @@ def constant_domain_refusals(
     outside and its value, and the domain."""
     out: list[Refusal] = []
     for g in guards:
-        if g.site is not Site.HOST or g.argument not in constants:
+        name = g.argument
+        if g.site is not Site.HOST or name is None or name not in constants:
             continue
-        x = np.asarray(constants[g.argument])
+        x = np.asarray(constants[name])
         if x.size == 0 or not np.issubdtype(x.dtype, np.floating):
             continue
         # an argument is an operand: a domain's constraint on a result is not its own
@@ -356,7 +357,7 @@ def constant_domain_refusals(
         flat = int(np.argmax(bad))
         at = tuple(int(k) for k in np.unravel_index(flat, x.shape))
         facts: tuple[tuple[str, str | int | float], ...] = (
-            ("constant", g.argument),
+            ("constant", name),
             ("element", str(at)),
             ("value", float(x.reshape(-1)[flat])),
             ("domain", g.domain.describe()),

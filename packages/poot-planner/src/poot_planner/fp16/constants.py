@@ -88,9 +88,9 @@ def constant_refusals(
             continue
         facts = origin[bad[0].id] + (("limit", limit), ("use", "runs on the host (--partition)"))
         refusals.append(Refusal(RefusalKind.NARROWING_RANGE, i, e.prim.value, facts))
-        s = _side(e, side, made)
-        if s is not None:
-            side[e.out.id] = s
+        out = _side(e, side, made)
+        if out is not None:
+            side[e.out.id] = out
             origin[e.out.id] = origin[bad[0].id]
     return refusals
 
