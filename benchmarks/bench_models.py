@@ -123,7 +123,22 @@ def _on_vpu_cpu(m: RealModel, imp: Imported) -> list[Figure]:
         engine.step(entry, slots)  # the first step records
         compile_s = time.perf_counter() - t0
         step = median_time(functools.partial(engine.step, entry, slots), repeat=15)
+    figures = []
+    if p.admitted:  # where the stand-in's time goes: FP16 emulation rounds each equation
+        from poot_codegen.intel.graph import lower
+
+        emulated = len(lower(p.program, emulate_f16=True).get_ops())
+        plain = len(lower(p.program).get_ops())
+        figures.append(
+            Figure(
+                f"{m.name}: vpu-cpu graph ops / without FP16 emulation",
+                emulated / plain,
+                "x",
+                note=f"{emulated} vs {plain}",
+            )
+        )
     return [
+        *figures,
         Figure(
             f"{m.name}: vpu-cpu compile and first step ({how})",
             compile_s,
