@@ -164,3 +164,23 @@ def test_a_weight_outside_a_domain_is_refused_when_planning(tmp_path: Path) -> N
     finally:
         dev.close()
     assert report.ok and np.allclose(report.outputs[0]["y"], np.exp(w.astype(np.float64)) + 1)
+
+
+def test_a_weight_left_to_the_host_is_refused_when_a_device_entry_binds_it(
+    tmp_path: Path,
+) -> None:
+    # load_weights(host=...) skips the upload's range check for the host spans' weights; an
+    # entry that would run on the device with one is refused as it binds it (planned without
+    # the weights' values, the whole decoder is admitted and would read the mask)
+    from poot_engine import Engine
+
+    program = _decoder()
+    dev = make_device("vpu-cpu")
+    engine = Engine(dev, cache_dir=tmp_path)
+    try:
+        handle = engine.load_weights(_weights(MIN), host={"causal_mask"})
+        with pytest.raises(NarrowingRangeUpload, match="causal_mask"):
+            engine.add_entry(plan(program, "intel-npu4"), handle)
+    finally:
+        engine.close()
+        dev.close()
