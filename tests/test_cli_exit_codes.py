@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import poot_codegen.xdna.design  # noqa: F401  (DesignError: loaded so the tree is whole)
-import poot_npu.registry  # noqa: F401
+import poot_npu.registry
+import poot_npu.xdna_contexts  # noqa: F401  (ContextLimit)
 import pytest
 from cli_errors import check_error_lines, is_public, public_errors
 
@@ -48,22 +49,22 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     return code, out.out, check_error_lines(out.err)  # type: ignore[return-value]
 
 
-def test_a_weight_the_device_refuses_at_upload_exits_1(
+def test_an_input_the_device_refuses_exits_1(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    # a weight is known only at run time here, so planning cannot see it; vpu-cpu refuses it
-    # at upload (FP16 holds at most 65504): the target's refusal, not bad input (it exited 2)
-    program = tmp_path / "w.poot"
+    # an input is known only at run time; vpu-cpu refuses one FP16 cannot hold (65504 at
+    # most) before the step: the target's refusal, not bad input (it exited 2). (A weight
+    # given with the inputs is known when planning: refused by the plan, exit 1 as well.)
+    program = tmp_path / "x.poot"
     program.write_text(
-        "program w\n  slot x %0: f32[4]\n  weight w %1: f32[4]\n"
-        "  %2: f32[4] = mul %0 %1\n  output y = %2\nend\n"
+        "program x\n  slot x %0: f32[4]\n  %1: f32[4] = mul %0 %0\n  output y = %1\nend\n"
     )
-    np.savez(tmp_path / "in.npz", x=np.ones(4, np.float32), w=np.full(4, 1e6, np.float32))
+    np.savez(tmp_path / "in.npz", x=np.full(4, 1e6, np.float32))
     code, _, err = _run(
         capsys, "--cache-dir", str(tmp_path), "run", str(program), "--device", "vpu-cpu",
         "--inputs", str(tmp_path / "in.npz"), "--steps", "1",
     )  # fmt: skip
-    assert (code, err) == (Exit.REFUSED, ["NarrowingRangeUpload"])
+    assert (code, err) == (Exit.REFUSED, ["NarrowingRangeInput"])
 
 
 def test_bad_input_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -184,3 +184,15 @@ def test_a_weight_left_to_the_host_is_refused_when_a_device_entry_binds_it(
     finally:
         engine.close()
         dev.close()
+
+
+def test_an_unread_weight_beyond_the_range_is_refused_for_the_program() -> None:
+    # the device is handed every weight of the program, read or not: refused at upload before
+    b = Builder("unread")
+    x = b.slot("x", F32, (4,))
+    b.weight("spare", F32, (4,))
+    b.output("y", b.neg(x))
+    program = b.build()
+    p = plan(program, "intel-npu4", constants={"spare": np.full(4, -np.inf, np.float32)})
+    ((r,),) = [p.refusals]
+    assert (r.eqn, r.fact("constant"), r.kind) == (-1, "spare", RefusalKind.NARROWING_RANGE)

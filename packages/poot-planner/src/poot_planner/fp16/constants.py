@@ -16,7 +16,9 @@ a value beyond the range): data movement, a gather, a convert and ``reduce_max``
 within 65504, the constant's are beyond it); ``max`` follows ``fp16.checks``; the softmax shift
 ``x - max(x)`` over the last axis is at most 0 (side -); ``exp`` of a value on the - side is in
 [0, 1] and back in range; a comparison's boolean is in range. Any other reader's result is
-out of range, side unknown. An additive mask of ``-inf`` or ``finfo.min`` is thus refused with the
+out of range, side unknown. A constant no equation reads is refused for the whole program
+(the device is handed every weight of its program; a partition's spans take only those they
+read). An additive mask of ``-inf`` or ``finfo.min`` is thus refused with the
 softmax that reads it (the add, the row maximum, the shift and the exponent), and the rest of the
 layer stays on the device; without ``--partition`` the plan is refused, as the run would be.
 
@@ -82,6 +84,10 @@ def constant_refusals(
         return []
     made: dict[int, Eqn] = {e.out.id: e for e in program.eqns}
     refusals: list[Refusal] = []
+    read = {a.id for e in program.eqns for a in e.inputs if isinstance(a, Var)}
+    for vid in sorted(side.keys() - read):  # the device holds every weight of its program
+        facts = origin[vid] + (("limit", limit), ("use", "unread, but uploaded whole"))
+        refusals.append(Refusal(RefusalKind.NARROWING_RANGE, -1, "", facts))
     for i, e in enumerate(program.eqns):
         bad = [a for a in e.inputs if isinstance(a, Var) and a.id in side]
         if not bad:
