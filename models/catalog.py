@@ -19,6 +19,14 @@ where each lies in its installed package, the shape it is imported at, and deter
   ``uv.lock``) into ``models_dir()``; its inputs are real sentences tokenized with the shipped
   ``tokenizer.json``, padded so the attention mask has zeros. Until it is exported, its tests
   skip, naming the export command.
+- Exported by ``tools/export_models.py`` (torch 2.13 and transformers 5.24 in the same export
+  venv; architectures with seeded random weights, since no wheel the project may use ships
+  their pretrained weights): ``mobilenet_v3_small``, MobileNetV3-small (torchvision's
+  configuration: depthwise-separable inverted residuals, squeeze-excite, hard-swish) at
+  224x224; ``detector``, a YOLOv8-shaped detector (conv-BN-SiLU, an SPPF block of three padded
+  5x5 max pools, nearest upsampling, a two-scale head with a sigmoid) at 128x128;
+  ``gpt2_tiny``, a GPT-2 decoder without a KV cache (2 layers, 64 wide, 4 heads, vocabulary
+  512) whose causal mask torch folds to a constant of ``finfo(float32).min``, over 16 tokens.
 
 Nothing is downloaded at run time: each file is what ``uv sync --group models`` installs, or
 what the export tool made offline from an installed wheel.
@@ -33,10 +41,19 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["EXPORT_COMMAND", "MODELS", "RealModel", "available", "models_dir"]
+__all__ = [
+    "EXPORT_COMMAND",
+    "EXPORT_MODELS_COMMAND",
+    "MODELS",
+    "RealModel",
+    "available",
+    "models_dir",
+]
 
 #: makes the exported models (``tools/export_minilm.py``)
 EXPORT_COMMAND = "uv run python tools/export_minilm.py"
+#: makes the seeded architectures (``tools/export_models.py``)
+EXPORT_MODELS_COMMAND = "uv run python tools/export_models.py"
 
 
 def models_dir() -> Path:
@@ -72,6 +89,8 @@ class RealModel:
     #: made by an export tool rather than shipped as an .onnx: the file is then
     #: ``models_dir() / name / path``, and ``package`` is the wheel the weights ship in
     exported: bool = False
+    #: the command that exports it (an exported model)
+    export: str = EXPORT_COMMAND
 
     def file(self) -> Path:
         if self.exported:
@@ -85,8 +104,11 @@ class RealModel:
         """None when this model's file is here, else why not (the command that makes it)."""
         if not self.exported:
             return None if self.file().exists() else f"{self.file()} is missing"
-        if not (self.file().exists() and self.file().with_name("tokenizer.json").exists()):
-            return f"{self.name} is not exported to {self.file()}: run `{EXPORT_COMMAND}`"
+        needs = [self.file()]
+        if self.name == "minilm":  # its inputs are real sentences through its tokenizer
+            needs.append(self.file().with_name("tokenizer.json"))
+        if not all(f.exists() for f in needs):
+            return f"{self.name} is not exported to {self.file()}: run `{self.export}`"
         return None
 
     def inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
@@ -105,7 +127,11 @@ class RealModel:
             audio = rng.uniform(-0.5, 0.5, size=self.shapes["input"]).astype(np.float32)
             state = rng.uniform(-0.5, 0.5, size=self.shapes["state"]).astype(np.float32)
             return {"input": audio, "state": state}
+        if self.name == "gpt2_tiny":  # token ids over the whole vocabulary
+            return {"input_ids": rng.integers(0, 512, size=self.shapes["input_ids"])}
         ((name, shape),) = self.shapes.items()
+        if self.name == "detector":  # an ordinary [0, 1] image, as YOLO takes it
+            return {name: rng.uniform(0.0, 1.0, size=shape).astype(np.float32)}
         image = rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)  # normalized pixels
         return {name: image}
 
@@ -162,6 +188,35 @@ MODELS = (
         "BERT encoder: int64 ids, embeddings gather, 6 layers of attention with padded mask, "
         "LayerNorm, erf GELU",
         exported=True,
+    ),
+    RealModel(
+        "mobilenet_v3_small",
+        "torch",
+        "model.onnx",
+        {"x": (1, 3, 224, 224)},
+        "depthwise-separable CNN: inverted residuals, depthwise convs, squeeze-excite, "
+        "hard-swish, global pool, classifier",
+        exported=True,
+        export=EXPORT_MODELS_COMMAND,
+    ),
+    RealModel(
+        "detector",
+        "torch",
+        "model.onnx",
+        {"images": (1, 3, 128, 128)},
+        "YOLOv8-shaped detector: conv-BN-SiLU, SPPF (padded 5x5 MaxPool), upsample, sigmoid head",
+        exported=True,
+        export=EXPORT_MODELS_COMMAND,
+    ),
+    RealModel(
+        "gpt2_tiny",
+        "transformers",
+        "model.onnx",
+        {"input_ids": (1, 16)},
+        "GPT-2 decoder, no KV cache: int64 ids, causal mask folded to finfo(float32).min, "
+        "attention, LayerNorm, tanh GELU, tied LM head",
+        exported=True,
+        export=EXPORT_MODELS_COMMAND,
     ),
 )
 

@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from models.catalog import EXPORT_COMMAND, MODELS, models_dir  # noqa: E402
+from models.catalog import EXPORT_COMMAND, EXPORT_MODELS_COMMAND, MODELS, models_dir  # noqa: E402
 
 MINILM = next(m for m in MODELS if m.name == "minilm")
 
@@ -70,3 +70,20 @@ def test_the_encoder_inputs_are_real_padded_sentences() -> None:
     assert (ids[:, 0] == 101).all()  # [CLS] opens every sequence
     assert ((ids == 0) == (mask == 0)).all()  # [PAD] exactly where the mask is zero
     assert mask[0].all() and not mask[-1].all()
+
+
+def test_a_seeded_model_names_its_own_export(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("POOT_MODELS_DIR", str(tmp_path))
+    sys.path.insert(0, str(ROOT / "tools"))
+    from export_models import NAMES
+
+    seeded = [m for m in MODELS if m.name in NAMES]
+    assert len(seeded) == len(NAMES) == 3
+    for m in seeded:
+        why = m.missing()
+        assert why is not None and EXPORT_MODELS_COMMAND in why
+        (tmp_path / m.name).mkdir()
+        (tmp_path / m.name / "model.onnx").write_bytes(b"")
+        assert m.missing() is None  # no tokenizer needed

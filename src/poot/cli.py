@@ -23,9 +23,10 @@
     poot acceptance --device D [-o FILE]    every claim for device D, checked on it: a receipt
     poot acceptance --compare A B           two receipts side by side
 
-Exit status: 0 on success, 1 when a check failed or a program was refused, 2 on bad input
-(a typed ``PootError`` of a public class, one line naming what is wrong, or a usage error from
-the argument parser), 3 when ``acceptance`` finds its device absent ("hardware unavailable:
+Exit status: 0 on success, 1 when a check failed or a program was refused by the target or
+the device (when planning or while running: ``poot.exit_codes.REFUSALS``), 2 on bad input (a
+typed ``PootError`` of a public class, one line naming what is wrong, or a usage error from the
+argument parser), 3 when ``acceptance`` finds its device absent ("hardware unavailable:
 ...").
 
 Every file read is checked before it is opened and every file written before the work starts
@@ -52,6 +53,7 @@ from rich.markup import escape
 
 from poot import files
 from poot.arguments import parser
+from poot.exit_codes import exit_code
 
 # Each subcommand imports what it needs when it runs: `poot import` loads neither the engine,
 # the devices nor the planner (tests/test_cli.py checks it with -X importtime).
@@ -267,7 +269,8 @@ def _plan(console: Console, args: argparse.Namespace) -> int:
     targets = [args.target] if args.target else list(TARGETS)
     code = 0
     for t in targets:
-        p = plan(program, t)
+        # an ONNX model's weights are known now: checked when planning, as `poot run` checks them
+        p = plan(program, t, constants=imported.weights if imported is not None else None)
         console.print(render.plan_panel(p, every=args.guards))
         _origins(console, p, imported)
         if args.program and p.admitted:
@@ -483,7 +486,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             highlight=False,
             soft_wrap=True,
         )  # soft_wrap: one line, however long, for scripts that read it
-        return 2
+        return int(exit_code(err))
     return code
 
 

@@ -212,6 +212,13 @@ def _check(
             f"poot run: {err!r} vs {refusal!r}"
         )
         return
+    if not report.plan.admitted:
+        # poot run plans with the weights it is given (``plan(constants=...)``): a weight the
+        # engine refuses as it binds it is refused when planning, naming that weight
+        named = {r.fact("constant") for r in report.plan.refusals}
+        assert refusal is not None and not outs, f"planned refused, the engine ran: {named}"
+        assert getattr(refusal, "argument", None) in named, (refusal, named)
+        return
     assert refusal is None, f"poot run returned where the engine refused: {refusal!r}"
     assert all(s.ok for s in report.steps), [str(s.worst) for s in report.steps]
     for mine, theirs in zip(outs, report.outputs, strict=True):

@@ -30,6 +30,7 @@ from poot_codegen.intel.graph import (
     signature,
 )
 from poot_ir import Builder, DType, Literal, NoLowering, Prim, Program, evaluate, ops
+from poot_planner import plan
 
 Array = NDArray[Any]
 CORE = ov.Core()
@@ -361,6 +362,41 @@ def test_conv_and_max_pool(emulate: bool) -> None:
         got, want = run(p, rand), evaluate(p, rand)
         for name in ("dense", "grouped", "depthwise", "pool", "sum"):
             assert np.allclose(got[name], want[name], rtol=2.0**-18, atol=2.0**-18), name
+
+
+@pytest.mark.parametrize("emulate", [False, True], ids=["f32", "f16-emulated"])
+def test_transposed_conv(emulate: bool) -> None:
+    # a conv with input dilation and unit strides (ONNX ConvTranspose as the importer writes
+    # it) as ConvolutionBackpropData-1 / GroupConvolutionBackpropData-1: bit for bit on
+    # integer-valued inputs, high padding past the lead (output_padding) and under it (a crop)
+    b = Builder("deconv")
+    dt = DType.F16 if emulate else DType.F32
+    x = b.slot("x", dt, [1, 4, 5, 6])
+    dense = b.conv(x, b.weight("w1", dt, [3, 4, 3, 2]), None, [(2, 3), (1, 0)], (2, 3), None)
+    grouped = b.conv(
+        x, b.weight("w2", dt, [6, 2, 2, 3]), None, [(0, 1), (2, 4)], (2, 2), (1, 2), groups=2
+    )
+    b.output("dense", dense)
+    b.output("grouped", grouped)
+    p = b.build()
+    assert plan(p, "intel-npu4").admitted
+    model = lower(p, emulate_f16=emulate)
+    census = op_census(model)
+    assert {("ConvolutionBackpropData", "opset1"), ("GroupConvolutionBackpropData", "opset1")} <= (
+        census
+    )
+    rng = np.random.default_rng(RNG_SEED)
+    shapes = {"x": (1, 4, 5, 6), "w1": (3, 4, 3, 2), "w2": (6, 2, 2, 3)}
+    ints = {n: rng.integers(-4, 5, s).astype(dt.numpy) for n, s in shapes.items()}
+    check(p, ints, emulate=emulate)
+
+
+def test_transposed_conv_with_strides_is_refused() -> None:
+    b = Builder("deconv")
+    x = b.slot("x", DType.F32, [1, 2, 5, 5])
+    b.output("y", b.conv(x, b.weight("w", DType.F32, [2, 2, 3, 3]), (2, 2), None, (2, 2)))
+    (r,) = plan(b.build(), "intel-npu4").refusals
+    assert "lhs_dilation with strides" in str(r)
 
 
 # -- data movement: bits, NaN payloads included ---------------------------------------------

@@ -144,6 +144,7 @@ FLOORS = {
     "GatherND": 3,
     "Gemm": 11,
     "GlobalAveragePool": 2,
+    "GlobalLpPool": 0,  # no ONNX node case: tests/test_onnx_conv_pool.py checks it
     "GlobalMaxPool": 2,
     "Greater": 2,
     "GreaterOrEqual": 2,
@@ -156,6 +157,7 @@ FLOORS = {
     "LayerNormalization": 19,
     "Less": 2,
     "LessOrEqual": 2,
+    "LpPool": 3,
     "Log": 2,
     "LpNormalization": 6,
     "MatMul": 7,

@@ -194,3 +194,48 @@ def test_max_pool_padding_is_no_weight() -> None:
     node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
     imported = import_model(_model(node, (1, 2, 5, 5), {}))
     assert not imported.weights
+
+
+def _ref_lp(x: np.ndarray, kernel: Any, strides: Any, pads: Any, dil: Any, p: int) -> np.ndarray:
+    """``(sum |x|^p)^(1/p)`` over zero-padded windows, in float64 (ONNX's LpPool)."""
+    x = np.abs(np.asarray(x, np.float64)) ** p
+    k = x.ndim - 2
+    sizes = [
+        _out_size(x.shape[2 + a], kernel[a], strides[a], dil[a], *pads[a], False) for a in range(k)
+    ]
+    crop = (slice(None), slice(None), *(slice(0, o) for o, _ in sizes))
+    win = _windows(_pad(x, pads, 0.0), kernel, strides, dil)[crop]
+    return np.asarray(win.sum(axis=tuple(range(-k, 0))) ** (1.0 / p))
+
+
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize(
+    ("kernel", "strides", "pads", "dil"),
+    [
+        ([3, 3], [1, 1], [0, 0, 0, 0], [1, 1]),
+        ([3, 2], [2, 1], [1, 0, 2, 1], [1, 2]),
+        ([2], [2], [1, 1], [1]),
+    ],
+)
+def test_lp_pool_is_a_window_sum(
+    kernel: list[int], strides: list[int], pads: list[int], dil: list[int], p: int
+) -> None:
+    k = len(kernel)
+    x = np.random.default_rng(5).standard_normal((2, 3, *([7] * k))).astype(np.float32)
+    node = helper.make_node(
+        "LpPool", ["x"], ["y"], kernel_shape=kernel, strides=strides, pads=pads, dilations=dil, p=p
+    )
+    pairs = [(pads[a], pads[a + k]) for a in range(k)]
+    want = _ref_lp(x, kernel, strides, pairs, dil, p).astype(np.float32)
+    assert _check(_model(node, x.shape, {}), x, want) <= 3  # |x| or x*x, the window sum, sqrt
+    whole = helper.make_node("GlobalLpPool", ["x"], ["y"], p=p)
+    want = _ref_lp(x, x.shape[2:], [1] * k, [(0, 0)] * k, [1] * k, p).astype(np.float32)
+    assert _check(_model(whole, x.shape, {}), x, want) <= 3
+
+
+def test_lp_pool_of_another_p_is_refused_typed() -> None:
+    from poot_ir import UnsupportedOnnx
+
+    node = helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2], p=3)
+    with pytest.raises(UnsupportedOnnx, match="p=3"):
+        import_model(_model(node, (1, 1, 4, 4), {}))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 from poot_ir import Builder, DType, Exact, PlanRefused, Prim, Program, Var, ops
 from poot_planner import TARGETS, AxisRule, KernelClass, Plan, Refusal, RefusalKind, plan
@@ -360,6 +361,12 @@ def test_every_refusal_kind_carries_its_facts() -> None:
         return v
 
     refuse(XDNA2, many_regions)
+    # a weight known when planning, outside exp's domain on xdna2 ([-inf, 88])
+    b = Builder("w")
+    b.output("y", b.exp(b.weight("w", F32, (4, 64))))
+    w = np.full((4, 64), 100.0, np.float32)
+    r = plan(b.build(), XDNA2, constants={"w": w}).refusals[0]
+    seen[r.kind] = r
     assert set(seen) == set(RefusalKind)
     expected = {
         RefusalKind.UNSUPPORTED_PRIMITIVE: "equation 0 (gt): unsupported primitive: target=xdna2",
@@ -379,6 +386,8 @@ def test_every_refusal_kind_carries_its_facts() -> None:
         "needed=64784, available=64512",
         RefusalKind.CONTEXT_LIMIT: "program: context limit: limit=contexts, needed=17, "
         "available=16, regions=17",
+        RefusalKind.DOMAIN: "equation 0 (exp): domain: constant=w, element=(0, 0), "
+        "value=100.0, domain=[-inf, 88]",
     }
     for kind, line in expected.items():
         assert str(seen[kind]) == line

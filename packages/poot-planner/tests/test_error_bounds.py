@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from poot_ir import Builder, DType, Program, Var, evaluate, ops
+from poot_ir import Builder, ConvParams, DType, Program, ReduceWindowParams, Var, evaluate, ops
 from poot_ir.numerics import Derived, compare
+from poot_ir.window import conv64, windows_of
 from poot_planner import plan
 from poot_planner.error_bounds import result_bounds
 
@@ -274,3 +275,51 @@ def test_a_sum_carries_the_sum_of_its_terms_errors() -> None:
     errs = np.arange(15, dtype=np.float64).reshape(3, 5)
     carried = _propagated(eqn, [x], [errs], np.full(3, 5.0, np.float32))
     np.testing.assert_array_equal(carried, [10.0, 35.0, 60.0])
+
+
+def _exp_then(window: str) -> Program:
+    """exp (xdna2: AbsRel 2e-6 + 1e-5 |y|) into a window primitive (whose own contract the
+    target has none for: the carried error alone)."""
+    b = Builder(f"exp_{window}")
+    x = b.slot("x", F32, (1, 4, 6, 6))
+    v = b.exp(x)
+    if window == "conv":
+        v = b.conv(v, b.weight("w", F32, (6, 2, 3, 3)), (1, 2), [(1, 1), (0, 2)], None, (1, 2), 2)
+    elif window == "sum":
+        v = b.reduce_window_sum(v, (1, 1, 3, 2), (1, 1, 2, 1), [(0, 0), (0, 0), (1, 1), (0, 1)])
+    else:
+        v = b.reduce_window_max(v, (1, 1, 2, 3), (1, 1, 1, 2), [(0, 0), (0, 0), (1, 0), (1, 1)])
+    b.output("y", v)
+    return b.build()
+
+
+@pytest.mark.parametrize("window", ["conv", "sum", "max"])
+def test_window_primitives_carry_their_operands_errors(window: str) -> None:
+    # a device whose exp is off by its whole allowance, upward (the kernel is positive): the
+    # window primitive's result is then off by exactly the carried bound; before these rules
+    # the analysis promised nothing (inf) past a conv or a window reduction
+    program = _exp_then(window)
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-3, 3, (1, 4, 6, 6)).astype(np.float32)
+    inputs = {"x": x}
+    if window == "conv":
+        inputs["w"] = rng.uniform(0.1, 1.0, (6, 2, 3, 3)).astype(np.float32)
+    p = plan(program, "xdna2")  # refuses the window primitive; the analysis does not need it
+    bound = result_bounds(p, inputs)["y"]
+    assert np.all(np.isfinite(bound)) and np.all(bound > 0)
+    # the oracle's exp (float32, as the bound reads it) and a device's, off by the allowance
+    e = np.exp(x).astype(np.float64)
+    worst = e + 2e-6 + 1e-5 * e
+    (eqn,) = program.eqns[1:]
+
+    def apply(v: np.ndarray) -> np.ndarray:
+        if isinstance(eqn.params, ConvParams):
+            return conv64(v, inputs["w"].astype(np.float64), eqn.params, bound.shape)
+        assert isinstance(eqn.params, ReduceWindowParams)
+        win = windows_of(v, eqn.params, 0.0 if window == "sum" else -np.inf)
+        axes = tuple(range(-4, 0))
+        return np.asarray(win.sum(axis=axes) if window == "sum" else win.max(axis=axes))
+
+    moved = np.abs(apply(worst) - apply(e))
+    # tight, not just sound (to the float32 rounding of the oracle's exp the bound reads)
+    np.testing.assert_allclose(moved, bound, rtol=1e-6, atol=0)

@@ -296,11 +296,11 @@ def test_intel_npu4_table_is_the_verified_list() -> None:
         assert not intel.admits_prim(removed)
 
 
-def _pooled(lhs_dilation: int = 1, window_dilation: int = 1) -> Builder:
+def _pooled(lhs_dilation: int = 1, window_dilation: int = 1, conv_stride: int = 1) -> Builder:
     b = Builder("pool")
     x = b.slot("x", DType.F32, (1, 2, 6, 6))
     w = b.weight("w", DType.F32, (2, 1, 3, 3))
-    y = b.conv(x, w, lhs_dilation=(lhs_dilation, 1), groups=2)
+    y = b.conv(x, w, (conv_stride, 1), lhs_dilation=(lhs_dilation, 1), groups=2)
     y = b.reduce_window_max(y, (1, 1, 2, 2), (1, 1, 2, 2), dilation=(1, 1, window_dilation, 1))
     b.output("y", b.reduce_window_sum(y, (1, 1, 2, 2)))
     return b
@@ -317,7 +317,9 @@ def test_xdna2_refuses_conv_and_window_reductions_typed() -> None:
 
 def test_intel_admits_conv_and_window_reductions_and_refuses_what_opset1_cannot_say() -> None:
     assert plan(_pooled().build(), "intel-npu4").admitted
-    p = plan(_pooled(lhs_dilation=2, window_dilation=2).build(), "intel-npu4")
+    # an input dilation with unit strides is a transposed convolution (ConvolutionBackpropData)
+    assert plan(_pooled(lhs_dilation=2).build(), "intel-npu4").admitted
+    p = plan(_pooled(lhs_dilation=2, window_dilation=2, conv_stride=2).build(), "intel-npu4")
     axis = [r for r in p.refusals if r.kind is RefusalKind.UNSUPPORTED_AXIS]
     assert [r.primitive for r in axis] == [Prim.CONV.value, Prim.REDUCE_WINDOW_MAX.value]
     assert "lhs_dilation" in str(axis[0].fact("params"))

@@ -33,7 +33,7 @@ engine is poisoned (``poot_engine.lifecycle``, as its device is): every later ca
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from functools import partial
 from pathlib import Path
 from time import perf_counter
@@ -44,6 +44,7 @@ from poot_ir import (
     DeadlineExceeded,
     DevicePoisoned,
     EngineError,
+    NarrowingRangeUpload,
     Program,
     StateError,
     StepInputError,
@@ -58,7 +59,7 @@ from poot_planner.targets import get_target
 
 from poot_engine.artifacts import artifact_key, load_artifact
 from poot_engine.blob_cache import BlobCache
-from poot_engine.checks import bind_weights, initial_states
+from poot_engine.checks import bind_weights, check_range, initial_states
 from poot_engine.counters import Counters
 from poot_engine.deadline import check_deadline
 from poot_engine.device import Artifact, ArtifactSource, Buffer, Device
@@ -118,15 +119,21 @@ class Engine:
         self._host: Engine | None = None  # the host device's engine, made at its first span
         self._verify_mode: VerifyMode = verify
         self._cache_dir = cache_dir
+        self._unchecked: set[int] = set()  # ids of weight buffers loaded for the host alone
 
     # -- weights and entries ------------------------------------------------------------------
 
-    def load_weights(self, weights: Mapping[str, np.ndarray]) -> Weights:
+    def load_weights(
+        self, weights: Mapping[str, np.ndarray], *, host_only: Collection[str] = ()
+    ) -> Weights:
         """Upload ``weights`` once into device buffers. On a narrowing target each F32 weight is
         range-checked first (``NarrowingRangeUpload`` naming the weight and element), and a
-        refused upload leaves nothing on the device."""
+        refused upload leaves nothing on the device. ``host_only`` names weights a plan refused for
+        their range (``poot_planner.fp16.constants``) that only a partition's host spans read:
+        those are checked instead when an entry that runs on the device binds them."""
         self._usable()
-        bufs = upload_weights(self.device, weights, self.limit)
+        bufs = upload_weights(self.device, weights, self.limit, host_only)
+        self._unchecked.update(id(bufs[n]) for n in host_only if n in bufs)
         handle = Weights(self._id, next(self._ids), tuple(bufs))
         self._weights[handle.id] = bufs
         return handle
@@ -203,6 +210,9 @@ class Engine:
             raise UnsupportedDevice(
                 self.device.identity.part, "a plan whose score-bound guard it does not check"
             )
+        for name, buf in wbufs.items():  # a weight left to the host: never a device's input
+            if id(buf) in self._unchecked:
+                check_range(NarrowingRangeUpload, name, self.device.read(buf), self.limit)
         e = make_entry(self.device, planned, wbufs, initial_state, self.limit, self._load)
         self._count.lowerings += 1
         handle = Entry(self._id, next(self._ids), e.program.name)

@@ -17,7 +17,7 @@ have resolved when it recorded.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -301,10 +301,15 @@ def make_entry(
 
 
 def upload_weights(
-    device: Device, weights: Mapping[str, np.ndarray], limit: float | None
+    device: Device,
+    weights: Mapping[str, np.ndarray],
+    limit: float | None,
+    host: Collection[str] = (),
 ) -> dict[str, Buffer]:
     """``Engine.load_weights``: every weight checked (an array of a poot dtype; in range on a
-    narrowing target, ``NarrowingRangeUpload``) before any is allocated and written."""
+    narrowing target, ``NarrowingRangeUpload``) before any is allocated and written; a weight
+    named in ``host`` is not range-checked here (only host spans read it: the engine checks it
+    when a device entry binds it)."""
     given: object = weights  # callers outside mypy pass a list
     if not isinstance(given, Mapping):
         kind = type(given).__name__
@@ -314,7 +319,7 @@ def upload_weights(
         if not isinstance(value, np.ndarray | np.generic):
             raise WeightMismatch(f"expected a numpy array, got {type(value).__name__}", name)
         arr = np.asarray(value)
-        check_range(NarrowingRangeUpload, name, arr, limit)
+        check_range(NarrowingRangeUpload, name, arr, None if name in host else limit)
         if DType.from_numpy(arr.dtype) is None:
             raise WeightMismatch(f"dtype {arr.dtype} is no poot dtype", name)
         arrays[name] = arr

@@ -69,11 +69,15 @@ def run_program(
     are ``inputs[k]`` (every argument: weights are read from step 0 only, states from step 0 as
     initial values) or deterministic samples. ``host``: the device a partition's host spans
     run on where its target admits them (``Engine(host=...)``; None: the oracle)."""
-    p = plan(program, device.target)  # the one plan: the engine loads it (and its spans') as is
+    storage = {a.name: a.storage for a in program.args}
+    # the weights are known before the run: planned with them, so a weight the device cannot
+    # hold is refused here (and partitioned around), as `poot plan` refuses it, not at upload
+    known = {n: v for n, v in (inputs or [{}])[0].items() if storage.get(n) is Storage.WEIGHT}
+    # the one plan: the engine loads it (and its spans') as is
+    p = plan(program, device.target, constants=known)
     report = RunReport(program, device_name, p)
     if not p.admitted and not partition:
         return report
-    storage = {a.name: a.storage for a in program.args}
     if inputs is None:
         # every step's samples and results are kept for the report: all of them must fit
         kept = sample_bytes(program) + sum(
@@ -89,8 +93,10 @@ def run_program(
     weights = {n: v for n, v in first.items() if storage[n] is Storage.WEIGHT}
     states = {n: v for n, v in first.items() if storage[n] is Storage.STATE}
     engine = Engine(device, cache_dir=cache_dir, host=host)
+    # weights the plan refused for their range run on the host spans alone (partitioned)
+    host_only = {str(n) for r in p.refusals if (n := r.fact("constant")) is not None}
     try:
-        handle = engine.load_weights(weights)
+        handle = engine.load_weights(weights, host_only=host_only if partition else ())
         add = engine.add_partitioned if partition else engine.add_entry
         entry = add(p, handle, states)
         part = engine.partitioned(entry)

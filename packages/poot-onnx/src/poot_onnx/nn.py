@@ -1,5 +1,5 @@
 """ONNX lowering rules for convolution networks: ``Conv`` (1-D, 2-D, 3-D; groups, pads and
-``auto_pad``, strides, dilations), ``MaxPool``, ``AveragePool``, the global pools,
+``auto_pad``, strides, dilations), ``MaxPool``, ``AveragePool``, ``LpPool``, the global pools,
 ``BatchNormalization`` (inference) and ``InstanceNormalization``.
 
 A convolution is one ``conv`` equation (``poot_ir.window``: groups, depthwise, padding,
@@ -266,6 +266,42 @@ def _global(kind: str) -> LoweringRule:
     return LoweringRule(handler)
 
 
+def _lp_pool(whole: bool) -> LoweringRule:
+    """``LpPool`` and ``GlobalLpPool``: ``(sum over the window of |x|^p)^(1/p)``, a
+    ``reduce_window_sum`` of ``|x|`` (p = 1) or of ``x * x`` then ``sqrt`` (p = 2, the default);
+    padding adds zeros, as ONNX Runtime's ``LpPool`` pads. Another ``p`` is refused (typed):
+    its root has no primitive that keeps the result exact at a zero sum."""
+
+    def handler(lo: Lowering, n: Node) -> None:
+        b = lo.b
+        x = lo.var(0)
+        check_dtype(lo, x, FLOATS, "the input")
+        if not 3 <= x.type.rank <= 5 or (whole and 0 in x.shape[2:]):
+            raise lo.fail("model", f"Lp pooling of {x.type}")
+        p = lo.attr_int("p", 2)
+        if p not in (1, 2):
+            raise lo.fail("attribute", f"p={p}: poot lowers LpPool for p = 1 and p = 2 only")
+        powered = b.abs(x) if p == 1 else b.mul(x, x)
+        if whole:
+            total = b.reduce_window_sum(powered, (1, 1, *x.shape[2:]))
+        else:
+            kernel = lo.attr_ints("kernel_shape")
+            if kernel is None:
+                raise lo.fail("model", "has no kernel_shape")
+            geo = _window(lo, x.shape[2:], tuple(kernel), lo.attr_int("ceil_mode", 0) != 0)
+            total = b.reduce_window_sum(
+                powered,
+                (1, 1, *kernel),
+                (1, 1, *geo.strides),
+                [(0, 0), (0, 0), *geo.padding],
+                (1, 1, *geo.dilations),
+            )
+        lo.set(0, total if p == 1 else b.sqrt(total))
+
+    attrs = frozenset({"p"}) if whole else _WINDOW | {"p", "ceil_mode"}
+    return LoweringRule(handler, attrs)
+
+
 def _channel(lo: Lowering, i: int, x: Var) -> Var:
     """Input ``i``, one value per channel, broadcast over ``x`` (axis 1)."""
     return lo.b.broadcast_in_dim(lo.var(i), x.shape, (1,))
@@ -361,6 +397,8 @@ RULES: Mapping[str, LoweringRule] = {
     "AveragePool": _pool("avg"),
     "GlobalAveragePool": _global("avg"),
     "GlobalMaxPool": _global("max"),
+    "LpPool": _lp_pool(whole=False),
+    "GlobalLpPool": _lp_pool(whole=True),
     "BatchNormalization": LoweringRule(
         _batchnorm, frozenset({"epsilon", "momentum", "training_mode", "spatial"})
     ),

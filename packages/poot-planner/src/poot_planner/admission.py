@@ -131,14 +131,23 @@ def admit(i: int, e: Eqn, target: Target) -> Capability | Refusal:
 
 
 def _graph_window_problem(e: Eqn) -> str | None:
-    """What a graph-op target's Convolution-1 / MaxPool-1 cannot express of a ``conv`` or a
-    window reduction (None: nothing): an input dilation or a negative pad (cropping), a window
+    """What a graph-op target's Convolution-1 / ConvolutionBackpropData-1 / MaxPool-1 cannot
+    express of a ``conv`` or a window reduction (None: nothing): a negative pad (cropping) of a
+    plain convolution, an input dilation that is no transposed convolution, a window
     over the batch or channel axes, a window max's dilation (a window sum is a depthwise
     convolution of ones, which takes dilations)."""
     match e.params:
-        case ConvParams(padding_lo=lo, padding_hi=hi, lhs_dilation=ld):
-            if any(d != 1 for d in ld) or min((*lo, *hi), default=0) < 0:
-                return "lhs_dilation other than 1 or a negative pad"
+        case ConvParams(padding_lo=lo, padding_hi=hi, lhs_dilation=ld, strides=s):
+            if any(d != 1 for d in ld):
+                # a transposed convolution (ConvolutionBackpropData-1): unit window strides,
+                # and a low padding within the lead d (K - 1) its pads_begin is measured from
+                k = e.inputs[1].type.shape[2:]
+                rd = e.params.rhs_dilation
+                reach = [d * (kk - 1) for d, kk in zip(rd, k, strict=True)]
+                if any(x != 1 for x in s) or any(lo[a] > reach[a] for a in range(len(k))):
+                    return "lhs_dilation with strides or a low pad past the kernel's extent"
+            elif min((*lo, *hi), default=0) < 0:
+                return "a negative pad"
         case ReduceWindowParams(window=w, strides=s, padding_lo=lo, padding_hi=hi, dilation=d):
             rank = len(w)
             lead = (w[:2], s[:2], lo[:2], hi[:2])

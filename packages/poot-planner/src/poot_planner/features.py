@@ -30,6 +30,7 @@ from poot_ir.numerics import (
 
 from poot_planner.emit import Emit
 from poot_planner.fp16.checks import OVERFLOW_RULE, SCORE_RULE, SENTINEL_RULE
+from poot_planner.fp16.constants import CONSTANT_RULE
 from poot_planner.fp16.contract import DERIVED_RULE
 from poot_planner.fp16.narrowing import INPUT_EDGE_RULE, LITERAL_EDGE_RULE
 from poot_planner.legalize.bounds import derive
@@ -275,6 +276,7 @@ def _target_section(t: Target) -> list[str]:
                 ["sentinel rule", SENTINEL_RULE],
                 ["literal edges", LITERAL_EDGE_RULE],
                 ["input edges", INPUT_EDGE_RULE],
+                ["constants", CONSTANT_RULE],
                 ["score guard", SCORE_RULE],
             ],
         )

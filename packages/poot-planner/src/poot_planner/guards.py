@@ -30,11 +30,12 @@ not proven). An argument is unknown (it is checked per equation on the host).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
+import numpy as np
 from poot_ir import DType, Eqn, Literal, Prim, Program, Var
 from poot_ir.core import MOVEMENT
 from poot_ir.numerics import (
@@ -48,12 +49,14 @@ from poot_ir.numerics import (
 )
 
 from poot_planner.fp16.narrowing import operating_dtype
+from poot_planner.refusal import Refusal, RefusalKind
 from poot_planner.target import NarrowingContract, Target
 
 __all__ = [
     "RESULT",
     "DomainGuard",
     "Site",
+    "constant_domain_refusals",
     "equation_contract",
     "equation_contracts",
     "place_guards",
@@ -345,3 +348,36 @@ def place_guards(plan: Planned) -> tuple[DomainGuard, ...]:
             found.append(DomainGuard(i, e.prim, RESULT, domain, Site.DEVICE))
         ranges[e.out.id] = _output(e, ops, contract)
     return tuple(found)
+
+
+def constant_domain_refusals(
+    guards: Sequence[DomainGuard], constants: Mapping[str, np.ndarray]
+) -> list[Refusal]:
+    """A ``DOMAIN`` refusal of each equation with a ``HOST`` guard on an argument whose value is
+    known when planning (``constants``, by name) and holds an element outside the guard's
+    domain: the engine would refuse it when an entry binds it (``DomainError``); found now, a
+    partition runs that equation on the host. The facts name the argument, the first element
+    outside and its value, and the domain."""
+    out: list[Refusal] = []
+    for g in guards:
+        name = g.argument
+        if g.site is not Site.HOST or name is None or name not in constants:
+            continue
+        x = np.asarray(constants[name])
+        if x.size == 0 or not np.issubdtype(x.dtype, np.floating):
+            continue
+        # an argument is an operand: a domain's constraint on a result is not its own
+        d = FiniteInputs() if g.domain.on_result else g.domain
+        bad = ~np.asarray(d.inside((x,), x), dtype=bool)
+        if not bad.any():
+            continue
+        flat = int(np.argmax(bad))
+        at = tuple(int(k) for k in np.unravel_index(flat, x.shape))
+        facts: tuple[tuple[str, str | int | float], ...] = (
+            ("constant", name),
+            ("element", str(at)),
+            ("value", float(x.reshape(-1)[flat])),
+            ("domain", g.domain.describe()),
+        )
+        out.append(Refusal(RefusalKind.DOMAIN, g.eqn, g.primitive.value, facts))
+    return out

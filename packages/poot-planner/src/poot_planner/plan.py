@@ -21,8 +21,10 @@ for a caller that needs the program to run). The steps:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+import numpy as np
 from poot_ir import DType, PlanRefused, Program, ReduceParams, TypeCheckError, Var
 from poot_ir.numerics import (
     AbsRel,
@@ -41,13 +43,14 @@ from poot_ir.numerics import (
 )
 
 from poot_planner.admission import PlanMemo
+from poot_planner.fp16.constants import constant_refusals
 from poot_planner.fp16.contract import unbounded_results
 from poot_planner.fp16.narrowing import (
     narrow_to_device_precision,
     needs_narrowing,
     splat_refusals,
 )
-from poot_planner.guards import DomainGuard, Site, place_guards
+from poot_planner.guards import DomainGuard, Site, constant_domain_refusals, place_guards
 from poot_planner.legalize.rewrite import Legalized, Rewrite, legalize
 from poot_planner.refusal import Refusal, RefusalKind, limit_refusal
 from poot_planner.target import KernelClass, LaidOut, NarrowingContract, Target
@@ -128,9 +131,18 @@ class Plan:
         return self
 
 
-def plan(program: Program, target: str | Target, *, legalization: bool = True) -> Plan:
+def plan(
+    program: Program,
+    target: str | Target,
+    *,
+    legalization: bool = True,
+    constants: Mapping[str, np.ndarray] | None = None,
+) -> Plan:
     """Plan ``program`` for ``target`` (a name in ``poot_planner.TARGETS`` or a Target);
-    ``legalization=False`` plans it as written (what the target refuses before any rewrite)."""
+    ``legalization=False`` plans it as written (what the target refuses before any rewrite).
+    ``constants``: the values of arguments known when planning (weights bound at import, by
+    argument name), checked against the target's range (``fp16.constants``) and domains
+    (``guards.constant_domain_refusals``) now rather than refused at upload."""
     if not isinstance(program, Program):
         raise TypeCheckError(f"plan: expected a Program, got a {type(program).__name__}")
     t = get_target(target)
@@ -156,6 +168,8 @@ def plan(program: Program, target: str | Target, *, legalization: bool = True) -
     if t.narrowing is not None and needs_narrowing(program):
         refusals.extend(memo.literal_refusals(program, t.narrowing))
         narrowing = t.narrowing
+    if t.narrowing is not None and constants:
+        refusals.extend(constant_refusals(program, constants, t.narrowing.max_magnitude))
 
     laid = LaidOut()
     if claim is not None:
@@ -165,6 +179,18 @@ def plan(program: Program, target: str | Target, *, legalization: bool = True) -
             contract = admissions[i].contract if i in admissions else None
             admissions[i] = Admission(i, kernel, contract, tile)
     tiles = laid.tiles
+
+    if constants:  # known weights against the domains of the equations that read them
+        probe = Plan(
+            target=t,
+            source=program,
+            program=program,
+            admissions=tuple(admissions[i] for i in sorted(admissions)),
+            refusals=(),
+            numerics=Exact(),
+            narrowing=narrowing,
+        )
+        refusals.extend(constant_domain_refusals(place_guards(probe), constants))
 
     run = program
     if narrowing is not None and not refusals:

@@ -24,6 +24,8 @@ class RefusalKind(Enum):
     INTEGER_TO_FLOAT = "integer to float"
     REGION_LIMIT = "region limit"
     CONTEXT_LIMIT = "context limit"
+    #: a value known when planning (a weight bound at import) outside an equation's domain
+    DOMAIN = "domain"
 
 
 @dataclass(frozen=True, slots=True)

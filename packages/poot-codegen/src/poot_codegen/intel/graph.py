@@ -538,8 +538,11 @@ def _dynamic_update_slice(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
 
 def _conv(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
     # Convolution-1 and GroupConvolution-1, the versions the NPU compiler imports; it never
-    # reads auto_pad, so pads are explicit (admission refused lhs dilation and negative pads)
+    # reads auto_pad, so pads are explicit (admission refused negative pads, and an input
+    # dilation other than a transposed convolution's, lowered below)
     p = cast(ConvParams, e.params)
+    if any(d != 1 for d in p.lhs_dilation):
+        return _conv_transposed(e, xs, name)
     pads = (list(p.padding_lo), list(p.padding_hi))
     if p.groups == 1:
         return opset1.convolution(
@@ -550,6 +553,47 @@ def _conv(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
     kernel = ops.reshape(xs[1], shape, False, name=f"{name}:kernel")
     return opset1.group_convolution(
         xs[0], kernel, list(p.strides), *pads, list(p.rhs_dilation), "explicit", name=name
+    )
+
+
+def _conv_transposed(e: Eqn, xs: list[Node], name: str) -> Node:
+    """A ``conv`` with input dilation ``s`` and unit window strides is the transposed
+    convolution of stride ``s`` (ONNX ConvTranspose as the importer writes it): lowered to
+    ConvolutionBackpropData-1 / GroupConvolutionBackpropData-1, which the NPU compiler imports
+    (``compiler_ops``; IE.Deconvolution there) and runs as a DPU convolution with FP32
+    accumulation, as for ``conv``. That op takes the kernel as ``[C_in, C_out, *K]`` (per group)
+    unflipped, and pads measured from the transposed output: the kernel is flipped back and
+    its in and out axes swapped, ``pads_begin`` is the lead ``d (K - 1)`` less the conv's low
+    padding, and the high side's is split into ``pads_end`` (a crop) and ``output_padding``
+    (what the conv's high padding adds past the lead). Admission guarantees the rest
+    (``poot_planner.admission``: unit strides, low padding at most the lead)."""
+    p = cast(ConvParams, e.params)
+    o, cg, *k = e.inputs[1].type.shape
+    rank = len(k)
+    lead = [d * (kk - 1) for d, kk in zip(p.rhs_dilation, k, strict=True)]
+    begin = [lead[a] - p.padding_lo[a] for a in range(rank)]
+    rest = [lead[a] - p.padding_hi[a] for a in range(rank)]
+    end, extra = [max(r, 0) for r in rest], [max(-r, 0) for r in rest]
+    kernel = xs[1]
+    for a in range(rank):  # the conv's kernel is the transposed one flipped along each axis
+        rev = _i64(list(range(k[a] - 1, -1, -1)), f"{name}:flip{a}")
+        axis = ops.constant(np.int64(2 + a), name=f"{name}:flip{a}:axis")
+        kernel = ops.gather(kernel, rev, axis, batch_dims=0, name=f"{name}:flip{a}:gather")
+    spatial = list(range(2, 2 + rank))
+    strides, dil = list(p.lhs_dilation), list(p.rhs_dilation)
+    if p.groups == 1:  # [O, C, *K] -> [C, O, *K]
+        perm = _i64([1, 0, *spatial], f"{name}:kperm")
+        kernel = ops.transpose(kernel, perm, name=f"{name}:kernel")
+        return opset1.convolution_backprop_data(
+            xs[0], kernel, strides, None, begin, end, dil, "explicit", extra, name=name
+        )
+    mg = o // p.groups  # [g * M/g, C/g, *K] -> [g, M/g, C/g, *K] -> [g, C/g, M/g, *K]
+    shape = _i64((p.groups, mg, cg, *k), f"{name}:kshape")
+    kernel = ops.reshape(kernel, shape, False, name=f"{name}:kgroups")
+    perm = _i64([0, 2, 1, *(a + 1 for a in spatial)], f"{name}:kperm")
+    kernel = ops.transpose(kernel, perm, name=f"{name}:kernel")
+    return opset1.group_convolution_backprop_data(
+        xs[0], kernel, strides, None, begin, end, dil, "explicit", extra, name=name
     )
 
 

@@ -80,8 +80,9 @@ TARGET = Target(
             Prim.CONV,
             F16,
             _NO_ZERO_SIGN,
-            f"(Group)Convolution-1, FP32 accumulation rounded once{_IN_RANGE}; no lhs dilation "
-            "or cropping",
+            f"(Group)Convolution-1, FP32 accumulation rounded once{_IN_RANGE}; no cropping; "
+            "lhs dilation only as a transposed convolution ((Group)ConvolutionBackpropData-1: "
+            "unit strides)",
         ),
         _op(
             Prim.REDUCE_WINDOW_MAX,

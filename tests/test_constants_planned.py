@@ -1,0 +1,198 @@
+"""Values known when planning (weights bound at import, folded constants) are checked against
+the FP16 device's range when planning (``poot_planner.fp16.constants``), so what ``poot plan``
+admits ``poot run`` runs: a GPT-2-style decoder's causal mask folded to ``finfo(float32).min``
+(or ``-inf``) is refused with the softmax it reaches, and ``--partition`` runs those equations
+on the host; it was admitted, then refused at upload (``NarrowingRangeUpload``). A padded
+MaxPool imports as ``reduce_window_max`` with its ``-inf`` padding a parameter, no weight."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from poot_engine.run import run_program
+from poot_ir import Builder, DType, NarrowingRangeUpload, Prim, Program, ops
+from poot_npu.registry import make_device
+from poot_onnx import import_model
+from poot_planner import RefusalKind, plan
+
+F32, S, D, H = DType.F32, 8, 16, 2
+MIN = float(np.finfo(np.float32).min)
+
+
+def _decoder(layers: int = 2) -> Program:
+    """GPT-2's shape of attention: q, k, v from one input, scores plus a constant causal mask
+    (a weight, as the importer binds a folded constant), softmax, a residual."""
+    b = Builder("decoder")
+    x = b.slot("x", F32, (H, S, D))
+    mask = b.weight("causal_mask", F32, (1, S, S))
+    wq = b.weight("wq", F32, (D, D))
+    m = b.broadcast_in_dim(mask, (H, S, S), (0, 1, 2))
+    for _ in range(layers):
+        q = b.matmul(x, b.broadcast_in_dim(wq, (H, D, D), (1, 2)))
+        x = b.add(x, ops.attention(b, q, x, x, m))
+    b.output("y", x)
+    return b.build()
+
+
+def _weights(fill: float) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    causal = np.triu(np.full((S, S), fill, np.float32), k=1)[None]  # 0 on and below the diagonal
+    return {"causal_mask": causal, "wq": (rng.standard_normal((D, D)) / 4).astype(np.float32)}
+
+
+def _inputs(fill: float) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(1)
+    return {"x": rng.uniform(-1, 1, (H, S, D)).astype(np.float32), **_weights(fill)}
+
+
+@pytest.mark.parametrize("fill", [MIN, float("-inf")], ids=["finfo.min", "-inf"])
+def test_a_constant_causal_mask_is_refused_when_planning_with_its_softmax(fill: float) -> None:
+    program = _decoder()
+    assert plan(program, "intel-npu4").admitted  # its values unknown: nothing to see
+    p = plan(program, "intel-npu4", constants=_weights(fill))
+    kinds = {r.kind for r in p.refusals}  # -inf is outside the add's domain (finite) too
+    assert RefusalKind.NARROWING_RANGE in kinds <= {RefusalKind.NARROWING_RANGE, RefusalKind.DOMAIN}
+    assert {r.fact("constant") for r in p.refusals} == {"causal_mask"}
+    refused = sorted({program.eqns[r.eqn].prim for r in p.refusals}, key=str)
+    # the mask's broadcast, the add, the row maximum (and its broadcast), the shift and exp:
+    # exp of the shift is in [0, 1], so the softmax's sum and division stay on the device
+    assert set(refused) == {Prim.BROADCAST_IN_DIM, Prim.ADD, Prim.REDUCE_MAX, Prim.SUB, Prim.EXP}
+    # xdna2 computes F32: no narrowing range; an infinite mask is outside its add's domain
+    # (finite operands), which the engine refused at bind and the plan refuses now
+    before = set(plan(program, "xdna2").refusals)
+    added = set(plan(program, "xdna2", constants=_weights(fill)).refusals) - before
+    assert {r.kind for r in added} == (set() if fill == MIN else {RefusalKind.DOMAIN})
+
+
+def test_a_mask_within_the_range_is_admitted() -> None:
+    assert plan(_decoder(), "intel-npu4", constants=_weights(-1e4)).admitted
+
+
+@pytest.mark.parametrize("fill", [MIN, float("-inf"), -1e4], ids=["finfo.min", "-inf", "in-range"])
+def test_plan_and_run_agree_on_vpu_cpu(fill: float, tmp_path: Path) -> None:
+    """Admitted when planning => the run is not refused at upload; refused => the partitioned
+    run routes around it and passes its check against the oracle."""
+    program = _decoder(layers=1)  # one layer: the device graph compiles in seconds
+    p = plan(program, "intel-npu4", constants=_weights(fill))
+    dev = make_device("vpu-cpu")
+    try:
+        report = run_program(
+            program, dev, "vpu-cpu", inputs=[_inputs(fill)], partition=not p.admitted,
+            cache_dir=tmp_path,
+        )  # fmt: skip
+    finally:
+        dev.close()
+    assert report.plan.admitted == p.admitted
+    assert report.ok, report.steps[0].worst if report.steps else "no step ran"
+    if not p.admitted:
+        assert any(not s.device for s in report.spans) and any(s.device for s in report.spans)
+
+
+def test_unpartitioned_the_plan_refuses_what_the_upload_would(tmp_path: Path) -> None:
+    from poot_engine import Engine
+
+    program = _decoder()
+    dev = make_device("vpu-cpu")
+    try:
+        report = run_program(program, dev, "vpu-cpu", inputs=[_inputs(MIN)], cache_dir=tmp_path)
+        assert not report.plan.admitted and not report.steps  # refused when planning
+        engine = Engine(dev, cache_dir=tmp_path)  # the upload it was refused at
+        with pytest.raises(NarrowingRangeUpload, match="causal_mask"):
+            engine.load_weights(_weights(MIN))
+        engine.close()
+    finally:
+        dev.close()
+
+
+def _maxpool_model() -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 2, 9, 9))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                            pads=[1, 1, 1, 1])  # fmt: skip
+    graph = helper.make_graph([node], "pool", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_padded_maxpool_has_no_infinite_weight(tmp_path: Path) -> None:
+    imp = import_model(_maxpool_model(), shapes={"x": (1, 2, 9, 9)})
+    assert not imp.weights  # the -inf padding is reduce_window_max's, not a materialised fill
+    assert [e.prim for e in imp.program.eqns] == [Prim.REDUCE_WINDOW_MAX]
+    assert plan(imp.program, "intel-npu4", constants=imp.weights).admitted
+    x = np.random.default_rng(2).uniform(-3, -1, (1, 2, 9, 9)).astype(np.float32)  # all < 0
+    dev = make_device("vpu-cpu")
+    try:
+        report = run_program(
+            imp.program, dev, "vpu-cpu", inputs=[{imp.inputs["x"]: x}], cache_dir=tmp_path
+        )
+    finally:
+        dev.close()
+    assert report.ok and np.isfinite(report.outputs[0][imp.outputs["y"]]).all()
+
+
+def _exp_of_a_weight() -> Program:
+    b = Builder("exp_w")
+    x = b.slot("x", F32, (4, 8))
+    w = b.weight("w", F32, (4, 8))
+    b.output("y", b.add(b.exp(w), x))
+    return b.build()
+
+
+def test_a_weight_outside_a_domain_is_refused_when_planning(tmp_path: Path) -> None:
+    # xdna2's exp holds its contract on [-87, 88]: a weight of -100 was admitted when planning
+    # and refused when the entry bound it (DomainError); now the plan refuses the exp, and the
+    # partitioned run computes it on the host
+    program = _exp_of_a_weight()
+    w = np.full((4, 8), -100.0, np.float32)
+    w[0, :4] = 1.0
+    assert plan(program, "xdna2", constants={"w": np.ones((4, 8), np.float32)}).admitted
+    p = plan(program, "xdna2", constants={"w": w})
+    ((r,),) = [p.refusals]
+    assert (r.kind, r.eqn, r.fact("constant"), r.fact("element")) == (
+        RefusalKind.DOMAIN, 0, "w", "(0, 4)"
+    )  # fmt: skip
+    x = np.ones((4, 8), np.float32)
+    dev = make_device("xdna-host")
+    try:
+        report = run_program(
+            program, dev, "xdna-host", inputs=[{"x": x, "w": w}], partition=True,
+            cache_dir=tmp_path,
+        )  # fmt: skip
+    finally:
+        dev.close()
+    assert report.ok and np.allclose(report.outputs[0]["y"], np.exp(w.astype(np.float64)) + 1)
+
+
+def test_a_weight_left_to_the_host_is_refused_when_a_device_entry_binds_it(
+    tmp_path: Path,
+) -> None:
+    # load_weights(host_only=...) skips the upload's range check for the host spans' weights; an
+    # entry that would run on the device with one is refused as it binds it (planned without
+    # the weights' values, the whole decoder is admitted and would read the mask)
+    from poot_engine import Engine
+
+    program = _decoder()
+    dev = make_device("vpu-cpu")
+    engine = Engine(dev, cache_dir=tmp_path)
+    try:
+        handle = engine.load_weights(_weights(MIN), host_only={"causal_mask"})
+        with pytest.raises(NarrowingRangeUpload, match="causal_mask"):
+            engine.add_entry(plan(program, "intel-npu4"), handle)
+    finally:
+        engine.close()
+        dev.close()
+
+
+def test_an_unread_weight_beyond_the_range_is_refused_for_the_program() -> None:
+    # the device is handed every weight of the program, read or not: refused at upload before
+    b = Builder("unread")
+    x = b.slot("x", F32, (4,))
+    b.weight("spare", F32, (4,))
+    b.output("y", b.neg(x))
+    program = b.build()
+    p = plan(program, "intel-npu4", constants={"spare": np.full(4, -np.inf, np.float32)})
+    ((r,),) = [p.refusals]
+    assert (r.eqn, r.fact("constant"), r.kind) == (-1, "spare", RefusalKind.NARROWING_RANGE)
