@@ -23,22 +23,24 @@ from poot_planner.targets import get_target
 from poot.cli import EXAMPLES, main
 
 F32 = DType.F32
-#: the examples a stand-in refuses in part, so a partitioned run has host spans
-PARTITIONED = ("attention", "layernorm", "log_state", "fp16_boundary")
+#: the examples each stand-in refuses in part, so a partitioned run has host spans (the test
+#: asserts the plan refuses a part: an example a target comes to admit whole leaves this list)
+PARTITIONED = [
+    *[("xdna-host", e) for e in ("attention", "layernorm", "log_state", "fp16_boundary")],
+    ("vpu-cpu", "log_state"),
+]
 
 
 def _open(name: str):  # type: ignore[no-untyped-def]
     return open_device(device_info(name))
 
 
-@pytest.mark.parametrize("stand_in", ["xdna-host", "vpu-cpu"])
-@pytest.mark.parametrize("example", PARTITIONED)
+@pytest.mark.parametrize(("stand_in", "example"), PARTITIONED)
 def test_host_spans_run_compiled_within_contract(
     stand_in: str, example: str, tmp_path: Path
 ) -> None:
     program = parse_program((EXAMPLES / f"{example}.poot").read_text())
-    if plan(program, device_info(stand_in).target).admitted:
-        pytest.skip(f"{stand_in} admits {example} whole: no host span")
+    assert not plan(program, device_info(stand_in).target).admitted
     kwargs = {"steps": 2, "cache_dir": tmp_path, "partition": True}
     compiled = run_program(program, _open(stand_in), stand_in, host=_open("host"), **kwargs)
     oracle = run_program(program, _open(stand_in), stand_in, **kwargs)
@@ -63,11 +65,13 @@ def test_host_spans_run_compiled_within_contract(
 
 
 def _softmax_matmul() -> Program:
-    """A matmul (refused on xdna2) between softmaxes: the host span is a matmul."""
+    """A matmul then ``|h|`` as a compare and a select (refused on xdna2) between
+    exponentials: the host span is the select, the matmul and the exponentials on the device."""
     b = Builder("mm_between")
     x = b.slot("x", F32, (4, 16))
     w = b.weight("w", F32, (16, 8))
     h = b.matmul(b.exp(b.neg(x)), w)
+    h = b.select(b.gt(h, b.neg(h)), h, b.neg(h))
     b.output("y", b.exp(b.neg(h)))
     return b.build()
 
@@ -91,9 +95,12 @@ def test_engine_host_spans_oracle_keeps_the_oracle(tmp_path: Path) -> None:
         assert all(h is None for h in o.hosts)
         got = engine.step(compiled, {"x": x})["y"]
         oracle = engine.step(kept, {"x": x})["y"]
-    # the oracle's host span: the same bits as the whole oracle where the device spans agree
-    assert compare(oracle, want, BitExact()).ok or np.allclose(oracle, want, rtol=1e-5)
-    assert np.allclose(got, want, rtol=1e-5, atol=1e-7)
+    # the same device spans either way, and gt, neg and select are bit exact on the host
+    # device (its table):
+    # the compiled host span gives the oracle's bits
+    assert compare(got, oracle, BitExact()).ok
+    # against the whole oracle: the device's matmul rounds its operands to bf16 (2^-8 each)
+    assert np.allclose(got, want, rtol=2e-2, atol=1e-6)
 
 
 def test_poot_run_device_host_and_host_flag(

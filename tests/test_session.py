@@ -146,10 +146,9 @@ def _device(name: str) -> str:
 
 def _tolerance(device: str) -> dict[str, float]:
     # the stand-ins' steps are verified against the oracle under the plan's derived contract;
-    # against the references a loose figure of the device's precision (vpu-cpu: FP16) is kept
-    return {"cpu": {"rtol": 1e-5, "atol": 1e-6}, "xdna-host": {"rtol": 1e-3, "atol": 1e-4}}.get(
-        device, {"rtol": 2e-2, "atol": 2e-2}
-    )
+    # against the references a loose figure of the device's precision is kept: vpu-cpu
+    # computes in FP16, xdna-host's matmuls round their operands to bf16 (2^-8 relative each)
+    return {"cpu": {"rtol": 1e-5, "atol": 1e-6}}.get(device, {"rtol": 2e-2, "atol": 2e-2})
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from poot_ir import (
     Eqn,
     GatherParams,
     Output,
+    PootError,
     Prim,
     Program,
     Storage,
@@ -154,9 +155,16 @@ def _host_refusal_real(err: DomainError, p: Plan, feed: dict[str, np.ndarray]) -
     if not (value == err.value or (np.isnan(value) and np.isnan(err.value))):
         return False
     if not reads:  # a host guard traced through data movement (a gather's table, a
-        # relayout): real when the oracle's values put the equation's operand outside
-        with np.errstate(all="ignore"):
-            return any(o.eqn == err.eqn for o in outside(p, feed, live=False))
+        # relayout): real when the oracle's values put the equation's operand outside, or
+        # when the oracle refuses the step itself (an index out of range)
+        try:
+            with np.errstate(all="ignore"):
+                if any(o.eqn == err.eqn for o in outside(p, feed, live=False)):
+                    return True
+        except PootError:
+            return True
+        # else the guard checks every element of the argument the value moves from, read or
+        # not (``poot_planner.guards``: a gather's whole table, a slice's whole operand)
     index = e.inputs[1] if e.prim is Prim.GATHER and isinstance(e.params, GatherParams) else None
     if isinstance(index, Var) and index.id == arg.var.id:  # an index: its axis's range
         size = e.inputs[0].type.shape[e.params.axis]

@@ -256,7 +256,10 @@ def _output(e: Eqn, ops: list[_Range], contract: Contract | None) -> _Range:
 
 
 #: Steps whose every result element is an element of an operand (all operands for concat; a
-#: gather's table): a guard on the operands is a guard on the result.
+#: gather's table): a guard on the operands is a guard on the result. It checks every element
+#: of the operand, read or not: a gather's table or a slice's operand holding -inf is refused
+#: before the run for an equation's finite domain even where no index or window reads it (the
+#: guard runs on the arguments as given, not on what the device gathers from them).
 #: (Not a dynamic update: its start indices are operands too, and only a gather's are left
 #: out below.)
 _MOVES = MOVEMENT - {Prim.DYNAMIC_UPDATE_SLICE}
