@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 from poot_codegen.intel import graph as intel_graph
+from poot_codegen.intel.quiet import opset1
 from poot_codegen.intel.quiet import opset16 as ops
 from poot_codegen.intel.quiet import ov
 from poot_engine.device import ArtifactSource
@@ -37,7 +38,9 @@ if TYPE_CHECKING:
 __all__ = ["HOST_CONFIG", "TARGET", "HostDevice"]
 
 _NONCONVERTIBLE_DIVIDE: Final = "nonconvertable_divide_0"  # sic: OpenVINO's spelling
-_PREPARE: Final = "divides nonconvertible but a mean's; implicit broadcasts"
+_PREPARE: Final = (
+    "divides nonconvertible but a mean's; implicit broadcasts; f32 maxima keep -inf"
+)
 
 TARGET: Final = "host-cpu"
 
@@ -105,8 +108,11 @@ class HostDevice(OpenVinoDevice):
         the broadcast's shape becomes a reshape with unit axes (``_implicit_broadcasts``): the
         op broadcasts it itself. The plugin runs an explicit Broadcast with its reference
         kernel, materializing the whole tensor (ocr_cls: 82 of them, most of its step);
-        broadcasting moves values, so the results are the same bits."""
+        broadcasting moves values, so the results are the same bits.
+
+        And every F32 ReduceMax and MaxPool keeps -inf (``_maxima_keep_minus_inf``)."""
         _implicit_broadcasts(model)
+        _maxima_keep_minus_inf(model)
         for op in model.get_ops():
             if op.get_type_name() == "Divide" and not _mean(op):
                 op.get_rt_info()[_NONCONVERTIBLE_DIVIDE] = ""
@@ -182,3 +188,50 @@ def _takes_full(reader: Any, shape: list[int]) -> bool:
     return all(
         o.get_partial_shape().is_static and [int(d) for d in o.get_shape()] == shape for o in others
     )
+
+
+_MINUS_INF: Final = np.float32(-np.inf)
+
+
+def _maxima_keep_minus_inf(model: Any) -> None:
+    """Each F32 ReduceMax and MaxPool followed by a select of -inf where every element it
+    reduces is -inf (or none is: an all-padding window), the oracle's maximum there.
+
+    The CPU plugin starts a float maximum at the lowest finite value, not at -inf (openvino
+    src/plugins/intel_cpu/src/nodes/reduce.cpp, ``init_dst_data``: ReduceMax's output filled
+    with ``std::numeric_limits<float>::lowest()``; its MaxPool does the same), so the maximum
+    of a row of -infs is -3.4028235e38 where the oracle's is -inf. A fully masked softmax row
+    (the mask's -inf added to every score) then compares unequal to -inf, and the ONNX
+    attention's ``where(max == -inf, 0, softmax)`` returns its NaN. Everywhere else the
+    plugin's maximum is the oracle's: the select only puts -inf back. Which rows are all -inf
+    is the same reduction of ``x != -inf`` (a logical or; for a window, a MaxPool of it as
+    0 and 1, positive where one is finite)."""
+    for op in list(model.get_ordered_ops()):
+        kind = op.get_type_name()
+        if kind not in ("ReduceMax", "MaxPool") or op.get_output_element_type(0) != ov.Type.f32:
+            continue
+        x = op.input_value(0)
+        finite = ops.not_equal(x, ops.constant(_MINUS_INF))
+        if kind == "ReduceMax":
+            keep = bool(op.get_attributes()["keep_dims"])
+            some = ops.reduce_logical_or(finite, op.input_value(1), keep)
+        else:
+            a = op.get_attributes()
+            pooled = opset1.max_pool(
+                ops.convert(finite, ov.Type.f32),
+                a["strides"],
+                a["pads_begin"],
+                a["pads_end"],
+                a["kernel"],
+                a["rounding_type"],
+                a["auto_pad"],
+            )
+            some = ops.greater(pooled, ops.constant(np.float32(0)))
+        out = op.output(0)
+        readers = list(out.get_target_inputs())
+        kept = ops.select(some, out, ops.constant(_MINUS_INF))
+        for r in readers:
+            r.replace_source_output(kept.output(0))
+        # the program's names go with the value: a result's port is found by them
+        kept.output(0).get_tensor().set_names(set(out.get_names()))
+        out.get_tensor().set_names(set())
