@@ -23,9 +23,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 from poot_codegen.intel import graph as intel_graph
-from poot_codegen.intel.quiet import opset1
+from poot_codegen.intel.quiet import opset1, ov
 from poot_codegen.intel.quiet import opset16 as ops
-from poot_codegen.intel.quiet import ov
 from poot_engine.device import ArtifactSource
 from poot_ir import DeviceUnavailable, UnsupportedDevice
 
@@ -38,9 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["HOST_CONFIG", "TARGET", "HostDevice"]
 
 _NONCONVERTIBLE_DIVIDE: Final = "nonconvertable_divide_0"  # sic: OpenVINO's spelling
-_PREPARE: Final = (
-    "divides nonconvertible but a mean's; implicit broadcasts; f32 maxima keep -inf"
-)
+_PREPARE: Final = "divides nonconvertible but a mean's; implicit broadcasts; f32 maxima keep -inf"
 
 TARGET: Final = "host-cpu"
 
