@@ -278,3 +278,25 @@ def test_a_window_of_minus_infinities_pools_to_minus_infinity(tmp_path: Path) ->
         got = engine.step(engine.add_entry(program), feed)
     for name in ("y", "z"):
         assert compare(got[name], want[name], BitExact(signed_zero=False)).ok, got[name]
+
+
+@pytest.mark.parametrize(("axes", "keep"), [((2,), True), ((2,), False), ((1, 2), False)])
+def test_every_float_reduce_max_keeps_minus_infinity(axes: tuple[int, ...], keep: bool) -> None:
+    # the graph rewrite itself, on ReduceMax forms poot's lowering does not emit (kept dims,
+    # two axes: the select of -inf rather than TopK), against numpy's maximum
+    import openvino.opset16 as ops
+    from poot_codegen.intel.quiet import ov
+    from poot_npu.host import HOST_CONFIG, _maxima_keep_minus_inf
+
+    x = np.full((3, 2, 4), -np.inf, np.float32)
+    x[1, 0] = _MAX_ROWS[3]
+    x[2] = _MAX_ROWS[1:3]
+    p = ops.parameter(x.shape, np.float32)
+    r = ops.reduce_max(p, ops.constant(np.int64(axes)), keep)
+    r.output(0).get_tensor().set_names({"top"})
+    model = ov.Model([r], [p])
+    _maxima_keep_minus_inf(model)
+    compiled = ov.Core().compile_model(model, "CPU", HOST_CONFIG)
+    got = compiled.create_infer_request().infer([x])[compiled.output("top")]
+    want = np.max(x, axis=axes, keepdims=keep)
+    assert got.shape == want.shape and np.array_equal(got, want), got
