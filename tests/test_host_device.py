@@ -216,3 +216,94 @@ def test_a_reduction_over_a_leading_axis_is_refused_and_the_last_axis_runs(
         got = engine.step(engine.add_entry(program), {"x": x})["y"]
     want = evaluate(program, {"x": x})["y"]
     assert np.allclose(got, want, rtol=2e-7) and got[2].all()
+
+
+_LOWEST = np.float32(-3.4028235e38)
+#: rows at the edges of a maximum: all -inf (a fully masked row), all the lowest finite value
+#: (a mask of finfo.min), the two mixed, -inf beside finite values, the largest, zeros of both
+#: signs (no +inf: the softmax's subtract admits finite operands only)
+_MAX_ROWS = np.array(
+    [
+        [-np.inf] * 4,
+        [_LOWEST] * 4,
+        [-np.inf, _LOWEST, -np.inf, -np.inf],
+        [-np.inf, -1.5, -np.inf, 2.0],
+        [3.4028235e38, -np.inf, 0.0, 1.0],
+        [-0.0, 0.0, -np.inf, -0.0],
+    ],
+    np.float32,
+)
+
+
+def _masked_max() -> Program:
+    """The ONNX attention's fully masked row test (``test_attention_23_*fullymasked*``) reduced:
+    scores masked with -inf, each row's maximum, compared with -inf, choosing a row of zeros
+    over its softmax's NaNs."""
+    b = Builder("masked_max")
+    shape = _MAX_ROWS.shape
+    x = b.select(b.slot("keep", DType.BOOL, shape), b.slot("x", F32, shape), -np.inf)
+    top = b.reduce_max(x, axes=1)
+    shifted = b.exp(b.sub(x, b.broadcast_in_dim(top, shape, (0,))))
+    soft = b.div(shifted, b.broadcast_in_dim(b.reduce_sum(shifted, axes=1), shape, (0,)))
+    b.output("top", top)
+    b.output("y", b.select(b.broadcast_in_dim(b.eq(top, -np.inf), shape, (0,)), 0.0, soft))
+    return b.build()
+
+
+def test_a_maximum_of_minus_infinities_is_minus_infinity(tmp_path: Path) -> None:
+    # fails before HostDevice kept -inf: the CPU plugin's ReduceMax starts at the lowest finite
+    # value, so a row of -infs had the maximum -3.4e38 (not equal to -inf) and the row's NaNs
+    # came back where the oracle selects 0 (three ONNX attention cases, verify off)
+    program = _masked_max()
+    keep = ~np.isneginf(_MAX_ROWS)
+    feed = {"keep": keep, "x": np.where(keep, _MAX_ROWS, np.float32(7.0))}
+    want = evaluate(program, feed)
+    with Engine(_open("host"), cache_dir=tmp_path, verify="off") as engine:
+        got = engine.step(engine.add_entry(program), feed)
+    assert compare(got["top"], want["top"], BitExact(signed_zero=False)).ok, got["top"]
+    assert (want["y"][0] == 0).all()  # the fully masked row
+    assert np.allclose(got["y"], want["y"], rtol=1e-6, atol=0, equal_nan=True), got["y"]
+
+
+def test_a_window_of_minus_infinities_pools_to_minus_infinity(tmp_path: Path) -> None:
+    # fails before the fix: MaxPool starts at the lowest finite value too (-3.4e38 for a window
+    # of -infs, and for one of padding only, where the oracle's is -inf)
+    b = Builder("pool")
+    x = b.slot("x", F32, (1, 2, 4, 4))
+    pads = [(0, 0), (0, 0), (1, 1), (1, 1)]
+    # -inf where ``keep`` is false: MaxPool's operand computed, as a mask makes it
+    x = b.select(b.slot("keep", DType.BOOL, (1, 2, 4, 4)), x, -np.inf)
+    b.output("y", b.reduce_window_max(x, (1, 1, 2, 2), (1, 1, 2, 2)))
+    b.output("z", b.reduce_window_max(x, (1, 1, 2, 2), (1, 1, 2, 2), padding=pads))
+    program = b.build()
+    xv = np.full((1, 2, 4, 4), -np.inf, np.float32)
+    xv[0, 1] = np.resize(_MAX_ROWS.ravel(), (4, 4))
+    keep = ~np.isneginf(xv)
+    feed = {"keep": keep, "x": np.where(keep, xv, np.float32(7.0))}
+    want = evaluate(program, feed)
+    with Engine(_open("host"), cache_dir=tmp_path, verify="off") as engine:
+        got = engine.step(engine.add_entry(program), feed)
+    for name in ("y", "z"):
+        assert compare(got[name], want[name], BitExact(signed_zero=False)).ok, got[name]
+
+
+@pytest.mark.parametrize(("axes", "keep"), [((2,), True), ((2,), False), ((1, 2), False)])
+def test_every_float_reduce_max_keeps_minus_infinity(axes: tuple[int, ...], keep: bool) -> None:
+    # the graph rewrite itself, on ReduceMax forms poot's lowering does not emit (kept dims,
+    # two axes: the select of -inf rather than TopK), against numpy's maximum
+    import openvino.opset16 as ops
+    from poot_codegen.intel.quiet import ov
+    from poot_npu.host import HOST_CONFIG, _maxima_keep_minus_inf
+
+    x = np.full((3, 2, 4), -np.inf, np.float32)
+    x[1, 0] = _MAX_ROWS[3]
+    x[2] = _MAX_ROWS[1:3]
+    p = ops.parameter(x.shape, np.float32)
+    r = ops.reduce_max(p, ops.constant(np.int64(axes)), keep)
+    r.output(0).get_tensor().set_names({"top"})
+    model = ov.Model([r], [p])
+    _maxima_keep_minus_inf(model)
+    compiled = ov.Core().compile_model(model, "CPU", HOST_CONFIG)
+    got = compiled.create_infer_request().infer([x])[compiled.output("top")]
+    want = np.max(x, axis=axes, keepdims=keep)
+    assert got.shape == want.shape and np.array_equal(got, want), got
