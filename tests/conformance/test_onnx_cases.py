@@ -45,6 +45,7 @@ from poot_ir import (
     NarrowingRangeIntermediate,
     NarrowingRangeResult,
     NarrowStorage,
+    Storage,
     UnsupportedOnnx,
     compare,
     evaluate,
@@ -190,7 +191,10 @@ def _run_case(
     cache_dir: Path,
 ) -> Outcome:
     name, grp = case.name, group(case)
-    p = plan(imported.program, device.target)
+    # planned as `poot run` plans it: with the weights it knows (a weight the device cannot
+    # hold is refused when planning)
+    weights = {a.name: feed[a.name] for a in imported.program.args if a.storage is Storage.WEIGHT}
+    p = plan(imported.program, device.target, constants=weights)
     if not p.admitted:
         untyped = [
             r

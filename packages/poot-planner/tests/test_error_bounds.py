@@ -321,5 +321,9 @@ def test_window_primitives_carry_their_operands_errors(window: str) -> None:
         return np.asarray(win.sum(axis=axes) if window == "sum" else win.max(axis=axes))
 
     moved = np.abs(apply(worst) - apply(e))
+    if window != "max":  # a rounding step reading operands that carry an error: one ulp more
+        # (``error_bounds._rerounded``: the two roundings of neighbouring sums can part by it)
+        y = evaluate(program, inputs)["y"]
+        moved = moved + np.spacing(np.abs(y)).astype(np.float64)
     # tight, not just sound (to the float32 rounding of the oracle's exp the bound reads)
     np.testing.assert_allclose(moved, bound, rtol=1e-6, atol=0)
