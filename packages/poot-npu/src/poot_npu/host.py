@@ -27,6 +27,8 @@ from poot_codegen.intel.quiet import opset1, ov
 from poot_codegen.intel.quiet import opset16 as ops
 from poot_engine.device import ArtifactSource
 from poot_ir import DeviceUnavailable, UnsupportedDevice
+from poot_ir.domains import Interval
+from poot_planner.guards import RESULT, Site
 
 from poot_npu import vpu_identity
 from poot_npu.openvino_device import OpenVinoDevice, frame_ir, port_signature, split_guard
@@ -118,10 +120,24 @@ class HostDevice(OpenVinoDevice):
         self._usable()
         if plan.target.name != TARGET:
             raise UnsupportedDevice(self._name, f"it runs {TARGET} plans, not {plan.target.name}")
-        model = intel_graph.lower(plan.program, emulate_f16=False)
+        # the plan's device-site guards of an explicit interval computed in the graph: this
+        # device has no flag word, and past such a row's domain the plugin's result is not the
+        # oracle's (exp overflows from 88, below F32's 88.72; a sum past 2^50, a convert past
+        # I32 are unmeasured), so a computed operand outside is refused, not returned. A row
+        # whose domain only leaves out IEEE specials (finite operands, not NaN, positive) is not
+        # guarded on computed values: the plugin carries infinities and NaNs as IEEE does, the
+        # oracle too (a NaN's payload aside, which no row promises)
+        # (an operand's: a result guard is the XDNA2 kernels' count of a non-finite row sum;
+        # the host's accumulation bound holds on operands inside, whatever the sum's size)
+        device_guards = [
+            d
+            for d in plan.guards
+            if d.site is Site.DEVICE and isinstance(d.domain, Interval) and d.operand != RESULT
+        ]
+        model = intel_graph.lower(plan.program, emulate_f16=False, domain_guards=device_guards)
         entries, guard = split_guard(model)
-        if guard is not None:  # the target admits no F16: no divisor to keep
-            raise UnsupportedDevice(self._name, "a graph with a guard result")
+        if guard is not None and any(".domain" not in label for label in guard[1]):
+            raise UnsupportedDevice(self._name, "a graph with an FP16 guard")  # no F16 admitted
         return ArtifactSource(
             frame_ir(*intel_graph.serialize(model)), port_signature(entries, self._name)
         )

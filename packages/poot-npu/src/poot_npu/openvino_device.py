@@ -71,6 +71,7 @@ from poot_ir import (
     CompileFailed,
     DeviceFailed,
     DispatchRefused,
+    DomainFlagged,
     DType,
     NarrowingRangeIntermediate,
     SignatureMismatch,
@@ -317,10 +318,15 @@ def _check_guard(loaded: _Loaded, device: str) -> None:
     """``NarrowingRangeIntermediate`` for the first flag the graph set (outputs are not yet
     copied, so nothing of the refused run reaches a buffer)."""
     assert loaded.guard is not None and loaded.flags is not None  # bound with the buffers
+    outside: list[int] = []
     for label, flag in zip(loaded.guard[1], loaded.flags, strict=True):
         eqn, prim, check = label.split(".")
-        if flag and check != "keep":  # a keep flag only gives a divisor a use
+        if flag and check.startswith("domain"):  # a device-site domain guard (host device)
+            outside.append(int(eqn))
+        elif flag and check != "keep":  # a keep flag only gives a divisor a use
             raise NarrowingRangeIntermediate(int(eqn), prim, check, device)
+    if outside:  # one graph, one "region"; the count is of guards set, not of elements
+        raise DomainFlagged(0, len(outside), tuple(sorted(set(outside))))
 
 
 class _OpenVinoStep(HostStep):

@@ -108,6 +108,7 @@ from poot_ir.core import Literal as PootLiteral
 from poot_ir.dtypes import DType
 from poot_ir.errors import NoLowering
 from poot_planner.fp16.checks import RangeCheck
+from poot_planner.guards import RESULT, DomainGuard
 
 from poot_codegen.intel import f16 as intel_f16
 from poot_codegen.intel import guard as intel_guard
@@ -242,15 +243,23 @@ def lower(
     *,
     emulate_f16: bool = False,
     guards: Sequence[tuple[int, RangeCheck]] = (),
+    domain_guards: Sequence[DomainGuard] = (),
 ) -> Any:
     """``program`` as one ``ov.Model`` (see the module docstring). ``guards`` (from
     ``poot_planner.fp16.narrowing.intermediate_guards``, by equation of ``program``) add the guard
-    result after the program's (``intel.guard``). Raises ``NoLowering`` for an equation
+    result after the program's (``intel.guard``); so do ``domain_guards``, the plan's
+    device-site domain guards (``Plan.guards``, ``Site.DEVICE``: a computed operand or result
+    against its equation's domain), each a flag set when an element is outside (the compiled
+    host device, which has no flag word of its own). Raises ``NoLowering`` for an equation
     this generator has no rule for."""
     g = _Graph(emulate_f16)
     guarded: dict[int, list[RangeCheck]] = {}  # an equation may have two (a score's: fp16.checks)
     for at, guard in guards:
         guarded.setdefault(at, []).append(guard)
+    by_eqn: dict[int, list[DomainGuard]] = {}
+    for dg in domain_guards:
+        by_eqn.setdefault(dg.eqn, []).append(dg)
+    domain_flags: list[tuple[str, Node]] = []
     checks: list[tuple[RangeCheck, Eqn, Node, list[Node]]] = []
     params = []
     for a in program.args:
@@ -279,6 +288,13 @@ def lower(
         g.env[e.out.id] = out.output(0) if hasattr(out, "output") else out
         for guard in guarded.get(i, ()):
             checks.append((guard, e, g.env[e.out.id], xs))
+        for dg in by_eqn.get(i, ()):
+            at = e.out if dg.operand == RESULT else e.inputs[dg.operand]
+            if not isinstance(at, Var):
+                continue  # a literal: proven when planning
+            label = f"{i}.{e.prim.value}.domain{dg.operand}"
+            bounds = dg.domain.bounds(at.dtype)
+            domain_flags.append((label, intel_guard.domain_flag(g.env[at.id], bounds, label)))
     results = []
     claimed = {a.var.id for a in program.args}
     for rname, var in program.results():
@@ -294,10 +310,10 @@ def lower(
         results.append(r)
     # on the NPU, a second use for every divisor its compiler would clamp (intel.guard)
     keep = [] if emulate_f16 else intel_guard.clamped_divisors(program)
-    if checks or keep:
+    if checks or keep or domain_flags:
         carrier = np.float32 if emulate_f16 else np.float16
         nodes = [(label, g.env[v.id]) for label, v in keep]
-        results.append(intel_guard.guard_result(checks, carrier, nodes))
+        results.append(intel_guard.guard_result(checks, carrier, nodes, domain_flags))
     return ov.Model(results, params, program.name)
 
 

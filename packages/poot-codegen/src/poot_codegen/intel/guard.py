@@ -32,11 +32,13 @@ from typing import Any, Final, TypeAlias
 
 import numpy as np
 from poot_ir import CodegenError, DType, Eqn, Prim, Program, Var
+from poot_ir.domains import DomainBounds
 from poot_planner.fp16.checks import GuardKind, RangeCheck
 from poot_planner.fp16.prelude import SCORE_BOUND
 from poot_planner.fp16.saturation import saturates
 
 from poot_codegen.intel.quiet import opset16 as ops
+from poot_codegen.intel.quiet import ov
 
 __all__ = ["GUARD_PREFIX", "guard_labels", "guard_result"]
 
@@ -149,12 +151,14 @@ def guard_result(
     checks: Sequence[tuple[RangeCheck, Eqn, Node, Sequence[Node]]],
     carrier: type,
     keep: Sequence[tuple[str, Node]] = (),
+    domains: Sequence[tuple[str, Node]] = (),
 ) -> Node:
     """The guard result: ``checks`` holds each guard with the narrowed equation it checks, the
     equation's value and its operands as the graph holds them; ``carrier`` is the numpy type
     the graph carries FP16 in (float16 on the NPU, float32 on the stand-in). Each of ``keep``
     (a label ``<eqn>.<prim>.keep`` and a value) adds a flag the device ignores, computed from
-    the value only to give it one more use (``clamped_divisors``)."""
+    the value only to give it one more use (``clamped_divisors``). Each of ``domains`` (a label
+    ``<eqn>.<prim>.domain<operand>`` and a ``domain_flag``) is a device-site domain guard."""
     flags, labels = [], []
     for g, e, out, xs in checks:
         name = f"guard.{g.label}"
@@ -168,7 +172,34 @@ def guard_result(
         used = ops.logical_not(finite, name=f"{name}.used")  # false as a rule: no work on the host
         flags.append(ops.reshape(used, one, False, name=name))
         labels.append(label)
+    for label, flag in domains:
+        one = ops.constant(np.array([1], np.int64), name=f"guard.{label}.one")
+        flags.append(ops.reshape(flag, one, False, name=f"guard.{label}"))
+        labels.append(label)
     tensor = GUARD_PREFIX + ",".join(labels)
     r = ops.result(ops.concat(flags, 0, name="guard.flags"), name=tensor)
     r.output(0).get_tensor().set_names({tensor})
     return r
+
+
+def domain_flag(value: Node, bounds: DomainBounds, name: str) -> Node:
+    """Set when an element of the F32 ``value`` is outside ``bounds`` (inside: ``lo <= x <=
+    hi``, or NaN when ``bounds.nan``): a device-site domain guard computed in the graph, for
+    the compiled host device, which counts nothing of its own while it runs. The bounds are
+    F32 values already (a domain's ends at F32), so the compare is exact."""
+    kind = (
+        value.get_element_type()
+        if hasattr(value, "get_element_type")
+        else value.get_output_element_type(0)
+    )
+    if kind != ov.Type.f32:
+        raise CodegenError(f"a domain guard on {kind} (only f32 values are guarded): {name}")
+    lo = ops.constant(np.array([bounds.lo], np.float32), name=f"{name}.lo")
+    hi = ops.constant(np.array([bounds.hi], np.float32), name=f"{name}.hi")
+    ge = ops.greater_equal(value, lo, name=f"{name}.ge")
+    inside = ops.logical_and(ge, ops.less_equal(value, hi, name=f"{name}.le"), name=f"{name}.in")
+    if bounds.nan:
+        nan = ops.not_equal(value, value, name=f"{name}.nan")
+        inside = ops.logical_or(inside, nan, name=f"{name}.in_or_nan")
+    every = _all(inside, f"{name}.all")
+    return ops.logical_not(every, name=f"{name}.flag")

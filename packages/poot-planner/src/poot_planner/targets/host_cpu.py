@@ -25,6 +25,8 @@ one hold on ``FiniteInputs`` or tighter and compare NaN to NaN there.
 
 from __future__ import annotations
 
+import math
+
 from poot_ir import DType, Prim
 from poot_ir.numerics import (
     AbsRel,
@@ -68,9 +70,10 @@ _ERF = AbsRel(2.0**-20, 2.0**-22)
 #: x * (1 / c) is within an ulp and a half of the oracle's x / c, promised two
 _DIV = AbsRel(2.0**-149, 2.0**-22)
 #: exp overflows early in the plugin (exp(88.39) is inf, the oracle's 2.4e38): operands up to
-#: 88; below -87 the result is subnormal or 0, within the absolute floor (the lower end, -2^126,
-#: only keeps the infinities out)
-_EXP_DOMAIN = Interval(-(2.0**126), 88.0)
+#: 88; below -87 the result is subnormal or 0, within the absolute floor, down to -inf (exactly
+#: 0: a masked softmax's keys); NaN is out (the plugin's exp(NaN) is inf). A computed operand
+#: is checked in the graph (``poot_npu.host``: the device-site guards of an interval)
+_EXP_DOMAIN = Interval(-math.inf, 88.0)
 #: a sum, matmul, convolution or window sum in the plugin's order: one F32 unit per term
 #: (measured well inside it), on operands of magnitude at most 2^50, where no product or
 #: partial sum of up to 2^27 terms overflows (past it the plugin's order overflows where the
