@@ -289,12 +289,12 @@ def lower(
         for guard in guarded.get(i, ()):
             checks.append((guard, e, g.env[e.out.id], xs))
         for dg in by_eqn.get(i, ()):
-            at = e.out if dg.operand == RESULT else e.inputs[dg.operand]
-            if not isinstance(at, Var):
+            held = e.out if dg.operand == RESULT else e.inputs[dg.operand]
+            if not isinstance(held, Var):
                 continue  # a literal: proven when planning
             label = f"{i}.{e.prim.value}.domain{dg.operand}"
-            bounds = dg.domain.bounds(at.dtype)
-            domain_flags.append((label, intel_guard.domain_flag(g.env[at.id], bounds, label)))
+            bounds = dg.domain.bounds(held.dtype)
+            domain_flags.append((label, intel_guard.domain_flag(g.env[held.id], bounds, label)))
     results = []
     claimed = {a.var.id for a in program.args}
     for rname, var in program.results():
