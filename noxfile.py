@@ -16,20 +16,42 @@ import tempfile
 import nox
 
 nox.options.default_venv_backend = "none"
-nox.options.sessions = ["tests", "oracle_cpu_features", "lint", "typecheck", "jax", "nix"]
+nox.options.sessions = [
+    "tests",
+    "onnx_cases",
+    "oracle_cpu_features",
+    "lint",
+    "typecheck",
+    "jax",
+    "nix",
+]
 nox.options.error_on_missing_interpreters = True
 
 PACKAGES = ["ir", "onnx", "jax", "planner", "codegen", "engine", "npu"]
 SOURCES = [f"packages/poot-{p}/src" for p in PACKAGES] + ["src"]
 
 
+#: The ONNX node cases on every device: some 2,000 runs, the longest file of the suite.
+ONNX_CASES = "tests/conformance/test_onnx_cases.py"
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The whole test run. Hardware tests (markers ``xdna``, ``npu_intel``) are collected too,
-    so each shows as a skip with "hardware unavailable" and its reason, never a pass."""
+    """The whole test run but the ONNX node cases (``onnx_cases``). Hardware tests (markers
+    ``xdna``, ``npu_intel``) are collected too, so each shows as a skip with "hardware
+    unavailable" and its reason, never a pass."""
     # two workers (the machines have two cores), each test file on one worker: a file's
-    # module-level caches (the ONNX node cases, a device opened once) stay in one process
-    session.run("pytest", "-q", "-n", "2", "--dist", "loadfile", *session.posargs)
+    # module-level caches (a device opened once) stay in one process
+    session.run(
+        "pytest", "-q", "-n", "2", "--dist", "loadfile", f"--ignore={ONNX_CASES}", *session.posargs
+    )
+
+
+@nox.session
+def onnx_cases(session: nox.Session) -> None:
+    """The ONNX node cases (the conformance suite's largest part) on every device, each device
+    on one worker (its outcomes are cached in that process), two workers side by side."""
+    session.run("pytest", "-q", "-n", "2", "--dist", "loadgroup", ONNX_CASES, *session.posargs)
 
 
 @nox.session

@@ -304,13 +304,23 @@ def _runs(device: str, grp: str) -> bool:
 _UNROLLED = frozenset({"LSTM", "GRU", "RNN"})
 
 
+def _group(d: Any) -> Any:
+    """A device's cases on one worker (``nox -s onnx_cases``: ``--dist loadgroup``): its
+    outcomes are cached per process, so ``test_counts`` reads what ``test_node_cases`` ran."""
+    return pytest.mark.xdist_group(name=f"onnx-cases-{d.id}")
+
+
 def _params() -> list[Any]:
     return [
-        pytest.param(d.values[0], g, id=f"{d.id}-{g}", marks=d.marks)
+        pytest.param(d.values[0], g, id=f"{d.id}-{g}", marks=(*d.marks, _group(d)))
         for d in DEVICE_PARAMS
         for g in GROUPS
         if _runs(d.values[0].name, g)
     ]
+
+
+def _devices() -> list[Any]:
+    return [pytest.param(*d.values, id=d.id, marks=(*d.marks, _group(d))) for d in DEVICE_PARAMS]
 
 
 @pytest.mark.parametrize(("info", "grp"), _params())
@@ -322,7 +332,7 @@ def test_node_cases(info: DeviceInfo, grp: str, suite: _Suite) -> None:
     assert not failed, "\n".join(failed)
 
 
-@pytest.mark.parametrize("info", DEVICE_PARAMS)
+@pytest.mark.parametrize("info", _devices())
 def test_counts(info: DeviceInfo, suite: _Suite, capsys: pytest.CaptureFixture[str]) -> None:
     suite.device(info)
     outcomes = [suite.outcome(info, n) for n, c in _cases().items() if _runs(info.name, group(c))]
