@@ -401,3 +401,15 @@ class Program:
         return tuple((o.name, o.var) for o in self.outputs) + tuple(
             (u.state, u.var) for u in self.updates
         )
+
+    def live_equations(self) -> frozenset[int]:
+        """The equations a result or a state update reads, directly or through others (one
+        reverse scan): another one's value is never observed."""
+        needed = {v.id for _, v in self.results()}
+        live: set[int] = set()
+        for i in range(len(self.eqns) - 1, -1, -1):
+            e = self.eqns[i]
+            if any(o.id in needed for o in e.outputs):
+                live.add(i)
+                needed.update(a.id for a in e.inputs if isinstance(a, Var))
+        return frozenset(live)

@@ -238,16 +238,9 @@ def _live(program: Program, origins: dict[int, str]) -> tuple[Program, dict[int,
     """``program`` without the equations no output or update reads (a ``where`` decided at
     import leaves its other case behind: a NaN the planner would otherwise see), and the
     origins renumbered to match."""
-    needed = {o.var.id for o in program.outputs} | {u.var.id for u in program.updates}
-    kept: list[int] = []
-    for i in range(len(program.eqns) - 1, -1, -1):
-        e = program.eqns[i]
-        if any(v.id in needed for v in e.outputs):
-            kept.append(i)
-            needed.update(a.id for a in e.inputs if isinstance(a, Var))
+    kept = sorted(program.live_equations())
     if len(kept) == len(program.eqns):
         return program, origins
-    kept.reverse()
     eqns = tuple(program.eqns[i] for i in kept)
     renumbered = {new: origins[old] for new, old in enumerate(kept) if old in origins}
     return validate(replace(program, eqns=eqns)), renumbered

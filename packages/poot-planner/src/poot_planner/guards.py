@@ -285,22 +285,6 @@ def _sources(plan: Planned) -> dict[int, tuple[str, ...]]:
     return found
 
 
-def _live(program: Program) -> frozenset[int]:
-    """The equations a result or a state update reads, directly or through others (the same
-    reverse scan as ``poot_planner.xdna2.layout``'s, by equation). Another one's value never
-    comes back (a legalization rule leaves the steps it replaced unread: the importer's
-    sigmoid's ``neg(|x|)`` once xdna2's rule computes it otherwise), so it needs no guard: an
-    argument it alone refuses (-inf) must not refuse the run."""
-    values = {v.id for _, v in program.results()}
-    live: set[int] = set()
-    for i in range(len(program.eqns) - 1, -1, -1):
-        e = program.eqns[i]
-        if any(o.id in values for o in e.outputs):
-            live.add(i)
-            values.update(a.id for a in e.inputs if isinstance(a, Var))
-    return frozenset(live)
-
-
 def place_guards(plan: Planned) -> tuple[DomainGuard, ...]:
     """Every guard of ``plan.program``, in equation and operand order (see the module), from
     the plan's other fields: ``plan()`` calls it once and carries the answer as
@@ -313,7 +297,11 @@ def place_guards(plan: Planned) -> tuple[DomainGuard, ...]:
     casts = {e.out.id for e in program.eqns if e.prim is Prim.CONVERT}
     ranges: dict[int, _Range] = {}
     found: list[DomainGuard] = []
-    live = _live(program)
+    # an equation no result reads needs no guard: its value never comes back (a legalization
+    # rule leaves the steps it replaced unread: the importer's sigmoid's ``neg(|x|)`` once
+    # xdna2's rule computes it otherwise), and an argument it alone refuses (-inf) must not
+    # refuse the run
+    live = program.live_equations()
     for i, (e, contract) in enumerate(zip(program.eqns, equation_contracts(plan), strict=True)):
         domain = None if contract is None or i not in live else contract.domain
         bounds = None if domain is None else domain.bounds(DType.F32)

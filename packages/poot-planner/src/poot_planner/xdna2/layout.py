@@ -105,7 +105,7 @@ def lay_out(
     jobs: list[tuple[int, TileOp]] = []  # (the equation that makes its output, job)
     arguments = frozenset(a.var.id for a in program.args)
     estimates: dict[tuple[Prim, ...], int] = {}
-    live = _live(program)
+    live = {o.id for i in program.live_equations() for o in program.eqns[i].outputs}
     relayouts: list[HostRelayout] = []
     for i, kernel in admitted.items():
         e = program.eqns[i]
@@ -191,12 +191,3 @@ def _tensor_refusal(at: int, prim: str, job: TileOp, limits: RegionLimits) -> Re
     if job.output.type.size and any(v.type.size == 0 for v in tensors):
         return limit_refusal(at, prim, "stream_bytes", 0, 4)
     return None
-
-
-def _live(program: Program) -> set[int]:
-    """The ids of the values the program's results depend on (results included)."""
-    live = {v.id for _, v in program.results()}
-    for e in reversed(program.eqns):
-        if any(o.id in live for o in e.outputs):
-            live.update(a.id for a in e.inputs if isinstance(a, Var))
-    return live
