@@ -19,7 +19,7 @@ import pytest
 from conformance.devices import open_device
 from encoder_model import encoder_inputs, encoder_layer
 from poot_engine.run import run_program
-from poot_ir import DomainFlagged, Prim, evaluate
+from poot_ir import Prim, Program, evaluate
 from poot_npu.registry import device_info
 from poot_planner import TARGETS, KernelClass, partition
 
@@ -70,30 +70,34 @@ def test_encoder_runs_partitioned_on_xdna_host(tmp_path: Path) -> None:
     )
     assert report.ok, [str(c) for s in report.steps for _, c in s.results if not c.ok]
     assert [s.device for s in report.spans] == [False, True]
-    for inputs, got in zip(steps, report.outputs, strict=True):
+    _close_to_the_oracle(program, steps, report.outputs)
+
+
+def _close_to_the_oracle(
+    program: Program, steps: list[dict[str, np.ndarray]], outputs: list[dict[str, np.ndarray]]
+) -> None:
+    """The derived bound of the output is infinite past the second LayerNorm, so the run's own
+    check promises nothing there: a figure instead, the matmuls' bf16 operands (2^-8 relative
+    each) through a layer-normed output (measured 0.01 at most)."""
+    for inputs, got in zip(steps, outputs, strict=True):
         want = evaluate(program, inputs)["hidden"].astype(np.float64)
-        err = np.abs(got["hidden"].astype(np.float64) - want)
-        print(
-            f"largest error against the oracle: {err.max():.3g} (|y| up to {np.abs(want).max():.3g})"
-        )
+        assert np.allclose(got["hidden"].astype(np.float64), want, atol=3e-2)
 
 
-def test_padded_masks_are_refused_or_within_contract(tmp_path: Path) -> None:
-    """A padded mask puts exp's argument below -87, outside its domain today (issue 30 item 4
-    extends it downward): a typed refusal, or, once exp takes it, a run within the plan's
-    contracts; never a silent result."""
+def test_a_padded_mask_runs_within_contract(tmp_path: Path) -> None:
+    """A padded mask puts exp's argument below -87, inside xdna2's exp domain since it reaches
+    -inf (the kernel flushes to 0): the padded step runs, within the plan's contracts and close
+    to the oracle (a refusal would fail it)."""
     program = encoder_layer()
     steps = [encoder_inputs(program, 0)]
-    try:
-        report = run_program(
-            program,
-            open_device(device_info("xdna-host")),
-            "xdna-host",
-            inputs=steps,
-            cache_dir=tmp_path,
-            partition=True,
-        )
-    except DomainFlagged as e:
-        assert "outside their domain" in str(e)
-    else:
-        assert report.ok, [str(c) for s in report.steps for _, c in s.results if not c.ok]
+    assert not steps[0]["attention_mask"].all()  # padded
+    report = run_program(
+        program,
+        open_device(device_info("xdna-host")),
+        "xdna-host",
+        inputs=steps,
+        cache_dir=tmp_path,
+        partition=True,
+    )
+    assert report.ok, [str(c) for s in report.steps for _, c in s.results if not c.ok]
+    _close_to_the_oracle(program, steps, report.outputs)
