@@ -14,7 +14,12 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
 
+from collections.abc import Iterator  # noqa: E402
+from types import ModuleType  # noqa: E402
+
+import fake_pyxrt  # noqa: E402
 import pytest  # noqa: E402
+from poot_npu import xdna as xdna_module  # noqa: E402
 from poot_npu import xdna_contexts  # noqa: E402
 
 
@@ -29,3 +34,13 @@ def _fresh_contexts(
     monkeypatch.delenv(xdna_contexts.ALLOW_ENV, raising=False)
     record = tmp_path_factory.mktemp("contexts") / "xdna-contexts.json"
     monkeypatch.setenv(xdna_contexts.RECORD_ENV, str(record))
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    """The fake ``pyxrt`` (``fake_pyxrt``) in place of the real module, reset, with no context
+    abandoned by an earlier test: the XdnaDevice tests run against it."""
+    fake_pyxrt.reset()
+    monkeypatch.setitem(sys.modules, "pyxrt", fake_pyxrt)
+    monkeypatch.setattr(xdna_module, "_abandoned", [])
+    yield fake_pyxrt

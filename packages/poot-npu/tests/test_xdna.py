@@ -63,14 +63,6 @@ G = fake_pyxrt.GROUP_BASE
 
 
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    fake_pyxrt.reset()
-    monkeypatch.setitem(sys.modules, "pyxrt", fake_pyxrt)
-    monkeypatch.setattr(xdna_module, "_abandoned", [])
-    yield fake_pyxrt
-
-
-@pytest.fixture
 def toolchain(tmp_path: Path) -> dict[str, str]:
     return fake_pyxrt.fake_toolchain(tmp_path / "tools")
 

@@ -13,8 +13,7 @@ exact value (inf in F32, ``math.exp(100)`` ~ 2.7e43) is outside exp's domain.
 from __future__ import annotations
 
 import math
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -25,7 +24,6 @@ from poot_codegen.xdna import ArenaRole, design_program
 from poot_codegen.xdna.designer import place
 from poot_engine import Engine
 from poot_ir import Builder, DomainFlagged, DType, Program, evaluate
-from poot_npu import xdna as xdna_module
 from poot_npu.xdna import XdnaDevice
 from poot_npu.xdna_host import XdnaHostDevice
 from poot_planner import plan
@@ -104,14 +102,6 @@ def test_exp_100_is_refused_on_xdna_host(tmp_path: Path) -> None:
             return device.arenas(artifact)[arena.index]
 
         _check_refused(engine, flags)
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    fake_pyxrt.reset()
-    monkeypatch.setitem(sys.modules, "pyxrt", fake_pyxrt)
-    monkeypatch.setattr(xdna_module, "_abandoned", [])
-    yield fake_pyxrt
 
 
 def test_exp_100_is_refused_through_the_fake_xrt(fake: ModuleType, tmp_path: Path) -> None:

@@ -5,8 +5,7 @@ oracle; and a region's flag word still refuses a run across relayouts."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -17,7 +16,6 @@ import xdna_cases as cases
 from poot_codegen.xdna import RelayoutKind, design_program
 from poot_engine import Engine
 from poot_ir import Builder, DomainFlagged, DType, Program, Var, evaluate
-from poot_npu import xdna as xdna_module
 from poot_npu import xdna_contexts
 from poot_npu.xdna import XdnaDevice
 from poot_npu.xdna_host import XdnaHostDevice
@@ -115,14 +113,6 @@ def _run(engine: Engine, program: Program, steps: int = 2) -> None:
             else:
                 assert got[name].tobytes() == want[name].tobytes(), (s, name)
     engine.remove_entry(entry)
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    fake_pyxrt.reset()
-    monkeypatch.setitem(sys.modules, "pyxrt", fake_pyxrt)
-    monkeypatch.setattr(xdna_module, "_abandoned", [])
-    yield fake_pyxrt
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))

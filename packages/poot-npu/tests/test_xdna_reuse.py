@@ -8,8 +8,6 @@ more than its arena offsets is not merged."""
 from __future__ import annotations
 
 import dataclasses
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -22,7 +20,6 @@ from poot_codegen.xdna.validate import validate
 from poot_engine import Engine
 from poot_engine.blob_cache import SUFFIX
 from poot_ir import Builder, DType, Program, Var, evaluate
-from poot_npu import xdna as xdna_module
 from poot_npu import xdna_contexts
 from poot_npu.xdna import NODE, XdnaDevice
 from poot_npu.xdna_host import XdnaHostDevice
@@ -173,14 +170,6 @@ def test_on_the_host_stand_in_results_equal_the_oracle_with_one_library_per_arti
 
 
 # -- the fake XRT ----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    fake_pyxrt.reset()
-    monkeypatch.setitem(sys.modules, "pyxrt", fake_pyxrt)
-    monkeypatch.setattr(xdna_module, "_abandoned", [])
-    yield fake_pyxrt
 
 
 def _xrt_engine(tmp_path: Path) -> Engine:
