@@ -113,8 +113,9 @@ def test_every_xdna2_region_bound_at_and_one_past_its_limit_on_xdna_host(tmp_pat
 
 
 def test_the_legalized_xdna2_rules_on_xdna_host(tmp_path: Path) -> None:
-    """sigmoid and SiLU over the whole finite line and a masked softmax's exponent: all pass
-    on the stand-in, each figure within its bound."""
+    """Each rule's probe near zero and at the finite line's edges, then sigmoid and SiLU over
+    the whole finite line and a masked softmax's exponent: all pass on the stand-in, each
+    figure within its bound."""
     from poot_engine import Engine
     from poot_npu.xdna_host import XdnaHostDevice
 
@@ -122,16 +123,43 @@ def test_the_legalized_xdna2_rules_on_xdna_host(tmp_path: Path) -> None:
 
     with Engine(XdnaHostDevice(tmp_path / "k"), tmp_path / "c", verify="always") as engine:
         checks = list(legalized_checks(engine, "xdna2"))
-        assert not list(legalized_checks(engine, "intel-npu4"))  # no saturating rule there
-    assert [(c.name, c.passed) for c in checks] == [
+    probed = [c for c in checks if c.name.startswith("legalized near zero")]
+    assert [c.name for c in probed] == [
+        "legalized near zero and at the edges: abs via max, sigmoid's select through exp and div",
+        "legalized near zero and at the edges: abs via max",
+        "legalized near zero and at the edges: min via max",
+    ]
+    assert all(c.passed and c.figure is not None and c.figure <= 1.0 for c in probed), [
+        c.detail for c in probed
+    ]
+    assert [(c.name, c.passed) for c in checks[len(probed) :]] == [
         ("sigmoid (legalized) over the finite line", True),
         ("SiLU (legalized) over the finite line", True),
         ("masked softmax exponent (finfo(float32).min keys)", True),
     ], [c.detail for c in checks]
-    sig, silu, masked = checks
+    sig, silu, masked = checks[len(probed) :]
     assert sig.figure is not None and 0.0 <= sig.figure <= 1.0
     assert "saturates exactly" in sig.detail and "NaN refused" in sig.detail
     assert silu.figure is not None and silu.figure <= 1.0 and masked.figure == 20 + 23 + 28
+
+
+def test_every_legalized_intel_rule_near_zero_and_at_the_edges_on_vpu_cpu(tmp_path: Path) -> None:
+    """Issue 24 item 3: every intel-npu4 rule measured on the FP16 stand-in from 1e-6 to 1e-1
+    and at FP16's edges, verified against the running bound; erf and tanh keep the sign of x."""
+    from poot_engine import Engine
+    from poot_npu.vpu import VpuDevice
+    from poot_planner.legalize.rules import RULES
+
+    from poot.acceptance.legalized import legalized_checks
+
+    with Engine(VpuDevice("CPU"), tmp_path / "c", verify="always") as engine:
+        checks = list(legalized_checks(engine, "intel-npu4"))
+    failed = [(c.name, c.detail) for c in checks if not c.passed]
+    assert not failed
+    named = " ".join(c.name for c in checks)
+    assert all(r.name in named for r in RULES if r.target == "intel-npu4")
+    odd = [c for c in checks if "erf" in c.name or "tanh" in c.name]
+    assert len(odd) == 2 and all("the sign of x kept" in c.detail for c in odd)
 
 
 @pytest.mark.xdna

@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from poot_ir import AbsRel, Builder, DType, Program, evaluate
-from poot_onnx.logic import sigmoid
+from poot_ir.ops import sigmoid
 from poot_planner import TARGETS, RefusalKind, plan
 from poot_planner.error_bounds import result_bounds
 from poot_planner.legalize import logistic

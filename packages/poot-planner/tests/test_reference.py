@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 from poot_ir import Builder, DType, Program, evaluate, ops
-from poot_onnx.logic import sigmoid
+from poot_ir.ops import sigmoid
 from poot_planner import TARGETS, Plan, plan
 from poot_planner.error_bounds import legalized_values
 from poot_planner.reference import joint_program, joint_values

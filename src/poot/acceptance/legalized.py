@@ -1,8 +1,14 @@
 """``poot acceptance``: the legalization rules that make a target run functions it has no
-primitive for, measured on the device where the rule's numerics claim something beyond the
-per-primitive contracts (``Numerics.SATURATING``: xdna2's sigmoid).
+primitive for, measured on the device.
 
-For such a target:
+Every rule of the target, through its probe (``poot_planner.legalize.probes``: a program the
+rule rewrites, with inputs from 1e-6 to 1e-1 of both signs and at the edges of the target's
+domain): the figure is the worst error over the running bound of the legalized plan (against
+the oracle), and an odd function's result (erf, tanh) must keep the sign of ``x`` wherever the
+exact value is not below FP16's smallest subnormal (issue 24 item 3).
+
+Where a rule's numerics claim something beyond that (``Numerics.SATURATING``: xdna2's
+sigmoid):
 
 - sigmoid (as the ONNX importer writes it) over the whole finite line, -inf included: the
   figure is the worst error over the rule's derived bound (``abs + rel |sigmoid(x)|``, against
@@ -23,9 +29,19 @@ from collections.abc import Iterator
 import numpy as np
 from poot_engine import Engine
 from poot_engine.verify import check_results
-from poot_ir import AbsRel, Builder, DomainError, DomainFlagged, DType, PootError, Program
-from poot_onnx.logic import sigmoid
+from poot_ir import (
+    AbsRel,
+    Builder,
+    DomainError,
+    DomainFlagged,
+    DType,
+    PootError,
+    Program,
+    evaluate,
+)
+from poot_ir.ops import sigmoid
 from poot_planner import plan
+from poot_planner.legalize.probes import Probe, probes
 from poot_planner.legalize.rules import RULES, Numerics
 
 from poot.acceptance.engine import Check
@@ -133,8 +149,36 @@ def _masked_exponent(engine: Engine, target: str) -> Check:
     return Check(name, zero, float(n), "masked keys", "each exactly 0" if zero else "NOT 0")
 
 
+def _probe(engine: Engine, probe: Probe) -> Check:
+    name = f"legalized near zero and at the edges: {', '.join(sorted(probe.rules))}"
+    p = plan(probe.program, probe.target)
+    applied = {rw.rule.name for rw in p.rewrites}
+    if not p.admitted or not probe.rules <= applied:
+        return Check(name, False, detail=f"the probe is not rewritten by its rules ({applied})")
+    inputs = dict(probe.inputs)
+    try:
+        entry = engine.add_entry(p, engine.load_weights({}))
+        got = engine.step(entry, inputs)  # verified: a breach of the running bound fails here
+        engine.remove_entry(entry)
+    except PootError as err:
+        return Check(name, False, detail=f"{type(err).__name__}: {err}")
+    worst = max((c.error_ratio for _, c in check_results(p, inputs, got)), default=0.0)
+    detail = f"{inputs['x'].size if 'x' in inputs else 0} inputs, {len(p.rewrites)} rewrites"
+    signed = True
+    if probe.odd:  # the result has the sign of x where the exact value is an FP16 number
+        x, y = inputs["x"].astype(np.float64), got["y"].astype(np.float64)
+        want = evaluate(probe.program, inputs)["y"].astype(np.float64)
+        shown = np.abs(want) >= 2.0**-24
+        signed = bool(np.all(np.sign(y[shown]) == np.sign(x[shown])))
+        detail += "; the sign of x kept" if signed else "; a WRONG SIGN"
+    return Check(name, worst <= 1.0 and signed, worst, "error/bound", detail)
+
+
 def legalized_checks(engine: Engine, target: str) -> Iterator[Check]:
-    """The checks above, on ``target`` when a rule of its claims saturation (else none)."""
+    """Every rule of ``target`` through its probe; and where a rule of it claims saturation,
+    the checks above."""
+    for probe in probes(target):
+        yield _probe(engine, probe)
     if not any(r.target == target and r.numerics is Numerics.SATURATING for r in RULES):
         return
     yield _sigmoid(engine, target)

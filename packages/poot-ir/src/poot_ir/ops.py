@@ -13,7 +13,7 @@ from poot_ir.builder import Builder
 from poot_ir.core import Var
 from poot_ir.errors import TypeCheckError
 
-__all__ = ["attention", "gelu", "layernorm", "rmsnorm", "softmax"]
+__all__ = ["attention", "gelu", "layernorm", "rmsnorm", "sigmoid", "softmax"]
 
 
 def _keep(b: Builder, reduced: Var, like: Var, axis: int) -> Var:
@@ -68,6 +68,16 @@ def softmax(b: Builder, x: Var, axis: int = -1) -> Var:
 def gelu(b: Builder, x: Var) -> Var:
     """The exact (erf) GELU: ``0.5 * x * (1 + erf(x / sqrt(2)))``."""
     return b.mul(b.mul(x, 0.5), b.add(b.erf(b.mul(x, 1.0 / math.sqrt(2.0))), 1.0))
+
+
+def sigmoid(b: Builder, x: Var) -> Var:
+    """``1 / (1 + e^-x)``, from ``e = e^-|x|`` (at most 1, so nothing overflows, in f32 or in
+    an FP16 stand-in): ``1 / (1 + e)`` for ``x >= 0``, ``e / (1 + e)`` below. The form the ONNX
+    importer writes (Sigmoid, the LSTM's gates, the classifiers' logistic), which xdna2's
+    sigmoid rule recognises."""
+    e = b.exp(b.neg(b.abs(x)))
+    r = b.recip(b.add(e, 1.0))
+    return b.select(b.ge(x, 0.0), r, b.mul(e, r))
 
 
 def attention(b: Builder, q: Var, k: Var, v: Var, mask: Var | None = None) -> Var:

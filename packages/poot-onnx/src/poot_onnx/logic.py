@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from poot_ir.builder import Builder
 from poot_ir.core import Atom, Var
 from poot_ir.dtypes import DType
+from poot_ir.ops import sigmoid
 
 from poot_onnx.context import FLOATS, NUMERIC, Lowering, LoweringRule, Node, check_dtype
 
@@ -169,14 +170,6 @@ def _clip(lo: Lowering, n: Node) -> None:
             (bound,) = lo.atoms((i,), extra=x.shape)
             y = op(y, bound)
     lo.set(0, y)
-
-
-def sigmoid(b: Builder, x: Var) -> Var:
-    """``1 / (1 + e^-x)``, from ``e = e^-|x|`` (at most 1, so nothing overflows, in f32 or in
-    an FP16 stand-in): ``1 / (1 + e)`` for ``x >= 0``, ``e / (1 + e)`` below."""
-    e = b.exp(b.neg(b.abs(x)))
-    r = b.recip(b.add(e, 1.0))
-    return b.select(b.ge(x, 0.0), r, b.mul(e, r))
 
 
 def _sigmoid(lo: Lowering, n: Node) -> None:

@@ -31,7 +31,7 @@ from poot_ir.dtypes import DType
 
 from poot_onnx.context import Lowering, LoweringRule, Node, check_dtype, reshape
 from poot_onnx.indexing import arg_best
-from poot_onnx.logic import sigmoid
+from poot_ir.ops import sigmoid
 
 __all__ = ["REFUSED", "RULES"]
 

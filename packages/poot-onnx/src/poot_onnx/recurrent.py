@@ -28,7 +28,7 @@ from poot_ir.builder import Builder
 from poot_ir.core import Var
 
 from poot_onnx.context import FLOATS, Lowering, LoweringRule, Node, check_dtype, check_unrolled
-from poot_onnx.logic import sigmoid
+from poot_ir.ops import sigmoid
 
 __all__ = ["RULES"]
 
