@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from poot_ir import Builder, DType, Program, ops
 
-__all__ = ["EXAMPLES", "chain", "gather", "rmsnorm_weight", "two_regions"]
+__all__ = ["EXAMPLES", "chain", "gather", "k_streamed", "rmsnorm_weight", "two_regions"]
 
 
 def chain() -> Program:
@@ -48,9 +48,20 @@ def two_regions(n: int = 17) -> Program:
     return b.build()
 
 
+def k_streamed() -> Program:
+    """A dense layer whose weight (256 KiB) no tile holds: it streams in pieces of K rows,
+    passed once per call, its output handed tile to tile to a ReLU."""
+    b = Builder("k_streamed")
+    x = b.slot("x", DType.F32, (32, 256))
+    w = b.weight("w", DType.F32, (256, 256))
+    b.output("y", b.max(b.matmul(x, w), 0.0))
+    return b.build()
+
+
 EXAMPLES = {
     "chain": chain,
     "rmsnorm_weight": rmsnorm_weight,
     "gather": gather,
     "two_regions": two_regions,
+    "k_streamed": k_streamed,
 }

@@ -157,6 +157,14 @@ def _region(
         n = 1 if whole or not streaming else max(calls[streaming[0].index], 1)
         elems, nbytes = _object(v, n)
         consumers = tuple(sorted({t.index for t, _ in ends.readers[v.id]}))
+        pieces = repeats = 1
+        if ends.pieced(v.id):  # K-streamed: its one reader takes it whole once per call
+            pieces = next(
+                op.pieces for t, _ in ends.readers[v.id] for op in t.inputs if op.var.id == v.id
+            )
+            repeats = max(calls[consumers[0]], 1)
+            elems, nbytes = _object(v, pieces)
+            n = pieces * repeats
         is_in, is_out = producer is None, v.id in host_out
         shim = None
         if is_in or is_out:
@@ -179,6 +187,8 @@ def _region(
             shim=shim,
             source=layout.slot(v.id) if is_in else None,
             sink=layout.slot(v.id) if is_out else None,
+            pieces=pieces,
+            repeats=repeats,
         )
     chain = tuple(region.tiles[k].index for k in flag_order(len(region.tiles)))
     first = chain[0] if chain else -1
@@ -232,7 +242,7 @@ def _flag_path(
 
 
 def _port(f: Fifo) -> Port:
-    return Port(f.name, f.value, f.dtype, f.resident, f.elems, f.nbytes)
+    return Port(f.name, f.value, f.dtype, f.resident, f.elems, f.nbytes, f.pieces)
 
 
 def _index_axis(t: TileOp, program: Program) -> int:
@@ -315,7 +325,8 @@ def _sequence(region: Region, fifos: dict[int, Fifo], shims: _Shims) -> tuple[Tr
                 shims.bd(f.shim),
                 slot.arena,
                 slot.offset,
-                f.n_objects * f.nbytes,
+                f.n_objects // f.repeats * f.nbytes,  # one pass of the tensor
+                f.repeats,
             )
         )
     return tuple(out)

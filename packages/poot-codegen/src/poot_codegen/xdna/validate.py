@@ -255,6 +255,13 @@ def validate_region(region: RegionDesign, layout: HostLayout, limits: RegionLimi
         _validate_guard(c, layout, f"{where}, core {c.symbol}")
     for f in region.fifos:
         _validate_fifo(f, cores, layout, f"{where}, FIFO {f.name}")
+        _check(
+            f.repeats <= limits.transfer_repeats,
+            "transfer repeats",
+            f"{where}, FIFO {f.name}",
+            f.repeats,
+            limits.transfer_repeats,
+        )
     _validate_sequence(region, fifos, layout, where)
 
 
@@ -322,14 +329,37 @@ def _validate_core(
             f"port on FIFO {f.name} disagrees with it",
             where,
         )
+        _check(port.pieces == f.pieces, f"port on FIFO {f.name} disagrees with it", where)
         if not port.resident:
             _check(
-                f.n_objects == c.n_chunks,
+                f.n_objects == c.n_chunks * port.pieces,
                 f"calls per run vs objects of FIFO {f.name}",
                 where,
-                c.n_chunks,
+                c.n_chunks * port.pieces,
                 f.n_objects,
             )
+    # a K-streamed input: a matmul's right operand, its pieces whole rows of K, passed once
+    # per call (``Core.pieces``)
+    streamed = [i for i, p in enumerate(c.inputs) if p.pieces > 1]
+    if streamed:
+        f = fifos[c.inputs[streamed[0]].fifo]
+        _check(
+            c.kind is KernelClass.MATMUL and streamed == [1],
+            "a K-streamed operand that is no matmul's right operand",
+            where,
+        )
+        _check(
+            len(f.shape) >= 2 and f.shape[-2] % f.pieces == 0,
+            "pieces that are not rows of K",
+            where,
+        )
+        _check(
+            f.repeats == c.n_chunks,
+            "passes of a K-streamed operand vs calls",
+            where,
+            c.n_chunks,
+            f.repeats,
+        )
 
 
 def _validate_fifo(f: Fifo, cores: dict[int, Core], layout: HostLayout, where: str) -> None:
@@ -347,7 +377,21 @@ def _validate_fifo(f: Fifo, cores: dict[int, Core], layout: HostLayout, where: s
     _check(bool(f.consumers) or f.sink is not None, "a FIFO nobody reads", where)
     _check(len(set(f.consumers)) == len(f.consumers), "a consumer listed twice", where)
     size = math.prod(f.shape)
-    _check(f.elems * f.n_objects == size, "objects that do not cover the tensor", where)
+    _check(f.pieces >= 1 and f.repeats >= 1, "pieces and passes at least one", where)
+    if f.pieces > 1 or f.repeats > 1:  # a K-streamed operand: a host input of one core
+        _check(
+            f.source is not None and f.sink is None and len(f.consumers) == 1,
+            "a K-streamed tensor that is not one core's host input",
+            where,
+        )
+        _check(
+            f.n_objects == f.pieces * f.repeats,
+            "objects of a K-streamed tensor",
+            where,
+            f.pieces * f.repeats,
+            f.n_objects,
+        )
+    _check(f.elems * f.n_objects == size * f.repeats, "objects that do not cover the tensor", where)
     _check(f.nbytes == words(f.elems * f.dtype.itemsize), "object bytes are not whole words", where)
     if f.nbytes != f.elems * f.dtype.itemsize:
         _check(
@@ -376,10 +420,10 @@ def _validate_fifo(f: Fifo, cores: dict[int, Core], layout: HostLayout, where: s
             )
             _check(slot.value == f.value, "a slot of another value", where)
             _check(
-                f.n_objects * f.nbytes <= slot.span,
+                f.n_objects // f.repeats * f.nbytes <= slot.span,
                 "objects past the slot",
                 where,
-                f.n_objects * f.nbytes,
+                f.n_objects // f.repeats * f.nbytes,
                 slot.span,
             )
 
@@ -399,8 +443,8 @@ def _validate_sequence(
         if slot is None:
             raise DesignError(f"a {t.direction.value} transfer of a FIFO without that end", where=w)
         _check(
-            (t.shim, t.arena, t.offset, t.nbytes)
-            == (f.shim, slot.arena, slot.offset, f.n_objects * f.nbytes),
+            (t.shim, t.arena, t.offset, t.nbytes, t.repeats)
+            == (f.shim, slot.arena, slot.offset, f.n_objects // f.repeats * f.nbytes, f.repeats),
             "a transfer that is not its FIFO's whole tensor",
             w,
         )

@@ -172,6 +172,14 @@ class _Candidate:
         self.outside: dict[int, int] = {}  # value made here -> its readers not (yet) here
         self.n_out = 0  # values made here that go to the host
         self.whole_fits = True  # every tile fits unchunked (one call per run)
+        self.pieced: set[int] = set()  # K-streamed operands (``stream_k``) of its tiles
+
+    def shares_pieced(self, t: TileOp) -> bool:
+        """``t`` would share a FIFO with a K-streamed operand: its pieces are one tile's
+        objects, so that operand must be a host input no other tile of the region reads."""
+        mine = {op.var.id for op in t.inputs if op.pieces > 1}
+        rest = {op.var.id for op in t.inputs if op.pieces == 1}
+        return bool(mine & (self.host_in | self.outside.keys()) or rest & self.pieced)
 
     def _goes_out(self, v: int, outside: int) -> bool:
         return v in self.results or outside > 0
@@ -194,6 +202,7 @@ class _Candidate:
         self.host_in.update(op.var.id for op in t.inputs if op.var.id not in self.outside)
         self.outside.update(counts)
         self.whole_fits = self.whole_fits and whole
+        self.pieced.update(op.var.id for op in t.inputs if op.pieces > 1)
         self.tiles.append(t)
 
 
@@ -232,7 +241,9 @@ def form_regions(
     def close() -> None:
         group = current.tiles
         h_in, h_out, internal = _streams(group, readers, results)
-        chunked = chunk_region(group, limits.data_tile_bytes, limits.reserved_bytes)
+        chunked = chunk_region(
+            group, limits.data_tile_bytes, limits.reserved_bytes, limits.transfer_repeats
+        )
         tiles_ = tuple(chunked[0]) if not isinstance(chunked, int) else tuple(group)
         regions.append(Region(len(regions), tiles_, tuple(h_in), tuple(h_out), tuple(internal)))
 
@@ -251,10 +262,16 @@ def form_regions(
             len(current.tiles) < cap
             and delta[0] <= limits.host_streams_in
             and delta[1] <= limits.data_streams_out  # the flag word takes one
+            and not current.shares_pieced(t)
             # one call per run fits whatever the region shares: no need to work out groups
             and (
                 (current.whole_fits and whole)
-                or not isinstance(chunk_calls([*current.tiles, t], limits.data_tile_bytes), int)
+                or not isinstance(
+                    chunk_calls(
+                        [*current.tiles, t], limits.data_tile_bytes, limits.transfer_repeats
+                    ),
+                    int,
+                )
             )
         ):
             close()
@@ -370,7 +387,7 @@ def artifact_key(program: Program, region: Region, guards: DeviceGuards) -> Hash
             )
             for i in t.eqns
         )
-        operands = tuple((name(op.var), op.unit, op.resident) for op in t.inputs)
+        operands = tuple((name(op.var), op.unit, op.resident, op.pieces) for op in t.inputs)
         tiles.append(
             (
                 t.kind,

@@ -18,7 +18,14 @@ from poot_ir import Eqn, GatherParams, Literal, ReduceParams, Var
 
 from poot_planner.capability import KernelClass
 
-__all__ = ["IndexGuard", "TileOp", "TileOperand", "tile_for_eqn", "tile_for_group"]
+__all__ = [
+    "IndexGuard",
+    "TileOp",
+    "TileOperand",
+    "stream_k",
+    "tile_for_eqn",
+    "tile_for_group",
+]
 
 
 class IndexGuard(Enum):
@@ -36,15 +43,23 @@ class IndexGuard(Enum):
 @dataclass(frozen=True, slots=True)
 class TileOperand:
     """One tensor a tile reads: ``unit`` elements per unit, or the whole tensor when
-    ``resident``."""
+    ``resident``, or, when ``pieces`` > 1 (a matmul's right operand past a tile's memory:
+    ``stream_k``), the whole tensor once per call as ``pieces`` objects of consecutive rows of
+    K, each held only while the kernel adds its terms."""
 
     var: Var
     unit: int
     resident: bool = False
+    pieces: int = 1
 
     @property
     def unit_bytes(self) -> int:
         return self.unit * self.var.dtype.itemsize
+
+    @property
+    def piece_elems(self) -> int:
+        """Elements of one piece (0 unless ``pieces`` > 1)."""
+        return self.var.type.size // self.pieces if self.pieces > 1 else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +92,11 @@ class TileOp:
     @property
     def streams_in(self) -> int:
         return len(self.inputs)
+
+    @property
+    def pieces(self) -> int:
+        """Objects of its K-streamed operand per call (``stream_k``; 1: none)."""
+        return max((op.pieces for op in self.inputs), default=1)
 
     def placed(
         self,
@@ -182,6 +202,38 @@ def tile_for_group(
     units = output.type.size // cols if cols else 0
     return TileOp(
         index, KernelClass.FUSED_NORM, eqns, ops, output, cols, units, max(units, 1), 0, bound
+    )
+
+
+def stream_k(job: TileOp, pieces: int) -> TileOp | None:
+    """``job``, a matmul whose right operand a tile cannot hold, with that operand streamed in
+    ``pieces`` pieces of K/pieces rows of ``[K, N]``, the whole of it once per call (the
+    accumulator of each output row stays in the call's output object between pieces, in f32:
+    each output element's terms are added in order of k exactly as unchunked, so the result is
+    bit for bit the same and so is the contract; upstream's whole_array.py streams K through
+    its core the same way, C read-modify-written by ``matmul`` once per K chunk). None when it
+    cannot be: not a matmul, ``pieces`` not a divisor of K above 1, or a batched right operand
+    (each call would need its own batch's pieces)."""
+    if job.kind is not KernelClass.MATMUL or len(job.inputs) != 2:
+        return None
+    a, b = job.inputs
+    k, n = b.var.shape[-2], b.var.shape[-1]
+    if pieces < 2 or k % pieces or b.var.type.size != k * n:
+        return None
+    streamed = TileOperand(b.var, 0, pieces=pieces)
+    return TileOp(
+        job.index,
+        job.kind,
+        job.eqns,
+        (a, streamed),
+        job.output,
+        job.out_unit,
+        job.units,
+        job.chunk,
+        job.tile_bytes,
+        job.bound,
+        job.index_guard,
+        job.code_bytes,
     )
 
 
