@@ -158,6 +158,80 @@ def test_rows_split_across_calls_and_batches(engine: Engine) -> None:
     np.testing.assert_array_equal(got.view(np.uint32), _emulated(a, b).view(np.uint32))
 
 
+def _pieces(program: Program) -> int:
+    """Pieces of K the plan streams the right operand of its one matmul tile in (1: resident)."""
+    (tile,) = plan(program, XDNA2).check().tiles
+    return tile.pieces
+
+
+def _resident_limit(m: int, n: int) -> int:
+    """The largest K at which xdna2 holds an ``[K, n]`` right operand resident beside an
+    ``[m, K]`` left one (found by planning, by bisection: a tile holds less as K grows)."""
+    lo, hi = 1, 2**16 // n  # 256 KiB: past any tile
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _pieces(_matmul((m, mid), (mid, n))) == 1 else (lo, mid)
+    return lo
+
+
+@pytest.mark.parametrize("past", [0, 1, 2])
+def test_k_streamed_at_the_resident_limit_and_past_it(engine: Engine, past: int) -> None:
+    """At the largest K whose right operand a tile holds, one past (the first streamed in
+    pieces of K, here a prime K: pieces of one row) and two past: bit for bit the emulation's
+    order of k (the accumulator kept in f32 between pieces changes nothing), and the
+    contract against the oracle."""
+    m, n = 3, 60
+    k = _resident_limit(m, n) + past
+    program = _matmul((m, k), (k, n))
+    assert (_pieces(program) > 1) == (past > 0)
+    rng = np.random.default_rng(11 + past)
+    a, b = _edges(rng, (m, k), 1.0), _edges(rng, (k, n), 1.0)
+    got = _run(engine, program, {"a": a, "b": b})
+    np.testing.assert_array_equal(got.view(np.uint32), _emulated(a, b).view(np.uint32))
+    cmp = MATMUL.contract.check(got, evaluate(program, {"a": a, "b": b})["y"], [a, b])
+    assert cmp.ok and cmp.compared == got.size, cmp
+
+
+@pytest.mark.parametrize(
+    ("m", "k", "n"),
+    [(64, 512, 128), (48, 384, 384), (16, 1536, 96), (5, 770, 70)],  # 770 = 2 * 5 * 7 * 11
+)
+def test_k_streamed_rows_over_calls_bits_and_contract(
+    engine: Engine, m: int, k: int, n: int
+) -> None:
+    """Right operands of 256 KiB to 590 KiB (BERT-base and MiniLM sized layers, fewer rows):
+    streamed in pieces of K, once per call of rows."""
+    program = _matmul((m, k), (k, n))
+    (tile,) = plan(program, XDNA2).check().tiles
+    assert tile.pieces > 1
+    rng = np.random.default_rng(k)
+    a, b = _edges(rng, (m, k), 1.0), _edges(rng, (k, n), 2.0**-3)
+    got = _run(engine, program, {"a": a, "b": b})
+    np.testing.assert_array_equal(got.view(np.uint32), _emulated(a, b).view(np.uint32))
+    cmp = MATMUL.contract.check(got, evaluate(program, {"a": a, "b": b})["y"], [a, b])
+    assert cmp.ok and cmp.compared == got.size, cmp
+
+
+def test_k_streamed_overflow_is_flagged_once_the_whole_sum_is_in(engine: Engine) -> None:
+    """A computed left operand (so the kernel guards the matmul) whose terms are inside
+    bf16's range and whose sum passes f32's only over the last pieces: the run is refused by
+    the flag word, as unstreamed; one row short of it, the same design runs."""
+    k, n = 400, 64
+    bl = Builder("mm")
+    x = bl.slot("x", F32, (2, k))
+    bl.output("y", bl.matmul(bl.add(x, x), bl.slot("b", F32, (k, n))))
+    program = bl.build()
+    (tile,) = [t for t in plan(program, XDNA2).check().tiles if t.kind is KernelClass.MATMUL]
+    assert tile.pieces > 1
+    b = np.full((k, n), 2.0**20, np.float32)
+    x_ = np.full((2, k), 2.0**99, np.float32)  # terms of 2^120: 400 of them pass 2^128
+    with pytest.raises(DomainFlagged):
+        _run(engine, program, {"x": x_, "b": b})
+    x_[:, 255:] = 0.0  # 255 terms: 2^127.99, finite
+    got = _run(engine, program, {"x": x_, "b": b})
+    assert np.isfinite(got).all()
+
+
 def test_empty_contraction_writes_zeros(engine: Engine) -> None:
     got = _run(
         engine,

@@ -74,7 +74,7 @@ def test_program_memory_estimate_covers_the_kernel() -> None:
 def test_a_right_operand_past_a_tile_streams_in_pieces_of_k() -> None:
     p = _planned(6, 256, 256)  # b is 256 KiB: no tile holds it
     (tile,) = p.tiles  # type: ignore[attr-defined]
-    a_op, b_op = tile.inputs
+    b_op = tile.inputs[1]
     assert b_op.pieces > 1 and not b_op.resident and 256 % b_op.pieces == 0
     design = design_program(p)  # type: ignore[arg-type]
     (core,) = design.regions[0].cores
