@@ -212,6 +212,46 @@ def test_k_streamed_rows_over_calls_bits_and_contract(
     assert cmp.ok and cmp.compared == got.size, cmp
 
 
+def test_a_k_streamed_operand_is_its_tiles_alone(engine: Engine) -> None:
+    """Its pieces are one core's objects: a weight another tile reads too, or one a tile
+    computes, is streamed in a region where no other tile reads it and none makes it, and the
+    results are the emulation's bit for bit."""
+    k, n = 256, 64
+    bl = Builder("shared")
+    w = bl.slot("w", F32, (k, n))
+    x1, x2 = bl.slot("x1", F32, (4, k)), bl.slot("x2", F32, (4, k))
+    bl.output("y1", bl.matmul(x1, w))
+    bl.output("y2", bl.matmul(x2, bl.add(w, w)))  # computed: a pointwise tile makes it
+    bl.output("y3", bl.matmul(x2, w))
+    program = bl.build()
+    p = plan(program, XDNA2).check()
+    mm = [t for t in p.tiles if t.kind is KernelClass.MATMUL]
+    assert len(mm) == 3 and all(t.pieces > 1 for t in mm)
+    region = {t.index: r.index for r in p.regions for t in r.tiles}
+    (add,) = [t.index for t in p.tiles if t.kind is KernelClass.POINTWISE]
+    # the add reads the w the first matmul streams in pieces; the second matmul streams the
+    # add's output; the third streams w again beside the second (another value's pieces)
+    assert region[mm[0].index] != region[add] != region[mm[1].index]
+    for r in p.regions:
+        pieced = [op.var.id for t in r.tiles for op in t.inputs if op.pieces > 1]
+        read = [op.var.id for t in r.tiles for op in t.inputs]
+        assert all(read.count(v) == 1 for v in pieced)
+    rng = np.random.default_rng(4)
+    feed = {  # ordinary values: the add's own domain is not under test here
+        "w": rng.standard_normal((k, n)).astype(np.float32),
+        "x1": _edges(rng, (4, k), 1.0),
+        "x2": _edges(rng, (4, k), 1.0),
+    }
+    got = engine.step(engine.add_entry(program), feed)
+    w2 = (feed["w"] + feed["w"]).astype(np.float32)
+    for name, want in (
+        ("y1", _emulated(feed["x1"], feed["w"])),
+        ("y2", _emulated(feed["x2"], w2)),
+        ("y3", _emulated(feed["x2"], feed["w"])),
+    ):
+        np.testing.assert_array_equal(got[name].view(np.uint32), want.view(np.uint32))
+
+
 def test_k_streamed_overflow_is_flagged_once_the_whole_sum_is_in(engine: Engine) -> None:
     """A computed left operand (so the kernel guards the matmul) whose terms are inside
     bf16's range and whose sum passes f32's only over the last pieces: the run is refused by
