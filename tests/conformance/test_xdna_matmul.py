@@ -212,6 +212,32 @@ def test_k_streamed_rows_over_calls_bits_and_contract(
     assert cmp.ok and cmp.compared == got.size, cmp
 
 
+@pytest.mark.parametrize(
+    ("batch", "m", "k", "n"),
+    [
+        (6, 32, 64, 64),  # 96 KiB of right operands, 16 KiB a batch
+        (3, 5, 200, 64),  # one call a batch
+        (12, 128, 32, 128),  # MiniLM's attention scores: q @ k^T over 12 heads
+        (12, 128, 128, 32),  # and the context: p @ v
+    ],
+)
+def test_batched_right_operands_held_one_batch_at_a_time(
+    engine: Engine, batch: int, m: int, k: int, n: int
+) -> None:
+    """A batched right operand no tile holds whole, one batch of which it does: held one
+    batch at a time across the calls of that batch's rows; bit for bit the emulation, and the
+    contract against the oracle."""
+    program = _matmul((batch, m, k), (batch, k, n))
+    (tile,) = plan(program, XDNA2).check().tiles
+    assert tile.by_batch and m % tile.chunk == 0
+    rng = np.random.default_rng(batch * k)
+    a, b = _edges(rng, (batch, m, k), 1.0), _edges(rng, (batch, k, n), 1.0)
+    got = _run(engine, program, {"a": a, "b": b})
+    np.testing.assert_array_equal(got.view(np.uint32), _emulated(a, b).view(np.uint32))
+    cmp = MATMUL.contract.check(got, evaluate(program, {"a": a, "b": b})["y"], [a, b])
+    assert cmp.ok and cmp.compared == got.size, cmp
+
+
 def test_a_k_streamed_operand_is_its_tiles_alone(engine: Engine) -> None:
     """Its pieces are one core's objects: a weight another tile reads too, or one a tile
     computes, is streamed in a region where no other tile reads it and none makes it, and the

@@ -136,7 +136,7 @@ def test_a_result_that_is_an_argument_shares_its_slot() -> None:
 def test_example_designs_compute_what_the_oracle_computes(tmp_path: Path, name: str) -> None:
     p = xdna_programs.EXAMPLES[name]()
     inputs = inputs_for(p)
-    if name == "k_streamed":
+    if name in {"k_streamed", "batch_held"}:
         # a matmul's contract is relative to sum |a||b|, which is |y| only where nothing
         # cancels: nonnegative operands, for the plan's relative bound to be the one to hold
         inputs = {k: np.abs(v) for k, v in inputs.items()}

@@ -96,10 +96,34 @@ def test_a_right_operand_past_a_tile_streams_in_pieces_of_k() -> None:
     assert f"const float* a = in0 + u * 256 + piece * {rows};" in src
 
 
+def test_a_batched_right_operand_past_a_tile_is_held_one_batch_at_a_time() -> None:
+    p = _planned(48, 64, 100, (3,))  # 75 KiB in all, 25 KiB a batch
+    (tile,) = p.tiles  # type: ignore[attr-defined]
+    assert tile.by_batch and tile.pieces == 1
+    design = design_program(p)  # type: ignore[arg-type]
+    (core,) = design.regions[0].cores
+    held = core.inputs[1]
+    w = design.regions[0].fifo(held.fifo)
+    # one object per batch, depth 1, each held across the calls of its batch's 48 rows
+    assert (w.depth, w.n_objects, w.elems, w.by_batch) == (1, 3, 64 * 100, True)
+    assert held.hold * w.n_objects == core.n_chunks and core.chunk * held.hold == 48
+    text = render_region(design, 0)
+    assert "%held = arith.constant 3 : index" in text
+    assert f"%calls = arith.constant {held.hold} : index" in text
+    src = region_source(p, 0)  # type: ignore[arg-type]
+    assert "const float* b = in1;" in src
+    # a call whose rows would cross a batch: refused
+    odd = dataclasses.replace(core, chunk=core.chunk * 2, n_chunks=core.n_chunks // 2)
+    region = dataclasses.replace(design.regions[0], cores=(odd,))
+    with pytest.raises(DesignError):
+        validate(dataclasses.replace(design, regions=(region,)))
+
+
 @pytest.mark.parametrize(
     ("a", "b", "limit"),
     [
-        # a batch of right operands: each call would need its own batch's pieces
+        # a batch of right operands, one batch past a tile: each call would need its own
+        # batch's pieces
         ((3, 4, 256), (3, 256, 256), "tile_bytes"),
         # one output row double buffered is already past the tile
         ((2, 4), (4, 8192), "tile_bytes"),

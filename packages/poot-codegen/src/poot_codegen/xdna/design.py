@@ -27,7 +27,8 @@ Executing a region (what the NPU does, and what a stand-in must reproduce):
    order, object ``i`` of each streamed input FIFO (the resident ones: their single object),
    then object ``i`` of the output FIFO, then ``units = chunk`` and ``first_unit = i * chunk``
    (a core with a K-streamed input, ``Core.pieces`` > 1: per call, one kernel call per piece
-   ``p``, passing that input's object ``i * pieces + p`` and then ``piece = p``);
+   ``p``, passing that input's object ``i * pieces + p`` and then ``piece = p``; a batch-held
+   input, ``Port.hold`` > 1 calls an object: object ``i // hold``);
    a core's output object is delivered to every consumer core of its FIFO and, when the FIFO
    has a ``sink``, drained to the arena;
 3. every ``Transfer`` of direction ``FROM_DEVICE`` writes its FIFO's objects, in order, to
@@ -242,7 +243,10 @@ class Fifo:
     ``pieces`` and ``repeats``: 1 but for a matmul's K-streamed right operand
     (``poot_planner.xdna2.tiles.stream_k``), a host input whose one consumer takes the whole
     tensor once per call (``repeats``: that core's calls per run, the passes of the tensor) as
-    ``pieces`` objects of K/pieces rows each: ``n_objects`` is ``pieces * repeats``."""
+    ``pieces`` objects of K/pieces rows each: ``n_objects`` is ``pieces * repeats``.
+    ``by_batch``: a batched right operand of a matmul (``poot_planner.xdna2.tiles.hold_batches``),
+    a host input of one core, one object per batch, of depth 1, each held across the calls of
+    that batch's rows (``Port.hold``)."""
 
     name: str
     value: int
@@ -260,6 +264,7 @@ class Fifo:
     sink: Slot | None = None
     pieces: int = 1
     repeats: int = 1
+    by_batch: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +272,9 @@ class Port:
     """One pointer argument of a kernel call: the FIFO it is acquired from (consumed) or
     into (produced), and what the kernel sees per call: ``elems`` elements (the whole tensor
     when ``resident``), ``nbytes`` bytes of the FIFO object. ``pieces`` > 1: the objects of a
-    K-streamed operand one call takes in turn, the kernel called once per piece (``Core``)."""
+    K-streamed operand one call takes in turn, the kernel called once per piece (``Core``).
+    ``hold``: the calls one object is held across (1; a batch-held operand, ``Fifo.by_batch``:
+    the calls of one batch's rows)."""
 
     fifo: str
     value: int
@@ -276,6 +283,7 @@ class Port:
     elems: int
     nbytes: int
     pieces: int = 1
+    hold: int = 1
 
 
 @dataclass(frozen=True, slots=True)

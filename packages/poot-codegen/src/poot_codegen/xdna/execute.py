@@ -231,7 +231,7 @@ def _run_core(core: Core, lib: ctypes.CDLL, objects: Mapping[str, Bytes]) -> Non
         for k in range(pieces):
             ptrs = [
                 objects[p.fifo].ctypes.data
-                + (0 if p.resident else (i * p.pieces + k % p.pieces) * p.nbytes)
+                + (0 if p.resident else (i // p.hold * p.pieces + k % p.pieces) * p.nbytes)
                 for p in ports
             ]
             fn(*ptrs, core.chunk, i * core.chunk, *([k] if pieces > 1 else []))

@@ -22,6 +22,10 @@ terms in order of k. Storing and reloading an f32 is exact, so each element's su
 dependent chain over k = 0..K-1 as unchunked, bit for bit (upstream's ``matmul`` does the same
 with C read-modify-written per K chunk), and the contract is unchanged.
 
+A batched right operand no tile holds whole is held one batch at a time
+(``TileOp.by_batch``, ``poot_planner.xdna2.tiles.hold_batches``): ``in1`` is the batch of the
+call's rows, all of which lie in one batch.
+
 BROADCAST copies its resident operand's words to each output element's place (bit for bit).
 """
 
@@ -73,10 +77,13 @@ def matmul_body(tile: TileOp, e: Eqn, index: int, guards: KernelGuards) -> str:
         check = f"            if (piece == {pieces - 1}) {LOCAL} += poot_g_nonfinite(acc);\n"
     else:
         kp = k
+        # a batch-held b is this call's batch (all its rows are in one): else, the whole b
+        batch = "" if tile.by_batch else f" + ((first_unit + u) / {m}) * {k * n}"
         setup = [
+            *(["    (void)first_unit;\n"] if tile.by_batch else []),
             "    for (int32_t u = 0; u < units; u++) {\n",
             f"        const float* a = in0 + u * {k};\n",
-            f"        const float* b = in1 + ((first_unit + u) / {m}) * {k * n};\n",
+            f"        const float* b = in1{batch};\n",
         ]
         start = "            float acc = 0.0f; /* upstream's zero_ */\n"
         check = f"            {LOCAL} += poot_g_nonfinite(acc);\n"

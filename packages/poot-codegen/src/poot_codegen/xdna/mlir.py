@@ -241,12 +241,15 @@ def _core(c: Core, attributes: str, flag: FlagPath) -> list[str]:
     then the flag step."""
     t = _tile(c.column, c.row)
     sub = {p.fifo: f"!aie.objectfifosubview<{_memref(p)}>" for p in (*c.inputs, c.output)}
+    # a batch-held operand (``Port.hold`` calls an object): a loop over its objects, each
+    # acquired around the calls of its batch (``%calls`` of them)
+    held = [p for p in c.inputs if p.hold > 1]
     lines = [
         f"    %core_{c.column}_{c.row} = aie.core({t}) {{",
         "      %c0 = arith.constant 0 : index",
         "      %c1 = arith.constant 1 : index",
         f"      %c{_FOREVER} = arith.constant {_FOREVER} : index",
-        f"      %calls = arith.constant {c.n_chunks} : index",
+        f"      %calls = arith.constant {held[0].hold if held else c.n_chunks} : index",
         f"      %units = arith.constant {c.chunk} : i32",
         f"      scf.for %arg0 = %c0 to %c{_FOREVER} step %c1 {{",
     ]
@@ -264,15 +267,26 @@ def _core(c: Core, attributes: str, flag: FlagPath) -> list[str]:
     for p, port in ports:
         if p.resident:
             acquire(p, port, "        ")
+    if held:
+        lines += [
+            f"        %held = arith.constant {c.n_chunks // held[0].hold} : index",
+            "        scf.for %arg3 = %c0 to %held step %c1 {",
+        ]
+        acquire(held[0], "Consume", "        ")
     lines.append("        scf.for %arg1 = %c0 to %calls step %c1 {")
     pieced = [p for p in c.inputs if p.pieces > 1]  # a K-streamed operand: a loop per call
     for p, port in ports:
-        if not p.resident and p.pieces == 1:
+        if not p.resident and p.pieces == 1 and p.hold == 1:
             acquire(p, port, "          ")
-    lines += [
-        "          %call = arith.index_cast %arg1 : index to i32",
-        "          %first = arith.muli %call, %units : i32",
-    ]
+    if held:  # the call's index over the run: its batch's first call, then this one
+        lines += [
+            "          %base = arith.muli %arg3, %calls : index",
+            "          %at = arith.addi %base, %arg1 : index",
+            "          %call = arith.index_cast %at : index to i32",
+        ]
+    else:
+        lines.append("          %call = arith.index_cast %arg1 : index to i32")
+    lines.append("          %first = arith.muli %call, %units : i32")
     ints, call_indent = ["%units", "%first"], "          "
     if pieced:
         lines += [
@@ -292,9 +306,11 @@ def _core(c: Core, attributes: str, flag: FlagPath) -> list[str]:
             "          }",
         ]
     for p, port in reversed(ports):
-        if not p.resident and p.pieces == 1:
+        if not p.resident and p.pieces == 1 and p.hold == 1:
             lines.append(f"          aie.objectfifo.release @{p.fifo}({port}, 1)")
     lines.append("        }")
+    if held:
+        lines += [f"        aie.objectfifo.release @{held[0].fifo}(Consume, 1)", "        }"]
     for p, port in reversed(ports):
         if p.resident:
             lines.append(f"        aie.objectfifo.release @{p.fifo}({port}, 1)")

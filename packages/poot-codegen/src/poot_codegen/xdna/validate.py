@@ -330,14 +330,36 @@ def _validate_core(
             where,
         )
         _check(port.pieces == f.pieces, f"port on FIFO {f.name} disagrees with it", where)
+        _check(
+            port.hold >= 1 and (port.hold == 1 or f.by_batch),
+            "an object held by a port that holds none",
+            where,
+        )
         if not port.resident:
             _check(
-                f.n_objects == c.n_chunks * port.pieces,
+                f.n_objects * port.hold == c.n_chunks * port.pieces,
                 f"calls per run vs objects of FIFO {f.name}",
                 where,
                 c.n_chunks * port.pieces,
-                f.n_objects,
+                f.n_objects * port.hold,
             )
+    # a batch-held input: a matmul's right operand, each object held across the calls of
+    # exactly one batch's rows
+    held = [i for i, p in enumerate(c.inputs) if fifos[p.fifo].by_batch]
+    if held:
+        port, out = c.inputs[held[0]], fifos[c.output.fifo]
+        _check(
+            c.kind is KernelClass.MATMUL and held == [1] and c.pieces == 1,
+            "a batch-held operand that is no matmul's right operand",
+            where,
+        )
+        _check(
+            len(out.shape) >= 2 and c.chunk * port.hold == out.shape[-2],
+            "calls holding a batch that are not its rows",
+            where,
+            out.shape[-2] if len(out.shape) >= 2 else None,
+            c.chunk * port.hold,
+        )
     # a K-streamed input: a matmul's right operand, its pieces whole rows of K, passed once
     # per call (``Core.pieces``)
     streamed = [i for i, p in enumerate(c.inputs) if p.pieces > 1]
@@ -378,14 +400,21 @@ def _validate_fifo(f: Fifo, cores: dict[int, Core], layout: HostLayout, where: s
     _check(len(set(f.consumers)) == len(f.consumers), "a consumer listed twice", where)
     size = math.prod(f.shape)
     _check(f.pieces >= 1 and f.repeats >= 1, "pieces and passes at least one", where)
-    if f.pieces > 1 or f.repeats > 1:  # a K-streamed operand: a host input of one core
+    _check(not (f.by_batch and (f.pieces > 1 or f.resident)), "a batch-held FIFO in pieces", where)
+    if f.by_batch:
+        _check(
+            len(f.shape) >= 2 and f.elems == f.shape[-2] * f.shape[-1],
+            "a batch-held object that is not one batch",
+            where,
+        )
+    if f.pieces > 1 or f.repeats > 1 or f.by_batch:  # its one core's host input
         _check(
             f.source is not None and f.sink is None and len(f.consumers) == 1,
-            "a K-streamed tensor that is not one core's host input",
+            "a K-streamed or batch-held tensor that is not one core's host input",
             where,
         )
         _check(
-            f.n_objects == f.pieces * f.repeats,
+            f.by_batch or f.n_objects == f.pieces * f.repeats,
             "objects of a K-streamed tensor",
             where,
             f.pieces * f.repeats,
@@ -397,7 +426,12 @@ def _validate_fifo(f: Fifo, cores: dict[int, Core], layout: HostLayout, where: s
         _check(
             f.n_objects == 1, "a padded object that is not the whole tensor", where, f.n_objects, 1
         )
-    _check(f.depth == (1 if f.resident else 2), "depth (2 streamed, 1 resident)", where, f.depth)
+    _check(
+        f.depth == (1 if f.resident or f.by_batch else 2),
+        "depth (2 streamed, 1 resident or batch-held)",
+        where,
+        f.depth,
+    )
     _check(not f.resident or f.n_objects == 1, "a resident FIFO of several objects", where)
     if f.producer is not None:
         p = cores.get(f.producer)

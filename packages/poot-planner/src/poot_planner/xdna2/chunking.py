@@ -12,8 +12,10 @@ largest chunks) that divide every member's units and fit every member's buffers:
 A matmul's right operand streamed in pieces of K (``tiles.stream_k``) is neither: it is sent
 whole once per call, ``pieces`` objects of one piece each, so it takes 2 x its piece's bytes
 whatever the chunking, and every call of its tile is one pass of it through the shim (at most
-``repeats`` passes per run, the shim's repeat bound). Its FIFO is its tile's alone (the region
-former keeps it so), so it joins no chunk group.
+``repeats`` passes per run, the shim's repeat bound). A batched right operand held one batch at
+a time (``tiles.hold_batches``) takes one batch's bytes (depth 1), and its tile's calls must
+each lie in one batch. Either FIFO is its tile's alone (the region former keeps it so), so it
+joins no chunk group.
 
 A BOOL tensor whose object is not a whole number of words moves as one object. This is the one
 place the rule lives: the region former asks it whether a candidate region can be chunked, and
@@ -54,13 +56,8 @@ class Chunking:
                 self.readers[op.var.id].append((t, op.resident))
 
         self._whole = {v for v, rs in self.readers.items() if any(res for _, res in rs)}
-        # a K-streamed operand (value -> bytes of one piece's object): its tile's alone
-        self._pieced = {
-            op.var.id: words(op.piece_elems * op.var.dtype.itemsize)
-            for t in tiles
-            for op in t.inputs
-            if op.pieces > 1
-        }
+        # a K-streamed or batch-held operand (value -> its tile bytes): its tile's alone
+        self._own = {op.var.id: op.held_bytes for t in tiles for op in t.inputs if op.own}
         # (elements, bytes per element) of each value: asked for at every candidate chunking
         self._sizes = {v: (x.type.size, x.dtype.itemsize) for v, x in self.values.items()}
 
@@ -68,18 +65,19 @@ class Chunking:
         """Some tile holds ``v`` resident: it moves as one object."""
         return v in self._whole
 
-    def pieced(self, v: int) -> bool:
-        """``v`` is a K-streamed operand: whole once per call, in pieces (``tiles.stream_k``)."""
-        return v in self._pieced
+    def own(self, v: int) -> bool:
+        """``v`` is one tile's own operand: K-streamed (whole once per call, in pieces:
+        ``tiles.stream_k``) or held one batch at a time (``tiles.hold_batches``)."""
+        return v in self._own
 
-    def piece_bytes(self, v: int) -> int:
-        """Bytes of one object of K-streamed ``v`` (0: ``v`` is not one)."""
-        return self._pieced.get(v, 0)
+    def own_bytes(self, v: int) -> int:
+        """Tile bytes own operand ``v`` takes at any chunking (0: ``v`` is not one)."""
+        return self._own.get(v, 0)
 
     def streaming(self, v: int) -> list[TileOp]:
         """The tiles that stream ``v``: its producer (if in the region) and non-resident readers
         (none for a K-streamed operand, whose objects do not follow the units)."""
-        if v in self._pieced:
+        if v in self._own:
             return []
         readers = [t for t, resident in self.readers[v] if not resident]
         return ([self.made[v]] if v in self.made else []) + readers
@@ -107,8 +105,8 @@ class Chunking:
         have to be split)."""
         total = 0
         for vid in [op.var.id for op in t.inputs] + [t.output.id]:
-            if vid in self._pieced:  # double buffered, one piece an object, at any chunking
-                total += 2 * self._pieced[vid]
+            if vid in self._own:  # two pieces, or one batch, at any chunking
+                total += self._own[vid]
                 continue
             size, itemsize = self._sizes[vid]
             whole = vid in self._whole
@@ -133,10 +131,10 @@ def unchunked_bytes(t: TileOp) -> int:
     """An upper bound on ``t``'s buffer bytes when it makes one call per run, in any region:
     every tensor whole and double-buffered (a region can only make a tensor resident, which
     halves it). When it fits, one call per run is a chunking that fits. A K-streamed operand
-    takes its two pieces' objects."""
-    pieced = sum(2 * words(op.piece_elems * op.var.dtype.itemsize) for op in t.inputs)
-    rest = [op.var for op in t.inputs if op.pieces == 1] + [t.output]
-    return pieced + sum(2 * words(v.type.nbytes) for v in rest)
+    takes its two pieces' objects, a batch-held one its batch's."""
+    own = sum(op.held_bytes for op in t.inputs)
+    rest = [op.var for op in t.inputs if not op.own] + [t.output]
+    return own + sum(2 * words(v.type.nbytes) for v in rest)
 
 
 def _fewest_calls(
@@ -154,8 +152,8 @@ def _fewest_calls(
     for t in group:
         streamed = resident = 0
         for v in [op.var for op in t.inputs] + [t.output]:
-            if c.pieced(v.id):
-                resident += 2 * c.piece_bytes(v.id)
+            if c.own(v.id):
+                resident += c.own_bytes(v.id)
             elif c.whole(v.id):
                 resident += words(v.type.nbytes)
             else:
@@ -167,6 +165,9 @@ def _fewest_calls(
         if g % q:
             continue
         n = g // q
+        # a batch-held operand: each call's rows in one batch (of M rows)
+        if any(t.by_batch and t.output.shape[-2] % (t.units // n) for t in group):
+            continue
         if all((s := c.tile_bytes(t, n)) is not None and s <= limit for t in group):
             # fewer calls fit no member, and more calls are more passes of the K-streamed operand
             if repeats is not None and n > repeats and any(t.pieces > 1 for t in group):

@@ -25,7 +25,13 @@ from poot_planner.target import LaidOut, Target
 from poot_planner.xdna2.chunking import chunk_region, unchunked_bytes, words
 from poot_planner.xdna2.regions import HostRelayout, form_reusable_regions
 from poot_planner.xdna2.rowfusion import RowGroup, find_row_groups
-from poot_planner.xdna2.tiles import TileOp, stream_k, tile_for_eqn, tile_for_group
+from poot_planner.xdna2.tiles import (
+    TileOp,
+    hold_batches,
+    stream_k,
+    tile_for_eqn,
+    tile_for_group,
+)
 
 __all__ = ["REGIONS", "RegionLayout", "RowClaim", "lay_out"]
 
@@ -176,7 +182,8 @@ def _k_streamed(
     job: TileOp, limits: RegionLimits, at: int, prim: str
 ) -> tuple[list[TileOp], int] | Refusal | None:
     """``job`` (a matmul whose right operand no tile holds with the rest) chunked alone with
-    that operand streamed in pieces of K (``stream_k``), or None when no piece size fits the
+    that operand streamed in pieces of K (``stream_k``), or, when it is batched, held one batch
+    at a time (``hold_batches``); None when no piece size (or one batch) fits the
     tile's bytes, or the ``transfer_repeats`` refusal when the smallest pieces fit only at more
     calls per run than the shim passes the operand (each call is one pass).
 
@@ -191,6 +198,10 @@ def _k_streamed(
     k, n = b.shape[-2], b.shape[-1]
     row = n * b.dtype.itemsize
     budget = limits.data_tile_bytes
+    if b.type.size > k * n:  # batched: held one batch at a time, if a batch fits
+        held = hold_batches(job)
+        got = None if held is None else chunk_region([held], budget, limits.reserved_bytes)
+        return None if got is None or isinstance(got, int) else got
     most = min(k - 1, budget // (2 * row)) if row else 0
     fitting = [r for r in range(most, 0, -1) if k % r == 0]
     preferred = [r for r in fitting if 2 * words(r * row) <= budget // 2]

@@ -22,6 +22,7 @@ __all__ = [
     "IndexGuard",
     "TileOp",
     "TileOperand",
+    "hold_batches",
     "stream_k",
     "tile_for_eqn",
     "tile_for_group",
@@ -45,12 +46,32 @@ class TileOperand:
     """One tensor a tile reads: ``unit`` elements per unit, or the whole tensor when
     ``resident``, or, when ``pieces`` > 1 (a matmul's right operand past a tile's memory:
     ``stream_k``), the whole tensor once per call as ``pieces`` objects of consecutive rows of
-    K, each held only while the kernel adds its terms."""
+    K, each held only while the kernel adds its terms, or, when ``by_batch`` (a batched right
+    operand the tile holds one batch of: ``hold_batches``), one object per batch, held across
+    the calls of that batch's rows."""
 
     var: Var
     unit: int
     resident: bool = False
     pieces: int = 1
+    by_batch: bool = False
+
+    @property
+    def own(self) -> bool:
+        """Its FIFO is this tile's alone (its objects follow this tile's calls only)."""
+        return self.pieces > 1 or self.by_batch
+
+    @property
+    def held_bytes(self) -> int:
+        """Tile bytes an ``own`` operand takes whatever the chunking: two pieces' objects, or
+        one batch's (0 for any other operand)."""
+        nbytes = self.var.dtype.itemsize
+        if self.pieces > 1:
+            return 2 * -(-self.piece_elems * nbytes // 4) * 4
+        if self.by_batch:
+            k, n = self.var.shape[-2], self.var.shape[-1]
+            return -(-k * n * nbytes // 4) * 4
+        return 0
 
     @property
     def unit_bytes(self) -> int:
@@ -97,6 +118,11 @@ class TileOp:
     def pieces(self) -> int:
         """Objects of its K-streamed operand per call (``stream_k``; 1: none)."""
         return max((op.pieces for op in self.inputs), default=1)
+
+    @property
+    def by_batch(self) -> bool:
+        """It holds its right operand one batch at a time (``hold_batches``)."""
+        return any(op.by_batch for op in self.inputs)
 
     def placed(
         self,
@@ -226,6 +252,36 @@ def stream_k(job: TileOp, pieces: int) -> TileOp | None:
         job.kind,
         job.eqns,
         (a, streamed),
+        job.output,
+        job.out_unit,
+        job.units,
+        job.chunk,
+        job.tile_bytes,
+        job.bound,
+        job.index_guard,
+        job.code_bytes,
+    )
+
+
+def hold_batches(job: TileOp) -> TileOp | None:
+    """``job``, a matmul whose batched right operand ``[..., K, N]`` no tile holds whole, with
+    that operand held one batch at a time (``TileOperand.by_batch``): one object per batch, of
+    depth 1, acquired before the first call of that batch's rows and released after the last
+    (each call's rows then lie in one batch: the chunking sees to it). The kernel reads its
+    rows' batch from the object it is given, so each output element's sum is the same as with
+    the whole operand resident, bit for bit. None when it is not a batched matmul."""
+    if job.kind is not KernelClass.MATMUL or len(job.inputs) != 2:
+        return None
+    a, b = job.inputs
+    k, n = b.var.shape[-2], b.var.shape[-1]
+    if b.var.type.size <= k * n:
+        return None
+    held = TileOperand(b.var, 0, by_batch=True)
+    return TileOp(
+        job.index,
+        job.kind,
+        job.eqns,
+        (a, held),
         job.output,
         job.out_unit,
         job.units,
