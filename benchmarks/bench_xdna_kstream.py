@@ -1,4 +1,4 @@
-"""XDNA2 matmul with right operands streamed in pieces of K: what BERT-class encoder layers put
+"""XDNA2 matmul with right operands streamed in pieces of K or held a batch at a time: what BERT-class encoder layers put
 on the device as they widen, and what the repeated passes cost in host traffic.
 
 The encoder layer (``tests/encoder_model.py``, Builder-made) at its test size (batch 2 x 16
@@ -7,7 +7,8 @@ hidden 128 (FFN 512), 384 (12 heads, FFN 1536: all-MiniLM-L6-v2's layer) and 768
 FFN 3072: BERT-base's), partitioned for xdna2. Per width: the fraction of equations on the
 device, the spans (device and host), the hardware contexts of the device spans (distinct
 artifacts, and one per region before reuse), and how many of its matmuls stream their right
-operand in pieces of K (a tile holds at most ~62 KB: a 384 x 384 f32 weight is 576 KiB).
+operand in pieces of K (a tile holds at most ~62 KB: a 384 x 384 f32 weight is 576 KiB) or
+hold a batched one a batch (a head) at a time.
 
 A K-streamed operand is passed once per call of rows, so host bytes per step exceed the
 minimum (each argument read once, each result written once); the dense layer of MiniLM's FFN
@@ -56,6 +57,13 @@ def _width(name: str, kw: dict[str, int]) -> list[Figure]:
         for t in s.plan.tiles
         if t.kind is KernelClass.MATMUL and t.pieces > 1
     )
+    held = sum(
+        1
+        for s in device
+        if s.plan is not None
+        for t in s.plan.tiles
+        if t.kind is KernelClass.MATMUL and t.by_batch
+    )
     placed = sum(
         1
         for s in device
@@ -69,7 +77,8 @@ def _width(name: str, kw: dict[str, int]) -> list[Figure]:
             on / len(program.eqns),
             "fraction",
             note=f"{on} of {len(program.eqns)}; {len(spans)} spans, {len(device)} on the "
-            f"device; matmuls on tiles {placed} of {matmuls}, {streamed} K-streamed",
+            f"device; matmuls on tiles {placed} of {matmuls}, {streamed} K-streamed, "
+            f"{held} held a batch at a time",
         ),
         Figure(
             f"{name}: hardware contexts of the device spans",
