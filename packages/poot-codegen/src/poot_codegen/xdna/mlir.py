@@ -273,6 +273,7 @@ def _core(c: Core, attributes: str, flag: FlagPath) -> list[str]:
             "        scf.for %arg3 = %c0 to %held step %c1 {",
         ]
         acquire(held[0], "Consume", "        ")
+    inner = len(lines) - 2 * bool(held)  # the held loop's body, indented once more at its end
     lines.append("        scf.for %arg1 = %c0 to %calls step %c1 {")
     pieced = [p for p in c.inputs if p.pieces > 1]  # a K-streamed operand: a loop per call
     for p, port in ports:
@@ -310,7 +311,9 @@ def _core(c: Core, attributes: str, flag: FlagPath) -> list[str]:
             lines.append(f"          aie.objectfifo.release @{p.fifo}({port}, 1)")
     lines.append("        }")
     if held:
-        lines += [f"        aie.objectfifo.release @{held[0].fifo}(Consume, 1)", "        }"]
+        lines += [f"        aie.objectfifo.release @{held[0].fifo}(Consume, 1)"]
+        lines[inner:] = ["  " + line for line in lines[inner:]]
+        lines.append("        }")
     for p, port in reversed(ports):
         if p.resident:
             lines.append(f"        aie.objectfifo.release @{p.fifo}({port}, 1)")

@@ -23,22 +23,22 @@ module {
       scf.for %arg0 = %c0 to %c9223372036854775807 step %c1 {
         %held = arith.constant 3 : index
         scf.for %arg3 = %c0 to %held step %c1 {
-        %s0 = aie.objectfifo.acquire @v1(Consume, 1) : !aie.objectfifosubview<memref<6400xf32>>
-        %e0 = aie.objectfifo.subview.access %s0[0] : !aie.objectfifosubview<memref<6400xf32>> -> memref<6400xf32>
-        scf.for %arg1 = %c0 to %calls step %c1 {
-          %s1 = aie.objectfifo.acquire @v2(Produce, 1) : !aie.objectfifosubview<memref<2400xf32>>
-          %e1 = aie.objectfifo.subview.access %s1[0] : !aie.objectfifosubview<memref<2400xf32>> -> memref<2400xf32>
-          %s2 = aie.objectfifo.acquire @v0(Consume, 1) : !aie.objectfifosubview<memref<1536xf32>>
-          %e2 = aie.objectfifo.subview.access %s2[0] : !aie.objectfifosubview<memref<1536xf32>> -> memref<1536xf32>
-          %base = arith.muli %arg3, %calls : index
-          %at = arith.addi %base, %arg1 : index
-          %call = arith.index_cast %at : index to i32
-          %first = arith.muli %call, %units : i32
-          func.call @poot_t0(%e2, %e0, %e1, %units, %first) : (memref<1536xf32>, memref<6400xf32>, memref<2400xf32>, i32, i32) -> ()
-          aie.objectfifo.release @v0(Consume, 1)
-          aie.objectfifo.release @v2(Produce, 1)
-        }
-        aie.objectfifo.release @v1(Consume, 1)
+          %s0 = aie.objectfifo.acquire @v1(Consume, 1) : !aie.objectfifosubview<memref<6400xf32>>
+          %e0 = aie.objectfifo.subview.access %s0[0] : !aie.objectfifosubview<memref<6400xf32>> -> memref<6400xf32>
+          scf.for %arg1 = %c0 to %calls step %c1 {
+            %s1 = aie.objectfifo.acquire @v2(Produce, 1) : !aie.objectfifosubview<memref<2400xf32>>
+            %e1 = aie.objectfifo.subview.access %s1[0] : !aie.objectfifosubview<memref<2400xf32>> -> memref<2400xf32>
+            %s2 = aie.objectfifo.acquire @v0(Consume, 1) : !aie.objectfifosubview<memref<1536xf32>>
+            %e2 = aie.objectfifo.subview.access %s2[0] : !aie.objectfifosubview<memref<1536xf32>> -> memref<1536xf32>
+            %base = arith.muli %arg3, %calls : index
+            %at = arith.addi %base, %arg1 : index
+            %call = arith.index_cast %at : index to i32
+            %first = arith.muli %call, %units : i32
+            func.call @poot_t0(%e2, %e0, %e1, %units, %first) : (memref<1536xf32>, memref<6400xf32>, memref<2400xf32>, i32, i32) -> ()
+            aie.objectfifo.release @v0(Consume, 1)
+            aie.objectfifo.release @v2(Produce, 1)
+          }
+          aie.objectfifo.release @v1(Consume, 1)
         }
         %fo = aie.objectfifo.acquire @g0(Produce, 1) : !aie.objectfifosubview<memref<1xi32>>
         %fwo = aie.objectfifo.subview.access %fo[0] : !aie.objectfifosubview<memref<1xi32>> -> memref<1xi32>
