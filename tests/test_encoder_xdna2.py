@@ -73,6 +73,32 @@ def test_encoder_runs_partitioned_on_xdna_host(tmp_path: Path) -> None:
     _close_to_the_oracle(program, steps, report.outputs)
 
 
+def test_a_wider_encoder_streams_its_weights_in_pieces_of_k(tmp_path: Path) -> None:
+    """Hidden 128 (FFN 512): every weight is 64 KiB or more, past a tile's memory, so its
+    matmul streams it in pieces of K once per call of rows; every matmul still runs on the
+    device (before K-streaming, none did), within the plan's contracts and close to the
+    oracle."""
+    program = encoder_layer(batch=1, seq=32, hidden=128, heads=2, ffn=512)
+    spans = partition(program, XDNA2)
+    tiles = [t for s in spans if s.device and s.plan is not None for t in s.plan.tiles]
+    matmuls = [t for t in tiles if t.kind is KernelClass.MATMUL]
+    assert len(matmuls) == 8
+    # the six dense layers; the attention's per-head operands (16 KiB in all) stay resident
+    assert sum(t.pieces > 1 for t in matmuls) == 6
+    steps = [encoder_inputs(program, 0)]
+    steps[0]["attention_mask"][:] = 1
+    report = run_program(
+        program,
+        open_device(device_info("xdna-host")),
+        "xdna-host",
+        inputs=steps,
+        cache_dir=tmp_path,
+        partition=True,
+    )
+    assert report.ok, [str(c) for s in report.steps for _, c in s.results if not c.ok]
+    _close_to_the_oracle(program, steps, report.outputs)
+
+
 def _close_to_the_oracle(
     program: Program, steps: list[dict[str, np.ndarray]], outputs: list[dict[str, np.ndarray]]
 ) -> None:

@@ -69,12 +69,13 @@ def test_poot_run_partition(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
 
 
 def test_a_flagged_span_is_named_in_the_partitioned_refusal(tmp_path: Path) -> None:
-    # device, oracle (a matmul whose right operand no tile holds: refused on xdna2), device:
+    # device, oracle (a matmul one of whose output rows, double buffered, no tile holds:
+    # refused on xdna2 whatever the chunking, its right operand streamed in pieces or not), device:
     # the second device span's exp(100)
     # is flagged by its region 0, equation 1 of its own program; the refusal says which span
     b = Builder("three_spans")
     x = b.slot("x", F32, (4, 8))
-    w = b.weight("w", F32, (8, 2048))  # 64 KiB resident: past a tile's bytes
+    w = b.weight("w", F32, (8, 16384))  # an output row of 64 KiB: past a tile's bytes
     h = b.matmul(b.neg(x), w)
     b.output("y", b.exp(b.add(h, 1.0)))
     program = b.build()
@@ -86,7 +87,7 @@ def test_a_flagged_span_is_named_in_the_partitioned_refusal(tmp_path: Path) -> N
     ]
     xs = np.full((4, 8), 2.0, np.float32)
     xs[1, 2] = 99.0  # y = exp(x + 1) with w = -I: exp(100), outside exp's domain [-87, 88]
-    weights = {"w": -np.eye(8, 2048, dtype=np.float32)}
+    weights = {"w": -np.eye(8, 16384, dtype=np.float32)}
     with Engine(make_device("xdna-host"), cache_dir=tmp_path) as engine:
         entry = engine.add_partitioned(plan(program, "xdna2"), engine.load_weights(weights))
         ok = engine.step(entry, {"x": np.full((4, 8), 2.0, np.float32)})["y"]

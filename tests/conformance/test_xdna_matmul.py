@@ -158,6 +158,146 @@ def test_rows_split_across_calls_and_batches(engine: Engine) -> None:
     np.testing.assert_array_equal(got.view(np.uint32), _emulated(a, b).view(np.uint32))
 
 
+def _pieces(program: Program) -> int:
+    """Pieces of K the plan streams the right operand of its one matmul tile in (1: resident)."""
+    (tile,) = plan(program, XDNA2).check().tiles
+    return tile.pieces
+
+
+def _resident_limit(m: int, n: int) -> int:
+    """The largest K at which xdna2 holds an ``[K, n]`` right operand resident beside an
+    ``[m, K]`` left one (found by planning, by bisection: a tile holds less as K grows)."""
+    lo, hi = 1, 2**16 // n  # 256 KiB: past any tile
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _pieces(_matmul((m, mid), (mid, n))) == 1 else (lo, mid)
+    return lo
+
+
+@pytest.mark.parametrize("past", [0, 1, 2])
+def test_k_streamed_at_the_resident_limit_and_past_it(engine: Engine, past: int) -> None:
+    """At the largest K whose right operand a tile holds, one past (the first streamed in
+    pieces of K, here a prime K: pieces of one row) and two past: bit for bit the emulation's
+    order of k (the accumulator kept in f32 between pieces changes nothing), and the
+    contract against the oracle."""
+    m, n = 3, 60
+    k = _resident_limit(m, n) + past
+    program = _matmul((m, k), (k, n))
+    assert (_pieces(program) > 1) == (past > 0)
+    rng = np.random.default_rng(11 + past)
+    a, b = _edges(rng, (m, k), 1.0), _edges(rng, (k, n), 1.0)
+    got = _run(engine, program, {"a": a, "b": b})
+    np.testing.assert_array_equal(got.view(np.uint32), _emulated(a, b).view(np.uint32))
+    cmp = MATMUL.contract.check(got, evaluate(program, {"a": a, "b": b})["y"], [a, b])
+    assert cmp.ok and cmp.compared == got.size, cmp
+
+
+@pytest.mark.parametrize(
+    ("m", "k", "n"),
+    [(64, 512, 128), (48, 384, 384), (16, 1536, 96), (5, 770, 70)],  # 770 = 2 * 5 * 7 * 11
+)
+def test_k_streamed_rows_over_calls_bits_and_contract(
+    engine: Engine, m: int, k: int, n: int
+) -> None:
+    """Right operands of 256 KiB to 590 KiB (BERT-base and MiniLM sized layers, fewer rows):
+    streamed in pieces of K, once per call of rows."""
+    program = _matmul((m, k), (k, n))
+    (tile,) = plan(program, XDNA2).check().tiles
+    assert tile.pieces > 1
+    rng = np.random.default_rng(k)
+    a, b = _edges(rng, (m, k), 1.0), _edges(rng, (k, n), 2.0**-3)
+    got = _run(engine, program, {"a": a, "b": b})
+    np.testing.assert_array_equal(got.view(np.uint32), _emulated(a, b).view(np.uint32))
+    cmp = MATMUL.contract.check(got, evaluate(program, {"a": a, "b": b})["y"], [a, b])
+    assert cmp.ok and cmp.compared == got.size, cmp
+
+
+@pytest.mark.parametrize(
+    ("batch", "m", "k", "n"),
+    [
+        (6, 32, 64, 64),  # 96 KiB of right operands, 16 KiB a batch
+        (3, 5, 200, 64),  # one call a batch
+        (12, 128, 32, 128),  # MiniLM's attention scores: q @ k^T over 12 heads
+        (12, 128, 128, 32),  # and the context: p @ v
+    ],
+)
+def test_batched_right_operands_held_one_batch_at_a_time(
+    engine: Engine, batch: int, m: int, k: int, n: int
+) -> None:
+    """A batched right operand no tile holds whole, one batch of which it does: held one
+    batch at a time across the calls of that batch's rows; bit for bit the emulation, and the
+    contract against the oracle."""
+    program = _matmul((batch, m, k), (batch, k, n))
+    (tile,) = plan(program, XDNA2).check().tiles
+    assert tile.by_batch and m % tile.chunk == 0
+    rng = np.random.default_rng(batch * k)
+    a, b = _edges(rng, (batch, m, k), 1.0), _edges(rng, (batch, k, n), 1.0)
+    got = _run(engine, program, {"a": a, "b": b})
+    np.testing.assert_array_equal(got.view(np.uint32), _emulated(a, b).view(np.uint32))
+    cmp = MATMUL.contract.check(got, evaluate(program, {"a": a, "b": b})["y"], [a, b])
+    assert cmp.ok and cmp.compared == got.size, cmp
+
+
+def test_a_k_streamed_operand_is_its_tiles_alone(engine: Engine) -> None:
+    """Its pieces are one core's objects: a weight another tile reads too, or one a tile
+    computes, is streamed in a region where no other tile reads it and none makes it, and the
+    results are the emulation's bit for bit."""
+    k, n = 256, 64
+    bl = Builder("shared")
+    w = bl.slot("w", F32, (k, n))
+    x1, x2 = bl.slot("x1", F32, (4, k)), bl.slot("x2", F32, (4, k))
+    bl.output("y1", bl.matmul(x1, w))
+    bl.output("y2", bl.matmul(x2, bl.add(w, w)))  # computed: a pointwise tile makes it
+    bl.output("y3", bl.matmul(x2, w))
+    program = bl.build()
+    p = plan(program, XDNA2).check()
+    mm = [t for t in p.tiles if t.kind is KernelClass.MATMUL]
+    assert len(mm) == 3 and all(t.pieces > 1 for t in mm)
+    region = {t.index: r.index for r in p.regions for t in r.tiles}
+    (add,) = [t.index for t in p.tiles if t.kind is KernelClass.POINTWISE]
+    # the add reads the w the first matmul streams in pieces; the second matmul streams the
+    # add's output; the third streams w again beside the second (another value's pieces)
+    assert region[mm[0].index] != region[add] != region[mm[1].index]
+    for r in p.regions:
+        pieced = [op.var.id for t in r.tiles for op in t.inputs if op.pieces > 1]
+        read = [op.var.id for t in r.tiles for op in t.inputs]
+        assert all(read.count(v) == 1 for v in pieced)
+    rng = np.random.default_rng(4)
+    feed = {  # ordinary values: the add's own domain is not under test here
+        "w": rng.standard_normal((k, n)).astype(np.float32),
+        "x1": _edges(rng, (4, k), 1.0),
+        "x2": _edges(rng, (4, k), 1.0),
+    }
+    got = engine.step(engine.add_entry(program), feed)
+    w2 = (feed["w"] + feed["w"]).astype(np.float32)
+    for name, want in (
+        ("y1", _emulated(feed["x1"], feed["w"])),
+        ("y2", _emulated(feed["x2"], w2)),
+        ("y3", _emulated(feed["x2"], feed["w"])),
+    ):
+        np.testing.assert_array_equal(got[name].view(np.uint32), want.view(np.uint32))
+
+
+def test_k_streamed_overflow_is_flagged_once_the_whole_sum_is_in(engine: Engine) -> None:
+    """A computed left operand (so the kernel guards the matmul) whose terms are inside
+    bf16's range and whose sum passes f32's only over the last pieces: the run is refused by
+    the flag word, as unstreamed; one row short of it, the same design runs."""
+    k, n = 400, 64
+    bl = Builder("mm")
+    x = bl.slot("x", F32, (2, k))
+    bl.output("y", bl.matmul(bl.add(x, x), bl.slot("b", F32, (k, n))))
+    program = bl.build()
+    (tile,) = [t for t in plan(program, XDNA2).check().tiles if t.kind is KernelClass.MATMUL]
+    assert tile.pieces > 1
+    b = np.full((k, n), 2.0**20, np.float32)
+    x_ = np.full((2, k), 2.0**99, np.float32)  # terms of 2^120: 400 of them pass 2^128
+    with pytest.raises(DomainFlagged):
+        _run(engine, program, {"x": x_, "b": b})
+    x_[:, 255:] = 0.0  # 255 terms: 2^127.99, finite
+    got = _run(engine, program, {"x": x_, "b": b})
+    assert np.isfinite(got).all()
+
+
 def test_empty_contraction_writes_zeros(engine: Engine) -> None:
     got = _run(
         engine,

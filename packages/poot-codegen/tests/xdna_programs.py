@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from poot_ir import Builder, DType, Program, ops
 
-__all__ = ["EXAMPLES", "chain", "gather", "rmsnorm_weight", "two_regions"]
+__all__ = [
+    "EXAMPLES",
+    "batch_held",
+    "chain",
+    "gather",
+    "k_streamed",
+    "rmsnorm_weight",
+    "two_regions",
+]
 
 
 def chain() -> Program:
@@ -48,9 +56,32 @@ def two_regions(n: int = 17) -> Program:
     return b.build()
 
 
+def k_streamed() -> Program:
+    """A dense layer whose weight (256 KiB) no tile holds: it streams in pieces of K rows,
+    passed once per call, its output handed tile to tile to a ReLU."""
+    b = Builder("k_streamed")
+    x = b.slot("x", DType.F32, (32, 256))
+    w = b.weight("w", DType.F32, (256, 256))
+    b.output("y", b.max(b.matmul(x, w), 0.0))
+    return b.build()
+
+
+def batch_held() -> Program:
+    """Attention's scores: per head ``[48, 64] @ [64, 100]``, 3 heads. The keys (75 KiB) are
+    past a tile, one head's (25 KiB) is not: held one head at a time, each across the calls of
+    that head's rows."""
+    b = Builder("batch_held")
+    q = b.slot("q", DType.F32, (3, 48, 64))
+    k = b.slot("k", DType.F32, (3, 64, 100))
+    b.output("s", b.matmul(q, k))
+    return b.build()
+
+
 EXAMPLES = {
     "chain": chain,
     "rmsnorm_weight": rmsnorm_weight,
     "gather": gather,
     "two_regions": two_regions,
+    "k_streamed": k_streamed,
+    "batch_held": batch_held,
 }

@@ -521,6 +521,20 @@ def test_traffic_of_a_chain_never_reaches_the_host(kernels: Path) -> None:
     assert (t.regions, t.host_bytes, t.min_host_bytes, t.host_ratio) == (1, 4096, 4096, 1.0)
 
 
+def test_traffic_counts_each_pass_of_a_k_streamed_operand(kernels: Path) -> None:
+    """A right operand no tile holds is read from the host once per call of rows."""
+    m, k, n = 32, 256, 256
+    b = Builder("dense")
+    b.output("y", b.matmul(b.slot("x", F32, (m, k)), b.weight("w", F32, (k, n))))
+    pl = plan(b.build(), "xdna2").check()
+    (tile,) = pl.tiles
+    assert tile.pieces > 1 and tile.n_chunks > 1
+    t = traffic(design_program(pl))
+    once = 4 * (m * k + k * n + m * n)  # x and w in, y out, each once
+    assert t.min_host_bytes == once
+    assert t.host_bytes == once + (tile.n_chunks - 1) * 4 * k * n
+
+
 FORGED_LIBRARY = """
 import sys
 from pathlib import Path

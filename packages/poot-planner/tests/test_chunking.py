@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from poot_ir import Builder, DType, Program
 from poot_ir.budget import DimsTooLarge
-from poot_planner import TARGETS, RefusalKind, TileOp, plan
+from poot_planner import TARGETS, KernelClass, RefusalKind, TileOp, plan
 from poot_planner.xdna2.chunking import Chunking, chunk_calls
+from poot_planner.xdna2.tiles import stream_k, tile_for_eqn
 
 F32 = DType.F32
 LIMIT = 64512
@@ -139,3 +140,33 @@ def test_regions_are_maximal_under_the_recounted_streams(program: Program) -> No
                 or len(m_in) > lim.host_streams_in
                 or len(m_out) > lim.data_streams_out
             )
+
+
+def test_a_k_streamed_operand_takes_two_pieces_at_any_chunking() -> None:
+    """``stream_k``: the right operand's two objects of one piece each, whatever the calls; the
+    rows of the left operand and the output double buffered by the call; the search takes the
+    fewest calls that fit, and refuses more calls than the shim's repeat bound."""
+    m, k, n, pieces = 96, 256, 256, 32
+    b = Builder("dense")
+    b.output("y", b.matmul(b.slot("a", F32, (m, k)), b.slot("w", F32, (k, n))))
+    program = b.build()
+    job = stream_k(tile_for_eqn(0, 0, program.eqns[0], KernelClass.MATMUL), pieces)
+    assert job is not None and job.pieces == pieces
+    piece = 4 * (k // pieces) * n
+    for calls in (1, 2, 3, 96):
+        rows = m // calls
+        want = 2 * piece + 2 * 4 * rows * k + 2 * 4 * rows * n
+        assert Chunking([job]).tile_bytes(job, calls) == want
+    got = chunk_calls([job], LIMIT)
+    assert not isinstance(got, int)
+    fewest = got[1][0]
+    fits = [c for c in _divisors(m) if 2 * piece + 8 * (m // c) * (k + n) <= LIMIT]
+    assert fewest == fits[0]
+    assert isinstance(chunk_calls([job], LIMIT, repeats=fewest - 1), int)
+    # a batched right operand has no pieces: each call would need its own batch's
+    batched = Builder("batched")
+    batched.output(
+        "y", batched.matmul(batched.slot("a", F32, (2, 4, k)), batched.slot("w", F32, (2, k, n)))
+    )
+    e = batched.build().eqns[0]
+    assert stream_k(tile_for_eqn(0, 0, e, KernelClass.MATMUL), pieces) is None

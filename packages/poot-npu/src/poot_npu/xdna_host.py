@@ -119,7 +119,8 @@ class RunStats:
     """What one dispatch of a design moves. ``regions``: kernel calls (one per region, each on
     a hardware context of its artifact on the NPU, ``contexts`` of them). ``host_bytes``: bytes its transfers move between the
     host arenas and the array, both ways (a value crossing regions counts twice: out to the
-    scratch arena, back in). ``min_host_bytes``: each argument a region reads moved in once and
+    scratch arena, back in; a matmul's K-streamed operand once per pass, ``Transfer.repeats``).
+    ``min_host_bytes``: each argument a region reads moved in once and
     each result a region writes moved out once."""
 
     regions: int
@@ -142,7 +143,7 @@ def traffic(design: ProgramDesign) -> RunStats:
     minimum: dict[tuple[int, TransferDirection], int] = {}
     for region in design.regions:
         for t in region.transfers:
-            moved += t.nbytes
+            moved += t.nbytes * t.repeats  # a K-streamed operand: read once per pass
             value = region.fifo(t.fifo).value
             if (t.direction is TransferDirection.TO_DEVICE and value in arguments) or (
                 t.direction is TransferDirection.FROM_DEVICE and value in results

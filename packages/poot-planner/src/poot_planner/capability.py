@@ -96,6 +96,12 @@ class RegionLimits:
     link_data_bytes: int = 256
     #: Host streams out the flag path takes per region: its last core drains the region's word.
     flag_streams_out: int = 1
+    #: Passes of one tensor a shim transfer makes per run: the outermost (repeat) size of
+    #: ``aiex.npu.dma_memcpy_nd``, at most 64 (6 iteration bits; mlir-aie @19cce64c
+    #: lib/Dialect/AIEX/IR/AIEXDialect.cpp ``verifyStridesWraps``, and its test
+    #: test/dialect/AIEX/bad_ipu_nd_repeat.mlir: "Length 3 exceeds the [1:64] range"). A matmul's K-streamed right
+    #: operand is passed once per call of its tile (``poot_planner.xdna2.tiles.stream_k``).
+    transfer_repeats: int = 64
     #: Elements of one tensor: the kernel ABI counts units and elements in ``int32_t``.
     tensor_elements: int = 2**31 - 1
 

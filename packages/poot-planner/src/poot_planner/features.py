@@ -234,6 +234,10 @@ def _target_section(t: Target) -> list[str]:
                 ["hardware contexts (one per distinct region artifact)", str(lim.contexts)],
                 ["host buffers per kernel call", str(lim.host_buffers)],
                 ["elements per tensor (int32 kernel ABI)", str(lim.tensor_elements)],
+                [
+                    "passes of a matmul's K-streamed right operand per run (shim repeat size)",
+                    str(lim.transfer_repeats),
+                ],
             ],
         )
     if t.tensor_bytes is not None:

@@ -20,11 +20,15 @@ chunking:
 Executing a region (what the NPU does, and what a stand-in must reproduce):
 
 1. every ``Transfer`` of direction ``TO_DEVICE`` streams its arena bytes
-   ``[offset, offset + nbytes)`` into its FIFO as ``n_objects`` consecutive objects of
-   ``Fifo.nbytes`` bytes each (a resident FIFO: one object, the whole tensor);
+   ``[offset, offset + nbytes)``, ``repeats`` times over, into its FIFO as ``n_objects``
+   consecutive objects of ``Fifo.nbytes`` bytes each (a resident FIFO: one object, the whole
+   tensor);
 2. every core runs ``n_chunks`` calls of ``symbol``: call ``i`` passes, in ``Core.inputs``
    order, object ``i`` of each streamed input FIFO (the resident ones: their single object),
-   then object ``i`` of the output FIFO, then ``units = chunk`` and ``first_unit = i * chunk``;
+   then object ``i`` of the output FIFO, then ``units = chunk`` and ``first_unit = i * chunk``
+   (a core with a K-streamed input, ``Core.pieces`` > 1: per call, one kernel call per piece
+   ``p``, passing that input's object ``i * pieces + p`` and then ``piece = p``; a batch-held
+   input, ``Port.hold`` > 1 calls an object: object ``i // hold``);
    a core's output object is delivered to every consumer core of its FIFO and, when the FIFO
    has a ``sink``, drained to the arena;
 3. every ``Transfer`` of direction ``FROM_DEVICE`` writes its FIFO's objects, in order, to
@@ -234,7 +238,15 @@ class Fifo:
     ``elems`` elements per object as the kernels see them, ``nbytes`` bytes per object as the
     DMA moves them (``words(elems * itemsize)``), ``n_objects`` objects per run. ``depth`` is 2
     for a streamed tensor (double buffered, one chunk per object) and 1 for a resident one
-    (``resident``: the whole tensor in one object, held for the whole run)."""
+    (``resident``: the whole tensor in one object, held for the whole run).
+
+    ``pieces`` and ``repeats``: 1 but for a matmul's K-streamed right operand
+    (``poot_planner.xdna2.tiles.stream_k``), a host input whose one consumer takes the whole
+    tensor once per call (``repeats``: that core's calls per run, the passes of the tensor) as
+    ``pieces`` objects of K/pieces rows each: ``n_objects`` is ``pieces * repeats``.
+    ``by_batch``: a batched right operand of a matmul (``poot_planner.xdna2.tiles.hold_batches``),
+    a host input of one core, one object per batch, of depth 1, each held across the calls of
+    that batch's rows (``Port.hold``)."""
 
     name: str
     value: int
@@ -250,13 +262,19 @@ class Fifo:
     shim: int | None = None
     source: Slot | None = None
     sink: Slot | None = None
+    pieces: int = 1
+    repeats: int = 1
+    by_batch: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Port:
     """One pointer argument of a kernel call: the FIFO it is acquired from (consumed) or
     into (produced), and what the kernel sees per call: ``elems`` elements (the whole tensor
-    when ``resident``), ``nbytes`` bytes of the FIFO object."""
+    when ``resident``), ``nbytes`` bytes of the FIFO object. ``pieces`` > 1: the objects of a
+    K-streamed operand one call takes in turn, the kernel called once per piece (``Core``).
+    ``hold``: the calls one object is held across (1; a batch-held operand, ``Fifo.by_batch``:
+    the calls of one batch's rows)."""
 
     fifo: str
     value: int
@@ -264,6 +282,8 @@ class Port:
     resident: bool
     elems: int
     nbytes: int
+    pieces: int = 1
+    hold: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,7 +293,12 @@ class Core:
     units (``chunk * n_chunks == units``); ``buffer_bytes`` is the tile memory its FIFO buffers
     take (``depth * nbytes`` of each FIFO it touches, and its ``FlagPath`` words). A gather core has an ``index_guard``
     (how its indices, ``inputs[1]``, stay inside its table's axis of ``index_axis``
-    entries); every other core has None and 0."""
+    entries); every other core has None and 0.
+
+    A core with a K-streamed input (``Port.pieces`` > 1: a matmul's right operand) calls its
+    kernel once per piece within each call: the kernel takes a trailing ``int32_t piece``, the
+    call's left and output objects held across the pieces (the output is the f32 accumulator),
+    each piece acquired and released in turn (``pieces``)."""
 
     tile: int
     column: int
@@ -290,12 +315,18 @@ class Core:
     index_guard: IndexGuard | None = None
     index_axis: int = 0
 
+    @property
+    def pieces(self) -> int:
+        """Kernel calls per call of the run (its K-streamed input's pieces; 1: none)."""
+        return max((p.pieces for p in self.inputs), default=1)
+
 
 @dataclass(frozen=True, slots=True)
 class Transfer:
     """One shim DMA transfer of the runtime sequence: the whole of ``fifo``'s tensor between
     ``[offset, offset + nbytes)`` of arena ``arena`` and the array, on shim column ``shim``,
-    channel ``channel`` of its direction, buffer descriptor ``bd``."""
+    channel ``channel`` of its direction, buffer descriptor ``bd``; ``repeats`` times in a row
+    (``Fifo.repeats``: the repeat size of one ``dma_memcpy_nd``)."""
 
     fifo: str
     direction: TransferDirection
@@ -305,6 +336,7 @@ class Transfer:
     arena: int
     offset: int
     nbytes: int
+    repeats: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -157,6 +157,20 @@ def _region(
         n = 1 if whole or not streaming else max(calls[streaming[0].index], 1)
         elems, nbytes = _object(v, n)
         consumers = tuple(sorted({t.index for t, _ in ends.readers[v.id]}))
+        pieces = repeats = 1
+        by_batch = any(
+            op.by_batch for t, _ in ends.readers[v.id] for op in t.inputs if op.var.id == v.id
+        )
+        if by_batch:  # held one batch at a time by its one reader: an object per batch
+            n = v.type.size // (v.shape[-2] * v.shape[-1])
+            elems, nbytes = _object(v, n)
+        elif ends.own(v.id):  # K-streamed: its one reader takes it whole once per call
+            pieces = next(
+                op.pieces for t, _ in ends.readers[v.id] for op in t.inputs if op.var.id == v.id
+            )
+            repeats = max(calls[consumers[0]], 1)
+            elems, nbytes = _object(v, pieces)
+            n = pieces * repeats
         is_in, is_out = producer is None, v.id in host_out
         shim = None
         if is_in or is_out:
@@ -169,7 +183,7 @@ def _region(
             value=v.id,
             dtype=v.dtype,
             shape=v.shape,
-            depth=1 if whole else 2,
+            depth=1 if whole or by_batch else 2,
             elems=elems,
             nbytes=nbytes,
             n_objects=n,
@@ -179,6 +193,9 @@ def _region(
             shim=shim,
             source=layout.slot(v.id) if is_in else None,
             sink=layout.slot(v.id) if is_out else None,
+            pieces=pieces,
+            repeats=repeats,
+            by_batch=by_batch,
         )
     chain = tuple(region.tiles[k].index for k in flag_order(len(region.tiles)))
     first = chain[0] if chain else -1
@@ -231,8 +248,10 @@ def _flag_path(
     return FlagPath(chain, drain)
 
 
-def _port(f: Fifo) -> Port:
-    return Port(f.name, f.value, f.dtype, f.resident, f.elems, f.nbytes)
+def _port(f: Fifo, calls: int = 1) -> Port:
+    """The port of a core making ``calls`` calls per run on ``f``."""
+    hold = max(calls, 1) // f.n_objects if f.by_batch else 1
+    return Port(f.name, f.value, f.dtype, f.resident, f.elems, f.nbytes, f.pieces, hold)
 
 
 def _index_axis(t: TileOp, program: Program) -> int:
@@ -247,7 +266,7 @@ def _index_axis(t: TileOp, program: Program) -> int:
 def _core(
     t: TileOp, at: tuple[int, int], n: int, fifos: dict[int, Fifo], index_axis: int, first: bool
 ) -> Core:
-    ins = tuple(_port(fifos[op.var.id]) for op in t.inputs)
+    ins = tuple(_port(fifos[op.var.id], n) for op in t.inputs)
     out = _port(fifos[t.output.id])
     used = [fifos[op.var.id] for op in t.inputs] + [fifos[t.output.id]]
     return Core(
@@ -315,7 +334,8 @@ def _sequence(region: Region, fifos: dict[int, Fifo], shims: _Shims) -> tuple[Tr
                 shims.bd(f.shim),
                 slot.arena,
                 slot.offset,
-                f.n_objects * f.nbytes,
+                f.n_objects // f.repeats * f.nbytes,  # one pass of the tensor
+                f.repeats,
             )
         )
     return tuple(out)

@@ -175,7 +175,7 @@ def run_region(region: RegionDesign, lib: ctypes.CDLL, arenas: Sequence[Bytes]) 
     objects: dict[str, Bytes] = {}
     for t in region.transfers:
         if t.direction is TransferDirection.TO_DEVICE:
-            objects[t.fifo] = arenas[t.arena][t.offset : t.offset + t.nbytes].copy()
+            objects[t.fifo] = np.tile(arenas[t.arena][t.offset : t.offset + t.nbytes], t.repeats)
     for f in region.fifos:
         if f.producer is not None:
             objects[f.name] = np.zeros(f.n_objects * f.nbytes, np.uint8)
@@ -223,8 +223,15 @@ def _run_flag_path(
 def _run_core(core: Core, lib: ctypes.CDLL, objects: Mapping[str, Bytes]) -> None:
     fn = getattr(lib, core.symbol)
     ports = (*core.inputs, core.output)
-    fn.argtypes = [ctypes.c_void_p] * len(ports) + [ctypes.c_int32, ctypes.c_int32]
+    pieces = core.pieces  # > 1: a K-streamed input, one kernel call per piece (``Core``)
+    ints = [ctypes.c_int32] * (2 if pieces == 1 else 3)
+    fn.argtypes = [ctypes.c_void_p] * len(ports) + ints
     fn.restype = None
     for i in range(core.n_chunks):
-        ptrs = [objects[p.fifo].ctypes.data + (0 if p.resident else i * p.nbytes) for p in ports]
-        fn(*ptrs, core.chunk, i * core.chunk)
+        for k in range(pieces):
+            ptrs = [
+                objects[p.fifo].ctypes.data
+                + (0 if p.resident else (i // p.hold * p.pieces + k % p.pieces) * p.nbytes)
+                for p in ports
+            ]
+            fn(*ptrs, core.chunk, i * core.chunk, *([k] if pieces > 1 else []))

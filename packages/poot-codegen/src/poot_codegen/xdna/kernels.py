@@ -16,6 +16,9 @@ norm's ``[cols]`` weight, a gather's table and indices) at the whole tensor. ``o
 this call's chunk of the output. ``units`` is how many units the call computes (elements for
 pointwise, rows for row kernels and norms, gathered slices for gather) and ``first_unit`` the
 index of its first unit in the whole output (only gather needs it). One call is one chunk.
+A matmul whose right operand is streamed in pieces of K (``TileOp.pieces`` > 1) takes a
+trailing ``int32_t piece``: it is called once per piece of each chunk, ``in1`` pointing at that
+piece, ``out`` at the chunk's accumulator (``poot_codegen.xdna.matmul``).
 Element types: ``float`` (F32), ``int32_t`` (I32), ``uint8_t`` (BOOL, 0 or 1).
 
 Kernel classes (``KernelClass``):
@@ -106,6 +109,8 @@ def kernel_signature(tile: TileOp) -> str:
     params = [f"const {c_type(op.var.dtype)}* in{i}" for i, op in enumerate(tile.inputs)]
     params.append(f"{c_type(tile.output.dtype)}* out")
     params += ["int32_t units", "int32_t first_unit"]
+    if tile.pieces > 1:  # a K-streamed right operand: called once per piece
+        params.append("int32_t piece")
     return f"void {kernel_symbol(tile)}({', '.join(params)})"
 
 

@@ -14,6 +14,18 @@ vectorized ``aie::mmul`` body with the memtile's tiling (whole_array.py's
 ``dimensionsToStream``) computes the same sums in the same order, and is the kernel's
 hardware form still to come (the scalar one compiles with Peano as it is).
 
+A right operand past a tile's memory is streamed in pieces of K rows (``TileOp.pieces`` > 1,
+``poot_planner.xdna2.tiles.stream_k``): the kernel is called once per piece ``piece`` of each
+chunk, ``in1`` that piece's ``[K/pieces, N]`` rows, and each output element's accumulator
+lives in ``out`` between the calls, in f32: it starts from +0 at piece 0 and adds the piece's
+terms in order of k. Storing and reloading an f32 is exact, so each element's sum is the same
+dependent chain over k = 0..K-1 as unchunked, bit for bit (upstream's ``matmul`` does the same
+with C read-modify-written per K chunk), and the contract is unchanged.
+
+A batched right operand no tile holds whole is held one batch at a time
+(``TileOp.by_batch``, ``poot_planner.xdna2.tiles.hold_batches``): ``in1`` is the batch of the
+call's rows, all of which lie in one batch.
+
 BROADCAST copies its resident operand's words to each output element's place (bit for bit).
 """
 
@@ -50,21 +62,44 @@ def matmul_body(tile: TileOp, e: Eqn, index: int, guards: KernelGuards) -> str:
             + f"{n}; i++) out[i] = 0.0f;\n"
         )
     guard = guards.line(index, e, ["a[k]", f"b[k * {n} + j]"], "acc")
+    pieces = tile.pieces
+    if pieces > 1:  # a K-streamed b: this call adds the terms of piece ``piece`` only
+        kp = k // pieces
+        setup = [
+            "    (void)first_unit;\n",
+            "    for (int32_t u = 0; u < units; u++) {\n",
+            f"        const float* a = in0 + u * {k} + piece * {kp};\n",
+            "        const float* b = in1;\n",
+        ]
+        # the f32 accumulator held in ``out`` between pieces: +0 at the first (upstream's zero_)
+        start = "            float acc = piece == 0 ? 0.0f : y[j];\n"
+        # overflow is judged on the whole sum, after the last piece
+        check = f"            if (piece == {pieces - 1}) {LOCAL} += poot_g_nonfinite(acc);\n"
+    else:
+        kp = k
+        # a batch-held b is this call's batch (all its rows are in one): else, the whole b
+        batch = "" if tile.by_batch else f" + ((first_unit + u) / {m}) * {k * n}"
+        setup = [
+            *(["    (void)first_unit;\n"] if tile.by_batch else []),
+            "    for (int32_t u = 0; u < units; u++) {\n",
+            f"        const float* a = in0 + u * {k};\n",
+            f"        const float* b = in1{batch};\n",
+        ]
+        start = "            float acc = 0.0f; /* upstream's zero_ */\n"
+        check = f"            {LOCAL} += poot_g_nonfinite(acc);\n"
     lines = [
-        "    for (int32_t u = 0; u < units; u++) {\n",
-        f"        const float* a = in0 + u * {k};\n",
-        f"        const float* b = in1 + ((first_unit + u) / {m}) * {k * n};\n",
+        *setup,
         f"        float* y = out + u * {n};\n",
         f"        for (int32_t j = 0; j < {n}; j++) {{\n",
-        "            float acc = 0.0f; /* upstream's zero_ */\n",
-        f"            for (int32_t k = 0; k < {k}; k++) {{\n",
+        start,
+        f"            for (int32_t k = 0; k < {kp}; k++) {{\n",
         "                /* bf16 x bf16 is exact in f32: only the add rounds */\n",
         f"                acc = acc + poot_bf16f(a[k]) * poot_bf16f(b[k * {n} + j]);\n",
         *([f"                {guard}\n"] if guard is not None else []),
         "            }\n",
         # an operand outside the domain is counted above; an accumulator that overflowed
         # from operands inside it is counted here (past F32's range nothing is promised)
-        *([f"            {LOCAL} += poot_g_nonfinite(acc);\n"] if guard is not None else []),
+        *([check] if guard is not None else []),
         "            y[j] = acc;\n",
         "        }\n",
         "    }\n",

@@ -13,6 +13,7 @@ sequence: its xclbin is the artifact's, its instruction stream its own)::
         aie.objectfifo @v0(%shim_noc_tile_0_0, {%tile_0_2}, 2 : i32) : !aie.objectfifo<memref<512xf32>>
         %core_0_2 = aie.core(%tile_0_2) {
           scf.for (forever) { acquire resident; scf.for (n_chunks) { acquire, func.call, release } }
+          (a K-streamed operand: scf.for (pieces) { acquire, func.call, release } inside)
           aie.end
         } {link_with = "region0.o"}
         aie.runtime_sequence(%arg0: memref<Nxi8>, ...) {
@@ -88,6 +89,13 @@ def _memref(p: Port | Fifo) -> str:
     return f"memref<{p.nbytes // p.dtype.itemsize}x{_ELEMENT[p.dtype]}>"
 
 
+def _kernel_types(c: Core) -> str:
+    """The kernel's argument types: its ports, ``units`` and ``first_unit``, and ``piece``
+    when it takes a K-streamed operand (``kernels``' ABI)."""
+    ints = ["i32"] * (2 if c.pieces == 1 else 3)
+    return ", ".join([_memref(p) for p in (*c.inputs, c.output)] + ints)
+
+
 def _tile(column: int, row: int) -> str:
     return f"%shim_noc_tile_{column}_0" if row == 0 else f"%tile_{column}_{row}"
 
@@ -142,8 +150,7 @@ def _render(design: ProgramDesign, region: RegionDesign, tc: Toolchain) -> str:
     on_func = f" attributes {link}" if tc.link_with is LinkWith.FUNC else ""
     on_core = f" {link}" if tc.link_with is LinkWith.CORE else ""
     for c in region.cores:
-        types = ", ".join([_memref(p) for p in (*c.inputs, c.output)] + ["i32", "i32"])
-        out.append(f"    func.func private @{c.symbol}({types}){on_func}")
+        out.append(f"    func.func private @{c.symbol}({_kernel_types(c)}){on_func}")
     out.append(f"    func.func private @{FLAG_FIRST}({_WORD}){on_func}")
     if len(region.cores) > 1:
         out.append(f"    func.func private @{FLAG_NEXT}({_WORD}, {_WORD}){on_func}")
@@ -178,6 +185,8 @@ def _fifo(f: Fifo, cores: dict[int, Core], layout: HostLayout) -> list[str]:
         dsts.append(_tile(f.shim, 0))
         what += f", to arena {f.sink.arena} at {f.sink.offset}"
     kind = "resident" if f.resident else f"{f.n_objects} object(s) of {f.elems}"
+    if f.pieces > 1:
+        kind = f"{f.pieces} pieces of {f.elems} per pass, {f.repeats} pass(es)"
     shape = f"{f.dtype.value}[{','.join(map(str, f.shape))}]"
     return [
         f"    // %{f.value} {shape}: {what}; {kind}",
@@ -232,12 +241,15 @@ def _core(c: Core, attributes: str, flag: FlagPath) -> list[str]:
     then the flag step."""
     t = _tile(c.column, c.row)
     sub = {p.fifo: f"!aie.objectfifosubview<{_memref(p)}>" for p in (*c.inputs, c.output)}
+    # a batch-held operand (``Port.hold`` calls an object): a loop over its objects, each
+    # acquired around the calls of its batch (``%calls`` of them)
+    held = [p for p in c.inputs if p.hold > 1]
     lines = [
         f"    %core_{c.column}_{c.row} = aie.core({t}) {{",
         "      %c0 = arith.constant 0 : index",
         "      %c1 = arith.constant 1 : index",
         f"      %c{_FOREVER} = arith.constant {_FOREVER} : index",
-        f"      %calls = arith.constant {c.n_chunks} : index",
+        f"      %calls = arith.constant {held[0].hold if held else c.n_chunks} : index",
         f"      %units = arith.constant {c.chunk} : i32",
         f"      scf.for %arg0 = %c0 to %c{_FOREVER} step %c1 {{",
     ]
@@ -255,21 +267,53 @@ def _core(c: Core, attributes: str, flag: FlagPath) -> list[str]:
     for p, port in ports:
         if p.resident:
             acquire(p, port, "        ")
+    if held:
+        lines += [
+            f"        %held = arith.constant {c.n_chunks // held[0].hold} : index",
+            "        scf.for %arg3 = %c0 to %held step %c1 {",
+        ]
+        acquire(held[0], "Consume", "        ")
+    inner = len(lines) - 2 * bool(held)  # the held loop's body, indented once more at its end
     lines.append("        scf.for %arg1 = %c0 to %calls step %c1 {")
+    pieced = [p for p in c.inputs if p.pieces > 1]  # a K-streamed operand: a loop per call
     for p, port in ports:
-        if not p.resident:
+        if not p.resident and p.pieces == 1 and p.hold == 1:
             acquire(p, port, "          ")
-    args = [names[p.fifo] for p in (*c.inputs, c.output)] + ["%units", "%first"]
-    types = ", ".join([_memref(p) for p in (*c.inputs, c.output)] + ["i32", "i32"])
-    lines += [
-        "          %call = arith.index_cast %arg1 : index to i32",
-        "          %first = arith.muli %call, %units : i32",
-        f"          func.call @{c.symbol}({', '.join(args)}) : ({types}) -> ()",
-    ]
+    if held:  # the call's index over the run: its batch's first call, then this one
+        lines += [
+            "          %base = arith.muli %arg3, %calls : index",
+            "          %at = arith.addi %base, %arg1 : index",
+            "          %call = arith.index_cast %at : index to i32",
+        ]
+    else:
+        lines.append("          %call = arith.index_cast %arg1 : index to i32")
+    lines.append("          %first = arith.muli %call, %units : i32")
+    ints, call_indent = ["%units", "%first"], "          "
+    if pieced:
+        lines += [
+            f"          %pieces = arith.constant {c.pieces} : index",
+            "          scf.for %arg2 = %c0 to %pieces step %c1 {",
+        ]
+        acquire(pieced[0], "Consume", "            ")
+        lines.append("            %piece = arith.index_cast %arg2 : index to i32")
+        ints, call_indent = [*ints, "%piece"], "            "
+    args = [names[p.fifo] for p in (*c.inputs, c.output)] + ints
+    lines.append(
+        f"{call_indent}func.call @{c.symbol}({', '.join(args)}) : ({_kernel_types(c)}) -> ()"
+    )
+    if pieced:
+        lines += [
+            f"            aie.objectfifo.release @{pieced[0].fifo}(Consume, 1)",
+            "          }",
+        ]
     for p, port in reversed(ports):
-        if not p.resident:
+        if not p.resident and p.pieces == 1 and p.hold == 1:
             lines.append(f"          aie.objectfifo.release @{p.fifo}({port}, 1)")
     lines.append("        }")
+    if held:
+        lines += [f"        aie.objectfifo.release @{held[0].fifo}(Consume, 1)"]
+        lines[inner:] = ["  " + line for line in lines[inner:]]
+        lines.append("        }")
     for p, port in reversed(ports):
         if p.resident:
             lines.append(f"        aie.objectfifo.release @{p.fifo}({port}, 1)")
@@ -286,9 +330,11 @@ def _sequence(region: RegionDesign, layout: HostLayout, op: str) -> list[str]:
     lines = [f"    {op}{name}({params}) {{"]
     for t in (*region.transfers, region.flag.transfer):
         token = ", issue_token = true" if t.direction is TransferDirection.FROM_DEVICE else ""
+        # the repeat size: a K-streamed operand's tensor passed once per call, stride 0
         lines.append(
-            f"      aiex.npu.dma_memcpy_nd(%arg{t.arena}[0, 0, 0, {t.offset}][1, 1, 1, {t.nbytes}]"
-            f"[0, 0, 0, 1]) {{id = {t.bd} : i64{token}, metadata = @{t.fifo}}} : {arenas[t.arena]}"
+            f"      aiex.npu.dma_memcpy_nd(%arg{t.arena}[0, 0, 0, {t.offset}]"
+            f"[{t.repeats}, 1, 1, {t.nbytes}][0, 0, 0, 1]) "
+            f"{{id = {t.bd} : i64{token}, metadata = @{t.fifo}}} : {arenas[t.arena]}"
         )
     waits = (*region.waits, region.flag.drain)  # the flag word is written after the results
     lines += [f"      aiex.npu.dma_wait {{symbol = @{w}}}" for w in waits]

@@ -67,10 +67,10 @@ def shape(region: RegionDesign) -> Hashable:
     tile = {c.tile: k for k, c in enumerate(region.cores)}
 
     def port(p: Port) -> Hashable:
-        return (fifo.get(p.fifo), p.dtype, p.resident, p.elems, p.nbytes)
+        return (fifo.get(p.fifo), p.dtype, p.resident, p.elems, p.nbytes, p.pieces, p.hold)
 
     def transfer(t: Transfer) -> Hashable:
-        return (t.direction, t.shim, t.channel, t.bd, t.nbytes)
+        return (t.direction, t.shim, t.channel, t.bd, t.nbytes, t.repeats)
 
     cores = tuple(
         (
@@ -97,6 +97,9 @@ def shape(region: RegionDesign) -> Hashable:
             f.nbytes,
             f.n_objects,
             f.resident,
+            f.pieces,
+            f.repeats,
+            f.by_batch,
             None if f.producer is None else tile.get(f.producer),
             tuple(tile.get(t) for t in f.consumers),
             f.shim,

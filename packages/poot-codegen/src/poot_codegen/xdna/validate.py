@@ -255,6 +255,13 @@ def validate_region(region: RegionDesign, layout: HostLayout, limits: RegionLimi
         _validate_guard(c, layout, f"{where}, core {c.symbol}")
     for f in region.fifos:
         _validate_fifo(f, cores, layout, f"{where}, FIFO {f.name}")
+        _check(
+            f.repeats <= limits.transfer_repeats,
+            "transfer repeats",
+            f"{where}, FIFO {f.name}",
+            f.repeats,
+            limits.transfer_repeats,
+        )
     _validate_sequence(region, fifos, layout, where)
 
 
@@ -322,14 +329,59 @@ def _validate_core(
             f"port on FIFO {f.name} disagrees with it",
             where,
         )
+        _check(port.pieces == f.pieces, f"port on FIFO {f.name} disagrees with it", where)
+        _check(
+            port.hold >= 1 and (port.hold == 1 or f.by_batch),
+            "an object held by a port that holds none",
+            where,
+        )
         if not port.resident:
             _check(
-                f.n_objects == c.n_chunks,
+                f.n_objects * port.hold == c.n_chunks * port.pieces,
                 f"calls per run vs objects of FIFO {f.name}",
                 where,
-                c.n_chunks,
-                f.n_objects,
+                c.n_chunks * port.pieces,
+                f.n_objects * port.hold,
             )
+    # a batch-held input: a matmul's right operand, each object held across the calls of
+    # exactly one batch's rows
+    held = [i for i, p in enumerate(c.inputs) if fifos[p.fifo].by_batch]
+    if held:
+        port, out = c.inputs[held[0]], fifos[c.output.fifo]
+        _check(
+            c.kind is KernelClass.MATMUL and held == [1] and c.pieces == 1,
+            "a batch-held operand that is no matmul's right operand",
+            where,
+        )
+        _check(
+            len(out.shape) >= 2 and c.chunk * port.hold == out.shape[-2],
+            "calls holding a batch that are not its rows",
+            where,
+            out.shape[-2] if len(out.shape) >= 2 else None,
+            c.chunk * port.hold,
+        )
+    # a K-streamed input: a matmul's right operand, its pieces whole rows of K, passed once
+    # per call (``Core.pieces``)
+    streamed = [i for i, p in enumerate(c.inputs) if p.pieces > 1]
+    if streamed:
+        f = fifos[c.inputs[streamed[0]].fifo]
+        _check(
+            c.kind is KernelClass.MATMUL and streamed == [1],
+            "a K-streamed operand that is no matmul's right operand",
+            where,
+        )
+        _check(
+            len(f.shape) >= 2 and f.shape[-2] % f.pieces == 0,
+            "pieces that are not rows of K",
+            where,
+        )
+        _check(
+            f.repeats == c.n_chunks,
+            "passes of a K-streamed operand vs calls",
+            where,
+            c.n_chunks,
+            f.repeats,
+        )
 
 
 def _validate_fifo(f: Fifo, cores: dict[int, Core], layout: HostLayout, where: str) -> None:
@@ -347,13 +399,39 @@ def _validate_fifo(f: Fifo, cores: dict[int, Core], layout: HostLayout, where: s
     _check(bool(f.consumers) or f.sink is not None, "a FIFO nobody reads", where)
     _check(len(set(f.consumers)) == len(f.consumers), "a consumer listed twice", where)
     size = math.prod(f.shape)
-    _check(f.elems * f.n_objects == size, "objects that do not cover the tensor", where)
+    _check(f.pieces >= 1 and f.repeats >= 1, "pieces and passes at least one", where)
+    _check(not (f.by_batch and (f.pieces > 1 or f.resident)), "a batch-held FIFO in pieces", where)
+    if f.by_batch:
+        _check(
+            len(f.shape) >= 2 and f.elems == f.shape[-2] * f.shape[-1],
+            "a batch-held object that is not one batch",
+            where,
+        )
+    if f.pieces > 1 or f.repeats > 1 or f.by_batch:  # its one core's host input
+        _check(
+            f.source is not None and f.sink is None and len(f.consumers) == 1,
+            "a K-streamed or batch-held tensor that is not one core's host input",
+            where,
+        )
+        _check(
+            f.by_batch or f.n_objects == f.pieces * f.repeats,
+            "objects of a K-streamed tensor",
+            where,
+            f.pieces * f.repeats,
+            f.n_objects,
+        )
+    _check(f.elems * f.n_objects == size * f.repeats, "objects that do not cover the tensor", where)
     _check(f.nbytes == words(f.elems * f.dtype.itemsize), "object bytes are not whole words", where)
     if f.nbytes != f.elems * f.dtype.itemsize:
         _check(
             f.n_objects == 1, "a padded object that is not the whole tensor", where, f.n_objects, 1
         )
-    _check(f.depth == (1 if f.resident else 2), "depth (2 streamed, 1 resident)", where, f.depth)
+    _check(
+        f.depth == (1 if f.resident or f.by_batch else 2),
+        "depth (2 streamed, 1 resident or batch-held)",
+        where,
+        f.depth,
+    )
     _check(not f.resident or f.n_objects == 1, "a resident FIFO of several objects", where)
     if f.producer is not None:
         p = cores.get(f.producer)
@@ -376,10 +454,10 @@ def _validate_fifo(f: Fifo, cores: dict[int, Core], layout: HostLayout, where: s
             )
             _check(slot.value == f.value, "a slot of another value", where)
             _check(
-                f.n_objects * f.nbytes <= slot.span,
+                f.n_objects // f.repeats * f.nbytes <= slot.span,
                 "objects past the slot",
                 where,
-                f.n_objects * f.nbytes,
+                f.n_objects // f.repeats * f.nbytes,
                 slot.span,
             )
 
@@ -399,8 +477,8 @@ def _validate_sequence(
         if slot is None:
             raise DesignError(f"a {t.direction.value} transfer of a FIFO without that end", where=w)
         _check(
-            (t.shim, t.arena, t.offset, t.nbytes)
-            == (f.shim, slot.arena, slot.offset, f.n_objects * f.nbytes),
+            (t.shim, t.arena, t.offset, t.nbytes, t.repeats)
+            == (f.shim, slot.arena, slot.offset, f.n_objects // f.repeats * f.nbytes, f.repeats),
             "a transfer that is not its FIFO's whole tensor",
             w,
         )

@@ -171,7 +171,9 @@ TARGET = Target(
             F32,
             KernelClass.MATMUL,
             MATMUL_CONTRACT,
-            note="operands narrowed to bf16 (RNE), products exact, summed in order in FP32",
+            note="operands narrowed to bf16 (RNE), products exact, summed in order in FP32; a "
+            "right operand past a tile's memory streamed in pieces of K, once per call of rows "
+            "(the same order, bit for bit), or, batched, held one batch at a time",
         ),
         Capability(
             Prim.BROADCAST_IN_DIM,

@@ -22,10 +22,16 @@ from poot_planner.capability import CodeSize, KernelClass, RegionLimits
 from poot_planner.fp16.narrowing import operating_dtype
 from poot_planner.refusal import Refusal, RefusalKind, limit_refusal
 from poot_planner.target import LaidOut, Target
-from poot_planner.xdna2.chunking import chunk_region, unchunked_bytes
+from poot_planner.xdna2.chunking import chunk_region, unchunked_bytes, words
 from poot_planner.xdna2.regions import HostRelayout, form_reusable_regions
 from poot_planner.xdna2.rowfusion import RowGroup, find_row_groups
-from poot_planner.xdna2.tiles import TileOp, tile_for_eqn, tile_for_group
+from poot_planner.xdna2.tiles import (
+    TileOp,
+    hold_batches,
+    stream_k,
+    tile_for_eqn,
+    tile_for_group,
+)
 
 __all__ = ["REGIONS", "RegionLayout", "RowClaim", "lay_out"]
 
@@ -146,6 +152,12 @@ def lay_out(
         # chunks its tiles again in any case)
         if unchunked_bytes(job) > limits.data_tile_bytes:  # the flag path takes the rest
             alone = chunk_region([job], limits.data_tile_bytes, limits.reserved_bytes)
+            if isinstance(alone, int) and job.kind is KernelClass.MATMUL:
+                streamed = _k_streamed(job, limits, at, prim)
+                if isinstance(streamed, Refusal):  # it fits, in more passes than a shim makes
+                    refusals.append(streamed)
+                    continue
+                alone = streamed or alone
             if isinstance(alone, int):
                 refusals.append(limit_refusal(at, prim, "tile_bytes", alone, limits.tile_bytes))
                 continue
@@ -164,6 +176,50 @@ def lay_out(
     # the context limit counts distinct artifacts, which the device guards decide too: the
     # plan checks it once they are placed (``poot_planner.plan``); host relayouts take none
     return LaidOut(chunked, regions, moved, tuple(refusals), tuple(placed))
+
+
+def _k_streamed(
+    job: TileOp, limits: RegionLimits, at: int, prim: str
+) -> tuple[list[TileOp], int] | Refusal | None:
+    """``job`` (a matmul whose right operand no tile holds with the rest) chunked alone with
+    that operand streamed in pieces of K (``stream_k``), or, when it is batched, held one batch
+    at a time (``hold_batches``); None when no piece size (or one batch) fits the
+    tile's bytes, or the ``transfer_repeats`` refusal when the smallest pieces fit only at more
+    calls per run than the shim passes the operand (each call is one pass).
+
+    The pieces are the largest whose two objects take at most half the data bytes (the rest is
+    for the rows of the left operand and of the output, which the region's chunk group shares),
+    so the kernel makes the fewest calls per pass; failing that, the smallest. Piece sizes are
+    looked for from the largest the bytes allow down (at most the data bytes over a row's
+    bytes), never by enumerating the divisors of K."""
+    b = job.inputs[1].var if len(job.inputs) == 2 else None
+    if b is None or b.type.rank < 2 or b.type.size == 0:
+        return None
+    k, n = b.shape[-2], b.shape[-1]
+    row = n * b.dtype.itemsize
+    budget = limits.data_tile_bytes
+    if b.type.size > k * n:  # batched: held one batch at a time, if a batch fits
+        held = hold_batches(job)
+        got = None if held is None else chunk_region([held], budget, limits.reserved_bytes)
+        return None if got is None or isinstance(got, int) else got
+    most = min(k - 1, budget // (2 * row)) if row else 0
+    fitting = [r for r in range(most, 0, -1) if k % r == 0]
+    preferred = [r for r in fitting if 2 * words(r * row) <= budget // 2]
+    # a smaller piece only leaves more room for the rows: the largest preferred one, then the
+    # smallest of all (if that does not fit, no piece does)
+    for rows in dict.fromkeys([*preferred[:1], *fitting[-1:]]):
+        streamed = stream_k(job, k // rows)
+        if streamed is None:
+            return None  # batched, or not a matmul: no piece size helps
+        got = chunk_region([streamed], budget, limits.reserved_bytes, limits.transfer_repeats)
+        if not isinstance(got, int):
+            return got
+    if fitting and (streamed := stream_k(job, k // fitting[-1])) is not None:
+        unbounded = chunk_region([streamed], budget, limits.reserved_bytes)
+        if not isinstance(unbounded, int):
+            calls = unbounded[0][0].n_chunks
+            return limit_refusal(at, prim, "transfer_repeats", calls, limits.transfer_repeats)
+    return None
 
 
 def _code_bytes(

@@ -172,6 +172,15 @@ class _Candidate:
         self.outside: dict[int, int] = {}  # value made here -> its readers not (yet) here
         self.n_out = 0  # values made here that go to the host
         self.whole_fits = True  # every tile fits unchunked (one call per run)
+        self.own: set[int] = set()  # K-streamed and batch-held operands of its tiles
+
+    def shares_own(self, t: TileOp) -> bool:
+        """``t`` would share a FIFO with a K-streamed or batch-held operand
+        (``TileOperand.own``): its objects follow one tile's calls, so that operand must be a
+        host input no other tile of the region reads."""
+        mine = {op.var.id for op in t.inputs if op.own}
+        rest = {op.var.id for op in t.inputs if not op.own}
+        return bool(mine & (self.host_in | self.outside.keys()) or rest & self.own)
 
     def _goes_out(self, v: int, outside: int) -> bool:
         return v in self.results or outside > 0
@@ -194,6 +203,7 @@ class _Candidate:
         self.host_in.update(op.var.id for op in t.inputs if op.var.id not in self.outside)
         self.outside.update(counts)
         self.whole_fits = self.whole_fits and whole
+        self.own.update(op.var.id for op in t.inputs if op.own)
         self.tiles.append(t)
 
 
@@ -232,7 +242,9 @@ def form_regions(
     def close() -> None:
         group = current.tiles
         h_in, h_out, internal = _streams(group, readers, results)
-        chunked = chunk_region(group, limits.data_tile_bytes, limits.reserved_bytes)
+        chunked = chunk_region(
+            group, limits.data_tile_bytes, limits.reserved_bytes, limits.transfer_repeats
+        )
         tiles_ = tuple(chunked[0]) if not isinstance(chunked, int) else tuple(group)
         regions.append(Region(len(regions), tiles_, tuple(h_in), tuple(h_out), tuple(internal)))
 
@@ -251,10 +263,16 @@ def form_regions(
             len(current.tiles) < cap
             and delta[0] <= limits.host_streams_in
             and delta[1] <= limits.data_streams_out  # the flag word takes one
+            and not current.shares_own(t)
             # one call per run fits whatever the region shares: no need to work out groups
             and (
                 (current.whole_fits and whole)
-                or not isinstance(chunk_calls([*current.tiles, t], limits.data_tile_bytes), int)
+                or not isinstance(
+                    chunk_calls(
+                        [*current.tiles, t], limits.data_tile_bytes, limits.transfer_repeats
+                    ),
+                    int,
+                )
             )
         ):
             close()
@@ -370,7 +388,9 @@ def artifact_key(program: Program, region: Region, guards: DeviceGuards) -> Hash
             )
             for i in t.eqns
         )
-        operands = tuple((name(op.var), op.unit, op.resident) for op in t.inputs)
+        operands = tuple(
+            (name(op.var), op.unit, op.resident, op.pieces, op.by_batch) for op in t.inputs
+        )
         tiles.append(
             (
                 t.kind,

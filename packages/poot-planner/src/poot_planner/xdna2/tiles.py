@@ -18,7 +18,15 @@ from poot_ir import Eqn, GatherParams, Literal, ReduceParams, Var
 
 from poot_planner.capability import KernelClass
 
-__all__ = ["IndexGuard", "TileOp", "TileOperand", "tile_for_eqn", "tile_for_group"]
+__all__ = [
+    "IndexGuard",
+    "TileOp",
+    "TileOperand",
+    "hold_batches",
+    "stream_k",
+    "tile_for_eqn",
+    "tile_for_group",
+]
 
 
 class IndexGuard(Enum):
@@ -36,15 +44,43 @@ class IndexGuard(Enum):
 @dataclass(frozen=True, slots=True)
 class TileOperand:
     """One tensor a tile reads: ``unit`` elements per unit, or the whole tensor when
-    ``resident``."""
+    ``resident``, or, when ``pieces`` > 1 (a matmul's right operand past a tile's memory:
+    ``stream_k``), the whole tensor once per call as ``pieces`` objects of consecutive rows of
+    K, each held only while the kernel adds its terms, or, when ``by_batch`` (a batched right
+    operand the tile holds one batch of: ``hold_batches``), one object per batch, held across
+    the calls of that batch's rows."""
 
     var: Var
     unit: int
     resident: bool = False
+    pieces: int = 1
+    by_batch: bool = False
+
+    @property
+    def own(self) -> bool:
+        """Its FIFO is this tile's alone (its objects follow this tile's calls only)."""
+        return self.pieces > 1 or self.by_batch
+
+    @property
+    def held_bytes(self) -> int:
+        """Tile bytes an ``own`` operand takes whatever the chunking: two pieces' objects, or
+        one batch's (0 for any other operand)."""
+        nbytes = self.var.dtype.itemsize
+        if self.pieces > 1:
+            return 2 * -(-self.piece_elems * nbytes // 4) * 4
+        if self.by_batch:
+            k, n = self.var.shape[-2], self.var.shape[-1]
+            return -(-k * n * nbytes // 4) * 4
+        return 0
 
     @property
     def unit_bytes(self) -> int:
         return self.unit * self.var.dtype.itemsize
+
+    @property
+    def piece_elems(self) -> int:
+        """Elements of one piece (0 unless ``pieces`` > 1)."""
+        return self.var.type.size // self.pieces if self.pieces > 1 else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +113,16 @@ class TileOp:
     @property
     def streams_in(self) -> int:
         return len(self.inputs)
+
+    @property
+    def pieces(self) -> int:
+        """Objects of its K-streamed operand per call (``stream_k``; 1: none)."""
+        return max((op.pieces for op in self.inputs), default=1)
+
+    @property
+    def by_batch(self) -> bool:
+        """It holds its right operand one batch at a time (``hold_batches``)."""
+        return any(op.by_batch for op in self.inputs)
 
     def placed(
         self,
@@ -182,6 +228,68 @@ def tile_for_group(
     units = output.type.size // cols if cols else 0
     return TileOp(
         index, KernelClass.FUSED_NORM, eqns, ops, output, cols, units, max(units, 1), 0, bound
+    )
+
+
+def stream_k(job: TileOp, pieces: int) -> TileOp | None:
+    """``job``, a matmul whose right operand a tile cannot hold, with that operand streamed in
+    ``pieces`` pieces of K/pieces rows of ``[K, N]``, the whole of it once per call (the
+    accumulator of each output row stays in the call's output object between pieces, in f32:
+    each output element's terms are added in order of k exactly as unchunked, so the result is
+    bit for bit the same and so is the contract; upstream's whole_array.py streams K through
+    its core the same way, C read-modify-written by ``matmul`` once per K chunk). None when it
+    cannot be: not a matmul, ``pieces`` not a divisor of K above 1, or a batched right operand
+    (each call would need its own batch's pieces)."""
+    if job.kind is not KernelClass.MATMUL or len(job.inputs) != 2:
+        return None
+    a, b = job.inputs
+    k, n = b.var.shape[-2], b.var.shape[-1]
+    if pieces < 2 or k % pieces or b.var.type.size != k * n:
+        return None
+    streamed = TileOperand(b.var, 0, pieces=pieces)
+    return TileOp(
+        job.index,
+        job.kind,
+        job.eqns,
+        (a, streamed),
+        job.output,
+        job.out_unit,
+        job.units,
+        job.chunk,
+        job.tile_bytes,
+        job.bound,
+        job.index_guard,
+        job.code_bytes,
+    )
+
+
+def hold_batches(job: TileOp) -> TileOp | None:
+    """``job``, a matmul whose batched right operand ``[..., K, N]`` no tile holds whole, with
+    that operand held one batch at a time (``TileOperand.by_batch``): one object per batch, of
+    depth 1, acquired before the first call of that batch's rows and released after the last
+    (each call's rows then lie in one batch: the chunking sees to it). The kernel reads its
+    rows' batch from the object it is given, so each output element's sum is the same as with
+    the whole operand resident, bit for bit. None when it is not a batched matmul."""
+    if job.kind is not KernelClass.MATMUL or len(job.inputs) != 2:
+        return None
+    a, b = job.inputs
+    k, n = b.var.shape[-2], b.var.shape[-1]
+    if b.var.type.size <= k * n:
+        return None
+    held = TileOperand(b.var, 0, by_batch=True)
+    return TileOp(
+        job.index,
+        job.kind,
+        job.eqns,
+        (a, held),
+        job.output,
+        job.out_unit,
+        job.units,
+        job.chunk,
+        job.tile_bytes,
+        job.bound,
+        job.index_guard,
+        job.code_bytes,
     )
 
 
