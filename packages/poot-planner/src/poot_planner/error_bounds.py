@@ -22,6 +22,7 @@ one under the same per-primitive contracts the kernel's static bound is derived 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -71,6 +72,7 @@ from poot_planner.legalize.rewrite import Rewrite
 from poot_planner.legalize.rules import Numerics
 from poot_planner.legalize.steps import sigmoid_operand
 from poot_planner.plan import Plan
+from poot_planner.row_ranges import row_range
 
 __all__ = ["legalized_values", "result_bounds"]
 
@@ -406,6 +408,28 @@ def _scaled_sums(plan: Plan) -> dict[int, Callable[[Array], Array]]:
     return out
 
 
+def _within_range(
+    program: Program,
+    i: int,
+    index: Mapping[int, int],
+    contract_of: Callable[[int], Contract | None],
+    magnitude: Callable[[Var], float],
+    unpromised: set[int],
+    y: Array,
+    err: Mapping[int, Array],
+) -> Array:
+    """Equation ``i``'s bound, or where smaller, the distance from the oracle's value to the
+    far end of the range the device's value lies in (``row_ranges``: a normalized row, a
+    softmax), when every step that range rests on is kept."""
+    bound = err[program.eqns[i].out.id]
+    rng = row_range(program, i, index, contract_of, magnitude)
+    if rng is None or any(k in unpromised for k in rng.steps):
+        return bound
+    y64 = np.asarray(y, np.float64)
+    far = np.maximum(rng.hi - y64, y64 - rng.lo)
+    return np.where(np.isfinite(y64) & (far < bound), far, bound)
+
+
 def legalized_values(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[int, Array]:
     """The oracle's value of every argument and equation of ``plan.legalized`` on ``inputs``,
     by var id: one evaluation. When no rewrite was made (the legalized program is the source)
@@ -451,6 +475,20 @@ def result_bounds(
     # equation computing an F32 value rounds as the NPU compiler lowers it (``fp16.contract``)
     narrow = plan.narrowing is not None
     first: dict[int, tuple[int, str]] = {}  # where infinite bounds came from (``origins``)
+    # a normalized row's range (``row_ranges``) rests on its steps' capability contracts, each
+    # kept on these inputs: not a rewrite's step (its bound is the rewrite's), and not a step
+    # promised nothing somewhere (outside its domain)
+    index = {e.out.id: k for k, e in enumerate(program.eqns)}
+    unpromised: set[int] = set(approximation) | set(scaled) | set(whole)
+
+    def contract_of(k: int) -> Contract | None:
+        return None if k in unpromised else _contract(plan, k, program.eqns[k])
+
+    def magnitude(v: Var) -> float:
+        with np.errstate(invalid="ignore"):
+            top = float(np.max(np.abs(val[v.id].astype(np.float64)) + err[v.id], initial=0.0))
+        return top if math.isfinite(top) else math.inf
+
     val: dict[int, Array] = {a.var.id: np.asarray(inputs[a.name]) for a in program.args}
     err: dict[int, Array] = {
         a.var.id: stored(val[a.var.id])
@@ -490,8 +528,14 @@ def result_bounds(
             # narrowed: each equation's FP16 lowering (the F32 oracle's rounding in it); else
             # the one ulp two roundings of neighbouring values can part by
             own = own + (own_rounding(e, ops, y, prop) if narrowed else _rerounded(e, y, prop))
+        if np.isinf(own).any():
+            unpromised.add(i)
         val[e.out.id] = y
         err[e.out.id] = np.asarray(own + prop, dtype=np.float64)
+        if not narrow and e.prim is Prim.DIV:
+            err[e.out.id] = _within_range(
+                program, i, index, contract_of, magnitude, unpromised, y, err
+            )
         if origins is not None:
             came = next(
                 (first[a.id] for a in e.inputs if isinstance(a, Var) and a.id in first), None
