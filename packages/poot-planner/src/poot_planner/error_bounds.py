@@ -145,16 +145,40 @@ _ROUNDED = frozenset(
 _ACCUMULATIONS = frozenset({Prim.REDUCE_SUM, Prim.MATMUL, Prim.CONV, Prim.REDUCE_WINDOW_SUM})
 
 
-def _rerounded(e: Eqn, y: Array, prop: Array) -> Array:
+def _rerounded(e: Eqn, y: Array, prop: Array, ops: list[Array] | None = None) -> Array:
     """One ulp of the result where a rounding step reads operands that carry an error: the
     oracle rounds ``f(x)``, the device rounds (within its contract) ``f(x + d)``, and the two
     roundings of those neighbouring values can part by an ulp beyond ``|f(x + d) - f(x)|``
-    (the first-order carry). Zero where the operands are exact (the contract covers it)."""
+    (the first-order carry). Zero where the operands are exact (the contract covers it).
+
+    At the largest finite magnitude the ulp above is infinite (the next rounding overflows),
+    unless the exact value is known to sit far enough below the overflow threshold: for an
+    add, a subtraction or a product (float64 holds the exact value to 2^-52) whose exact
+    value plus the carry stays below ``largest + half its ulp`` (where round to nearest
+    overflows), the neighbouring rounding is at most the ulp below (an additive mask of
+    ``finfo.min`` on a score)."""
     if e.prim not in _ROUNDED or y.dtype.kind != "f":
         return np.zeros(y.shape)
     with np.errstate(all="ignore"):
         ulp = np.abs(np.spacing(np.abs(y))).astype(np.float64)
+    top = np.isinf(ulp) & np.isfinite(y)
+    if ops is not None and top.any() and e.prim in _EXACT64 and len(ops) == 2:
+        largest = float(np.finfo(y.dtype).max)
+        below = float(np.spacing(np.nextafter(y.dtype.type(largest), y.dtype.type(0))))
+        a, b = (np.asarray(o, np.float64) for o in ops)
+        with np.errstate(all="ignore"):
+            exact = np.abs(_EXACT64[e.prim](a, b)) * (1.0 + 2.0**-52)
+            clear = exact + prop < largest + below / 2
+        ulp = np.where(top & clear, below, ulp)
     return np.where(prop > 0, np.where(np.isfinite(ulp), ulp, np.inf), 0.0)
+
+
+#: the steps float64 computes within 2^-52 of exact on F32 operands (``_rerounded``)
+_EXACT64: dict[Prim, Callable[[Array, Array], Array]] = {
+    Prim.ADD: np.add,
+    Prim.SUB: np.subtract,
+    Prim.MUL: np.multiply,
+}
 
 
 def _flip(a: Array, b: Array, ea: Array, eb: Array) -> Array:
@@ -236,7 +260,7 @@ def _carry(e: Eqn, vals: list[Array], errs: list[Array], y: Array) -> Any:
         case Prim.REDUCE_SUM if isinstance(e.params, ReduceParams):
             return np.sum(errs[0], axis=e.params.axes)
         case Prim.REDUCE_MAX if isinstance(e.params, ReduceParams):
-            return np.max(errs[0], axis=e.params.axes, initial=0.0)
+            return _max_carry(f[0], errs[0], y64, e.params.axes)
         case Prim.MATMUL:
             n = f[0].shape[-1] if f[0].ndim else 1
             return _bilinear(np.matmul, np.abs(f[0]), np.abs(f[1]), errs[0], errs[1], n, y.shape)
@@ -258,6 +282,22 @@ def _carry(e: Eqn, vals: list[Array], errs: list[Array], y: Array) -> Any:
             return np.zeros(y.shape)
         case _:
             return _moved(e, errs, vals)
+
+
+def _max_carry(x: Array, ex: Array, m: Array, axes: tuple[int, ...]) -> Array:
+    """How far the device's row maximum may be from the oracle's ``m``: at least the largest
+    ``x_j - e_j`` and at most the largest ``x_j + e_j``, so an element far below the maximum
+    (a masked score near ``-FLT_MAX`` whatever its error) moves nothing. Float64's rounding of
+    those sums and differences (2^-51 of the larger magnitudes) is added."""
+    if not x.size:
+        return np.zeros(m.shape)
+    with np.errstate(invalid="ignore", over="ignore"):
+        lo = np.max(x - ex, axis=axes)  # the device's maximum is at least this
+        hi = np.max(x + ex, axis=axes)  # and at most this
+        dev = np.maximum(m - lo, hi - m)
+        slack = 2.0**-51 * (np.abs(m) + np.maximum(np.abs(lo), np.abs(hi)))
+    out = np.where(np.isnan(dev), np.inf, np.maximum(dev, 0.0))
+    return np.asarray(np.where(out > 0, out + slack, 0.0))
 
 
 def _bilinear(
@@ -510,6 +550,8 @@ def result_bounds(
         if narrowed and contract is not None and isinstance(contract.bound, RoundedTwice):
             contract = None  # the FP16 lowering below is the pooled sum's own error
         own = _own(contract, e, ops, y)
+        if np.isinf(own).any():  # outside the contract's domain somewhere: no range rests on it
+            unpromised.add(i)
         if i in approximation:
             # the formula's own error, and the reference's: the source's exact function value
             # rounded once to the result's dtype, up to half an ulp from the exact value the
@@ -527,9 +569,7 @@ def result_bounds(
             prop = _propagated(e, ops, eops, y)
             # narrowed: each equation's FP16 lowering (the F32 oracle's rounding in it); else
             # the one ulp two roundings of neighbouring values can part by
-            own = own + (own_rounding(e, ops, y, prop) if narrowed else _rerounded(e, y, prop))
-        if np.isinf(own).any():
-            unpromised.add(i)
+            own = own + (own_rounding(e, ops, y, prop) if narrowed else _rerounded(e, y, prop, ops))
         val[e.out.id] = y
         err[e.out.id] = np.asarray(own + prop, dtype=np.float64)
         if not narrow and e.prim is Prim.DIV:
