@@ -18,6 +18,11 @@ and the comparison skips the element); a comparison or a select whose outcome an
 error could flip is promised nothing either. Steps of an XDNA2 row kernel are analysed one by
 one under the same per-primitive contracts the kernel's static bound is derived from
 (``poot_planner.xdna2.rowfusion``), so the running bound never exceeds what the derivation allows.
+Where first-order carrying loses a normalization (the errors reaching a LayerNorm exceed its
+row's spread, so the variance's bound exceeds the variance), the device's normalized row (and
+a max-subtracted softmax) still lies in a range its steps' contracts give whatever its operands
+(``poot_planner.row_ranges``): the bound there is the distance to the range's far end, when
+that is smaller.
 """
 
 from __future__ import annotations
