@@ -18,10 +18,16 @@ and the comparison skips the element); a comparison or a select whose outcome an
 error could flip is promised nothing either. Steps of an XDNA2 row kernel are analysed one by
 one under the same per-primitive contracts the kernel's static bound is derived from
 (``poot_planner.xdna2.rowfusion``), so the running bound never exceeds what the derivation allows.
+Where first-order carrying loses a normalization (the errors reaching a LayerNorm exceed its
+row's spread, so the variance's bound exceeds the variance), the device's normalized row (and
+a max-subtracted softmax) still lies in a range its steps' contracts give whatever its operands
+(``poot_planner.row_ranges``): the bound there is the distance to the range's far end, when
+that is smaller.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -71,6 +77,7 @@ from poot_planner.legalize.rewrite import Rewrite
 from poot_planner.legalize.rules import Numerics
 from poot_planner.legalize.steps import sigmoid_operand
 from poot_planner.plan import Plan
+from poot_planner.row_ranges import row_range
 
 __all__ = ["legalized_values", "result_bounds"]
 
@@ -143,16 +150,40 @@ _ROUNDED = frozenset(
 _ACCUMULATIONS = frozenset({Prim.REDUCE_SUM, Prim.MATMUL, Prim.CONV, Prim.REDUCE_WINDOW_SUM})
 
 
-def _rerounded(e: Eqn, y: Array, prop: Array) -> Array:
+def _rerounded(e: Eqn, y: Array, prop: Array, ops: list[Array] | None = None) -> Array:
     """One ulp of the result where a rounding step reads operands that carry an error: the
     oracle rounds ``f(x)``, the device rounds (within its contract) ``f(x + d)``, and the two
     roundings of those neighbouring values can part by an ulp beyond ``|f(x + d) - f(x)|``
-    (the first-order carry). Zero where the operands are exact (the contract covers it)."""
+    (the first-order carry). Zero where the operands are exact (the contract covers it).
+
+    At the largest finite magnitude the ulp above is infinite (the next rounding overflows),
+    unless the exact value is known to sit far enough below the overflow threshold: for an
+    add, a subtraction or a product (float64 holds the exact value to 2^-52) whose exact
+    value plus the carry stays below ``largest + half its ulp`` (where round to nearest
+    overflows), the neighbouring rounding is at most the ulp below (an additive mask of
+    ``finfo.min`` on a score)."""
     if e.prim not in _ROUNDED or y.dtype.kind != "f":
         return np.zeros(y.shape)
     with np.errstate(all="ignore"):
         ulp = np.abs(np.spacing(np.abs(y))).astype(np.float64)
+    top = np.isinf(ulp) & np.isfinite(y)
+    if ops is not None and top.any() and e.prim in _EXACT64 and len(ops) == 2:
+        largest = float(np.finfo(y.dtype).max)
+        below = float(np.spacing(np.nextafter(y.dtype.type(largest), y.dtype.type(0))))
+        a, b = (np.asarray(o, np.float64) for o in ops)
+        with np.errstate(all="ignore"):
+            exact = np.abs(_EXACT64[e.prim](a, b)) * (1.0 + 2.0**-52)
+            clear = exact + prop < largest + below / 2
+        ulp = np.where(top & clear, below, ulp)
     return np.where(prop > 0, np.where(np.isfinite(ulp), ulp, np.inf), 0.0)
+
+
+#: the steps float64 computes within 2^-52 of exact on F32 operands (``_rerounded``)
+_EXACT64: dict[Prim, Callable[[Array, Array], Array]] = {
+    Prim.ADD: np.add,
+    Prim.SUB: np.subtract,
+    Prim.MUL: np.multiply,
+}
 
 
 def _flip(a: Array, b: Array, ea: Array, eb: Array) -> Array:
@@ -234,7 +265,7 @@ def _carry(e: Eqn, vals: list[Array], errs: list[Array], y: Array) -> Any:
         case Prim.REDUCE_SUM if isinstance(e.params, ReduceParams):
             return np.sum(errs[0], axis=e.params.axes)
         case Prim.REDUCE_MAX if isinstance(e.params, ReduceParams):
-            return np.max(errs[0], axis=e.params.axes, initial=0.0)
+            return _max_carry(f[0], errs[0], y64, e.params.axes)
         case Prim.MATMUL:
             n = f[0].shape[-1] if f[0].ndim else 1
             return _bilinear(np.matmul, np.abs(f[0]), np.abs(f[1]), errs[0], errs[1], n, y.shape)
@@ -256,6 +287,22 @@ def _carry(e: Eqn, vals: list[Array], errs: list[Array], y: Array) -> Any:
             return np.zeros(y.shape)
         case _:
             return _moved(e, errs, vals)
+
+
+def _max_carry(x: Array, ex: Array, m: Array, axes: tuple[int, ...]) -> Array:
+    """How far the device's row maximum may be from the oracle's ``m``: at least the largest
+    ``x_j - e_j`` and at most the largest ``x_j + e_j``, so an element far below the maximum
+    (a masked score near ``-FLT_MAX`` whatever its error) moves nothing. Float64's rounding of
+    those sums and differences (2^-51 of the larger magnitudes) is added."""
+    if not x.size:
+        return np.zeros(m.shape)
+    with np.errstate(invalid="ignore", over="ignore"):
+        lo = np.max(x - ex, axis=axes)  # the device's maximum is at least this
+        hi = np.max(x + ex, axis=axes)  # and at most this
+        dev = np.maximum(m - lo, hi - m)
+        slack = 2.0**-51 * (np.abs(m) + np.maximum(np.abs(lo), np.abs(hi)))
+    out = np.where(np.isnan(dev), np.inf, np.maximum(dev, 0.0))
+    return np.asarray(np.where(out > 0, out + slack, 0.0))
 
 
 def _bilinear(
@@ -406,6 +453,28 @@ def _scaled_sums(plan: Plan) -> dict[int, Callable[[Array], Array]]:
     return out
 
 
+def _within_range(
+    program: Program,
+    i: int,
+    index: Mapping[int, int],
+    contract_of: Callable[[int], Contract | None],
+    magnitude: Callable[[Var], float],
+    unpromised: set[int],
+    y: Array,
+    err: Mapping[int, Array],
+) -> Array:
+    """Equation ``i``'s bound, or where smaller, the distance from the oracle's value to the
+    far end of the range the device's value lies in (``row_ranges``: a normalized row, a
+    softmax), when every step that range rests on is kept."""
+    bound = err[program.eqns[i].out.id]
+    rng = row_range(program, i, index, contract_of, magnitude)
+    if rng is None or any(k in unpromised for k in rng.steps):
+        return bound
+    y64 = np.asarray(y, np.float64)
+    far = np.maximum(rng.hi - y64, y64 - rng.lo)
+    return np.where(np.isfinite(y64) & (far < bound), far, bound)
+
+
 def legalized_values(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[int, Array]:
     """The oracle's value of every argument and equation of ``plan.legalized`` on ``inputs``,
     by var id: one evaluation. When no rewrite was made (the legalized program is the source)
@@ -451,6 +520,20 @@ def result_bounds(
     # equation computing an F32 value rounds as the NPU compiler lowers it (``fp16.contract``)
     narrow = plan.narrowing is not None
     first: dict[int, tuple[int, str]] = {}  # where infinite bounds came from (``origins``)
+    # a normalized row's range (``row_ranges``) rests on its steps' capability contracts, each
+    # kept on these inputs: not a rewrite's step (its bound is the rewrite's), and not a step
+    # promised nothing somewhere (outside its domain)
+    index = {e.out.id: k for k, e in enumerate(program.eqns)}
+    unpromised: set[int] = set(approximation) | set(scaled) | set(whole)
+
+    def contract_of(k: int) -> Contract | None:
+        return None if k in unpromised else _contract(plan, k, program.eqns[k])
+
+    def magnitude(v: Var) -> float:
+        with np.errstate(invalid="ignore"):
+            top = float(np.max(np.abs(val[v.id].astype(np.float64)) + err[v.id], initial=0.0))
+        return top if math.isfinite(top) else math.inf
+
     val: dict[int, Array] = {a.var.id: np.asarray(inputs[a.name]) for a in program.args}
     err: dict[int, Array] = {
         a.var.id: stored(val[a.var.id])
@@ -472,6 +555,8 @@ def result_bounds(
         if narrowed and contract is not None and isinstance(contract.bound, RoundedTwice):
             contract = None  # the FP16 lowering below is the pooled sum's own error
         own = _own(contract, e, ops, y)
+        if np.isinf(own).any():  # outside the contract's domain somewhere: no range rests on it
+            unpromised.add(i)
         if i in approximation:
             # the formula's own error, and the reference's: the source's exact function value
             # rounded once to the result's dtype, up to half an ulp from the exact value the
@@ -489,9 +574,13 @@ def result_bounds(
             prop = _propagated(e, ops, eops, y)
             # narrowed: each equation's FP16 lowering (the F32 oracle's rounding in it); else
             # the one ulp two roundings of neighbouring values can part by
-            own = own + (own_rounding(e, ops, y, prop) if narrowed else _rerounded(e, y, prop))
+            own = own + (own_rounding(e, ops, y, prop) if narrowed else _rerounded(e, y, prop, ops))
         val[e.out.id] = y
         err[e.out.id] = np.asarray(own + prop, dtype=np.float64)
+        if not narrow and e.prim is Prim.DIV:
+            err[e.out.id] = _within_range(
+                program, i, index, contract_of, magnitude, unpromised, y, err
+            )
         if origins is not None:
             came = next(
                 (first[a.id] for a in e.inputs if isinstance(a, Var) and a.id in first), None

@@ -1,0 +1,331 @@
+"""Where a device's normalized row lies whatever its operands' errors: the range of a
+LayerNorm's or RMSNorm's normalized value and of a max-subtracted softmax, derived from the
+steps' contracts.
+
+The running error analysis (``poot_planner.error_bounds``) carries each operand's error through
+each step, first order. Through a normalization that promises nothing once the errors reaching
+it are as large as the row's spread: the variance's error exceeds the variance and the divide
+by its square root has no bound. Yet the device's normalized row is bounded whatever its
+operands are, by the arithmetic of the row alone, so ``|device - oracle| <= max(hi - y, y - lo)``
+holds at every element ``y`` of the oracle's row: a finite bound the analysis takes when it is
+the smaller.
+
+Normalized value ``o = d / sqrt(c * sum(d * d) + eps)`` (``c`` the literal scale, ``1/n`` for
+a mean; ``eps > 0`` a literal): each step on non-negative operands is within a relative ``rho``
+and an absolute ``a`` of its exact value (its contract plus the oracle's own rounding against
+exact arithmetic, below), so with ``K`` the product of the ``(1 - rho)`` of the steps up to the
+add and ``A`` their absolute parts (each subnormal result flushed or rounded: ``2^-126``)::
+
+    w = device(c * sum(d_j^2) + eps) >= K (c d_i^2 + eps) - A = K c d_i^2 + W,  W = K eps - A
+    |o_i| <= (1 + rho_div) |d_i| / ((1 - rho_sqrt) sqrt(w) - a_sqrt) + a_div
+          <= (1 + rho_div) / ((1 - rho_sqrt) sqrt(K c) (1 - a_sqrt / ((1 - rho_sqrt) sqrt(W))))
+             + a_div                                                       (= hi = -lo)
+
+about ``sqrt(n)`` for a mean: whatever ``d`` the device holds (its mean may be far off), one
+term of a sum of squares bounds the square of its own element.
+
+Softmax ``o = e / sum(e)``, ``e = exp(x - max(x))`` over the same axes: each device ``e_j`` is
+at least ``-a_exp`` (its contract's absolute part), and the element at the row's maximum is
+``exp(z)`` with ``|z| <= ulps * unit * |max|`` (the device's ``x - x``, its subtraction's
+contract), so ``e_max >= (1 - rho_exp) exp(-Z) - a_exp = E``. With ``T = sum(e_j) >= E - (n-1)
+a_exp = T0`` and the sum's contract relative to ``sum |e_j| <= T + 2 n a_exp``::
+
+    o_i <= (1 + rho_div) (T0 + (n-1) a_exp) / ((1 - rho_sum) T0 - 2 n rho_sum a_exp) + a_div = hi
+    o_i >= -(1 + rho_div) a_exp / ((1 - rho_sum) T0 - 2 n rho_sum a_exp) - a_div             = lo
+
+The steps' figures, against exact arithmetic (a contract bounds the device against the oracle,
+which rounds once more; the oracle's own F32 sum of ``n`` terms is within ``gamma_n`` of the
+exact sum):
+
+=====================  ========================================
+contract               relative ``rho``, absolute ``a``
+=====================  ========================================
+BitExact               ``u`` (the oracle's one rounding), 0
+Relative(r)            ``r + u + r u``, 0
+AbsRel(a, r)           ``r + u + r u``, ``a``
+LargerOperandUlps(k)   an add of non-negative operands: ``k unit + u``, 0
+ScaledSum(k), n terms  ``k n unit + gamma_n``, 0 (relative to the terms' magnitudes)
+anything else          no range (the analysis keeps its first-order bound)
+=====================  ========================================
+
+``u = 2^-24``. A narrowed plan (FP16) computes by other roundings: no range there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from poot_ir import (
+    AbsRel,
+    BitExact,
+    BroadcastParams,
+    Contract,
+    DType,
+    Eqn,
+    LargerOperandUlps,
+    Literal,
+    Prim,
+    Program,
+    ReduceParams,
+    Relative,
+    ScaledSum,
+    Var,
+)
+
+__all__ = ["RowRange", "row_range"]
+
+U = 2.0**-24  # the unit roundoff of a correctly rounded F32 operation
+FLUSH = 2.0**-126  # a subnormal result, rounded or flushed to zero: its absolute error at most
+
+
+@dataclass(frozen=True, slots=True)
+class RowRange:
+    """Every element of the device's value of equation ``eqn`` lies in ``[lo, hi]``, if each
+    step of ``steps`` (the equations the derivation rests on) is within its contract."""
+
+    eqn: int
+    kind: str  # "normalized" (LayerNorm, RMSNorm) or "softmax"
+    lo: float
+    hi: float
+    steps: tuple[int, ...]
+
+
+#: the contract of an equation of the program (by index), None when it has none to rest on
+ContractOf = Callable[[int], Contract | None]
+
+
+def _gamma(n: int) -> float:
+    """``gamma_n = n u / (1 - n u)``: the F32 sum of ``n`` terms against the exact one."""
+    nu = n * U
+    return nu / (1.0 - nu) if nu < 1.0 else math.inf
+
+
+def _figures(c: Contract | None, prim: Prim, terms: int = 1) -> tuple[float, float] | None:
+    """``(rho, a)`` of a step on non-negative operands, by the table in the module docstring."""
+    if c is None:
+        return None
+    match c.bound:
+        case BitExact():
+            rel, a = (_gamma(terms) if prim is Prim.REDUCE_SUM else U), 0.0
+        case Relative(rel=r):
+            rel, a = r + U + r * U, 0.0
+        case AbsRel(abs=a_, rel=r):
+            rel, a = r + U + r * U, a_
+        case LargerOperandUlps(ulps=k, unit=unit) if prim is Prim.ADD:
+            rel, a = k * unit + U, 0.0
+        case ScaledSum(ulps_per_term=k, unit=unit) if prim is Prim.REDUCE_SUM:
+            rel, a = k * terms * unit + _gamma(terms), 0.0
+        case _:
+            return None
+    return (rel, a + FLUSH) if rel < 1.0 else None
+
+
+def _literal(a: object) -> float | None:
+    return a.as_float() if isinstance(a, Literal) else None
+
+
+def _back(
+    program: Program, producer: Mapping[int, int], v: object, shape: tuple[int, ...]
+) -> tuple[Var, tuple[int, ...], list[int]] | None:
+    """``v`` as a row-reduced value broadcast back to ``shape``: the reduced value, the axes
+    it was reduced over, and the equations between (a ``broadcast_in_dim`` along the reduced
+    axes, or a reshape to the kept-dims form and a ``broadcast_in_dim`` of its unit axes)."""
+    if not isinstance(v, Var) or (j := producer.get(v.id)) is None:
+        return None
+    b = program.eqns[j]
+    p = b.params
+    if b.prim is not Prim.BROADCAST_IN_DIM or not isinstance(p, BroadcastParams):
+        return None
+    if p.shape != shape or not isinstance(src := b.inputs[0], Var):
+        return None
+    rank = len(shape)
+    if p.dims == tuple(sorted(p.dims)) and src.shape == tuple(shape[k] for k in p.dims):
+        axes = tuple(k for k in range(rank) if k not in p.dims)
+        return (src, axes, [j]) if axes else None
+    if p.dims != tuple(range(rank)) or (k := producer.get(src.id)) is None:
+        return None
+    r = program.eqns[k]
+    axes = tuple(a for a in range(rank) if src.shape[a] == 1 and shape[a] != 1)
+    inner = r.inputs[0]
+    kept = tuple(shape[a] for a in range(rank) if a not in axes)
+    if r.prim is not Prim.RESHAPE or not isinstance(inner, Var) or inner.shape != kept:
+        return None
+    return (inner, axes, [j, k]) if axes else None
+
+
+def _made_by(
+    program: Program, producer: Mapping[int, int], v: object, prim: Prim
+) -> tuple[int, Eqn] | None:
+    if not isinstance(v, Var) or (j := producer.get(v.id)) is None:
+        return None
+    e = program.eqns[j]
+    return (j, e) if e.prim is prim else None
+
+
+def _reduces(e: Eqn, x: Var, axes: tuple[int, ...]) -> bool:
+    p = e.params
+    a = e.inputs[0]
+    return (
+        isinstance(p, ReduceParams)
+        and tuple(sorted(p.axes)) == axes
+        and isinstance(a, Var)
+        and a.id == x.id
+    )
+
+
+def row_range(
+    program: Program,
+    i: int,
+    producer: Mapping[int, int],
+    contract_of: ContractOf,
+    magnitude: Callable[[Var], float] | None = None,
+) -> RowRange | None:
+    """The range of equation ``i``'s device value when it is a normalized row or a softmax
+    (the module docstring), else None. ``producer``: the index of the equation making each
+    var id; ``magnitude``: the largest magnitude the device's value of a var may have (a
+    softmax's row maximum; without it no softmax range)."""
+    e = program.eqns[i]
+    if e.prim is not Prim.DIV or e.out.dtype is not DType.F32:
+        return None
+    num, den = e.inputs
+    if not isinstance(num, Var) or (back := _back(program, producer, den, e.out.shape)) is None:
+        return None
+    reduced, axes, moves = back
+    n = math.prod(e.out.shape[a] for a in axes)
+    div = _figures(contract_of(i), Prim.DIV)
+    if div is None or n < 1:
+        return None
+    if (s := _made_by(program, producer, reduced, Prim.SQRT)) is not None:
+        return _normalized(program, i, producer, contract_of, num, axes, n, div, moves, s)
+    if (s := _made_by(program, producer, reduced, Prim.REDUCE_SUM)) is not None:
+        if magnitude is None:
+            return None
+        return _softmax(program, i, producer, contract_of, num, axes, n, div, moves, s, magnitude)
+    return None
+
+
+def _normalized(
+    program: Program,
+    i: int,
+    producer: Mapping[int, int],
+    contract_of: ContractOf,
+    d: Var,
+    axes: tuple[int, ...],
+    n: int,
+    div: tuple[float, float],
+    moves: list[int],
+    root: tuple[int, Eqn],
+) -> RowRange | None:
+    jq, sq = root
+    added = _made_by(program, producer, sq.inputs[0], Prim.ADD)
+    if added is None:
+        return None
+    ja, add = added
+    eps_at = [k for k, a in enumerate(add.inputs) if (_literal(a) or 0.0) > 0.0]
+    if len(eps_at) != 1:
+        return None  # no eps: a row of zeros divides zero by zero
+    eps = _literal(add.inputs[eps_at[0]]) or 0.0
+    scaled = add.inputs[1 - eps_at[0]]
+    steps = [i, *moves, jq, ja]
+    c, figs = 1.0, [_figures(contract_of(jq), Prim.SQRT), _figures(contract_of(ja), Prim.ADD)]
+    summed = _made_by(program, producer, scaled, Prim.REDUCE_SUM)
+    if summed is None:  # a mean: the sum divided by, or multiplied by, a positive literal
+        for prim in (Prim.DIV, Prim.MUL):
+            if (m := _made_by(program, producer, scaled, prim)) is None:
+                continue
+            jc, ec = m
+            k = [_literal(a) for a in ec.inputs]
+            if prim is Prim.DIV and k[1] is not None and k[1] > 0.0:
+                c, summed = 1.0 / k[1], _made_by(program, producer, ec.inputs[0], Prim.REDUCE_SUM)
+            elif prim is Prim.MUL and k[0] is None and k[1] is not None and k[1] > 0.0:
+                c, summed = k[1], _made_by(program, producer, ec.inputs[0], Prim.REDUCE_SUM)
+            elif prim is Prim.MUL and k[1] is None and k[0] is not None and k[0] > 0.0:
+                c, summed = k[0], _made_by(program, producer, ec.inputs[1], Prim.REDUCE_SUM)
+            else:
+                return None
+            steps.append(jc)
+            figs.append(_figures(contract_of(jc), prim))
+            break
+    if summed is None or not isinstance(sv := summed[1].inputs[0], Var):
+        return None
+    js, sum_e = summed
+    if not _reduces(sum_e, sv, axes) or sv.shape != d.shape:
+        return None
+    square = _made_by(program, producer, sv, Prim.MUL)
+    if square is None or any(not isinstance(a, Var) or a.id != d.id for a in square[1].inputs):
+        return None  # the sum of squares of the very values divided
+    jm = square[0]
+    steps += [js, jm]
+    figs += [_figures(contract_of(js), Prim.REDUCE_SUM, n), _figures(contract_of(jm), Prim.MUL)]
+    if any(f is None for f in figs):
+        return None
+    (rq, aq), *rest = [f for f in figs if f is not None]
+    k_ = math.prod(1.0 - r for r, _ in rest)
+    # every absolute part reaches w scaled at most by c per term of the sum (and 1 after it)
+    big = max(c, 1.0) * (n + 1)
+    w_floor = k_ * eps - big * sum(a for _, a in rest)
+    if k_ <= 0.0 or w_floor <= 0.0 or (1.0 - rq) * math.sqrt(w_floor) <= aq:
+        return None
+    rd, ad = div
+    shrink = 1.0 - aq / ((1.0 - rq) * math.sqrt(w_floor))
+    hi = (1.0 + rd) / ((1.0 - rq) * math.sqrt(k_ * c) * shrink) + ad
+    return RowRange(i, "normalized", -hi, hi, tuple(sorted(steps)))
+
+
+def _softmax(
+    program: Program,
+    i: int,
+    producer: Mapping[int, int],
+    contract_of: ContractOf,
+    ex: Var,
+    axes: tuple[int, ...],
+    n: int,
+    div: tuple[float, float],
+    moves: list[int],
+    summed: tuple[int, Eqn],
+    magnitude: Callable[[Var], float],
+) -> RowRange | None:
+    js, sum_e = summed
+    if not _reduces(sum_e, ex, axes) or (made := _made_by(program, producer, ex, Prim.EXP)) is None:
+        return None
+    je, exp_e = made
+    if (sub := _made_by(program, producer, exp_e.inputs[0], Prim.SUB)) is None:
+        return None
+    jz, sub_e = sub
+    x, shifted = sub_e.inputs
+    if not isinstance(x, Var) or (mb := _back(program, producer, shifted, x.shape)) is None:
+        return None
+    m, m_axes, m_moves = mb
+    top = _made_by(program, producer, m, Prim.REDUCE_MAX)
+    if m_axes != axes or top is None or not _reduces(top[1], x, axes):
+        return None
+    jm = top[0]
+    exact_max = contract_of(jm)
+    if exact_max is None or not isinstance(exact_max.bound, BitExact):
+        return None  # the device's maximum must be one of its own row's values
+    # the device's x_max - x_max: exactly 0 from an adder that is BitExact, within its
+    # LargerOperandUlps of |max| otherwise
+    zc = contract_of(jz)
+    if zc is None:
+        return None
+    match zc.bound:
+        case BitExact():
+            z = 0.0
+        case LargerOperandUlps(ulps=k, unit=unit):
+            z = k * unit * magnitude(m)
+        case _:
+            return None
+    fe, fs = _figures(contract_of(je), Prim.EXP), _figures(contract_of(js), Prim.REDUCE_SUM, n)
+    if fe is None or fs is None or not math.isfinite(z):
+        return None
+    (re_, ae), (rs, as_), (rd, ad) = fe, fs, div
+    t0 = (1.0 - re_) * math.exp(-z) - ae - (n - 1) * ae
+    s_min = (1.0 - rs) * t0 - 2 * n * rs * ae - as_
+    if t0 <= 0.0 or s_min <= 0.0:
+        return None
+    hi = (1.0 + rd) * (t0 + (n - 1) * ae) / s_min + ad
+    lo = -(1.0 + rd) * ae / s_min - ad
+    steps = sorted({i, *moves, js, je, jz, jm, *m_moves})
+    return RowRange(i, "softmax", lo, hi, tuple(steps))
