@@ -13,10 +13,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from poot_engine import CpuDevice, Device
+from poot_engine import CpuDevice, Device, HostSpans
 from poot_ir import DeviceUnavailable
 
-__all__ = ["DEVICES", "DeviceInfo", "DeviceKind", "available_devices", "device_info", "make_device"]
+__all__ = [
+    "DEVICES",
+    "DeviceInfo",
+    "DeviceKind",
+    "available_devices",
+    "device_info",
+    "host_device",
+    "make_device",
+]
 
 
 class DeviceKind(Enum):
@@ -184,6 +192,16 @@ def make_device(name: str) -> Device:
     if why is not None:
         raise DeviceUnavailable(name, why)
     return info.make()
+
+
+def host_device(device: str, spans: HostSpans) -> Device | None:
+    """Where a partition's host spans run for an engine on ``device`` (``Engine(host=...)``):
+    the compiled host device (``spans`` "compiled", what ``poot run --host`` and ``poot
+    generate --host`` default to), or None, the oracle (``spans`` "oracle", or ``device`` the
+    oracle itself). ``DeviceUnavailable`` when the host device is not here."""
+    if spans == "oracle" or device == "cpu":
+        return None
+    return make_device("host")
 
 
 def available_devices() -> list[DeviceInfo]:
