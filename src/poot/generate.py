@@ -2,8 +2,8 @@
 
 ``generate`` loads the decoder's ``prefill`` on one device and its ``decode`` on another (each
 partitioned where its target refuses part of it: those spans on the compiled host device where
-host-cpu admits them, else, or with ``--host oracle``, on the oracle), runs the prompt, hands the KV cache over
-(``poot_engine.handoff``) and decodes greedily, one token per step. Everything is checked
+host-cpu admits them, else, or with ``--host oracle``, on the oracle), runs the prompt, hands
+the KV cache over (``poot_engine.handoff``) and decodes greedily, one token per step. Everything is checked
 against a whole run on the oracle (prefill then decode, evaluated by ``poot_ir.evaluate``):
 
 - the prefill's results (the logits and every state it hands over) against the oracle's
