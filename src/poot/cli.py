@@ -321,8 +321,8 @@ def _run(console: Console, args: argparse.Namespace) -> int:
     device = make_device(name)
     _with_progress(device, console)
     # a partition's host spans: on the compiled host device unless --host oracle (or the
-    # device is the oracle itself)
-    host = host_device(name, args.host) if args.partition else None
+    # device is the oracle or the host device itself)
+    host = host_device(device.target, args.host) if args.partition else None
     try:
         inputs = None
         if args.inputs:

@@ -130,7 +130,7 @@ class Loaded:
         """``name``'s engine with the entries asked for, each partitioned where the device's
         target refuses a part: its host spans on the compiled host device, or with ``host``
         "oracle" on the oracle (``poot_npu.registry.host_device``)."""
-        spans = host_device(name, host)
+        spans = host_device(device_info(name).target, host)
         try:
             device = make_device(name)
         except BaseException:

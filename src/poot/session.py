@@ -38,7 +38,7 @@ from poot_engine.verify import VerifyMode
 from poot_ir import Program, StepInputError, Storage
 from poot_ir.dtypes import DType
 from poot_ir.errors import InputError, UnsupportedOnnx
-from poot_npu.registry import host_device, make_device
+from poot_npu.registry import device_info, host_device, make_device
 from poot_onnx import Imported, import_model
 from poot_planner import Plan, Span, plan
 from poot_planner.partition import summarize
@@ -156,7 +156,7 @@ class InferenceSession:
         del providers  # the device is chosen by device=
         self._imported = import_model(_model(path_or_model), shapes=shapes)
         program = self._imported.program
-        spans = host_device(device, host) if partition else None
+        spans = host_device(device_info(device).target, host) if partition else None
         try:
             self._device = make_device(device)
         except BaseException:

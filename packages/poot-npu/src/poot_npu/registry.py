@@ -194,12 +194,14 @@ def make_device(name: str) -> Device:
     return info.make()
 
 
-def host_device(device: str, spans: HostSpans) -> Device | None:
-    """Where a partition's host spans run for an engine on ``device`` (``Engine(host=...)``):
-    the compiled host device (``spans`` "compiled", what ``poot run --host`` and ``poot
-    generate --host`` default to), or None, the oracle (``spans`` "oracle", or ``device`` the
-    oracle itself). ``DeviceUnavailable`` when the host device is not here."""
-    if spans == "oracle" or device == "cpu":
+def host_device(target: str, spans: HostSpans) -> Device | None:
+    """Where a partition's host spans run for an engine on a device of ``target``
+    (``Engine(host=...)``): the compiled host device (``spans`` "compiled", the default of
+    ``poot run --host``, ``poot generate --host``, ``InferenceSession(host=)`` and
+    ``poot_jax.Runner(host=)``), or None, the oracle (``spans`` "oracle"; or ``target`` the
+    oracle's or the host device's own, whose refused spans the host device refuses too).
+    ``DeviceUnavailable`` when the host device is not here."""
+    if spans == "oracle" or target in ("cpu", "host-cpu"):
         return None
     return make_device("host")
 
