@@ -156,19 +156,19 @@ class InferenceSession:
         del providers  # the device is chosen by device=
         self._imported = import_model(_model(path_or_model), shapes=shapes)
         program = self._imported.program
-        spans = host_device(device_info(device).target, host) if partition else None
+        hosting = host_device(device_info(device).target, host) if partition else None
         try:
             self._device = make_device(device)
         except BaseException:
-            if spans is not None:
-                spans.close()
+            if hosting is not None:
+                hosting.close()
             raise
         try:
-            self._engine = Engine(self._device, cache_dir=cache_dir, verify=verify, host=spans)
+            self._engine = Engine(self._device, cache_dir=cache_dir, verify=verify, host=hosting)
         except BaseException:
             self._device.close()
-            if spans is not None:
-                spans.close()
+            if hosting is not None:
+                hosting.close()
             raise
         try:
             planned = plan(program, self._device.target)
