@@ -271,8 +271,11 @@ def test_generate_with_too_many_steps_is_over_the_budget() -> None:
     check_error_lines(err)
 
 
-def test_generate_within_the_budget_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["generate", "tiny-decoder", "--steps", "2"]) == 0
+@pytest.mark.parametrize("host", [[], ["--host", "oracle"]])
+def test_generate_within_the_budget_runs(
+    host: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["generate", "tiny-decoder", "--steps", "2", *host]) == 0
     assert "Tokens" in capsys.readouterr().out
 
 

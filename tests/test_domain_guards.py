@@ -223,3 +223,26 @@ def test_an_underflowed_product_is_outside_its_domain(engine: Engine) -> None:
     with pytest.raises(DomainFlagged) as err:
         engine.step(engine.add_entry(p), feed)
     assert unjustified(err.value, p, [feed]) is None
+
+
+def test_an_input_under_several_domains_is_refused_by_the_one_it_leaves() -> None:
+    # EntryDomains holds an input first to the intersection of its guards' intervals (one pass
+    # a step): each value outside one domain only is still refused, naming that guard's
+    # equation and domain, and a NaN where one domain admits it goes to each guard
+    from poot_engine.domain import EntryDomains
+    from poot_ir.numerics import AnyInput, Interval, PositiveNormal
+
+    guards = (
+        HostGuard("x", 3, "exp", Interval(-np.inf, 88.0)),
+        HostGuard("x", 5, "log", PositiveNormal()),
+        HostGuard("x", 7, "select", AnyInput()),
+    )
+    domains = EntryDomains({"x": guards}, set())
+    domains.check({"x": _f32(1.0, 2.0, 87.5)})  # inside all three, twice (the cached box)
+    domains.check({"x": _f32(3.0, 2.0**-126, 88.0)})
+    for value, eqn in ((100.0, 3), (-1.0, 5), (2.0**-130, 5), (np.nan, 3)):
+        with pytest.raises(DomainError) as err:
+            domains.check({"x": _f32(1.0, value)})
+        assert err.value.eqn == eqn and err.value.element == (1,), (value, err.value)
+    nan_ok = EntryDomains({"x": (HostGuard("x", 2, "select", AnyInput()),)}, set())
+    nan_ok.check({"x": _f32(np.nan, np.inf, -np.inf)})  # AnyInput admits them all

@@ -239,3 +239,24 @@ def test_poot_generate_prints_tokens_times_and_where_each_ran(
     with pytest.raises(SystemExit) as exit_:
         main([*argv, "--steps", "0"])
     assert exit_.value.code == 2
+
+
+def test_generate_runs_refused_spans_where_the_host_flag_says(
+    loaded: _Devices, cache_dir: Path
+) -> None:
+    # poot generate follows --host as poot run does (issue 27): xdna2 refuses part of the
+    # decoder, and host-cpu admits some of those spans: on the compiled host device by
+    # default, every one on the oracle with host="oracle"
+    compiled = loaded["xdna-host"]
+    for entry in (compiled.prefill, compiled.decode):
+        assert entry is not None
+        part = compiled.engine.partitioned(entry)
+        assert part is not None and any(h is not None for h in part.hosts), part.hosts
+    oracle = Loaded.open("xdna-host", CFG, PROGRAMS, cache_dir, host="oracle")
+    try:
+        for entry in (oracle.prefill, oracle.decode):
+            assert entry is not None
+            part = oracle.engine.partitioned(entry)
+            assert part is not None and all(h is None for h in part.hosts), part.hosts
+    finally:
+        oracle.close()

@@ -205,26 +205,41 @@ def test_a_dot_product_to_a_scalar_compiles(tmp_path: Path) -> None:
     assert got.shape == () and float(got) == 32.0
 
 
-def test_a_reduction_over_a_leading_axis_is_refused_and_the_last_axis_runs(
-    tmp_path: Path,
-) -> None:
-    # the plugin fuses the divide after a leading-axis reduction as a post-op and gets it wrong
-    # (zeros past the first row): refused, typed; over the last axis it is right
-    def mean(axis: int) -> Program:
-        b = Builder(f"mean{axis}")
-        x = b.slot("x", F32, (3, 2, 2))
-        b.output("y", b.div(b.reduce_sum(x, axes=axis), 3.0))
-        return b.build()
+#: every set of axes of a rank-3 operand, and one with a unit axis (the plugin's fused post-op
+#: got (4, 1, 6) wrong over its last axis too)
+_REDUCED = [
+    (shape, axes)
+    for shape in ((3, 4, 5), (4, 1, 6))
+    for axes in ((0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2))
+]
 
-    refused = plan(mean(1), "host-cpu")
-    assert not refused.admitted
-    assert {r.kind.value for r in refused.refusals} == {"unsupported axis"}
-    program = mean(2)
-    x = np.arange(12, dtype=np.float32).reshape(3, 2, 2) * 1.5
-    with Engine(_open("host"), cache_dir=tmp_path, verify="always") as engine:
-        got = engine.step(engine.add_entry(program), {"x": x})["y"]
-    want = evaluate(program, {"x": x})["y"]
-    assert np.allclose(got, want, rtol=2e-7) and got[2].all()
+
+@pytest.mark.parametrize(("shape", "axes"), _REDUCED)
+def test_a_reduction_over_any_axes_with_an_op_after_it_is_the_oracles(
+    shape: tuple[int, ...], axes: tuple[int, ...], tmp_path: Path
+) -> None:
+    # fails before HostDevice made every ReduceMax a TopK: the plugin fuses the op after a
+    # Reduce into it and computes it wrong for I32 (7 - reduce_max(x[3,4,5] i32, 1): the first
+    # row right, the rest 0; ONNX's ArgMax over a middle axis is that); a mean (a sum's divide
+    # by a constant) stays within the divide row's two ulps, the rest bit exact
+    b = Builder("reductions")
+    x, k = b.slot("x", F32, shape), b.slot("k", DType.I32, shape)
+    b.output("mean", b.div(b.reduce_sum(x, axes=axes), 3.0))
+    b.output("top", b.sub(7.0, b.reduce_max(x, axes=axes)))
+    b.output("arg", b.sub(7, b.reduce_max(k, axes=axes)))
+    program = b.build()
+    assert plan(program, "host-cpu").admitted
+    rng = np.random.default_rng(3)
+    feed = {
+        "x": rng.integers(-50, 50, shape).astype(np.float32),  # sums exact in F32
+        "k": rng.integers(-50, 50, shape).astype(np.int32),
+    }
+    want = evaluate(program, feed)
+    with Engine(_open("host"), cache_dir=tmp_path, verify="off") as engine:
+        got = engine.step(engine.add_entry(program), feed)
+    assert np.allclose(got["mean"], want["mean"], rtol=2.0**-22, atol=0), got["mean"]
+    for name in ("top", "arg"):
+        assert np.array_equal(got[name], want[name]), (name, got[name], want[name])
 
 
 _LOWEST = np.float32(-3.4028235e38)
@@ -297,8 +312,8 @@ def test_a_window_of_minus_infinities_pools_to_minus_infinity(tmp_path: Path) ->
 
 @pytest.mark.parametrize(("axes", "keep"), [((2,), True), ((2,), False), ((1, 2), False)])
 def test_every_float_reduce_max_keeps_minus_infinity(axes: tuple[int, ...], keep: bool) -> None:
-    # the graph rewrite itself, on ReduceMax forms poot's lowering does not emit (kept dims,
-    # two axes: the select of -inf rather than TopK), against numpy's maximum
+    # the graph rewrite itself, on ReduceMax forms poot's lowering does not emit (kept dims)
+    # and two axes (a TopK per axis), against numpy's maximum
     import openvino.opset16 as ops
     from poot_codegen.intel.quiet import ov
     from poot_npu.host import HOST_CONFIG, _maxima_keep_minus_inf

@@ -21,6 +21,19 @@ from poot import files
 __all__ = ["parser"]
 
 
+def _host_flag(p: argparse.ArgumentParser, what: str) -> None:
+    """``--host compiled|oracle``: where a partition's host spans run (``poot run
+    --partition``, ``poot generate``), one flag with one meaning in each command."""
+    p.add_argument(
+        "--host",
+        choices=("compiled", "oracle"),
+        default="compiled",
+        help=f"where {what} run: compiled, the host device (one OpenVINO graph in F32, where "
+        "its target admits the span; else the oracle), or oracle (the numpy oracle); either way "
+        "every step is checked against the oracle (default: compiled)",
+    )
+
+
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
@@ -180,14 +193,7 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run a refused program in spans: refused ones on the host, the rest on the device",
     )
-    r.add_argument(
-        "--host",
-        choices=("compiled", "oracle"),
-        default="compiled",
-        help="where --partition's refused spans run: compiled, the host device (one OpenVINO "
-        "graph in F32, where its target admits the span; else the oracle), or oracle (the "
-        "numpy oracle); either way every step is checked against the oracle (default: compiled)",
-    )
+    _host_flag(r, "--partition's refused spans")
     g = sub.add_parser("generate", help="prefill on one device, decode on another (KV handoff)")
     g.add_argument(
         "example", choices=_Names(_decoder_names), metavar="EXAMPLE", help="one of %(choices)s"
@@ -196,6 +202,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--decode-device", choices=devices, metavar="DEVICE", default="cpu")
     g.add_argument("--steps", type=_positive, default=32)
     g.add_argument("--prompt-len", type=_positive, help="prefill's T (default: the example's)")
+    _host_flag(g, "the spans a device refuses")
     sub.add_parser("features", help="the feature matrix, generated from the target tables")
     v = sub.add_parser("devices", help="the devices poot knows and whether they are here")
     v.add_argument("--require", choices=devices, metavar="DEVICE", help=device_help)

@@ -11,7 +11,8 @@
                                             the rest on D)
     poot generate EXAMPLE                   prefill on one device, hand the KV cache over,
              [--prefill-device D]           decode greedily on another; checked against a
-             [--decode-device D] [--steps N]  whole run on the oracle
+             [--decode-device D] [--steps N]  whole run on the oracle; a span a device refuses
+             [--host compiled|oracle]        on the host device or the oracle
     poot features                           the feature matrix (docs/features.md)
     poot devices [--require NAME]           what is on this machine, and why not
     poot import MODEL.onnx [-o FILE]        an ONNX model as a poot program (weights beside it)
@@ -252,7 +253,13 @@ def _generate(console: Console, args: argparse.Namespace) -> int:
     if args.prompt_len is not None:
         cfg = cfg.with_prompt(args.prompt_len)
     report = generate(
-        args.example, args.prefill_device, args.decode_device, args.steps, args.cache_dir, cfg
+        args.example,
+        args.prefill_device,
+        args.decode_device,
+        args.steps,
+        args.cache_dir,
+        cfg,
+        host=args.host,
     )
     console.print(render_report(report))
     return 0 if report.ok else 1
@@ -302,7 +309,7 @@ def _run(console: Console, args: argparse.Namespace) -> int:
     from poot_engine.run import run_program
     from poot_ir import sample_inputs
     from poot_ir.sampling import sample_bytes
-    from poot_npu.registry import make_device
+    from poot_npu.registry import host_device, make_device
 
     from poot import render
 
@@ -313,11 +320,9 @@ def _run(console: Console, args: argparse.Namespace) -> int:
     program, imported = _load(args.file, args.shape, limit)
     device = make_device(name)
     _with_progress(device, console)
-    # a partition's host spans: on the compiled host device unless --host oracle (or no host
-    # device here, or the device is the oracle itself)
-    host = None
-    if args.partition and args.host == "compiled" and name != "cpu":
-        host = make_device("host")
+    # a partition's host spans: on the compiled host device unless --host oracle (or the
+    # device is the oracle or the host device itself)
+    host = host_device(device.target, args.host) if args.partition else None
     try:
         inputs = None
         if args.inputs:

@@ -1,14 +1,16 @@
 """Prefill on one device, decode on another: ``poot generate`` and the handoff checks.
 
 ``generate`` loads the decoder's ``prefill`` on one device and its ``decode`` on another (each
-partitioned where its target refuses part of it), runs the prompt, hands the KV cache over
-(``poot_engine.handoff``) and decodes greedily, one token per step. Everything is checked
+partitioned where its target refuses part of it: those spans on the compiled host device where
+host-cpu admits them, else, or with ``--host oracle``, on the oracle), runs the prompt, hands
+the KV cache over (``poot_engine.handoff``) and decodes greedily, one token per step. Everything is checked
 against a whole run on the oracle (prefill then decode, evaluated by ``poot_ir.evaluate``):
 
 - the prefill's results (the logits and every state it hands over) against the oracle's
   prefill, under the source plan's numerics class (the runner's rule: bit for bit, a running
   bound, or normwise when narrowed to FP16); a partitioned prefill span by span, each on the
-  inputs it really had (``poot_engine.run``'s rule for a partitioned step);
+  inputs it really had, a host span under its host plan (``poot_engine.run``'s rule for a
+  partitioned step);
 - each decode step's logits against the whole run's, under the destination entry's numerics
   class after the handoff (``Engine.numerics``): its own plan's class loosened by the class
   the handed-over states carry from the source. So a prefill narrowed to FP16 makes the
@@ -30,13 +32,13 @@ from pathlib import Path
 from time import perf_counter
 
 import numpy as np
-from poot_engine import Engine, Entry, Handoff, handoff
+from poot_engine import Engine, Entry, Handoff, HostSpans, handoff
 from poot_engine.verify import check_results, check_spans
 from poot_ir import Comparison, Program, Storage, UnknownEntry, evaluate
 from poot_ir.budget import check_alloc, nbytes
 from poot_ir.numerics import Bounded, NumericsClass, compare
 from poot_ir.sampling import sample_bytes, value_bytes
-from poot_npu.registry import device_info, make_device
+from poot_npu.registry import device_info, host_device, make_device
 from poot_planner import plan
 from rich.console import Group
 from rich.table import Table
@@ -123,8 +125,19 @@ class Loaded:
         *,
         prefill: bool = True,
         decode: bool = True,
+        host: HostSpans = "compiled",
     ) -> Loaded:
-        engine = Engine(make_device(name), cache_dir=cache_dir)
+        """``name``'s engine with the entries asked for, each partitioned where the device's
+        target refuses a part: its host spans on the compiled host device, or with ``host``
+        "oracle" on the oracle (``poot_npu.registry.host_device``)."""
+        spans = host_device(device_info(name).target, host)
+        try:
+            device = make_device(name)
+        except BaseException:
+            if spans is not None:
+                spans.close()
+            raise
+        engine = Engine(device, cache_dir=cache_dir, host=spans)
         try:
             w = engine.load_weights(weights(cfg))
             pe = engine.add_partitioned(programs[0], w) if prefill else None
@@ -205,7 +218,7 @@ def run_handoff(
             a.name: oracle.prefill_feed[a.name] for a in prefill.args if a.storage is Storage.WEIGHT
         }
         trace = {**w, **part.trace}
-        pchecks = check_spans(prefill, part.spans, trace, pout)
+        pchecks = check_spans(prefill, part.spans, trace, pout, part.hosts)
     # the decode's own plan's class, before the handed-over states loosen it
     own = dst.engine.numerics(dst.decode)
     moved = handoff(src.engine, src.prefill, dst.engine, dst.decode)
@@ -260,7 +273,7 @@ def _derived_check(
         checks = check_results(plan(decode, dst.engine.device.target), feed, out)
     else:
         w = {a.name: feed[a.name] for a in decode.args if a.storage is Storage.WEIGHT}
-        checks = check_spans(decode, part.spans, {**w, **part.trace}, out)
+        checks = check_spans(decode, part.spans, {**w, **part.trace}, out, part.hosts)
     return dict(checks)["logits"]
 
 
@@ -271,9 +284,12 @@ def generate(
     steps: int,
     cache_dir: Path | None = None,
     cfg: DecoderConfig | None = None,
+    *,
+    host: HostSpans = "compiled",
 ) -> GenerateReport:
     """Open both devices, load the example, and ``run_handoff`` (the same device twice: one
-    engine, two entries)."""
+    engine, two entries); a span a device refuses runs on the compiled host device, or with
+    ``host`` "oracle" on the oracle."""
     from poot.decoder import EXAMPLES
 
     c = cfg or EXAMPLES[example]
@@ -283,9 +299,13 @@ def generate(
     check_alloc(f"generate {example}, {steps} steps", run_bytes(*programs))
     oracle = oracle_run(c, weights(c), prompt_tokens(c), steps, *programs)
     same = prefill_device == decode_device
-    src = Loaded.open(prefill_device, c, programs, cache_dir, decode=same)
+    src = Loaded.open(prefill_device, c, programs, cache_dir, decode=same, host=host)
     try:
-        dst = src if same else Loaded.open(decode_device, c, programs, cache_dir, prefill=False)
+        dst = (
+            src
+            if same
+            else Loaded.open(decode_device, c, programs, cache_dir, prefill=False, host=host)
+        )
         try:
             return run_handoff(c, programs, src, dst, oracle)
         finally:

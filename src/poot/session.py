@@ -11,8 +11,9 @@
 
 Making a session imports the model (``poot_onnx.import_model``, ``shapes=`` fixing its dynamic
 dims), plans it once for the device's target, uploads its weights once and adds one entry:
-partitioned where the target refuses (``partition=True``, the refused spans run on the host
-oracle; ``Engine.add_partitioned``), whole otherwise. The first ``run`` records the step and
+partitioned where the target refuses (``partition=True``, the refused spans run on the compiled
+host device where host-cpu admits them, else, or with ``host="oracle"``, on the host oracle;
+``Engine.add_partitioned``), whole otherwise. The first ``run`` records the step and
 every later one replays it (``poot_engine.Engine``). ``verify`` is the engine's
 (``"off"``, ``"always"`` or a fraction of steps compared with the oracle under the plan's
 derived contract, ``ContractViolation`` on a breach).
@@ -32,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from poot_engine import Engine
+from poot_engine import Engine, HostSpans
 from poot_engine.verify import VerifyMode
 from poot_ir import Program, StepInputError, Storage
 from poot_ir.dtypes import DType
 from poot_ir.errors import InputError, UnsupportedOnnx
-from poot_npu.registry import make_device
+from poot_npu.registry import device_info, host_device, make_device
 from poot_onnx import Imported, import_model
 from poot_planner import Plan, Span, plan
 from poot_planner.partition import summarize
@@ -79,14 +80,17 @@ class NodeArg:
 @dataclass(frozen=True, slots=True)
 class SessionPlan:
     """What a session runs where: the device and its target, the program's size, and whether
-    the target admitted it whole or which spans run on the device and which on the host
-    oracle (and why). ``str()`` is the summary a user prints."""
+    the target admitted it whole or which spans run on the device and which on the host (the
+    compiled host device or the oracle), and why. ``str()`` is the summary a user prints."""
 
     model: str
     device: str
     plan: Plan
     spans: tuple[Span, ...]
     origins: Mapping[int, str]
+    #: ``hosts[k]``: the host-device plan span ``k`` runs by (``PartitionedEntry.hosts``), None
+    #: for a device span or one on the oracle
+    hosts: tuple[Plan | None, ...] = ()
 
     @property
     def whole(self) -> bool:
@@ -104,8 +108,9 @@ class SessionPlan:
         if not p.admitted:
             lines.append(f"partition: {summarize(self.spans, p.target).describe()}")
             shown = self.spans[:SHOWN]
-            for s in shown:
-                where = "device" if s.device else "host oracle"
+            for k, s in enumerate(shown):
+                hosted = k < len(self.hosts) and self.hosts[k] is not None
+                where = "device" if s.device else "host device" if hosted else "host oracle"
                 lines.append(f"  {where}: equations {s.first}..{s.last} ({len(s.eqns)})")
             if len(self.spans) > len(shown):
                 lines.append(f"  ... and {len(self.spans) - len(shown)} more spans")
@@ -142,6 +147,7 @@ class InferenceSession:
         verify: VerifyMode = "off",
         partition: bool = True,
         cache_dir: Path | str | None = None,
+        host: HostSpans = "compiled",
     ) -> None:
         if sess_options is not None:
             raise InputError(
@@ -150,11 +156,19 @@ class InferenceSession:
         del providers  # the device is chosen by device=
         self._imported = import_model(_model(path_or_model), shapes=shapes)
         program = self._imported.program
-        self._device = make_device(device)
+        hosting = host_device(device_info(device).target, host) if partition else None
         try:
-            self._engine = Engine(self._device, cache_dir=cache_dir, verify=verify)
+            self._device = make_device(device)
+        except BaseException:
+            if hosting is not None:
+                hosting.close()
+            raise
+        try:
+            self._engine = Engine(self._device, cache_dir=cache_dir, verify=verify, host=hosting)
         except BaseException:
             self._device.close()
+            if hosting is not None:
+                hosting.close()
             raise
         try:
             planned = plan(program, self._device.target)
@@ -166,9 +180,9 @@ class InferenceSession:
             raise
         part = self._engine.partitioned(self._entry)
         # a refused plan only gets here partitioned (add_entry raised PlanRefused otherwise)
-        spans = part.spans if part is not None else ()
+        spans, hosts = (part.spans, part.hosts) if part is not None else ((), ())
         origins = {k: self._imported.origin(k) for k in range(len(program.eqns))}
-        self.plan = SessionPlan(program.name, device, planned, spans, origins)
+        self.plan = SessionPlan(program.name, device, planned, spans, origins, hosts)
         self._inputs = _inputs(program, self._imported)
         self._outputs = _outputs(program, self._imported)
         self._closed = False

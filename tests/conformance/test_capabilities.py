@@ -23,11 +23,12 @@ from poot_ir import (
     NarrowStorage,
     Prim,
     Program,
+    ReduceParams,
     Storage,
     compare,
     evaluate,
 )
-from poot_planner import TARGETS, Capability, plan
+from poot_planner import TARGETS, AxisRule, Capability, KernelClass, plan
 
 from conformance.devices import DEVICE_PARAMS, open_device
 from conformance.domains import sample_domain
@@ -35,8 +36,15 @@ from conformance.domains import sample_domain
 _SHAPE = (4, 33)
 
 
-def _program(cap: Capability, dtype: DType) -> Program | None:
-    """A one-equation program exercising ``cap`` on ``dtype`` (None: not a one-liner)."""
+#: a row's second program (``_variants``): a reduction over a leading axis and the last at once
+#: (of a (3, 5, 16) operand), or a transposed convolution (input dilation)
+_LEADING_AXES = "axes02"
+_TRANSPOSED = "transposed"
+
+
+def _program(cap: Capability, dtype: DType, variant: str = "") -> Program | None:
+    """A one-equation program exercising ``cap`` on ``dtype`` (None: not a one-liner), or its
+    ``variant``."""
     b = Builder(f"{cap.prim.value}_{dtype.value}")
     p = cap.prim
     if p.is_unary:
@@ -46,14 +54,21 @@ def _program(cap: Capability, dtype: DType) -> Program | None:
         x, y = b.slot("x", dtype, _SHAPE), b.slot("y", dtype, _SHAPE)
         out = getattr(b, p.value)(x, y)
     elif p in (Prim.REDUCE_SUM, Prim.REDUCE_MAX):
-        x = b.slot("x", dtype, (5, 48))
-        out = getattr(b, p.value)(x, axes=1)
+        if variant == _LEADING_AXES:
+            out = getattr(b, p.value)(b.slot("x", dtype, (3, 5, 16)), axes=(0, 2))
+        else:
+            out = getattr(b, p.value)(b.slot("x", dtype, (5, 48)), axes=1)
     elif p is Prim.GATHER:
         t = b.weight("table", dtype, (7, 5))
         idx = b.slot("idx", DType.I32, (9,))
         out = b.gather(t, idx, axis=0)
     elif p is Prim.MATMUL:
         out = b.matmul(b.slot("a", dtype, (3, 8)), b.slot("c", dtype, (8, 5)))
+    elif p is Prim.CONV and variant == _TRANSPOSED:
+        # ONNX's ConvTranspose as the importer writes it: input dilation 2, grouped, the
+        # kernel dilated, low pads up to the kernel's reach, a high pad past it
+        x, w = b.slot("x", dtype, (2, 4, 5, 6)), b.weight("w", dtype, (6, 2, 3, 2))
+        out = b.conv(x, w, None, [(2, 1), (1, 3)], (2, 2), (1, 2), 2)
     elif p is Prim.CONV:  # grouped, strided, padded and dilated at once
         x, w = b.slot("x", dtype, (2, 4, 7, 6)), b.weight("w", dtype, (6, 2, 3, 2))
         out = b.conv(x, w, (2, 1), [(1, 2), (0, 1)], None, (1, 2), 2)
@@ -91,35 +106,54 @@ def _program(cap: Capability, dtype: DType) -> Program | None:
     return b.build()
 
 
+def _variants(target: str, cap: Capability) -> list[str]:
+    """The programs a row runs: its own, and a second where the row admits more than it shows.
+    A reduction over any axes runs over a leading one too, on a device that does not narrow (a
+    narrowing one refuses at run time a sum of edge values past FP16's range, which is not the
+    row's to answer; its last-axis case covers the row); a graph op's convolution runs
+    transposed too (``(Group)ConvolutionBackpropData-1``: ``poot_planner.admission``)."""
+    if cap.prim in (Prim.REDUCE_SUM, Prim.REDUCE_MAX) and cap.axes is AxisRule.ANY:
+        return ["", _LEADING_AXES] if TARGETS[target].narrowing is None else [""]
+    if cap.prim is Prim.CONV and cap.kernel is KernelClass.GRAPH_OP:
+        return ["", _TRANSPOSED]
+    return [""]
+
+
 def _cases() -> list[object]:
     cases = []
     for dev in DEVICE_PARAMS:
         info = dev.values[0]
         for cap in TARGETS[info.target].capabilities:
             for dtype in sorted(cap.dtypes, key=lambda d: d.value):
-                cases.append(
-                    pytest.param(
-                        info,
-                        cap,
-                        dtype,
-                        id=f"{info.name}-{cap.prim.value}-{dtype.value}",
-                        marks=dev.marks,
+                for variant in _variants(info.target, cap):
+                    tail = f"-{variant}" if variant else ""
+                    cases.append(
+                        pytest.param(
+                            info,
+                            cap,
+                            dtype,
+                            variant,
+                            id=f"{info.name}-{cap.prim.value}-{dtype.value}{tail}",
+                            marks=dev.marks,
+                        )
                     )
-                )
     return cases
 
 
 def _inside_only(
     cap: Capability, program: Program, feed: dict[str, np.ndarray], slots: dict[str, np.ndarray]
 ) -> dict[str, np.ndarray] | None:
-    """``slots`` with every element whose result is outside the domain replaced by 1 (a row,
-    for a reduction), or None when every element is inside."""
+    """``slots`` with every element whose result is outside the domain replaced by 1 (the
+    elements reduced into it, for a reduction), or None when every element is inside."""
     want = evaluate(program, feed)
     (name,) = want
-    ops = [feed[a.name] for a in program.args if a.var in program.eqns[-1].inputs]
+    eqn = program.eqns[-1]
+    ops = [feed[a.name] for a in program.args if a.var in eqn.inputs]
     mask = np.asarray(cap.contract.domain.inside(ops, want[name]))
     if mask.all():
         return None
+    if isinstance(eqn.params, ReduceParams):  # the reduced axes back, as units
+        mask = np.expand_dims(mask, eqn.params.axes)
     out = {}
     for n, v in slots.items():
         m = (
@@ -131,9 +165,11 @@ def _inside_only(
     return out
 
 
-@pytest.mark.parametrize(("info", "cap", "dtype"), _cases())
-def test_capability(info: object, cap: Capability, dtype: DType, tmp_path: Path) -> None:
-    program = _program(cap, dtype)
+@pytest.mark.parametrize(("info", "cap", "dtype", "variant"), _cases())
+def test_capability(
+    info: object, cap: Capability, dtype: DType, variant: str, tmp_path: Path
+) -> None:
+    program = _program(cap, dtype, variant)
     if program is None:
         pytest.fail(f"{cap.prim.value} has no one-equation conformance program: add one")
     device = open_device(info)

@@ -73,6 +73,26 @@ def test_a_refused_plan_runs_partitioned_on_vpu_cpu(tmp_path: Path) -> None:
         whole(x)
 
 
+@pytest.mark.parametrize("host", ["compiled", "oracle"])
+def test_refused_spans_run_where_host_says(host: str, tmp_path: Path) -> None:
+    # the converts intel-npu4 refuses on the compiled host device (host-cpu admits them) by
+    # default, as poot run does; on the oracle with host="oracle"
+    pytest.importorskip("openvino", reason="vpu-cpu needs openvino")
+    params = {"w": RNG.standard_normal((4, 8)).astype(np.float32)}
+    x = RNG.uniform(-2, 2, (4, 8)).astype(np.float32)
+    with poot_jax.jit(
+        _round_trip, params=params, device="vpu-cpu", cache_dir=tmp_path, host=host
+    ) as run:
+        got = run(x)
+        part = run.engine.partitioned(run.compiled(x).entry)
+        assert part is not None
+        spans = [k for k, s in enumerate(part.spans) if not s.device]
+        hosted = [k < len(part.hosts) and part.hosts[k] is not None for k in spans]
+        assert spans, "nothing refused: the test needs a host span"
+        assert all(hosted) if host == "compiled" else not any(hosted), part.hosts
+    compare(got, np.asarray(jax.jit(_round_trip)(params, x)), rtol=1e-2)  # FP16 on the device
+
+
 def test_the_engines_domain_check_applies_on_xdna_host(tmp_path: Path) -> None:
     # matmul, refused on xdna2 at this size, runs on the oracle; exp(x + 1) on the device: an
     # element beyond exp's domain is flagged by the device span's region, nothing returned

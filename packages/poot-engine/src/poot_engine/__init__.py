@@ -42,7 +42,7 @@ from poot_engine.device import (
     check_dispatch,
     signature_of,
 )
-from poot_engine.engine import DEFAULT_DEADLINE_S, Engine, Entry, Stats, Weights
+from poot_engine.engine import DEFAULT_DEADLINE_S, Engine, Entry, HostSpans, Stats, Weights
 from poot_engine.handoff import Handoff, handoff
 from poot_engine.host_buffers import HostBuffers, HostMemory, HostStep, next_id
 from poot_engine.lifecycle import Lifecycle
@@ -70,6 +70,7 @@ __all__ = [
     "Handoff",
     "HostBuffers",
     "HostMemory",
+    "HostSpans",
     "HostStep",
     "Lifecycle",
     "ProtocolStep",

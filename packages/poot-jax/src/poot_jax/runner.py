@@ -4,7 +4,8 @@ The first call with a shape/dtype signature (the argument pytree's structure and
 shape and dtype) traces and imports ``fn`` (``import_function``), plans the program for the
 device's target (``poot_planner.plan``), uploads its weights and adds an engine entry: the
 ordinary one when the plan is admitted, else (``partition=True``, the default) the partitioned
-one, whose refused spans run on the host oracle (``Engine.add_partitioned``). The first step
+one, whose refused spans run on the compiled host device where host-cpu admits them, else
+(or with ``host="oracle"``) on the host oracle (``Engine.add_partitioned``). The first step
 records; later calls with the same signature replay it. The engine's checks apply to every
 call (inputs against the signature, range and domain; results against the range; ``verify=``
 against the oracle), as do its deadline (``deadline_s=``) and its blob cache (``cache_dir=``).
@@ -22,10 +23,10 @@ from typing import Any
 
 import jax
 import numpy as np
-from poot_engine import Device, Engine
+from poot_engine import Device, Engine, HostSpans
 from poot_engine.engine import DEFAULT_DEADLINE_S, Entry
 from poot_engine.verify import VerifyMode
-from poot_npu.registry import make_device
+from poot_npu.registry import host_device, make_device
 from poot_planner import Plan, plan
 
 from poot_jax import ImportedFunction, import_function
@@ -39,7 +40,8 @@ Signature = tuple[Any, tuple[tuple[tuple[int, ...], str], ...]]
 @dataclass(frozen=True, slots=True)
 class Compiled:
     """What one signature traced to: the import, its plan, and the engine entry that replays it
-    (``partitioned``: the plan refused a part, whose spans run on the host oracle)."""
+    (``partitioned``: the plan refused a part, whose spans run on the host: the compiled host
+    device or the oracle)."""
 
     imported: ImportedFunction
     plan: Plan
@@ -70,13 +72,19 @@ class Runner:
         deadline_s: float = DEFAULT_DEADLINE_S,
         cache_dir: Path | str | None = None,
         as_jax: bool = False,
+        host: HostSpans = "compiled",
     ) -> None:
         self.fn = fn
         self.params = params
         self.partition = partition
         self.as_jax = as_jax
         self.device = make_device(device) if isinstance(device, str) else device
-        self.engine = Engine(self.device, cache_dir, deadline_s, verify)
+        try:
+            spans = host_device(self.device.target, host) if partition else None
+        except BaseException:
+            self.device.close()
+            raise
+        self.engine = Engine(self.device, cache_dir, deadline_s, verify, host=spans)
         self._compiled: dict[Signature, Compiled] = {}
 
     @property

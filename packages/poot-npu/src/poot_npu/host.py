@@ -207,8 +207,8 @@ _MINUS_INF: Final = np.float32(-np.inf)
 
 
 def _maxima_keep_minus_inf(model: Any) -> None:
-    """Each F32 ReduceMax and MaxPool computed so that the maximum of nothing but -infs (and
-    of a window of padding only) is -inf, the oracle's.
+    """Each ReduceMax computed as TopK, and each F32 MaxPool so that a window of -infs (or of
+    padding only) gives -inf, the oracle's.
 
     The CPU plugin starts a float maximum at the lowest finite value, not at -inf (openvino
     src/plugins/intel_cpu/src/nodes/reduce.cpp, ``init_dst_data``: ReduceMax's output filled
@@ -217,48 +217,49 @@ def _maxima_keep_minus_inf(model: Any) -> None:
     added to every score) then compares unequal to -inf, and the ONNX attention's
     ``where(max == -inf, 0, softmax)`` returned its NaNs where the oracle gives 0.
 
-    A ReduceMax over one axis (every one the host target admits: the last) becomes TopK with
-    k = 1 over it, which starts from the data: the same element, the oracle's maximum (+0 and
-    -0 tie either way, as the row promises). Measured with ``Engine.step``, one thread,
-    against no rewrite: a lone softmax of 32 x 128 x 128 1.12x (the select below: 1.29x), the
-    benchmarks' encoder layer 1.01x. Any other ReduceMax and every MaxPool is followed by a
-    select of -inf where no element it reduces is above -inf: the same reduction of
-    ``x != -inf`` (a logical or; for a window, a MaxPool of it as 0 and 1, positive where one
-    element is). Everywhere else the plugin's maximum is the oracle's, so the select only puts
-    -inf back."""
+    And a Reduce node takes the elementwise op that reads it as a post-op
+    (``GraphOptimizer::FuseReduceAndSimpleOperation``), which OpenVINO 2026.4 computes wrong for
+    I32 (``7 - reduce_max(x[4,1,6] i32, 2)``: the first row right, the rest 0; ONNX's ArgMax
+    over a middle axis) over any axes, the last too.
+
+    So a ReduceMax, F32 or I32, over any axes becomes TopK with k = 1 over each axis in turn
+    (the last first), which starts from the data and is no Reduce node: the same element, the
+    oracle's maximum (+0 and -0 tie either way, as the row promises; the maximum of maxima is
+    the maximum). Measured with ``Engine.step``, one thread, against no rewrite: a lone softmax
+    of 32 x 128 x 128 1.12x, the benchmarks' encoder layer 1.01x. Each MaxPool is followed by a
+    select of -inf where no element of its window is above -inf (a MaxPool of ``x != -inf`` as
+    0 and 1, positive where one element is). Everywhere else the plugin's maximum is the
+    oracle's, so the select only puts -inf back."""
     for op in list(model.get_ordered_ops()):
         kind = op.get_type_name()
-        if kind not in ("ReduceMax", "MaxPool") or op.get_output_element_type(0) != ov.Type.f32:
+        if kind == "ReduceMax":
+            axes = _constant(op.input_value(1))
+            if axes is None:
+                continue  # the lowering's axes are constants (poot_codegen.intel.graph)
+            x, readers = op.input_value(0), list(op.output(0).get_target_inputs())
+            keep = bool(op.get_attributes()["keep_dims"])
+            rank = len(x.get_partial_shape())
+            for axis in sorted({int(a) % rank for a in axes.ravel()}, reverse=True):
+                x = ops.topk(x, ops.constant(np.int64(1)), axis, "max", "none").output(0)
+                if not keep:
+                    x = ops.squeeze(x, ops.constant(np.array([axis], np.int64))).output(0)
+            _replace(op.output(0), readers, x)
+            continue
+        if kind != "MaxPool" or op.get_output_element_type(0) != ov.Type.f32:
             continue
         x, readers = op.input_value(0), list(op.output(0).get_target_inputs())
-        if kind == "ReduceMax":
-            keep = bool(op.get_attributes()["keep_dims"])
-            axes = _constant(op.input_value(1))
-            if axes is not None and axes.size == 1:
-                axis = int(axes.ravel()[0]) % len(x.get_partial_shape())
-                top = ops.topk(x, ops.constant(np.int64(1)), axis, "max", "none").output(0)
-                max_ = (
-                    top
-                    if keep
-                    else ops.squeeze(top, ops.constant(np.array([axis], np.int64))).output(0)
-                )
-                _replace(op.output(0), readers, max_)
-                continue
-            finite = ops.not_equal(x, ops.constant(_MINUS_INF))
-            some = ops.reduce_logical_or(finite, op.input_value(1), keep)
-        else:
-            finite = ops.not_equal(x, ops.constant(_MINUS_INF))
-            a = op.get_attributes()
-            pooled = opset1.max_pool(
-                ops.convert(finite, ov.Type.f32),
-                a["strides"],
-                a["pads_begin"],
-                a["pads_end"],
-                a["kernel"],
-                a["rounding_type"],
-                a["auto_pad"],
-            )
-            some = ops.greater(pooled, ops.constant(np.float32(0)))
+        finite = ops.not_equal(x, ops.constant(_MINUS_INF))
+        a = op.get_attributes()
+        pooled = opset1.max_pool(
+            ops.convert(finite, ov.Type.f32),
+            a["strides"],
+            a["pads_begin"],
+            a["pads_end"],
+            a["kernel"],
+            a["rounding_type"],
+            a["auto_pad"],
+        )
+        some = ops.greater(pooled, ops.constant(np.float32(0)))
         kept = ops.select(some, op.output(0), ops.constant(_MINUS_INF))
         _replace(op.output(0), readers, kept.output(0))
 

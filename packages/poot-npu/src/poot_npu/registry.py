@@ -13,10 +13,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from poot_engine import CpuDevice, Device
+from poot_engine import CpuDevice, Device, HostSpans
 from poot_ir import DeviceUnavailable
 
-__all__ = ["DEVICES", "DeviceInfo", "DeviceKind", "available_devices", "device_info", "make_device"]
+__all__ = [
+    "DEVICES",
+    "DeviceInfo",
+    "DeviceKind",
+    "available_devices",
+    "device_info",
+    "host_device",
+    "make_device",
+]
 
 
 class DeviceKind(Enum):
@@ -184,6 +192,18 @@ def make_device(name: str) -> Device:
     if why is not None:
         raise DeviceUnavailable(name, why)
     return info.make()
+
+
+def host_device(target: str, spans: HostSpans) -> Device | None:
+    """Where a partition's host spans run for an engine on a device of ``target``
+    (``Engine(host=...)``): the compiled host device (``spans`` "compiled", the default of
+    ``poot run --host``, ``poot generate --host``, ``InferenceSession(host=)`` and
+    ``poot_jax.Runner(host=)``), or None, the oracle (``spans`` "oracle"; or ``target`` the
+    oracle's or the host device's own, whose refused spans the host device refuses too).
+    ``DeviceUnavailable`` when the host device is not here."""
+    if spans == "oracle" or target in ("cpu", "host-cpu"):
+        return None
+    return make_device("host")
 
 
 def available_devices() -> list[DeviceInfo]:

@@ -40,7 +40,7 @@ from poot_ir.numerics import (
     ScaledSum,
 )
 
-from poot_planner.target import AxisRule, Capability, KernelClass, Target
+from poot_planner.target import Capability, KernelClass, Target
 
 F32 = frozenset({DType.F32})
 I32 = frozenset({DType.I32})
@@ -92,19 +92,13 @@ def _op(
     return Capability(prim, dtypes, _G, Contract(prim, bound, domain), note=note)  # type: ignore[arg-type]
 
 
-#: OpenVINO 2026.4's CPU plugin fuses the elementwise op after a Reduce into it as a post-op,
-#: and over a leading axis computes that wrong: ONNX's ArgMax over a middle axis (an i32
-#: reduce_max, then a subtract from a constant) gives the first row's answers only, and
-#: GroupNormalization's and RMSNormalization's leading-axis cases were off too; reductions are
-#: admitted over the last axis only, where the suite measures them right
-_LEADING = "last axis only: a fused op after a reduction over a leading axis is wrong"
-
-
-def _last(
-    prim: Prim, dtypes: frozenset[DType], bound: object, domain: object, note: str
-) -> Capability:
-    contract = Contract(prim, bound, domain)  # type: ignore[arg-type]
-    return Capability(prim, dtypes, _G, contract, AxisRule.LAST, note=note)
+#: Reductions over any axes: OpenVINO 2026.4's CPU plugin fuses the elementwise op that reads a
+#: Reduce into it as a post-op and gets some wrong (an I32 one over any axes; a Divide marked
+#: IEEE, by a constant), which ``poot_npu.host`` keeps from happening: every ReduceMax is TopK
+#: there (no Reduce node), and a sum's divide by a constant stays unmarked (the divide row's
+#: mean); the capability cases over leading and several axes and the ONNX node cases
+#: (ArgMax over a middle axis, ReduceMean, GroupNormalization) measure them right
+_ANY_AXES = "any axes"
 
 
 def _move(prim: Prim, note: str = "") -> Capability:
@@ -134,8 +128,8 @@ TARGET = Target(
         _op(Prim.EQ, CARRIED, BitExact(), NotNaN()),
         _op(Prim.SELECT, CARRIED, BitExact(), AnyInput()),
         _op(Prim.CONVERT, CARRIED, BitExact(), _CONVERTIBLE, "to i32: truncates"),
-        _last(Prim.REDUCE_SUM, F32, _ACCUMULATED, _SUMMABLE, f"the plugin's order; {_LEADING}"),
-        _last(Prim.REDUCE_MAX, NUMBERS, BitExact(signed_zero=False), NotNaN(), _LEADING),
+        _op(Prim.REDUCE_SUM, F32, _ACCUMULATED, _SUMMABLE, f"the plugin's order; {_ANY_AXES}"),
+        _op(Prim.REDUCE_MAX, NUMBERS, BitExact(signed_zero=False), NotNaN(), f"TopK; {_ANY_AXES}"),
         _op(Prim.MATMUL, F32, _ACCUMULATED, _SUMMABLE, "the plugin's order, with FMA"),
         _op(Prim.CONV, F32, _ACCUMULATED, _SUMMABLE, "(Group)Convolution-1"),
         _op(Prim.REDUCE_WINDOW_SUM, F32, _ACCUMULATED, _SUMMABLE, "a depthwise convolution"),
