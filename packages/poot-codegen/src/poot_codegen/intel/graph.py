@@ -357,11 +357,12 @@ class _Graph:
         carries ``dtype``."""
         with np.errstate(over="ignore", invalid="ignore"):
             exact = values.astype(dtype.numpy)
+            half = exact.astype(np.float16) if self.npu_f32(dtype) else exact  # may overflow
         bits = exact.view(dtype.bits_dtype)
         if self.emulated(dtype):
             return _const(exact.astype(np.float32), name)
         if self.npu_f32(dtype):
-            return _const(exact.astype(np.float16).astype(np.float32), name)
+            return _const(half.astype(np.float32), name)
         t = ov.Tensor(_OV_TYPE[dtype], list(values.shape))
         t.data.view(dtype.bits_dtype)[...] = bits
         return _named(ov.op.Constant(t), name)
