@@ -29,7 +29,17 @@ from poot_codegen.intel.graph import (
     serialize,
     signature,
 )
-from poot_ir import Builder, DType, Literal, NoLowering, Prim, Program, evaluate, ops
+from poot_ir import (
+    Builder,
+    DType,
+    Literal,
+    NoLowering,
+    Prim,
+    Program,
+    WeightMismatch,
+    evaluate,
+    ops,
+)
 from poot_planner import plan
 
 Array = NDArray[Any]
@@ -604,6 +614,25 @@ def test_f32_boundary_around_f16_arithmetic() -> None:
         "w": rng.integers(-100, 100, (4, 8)).astype(np.float32),
     }
     check(b.build(), ins, emulate=True)
+
+
+@pytest.mark.parametrize("emulate", [False, True])
+def test_a_baked_argument_is_its_parameter_fed(emulate: bool) -> None:
+    """An argument lowered as a Constant of its value (``constants``: an entry's weights, baked)
+    gives what the same value fed to its parameter gives (in emulation, an F32 value rounded to
+    FP16 once, as on entry); the parameter stays, unread. A value of another type is refused."""
+    b = Builder("baked")
+    x, w = b.slot("x", DType.F32, [256]), b.weight("w", DType.F32, [256])
+    b.output("y", b.add(x, w))
+    p = b.build()
+    xs, ws = f32_values(256, seed=3), f32_values(256, seed=4)
+    want = run(p, {"x": xs, "w": ws}, emulate=emulate)["y"]
+    model = lower(p, emulate_f16=emulate, constants={"w": ws})
+    req = CORE.compile_model(model, "CPU", CPU_STANDIN_CONFIG).create_infer_request()
+    req.infer({"x": xs, "w": np.full(256, np.nan, np.float32)})  # never read
+    assert_bits(req.get_output_tensor(0).data.copy(), want, any_nan=True)
+    with pytest.raises(WeightMismatch, match="'in:w:const'"):
+        lower(p, emulate_f16=emulate, constants={"w": ws[:8]})
 
 
 def test_attention_stays_primitives() -> None:

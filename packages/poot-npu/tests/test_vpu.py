@@ -497,6 +497,33 @@ def test_cache_second_engine_and_second_process_never_compile(device: str, tmp_p
     assert out.stdout.split() == ["0", "1", "[4.0,", "4.0]"]
 
 
+def test_weights_are_baked_into_the_blob_and_its_cache_key(device: str, tmp_path: Path) -> None:
+    """The device bakes an entry's weights into its graph as constants (``bakes_weights``):
+    two weight sets of one program are two blobs, so a cached blob is never run with other
+    weights, each result the oracle's for its own weights; the same values again are a cache
+    hit. The baked graph keeps the weight's parameter (the ABI) and reads it nowhere."""
+    b = Builder("baked")
+    x, w = b.slot("x", F16, [2, 4]), b.weight("w", F16, [4, 3])
+    b.output("y", b.matmul(x, w))
+    program = b.build()
+    xs = {"x": np.arange(8, dtype=np.float16).reshape(2, 4)}
+    sets = [{"w": (np.arange(12).reshape(4, 3) * s).astype(np.float16)} for s in (1.0, -2.0)]
+    with Engine(VpuDevice(device), tmp_path / "cache") as engine:
+        assert engine.device.traits.bakes_weights
+        for k, ws in enumerate(sets):
+            got = engine.step(engine.add_entry(program, engine.load_weights(ws)), xs)
+            assert np.array_equal(got["y"], evaluate(program, {**ws, **xs})["y"])
+            assert engine.stats().compiles == k + 1
+        engine.add_entry(program, engine.load_weights(sets[0]))
+        assert (engine.stats().compiles, engine.stats().cache_hits) == (2, 1)
+    vpu, planned = VpuDevice(device), plan(program, TARGET.name)
+    source = vpu.lower_baked(planned, sets[0])
+    assert source.signature == vpu.lower(planned).signature == signature_of(program)
+    model = intel_graph.deserialize(*unframe_ir(source.data))
+    (param,) = [q for q in model.get_parameters() if q.get_friendly_name() == "w"]
+    assert not param.output(0).get_target_inputs()
+
+
 def _entry_path(engine: Engine, program: Program) -> Path:
     source = engine.device.lower(plan(program, TARGET.name))
     return engine.cache.path(engine.cache_key(source))

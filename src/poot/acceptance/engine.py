@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,6 +119,9 @@ class _Wrong:
 
     def lower(self, plan: Plan) -> ArtifactSource:
         return self._d.lower(plan)
+
+    def lower_baked(self, plan: Plan, weights: Mapping[str, np.ndarray]) -> ArtifactSource:
+        return self._d.lower_baked(plan, weights)
 
     def compile(self, source: ArtifactSource) -> bytes:
         return self._d.compile(source)

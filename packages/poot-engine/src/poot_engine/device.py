@@ -68,9 +68,15 @@ class DeviceTraits:
     (``VpuDevice`` with its FP16 guard on). Only then may a partition make the attention-mask
     rewrite whose score bound it cannot prove (``poot_planner.fp16.prelude``), and only then
     does the engine load a plan that carries one; for every other device the mask keeps
-    ``-inf``."""
+    ``-inf``.
+
+    ``bakes_weights``: the device compiles an entry's weights into its artifact as constants
+    (``Device.lower_baked``; the Intel NPU compiler bakes weights into its blob): the engine
+    then lowers each entry with the values of the weights bound to it, read back from their
+    buffers, so the artifact source, and with it the blob-cache key, holds them."""
 
     checks_score_bound: bool = False
+    bakes_weights: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +217,13 @@ class Device(Protocol):
 
     def lower(self, plan: Plan) -> ArtifactSource:
         """The artifact source of a checked plan (codegen; no compiler runs)."""
+        ...
+
+    def lower_baked(self, plan: Plan, weights: Mapping[str, np.ndarray]) -> ArtifactSource:
+        """``lower``, with the values of the plan's weight arguments (by name) compiled in as
+        constants; the artifact keeps every argument of its signature (a baked weight's is
+        bound and unread). The engine calls it only when ``traits.bakes_weights``; a device
+        that does not bake lowers as ``lower`` does."""
         ...
 
     def compile(self, source: ArtifactSource) -> bytes:

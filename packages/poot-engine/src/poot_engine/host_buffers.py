@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from time import perf_counter
 from typing import TYPE_CHECKING, Final
 
@@ -147,6 +147,10 @@ class HostMemory(ABC):
     @property
     def traits(self) -> DeviceTraits:
         return DeviceTraits()
+
+    def lower_baked(self, plan: Plan, weights: Mapping[str, np.ndarray]) -> ArtifactSource:
+        """No weights baked (``traits`` says so): as ``lower``."""
+        return self.lower(plan)
 
     def use_cache(self, cache: BlobCache) -> None:
         """Nothing of its own to keep."""

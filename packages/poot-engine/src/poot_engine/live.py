@@ -268,7 +268,10 @@ def make_entry(
     initial = initial_states(prog, initial_state, limit)
     domains = entry_domains(planned, lambda n: device.read(wbufs[n]), initial)
     expected = signature_of(prog)
-    source = device.lower(planned)
+    if device.traits.bakes_weights:  # the weights' values into the source (and the cache key)
+        source = device.lower_baked(planned, {n: device.read(wbufs[n]) for n in wnames})
+    else:
+        source = device.lower(planned)
     check_signature(expected, source.signature, "the lowered artifact")
     artifact = load(source)
     buffers = {n: wbufs[n] for n in wnames}

@@ -24,8 +24,10 @@ then commits nothing. ``overflow_guard=False`` drops it, for the benchmark only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
+import numpy as np
 from poot_codegen.intel import graph as intel_graph
 from poot_codegen.intel.quiet import ov
 from poot_engine.device import ArtifactSource, DeviceTraits
@@ -105,12 +107,23 @@ class VpuDevice(OpenVinoDevice):
     @property
     def traits(self) -> DeviceTraits:
         """Its narrowed graphs check a plan's ``score_bound`` when the in-graph FP16 guard is
-        on: ``poot_planner.partition`` makes the unproven mask rewrite for it."""
-        return DeviceTraits(checks_score_bound=self._guard)
+        on: ``poot_planner.partition`` makes the unproven mask rewrite for it. It bakes an
+        entry's weights into the graph as constants (``lower_baked``), as the NPU compiler
+        bakes them into its blob; on the stand-in the CPU plugin then lays a convolution's
+        kernel out once at compile, not at every run, and folds what only weights feed."""
+        return DeviceTraits(checks_score_bound=self._guard, bakes_weights=True)
 
     # -- artifacts -----------------------------------------------------------------------------
 
     def lower(self, plan: Plan) -> ArtifactSource:
+        return self._lower(plan, None)
+
+    def lower_baked(self, plan: Plan, weights: Mapping[str, np.ndarray]) -> ArtifactSource:
+        """``lower`` with ``weights`` as constants of the graph (``intel_graph.lower``'s
+        ``constants``): the IR, and so the blob-cache key, holds their values."""
+        return self._lower(plan, weights)
+
+    def _lower(self, plan: Plan, weights: Mapping[str, np.ndarray] | None) -> ArtifactSource:
         self._usable()
         if plan.target.name != TARGET:
             raise UnsupportedDevice(self._name, f"it runs {TARGET} plans, not {plan.target.name}")
@@ -122,7 +135,9 @@ class VpuDevice(OpenVinoDevice):
             # of the program the graph is lowered from (narrowed from the legalized one): the
             # source's equation indices no longer match once legalization rewrote it
             guards = intermediate_guards(plan.legalized, plan.narrowing, plan.score_bound)
-        model = intel_graph.lower(plan.program, emulate_f16=self.stand_in, guards=guards)
+        model = intel_graph.lower(
+            plan.program, emulate_f16=self.stand_in, guards=guards, constants=weights
+        )
         data = frame_ir(*intel_graph.serialize(model))
         entries, _ = split_guard(model)
         return ArtifactSource(data, port_signature(entries, self._name))

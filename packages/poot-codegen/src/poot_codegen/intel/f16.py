@@ -38,7 +38,8 @@ overflow), two roundings. Which axis the compiler takes for the channel is assum
 axis 1 of a value of rank 2 or more (NCHW's C; a rank-1 value is all channel), to be settled by the
 ``npu_intel`` measurement of both axes (``packages/poot-npu/tests/test_vpu_saturation.py``).
 
-Every node added here is named ``<equation>:f16.<role>`` (``e7:f16.t``, ``e7:f16.tie.mid``).
+Every node added here is named ``<equation>:f16.<role>`` (``e7:f16.t``, ``e7:f16.tie.mid``),
+but the scalar constants, which a graph makes once and shares (``Scalars``: ``f16:k``).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from poot_planner.fp16.saturation import pooled_summands, saturates
 from poot_codegen.intel.quiet import opset16 as ops
 
 __all__ = [
+    "Scalars",
     "computes_f16",
     "fix_subnormal_ties",
     "pooled",
@@ -84,24 +86,49 @@ def pooled(e: Eqn) -> int | None:
     return pooled_summands(e)
 
 
+class Scalars:
+    """The f32 scalar constants of one graph's FP16 emulation, each made once (named
+    ``f16:<role>``) and shared by every rounding. A constant per rounding made the emulated
+    graph a third constants, each one more node for every pass of the CPU plugin's compile."""
+
+    def __init__(self) -> None:
+        self._made: dict[str, tuple[float, Node]] = {}
+
+    def __call__(self, value: float, role: str) -> Node:
+        made = self._made.get(role)
+        if made is None:
+            made = (value, _f32(value, f"f16:{role}"))
+            self._made[role] = made
+        # one role, one value: a role reused for another value would share the wrong constant
+        assert made[0] == value or (np.isnan(made[0]) and np.isnan(value)), role
+        return made[1]
+
+
 def round_result(
-    e: Eqn, xs: list[Node], out: Node, name: str, *, f32_is_fp16: bool = False
+    e: Eqn,
+    xs: list[Node],
+    out: Node,
+    name: str,
+    *,
+    f32_is_fp16: bool = False,
+    scalars: Scalars | None = None,
 ) -> Node:
     """The f32 result ``out`` of equation ``e`` (named ``name``, inputs ``xs``), whose result is
     F16 (or F32 carried as FP16), as the FP16 value an ideal FP16 device gives: rounded when
     ``computes_f16``, with ``fix_subnormal_ties`` for a div; ``out`` itself for an exact
-    equation."""
+    equation. ``scalars``: the graph's shared constants (None: constants of its own)."""
     if not computes_f16(e, f32_is_fp16):
         return out
+    c = scalars if scalars is not None else Scalars()
     n = pooled(e)
     if n is not None and n > 1:  # AvgPool (a DPU task) then Multiply by N (SHAVE): two roundings
         mean = ops.divide(out, _f32(float(n), f"{name}:f16.n"), name=f"{name}:f16.mean")
-        avg = round_to_f16(mean, f"{name}:f16.pool", saturate=True)
+        avg = round_to_f16(mean, f"{name}:f16.pool", saturate=True, scalars=c)
         times = ops.multiply(avg, _f32(float(n), f"{name}:f16.times"), name=f"{name}:f16.x_n")
-        return round_to_f16(times, f"{name}:f16")
-    rounded = round_to_f16(out, f"{name}:f16", saturate=saturates(e))
+        return round_to_f16(times, f"{name}:f16", scalars=c)
+    rounded = round_to_f16(out, f"{name}:f16", saturate=saturates(e), scalars=c)
     if e.prim is Prim.DIV:
-        rounded = fix_subnormal_ties(xs[0], xs[1], out, rounded, f"{name}:f16")
+        rounded = fix_subnormal_ties(xs[0], xs[1], out, rounded, f"{name}:f16", scalars=c)
     return rounded
 
 
@@ -109,20 +136,23 @@ def _f32(value: float, name: str) -> Node:
     return ops.constant(np.asarray(np.float32(value)), name=name)
 
 
-def round_to_f16(x: Node, name: str, saturate: bool = False) -> Node:
+def round_to_f16(
+    x: Node, name: str, saturate: bool = False, scalars: Scalars | None = None
+) -> Node:
     """The f32 value ``x`` rounded to the nearest FP16 value, as ``astype(np.float16)``; with
     ``saturate`` (a DPU output through the PPE clamp) a value past FP16's range, infinities
-    included, is +-65504 instead.
+    included, is +-65504 instead. ``scalars``: the graph's shared constants (None: its own).
 
     Normal range (|x| >= 2^-14): Veltkamp's split ``t = x * 8193; t - (t - x)`` rounds to 11
     significant bits, ties to even. Subnormal range: ``round_half_even(x * 2^24) * 2^-24``
     (powers of two are exact; Round keeps the sign of a zero). |x| >= 65520 becomes ``x * inf``
-    (a signed infinity). A NaN takes the subnormal branch and stays NaN.
+    (a signed infinity), or with ``saturate`` ``clamp(x, -65504, 65504)``. A NaN takes the
+    subnormal branch and stays NaN (it is never "big", so the clamp, which makes a NaN -65504
+    on the CPU plugin, never chooses it). Twelve ops, every one an elementwise op the CPU
+    plugin fuses into one snippet (a Sign op, which it does not fuse, split the snippets and
+    put a layout reorder on each side of every saturating rounding).
     """
-
-    def c(value: float, role: str) -> Node:
-        return _f32(value, f"{name}.{role}")
-
+    c = scalars if scalars is not None else Scalars()
     a = ops.abs(x, name=f"{name}.abs")
     t = ops.multiply(x, c(8193.0, "k"), name=f"{name}.t")
     normal = ops.subtract(t, ops.subtract(t, x, name=f"{name}.tx"), name=f"{name}.normal")
@@ -133,13 +163,15 @@ def round_to_f16(x: Node, name: str, saturate: bool = False) -> Node:
     r = ops.select(tiny, sub, normal, name=f"{name}.finite")
     big = ops.greater_equal(a, c(65520.0, "overflow"), name=f"{name}.is_inf")
     if saturate:
-        inf = ops.multiply(ops.sign(x, name=f"{name}.sign"), c(65504.0, "max"), name=f"{name}.sat")
+        inf = ops.clamp(x, -65504.0, 65504.0, name=f"{name}.sat")
     else:
         inf = ops.multiply(x, c(np.inf, "inf"), name=f"{name}.inf")
     return ops.select(big, inf, r, name=f"{name}.out")
 
 
-def fix_subnormal_ties(x: Node, y: Node, q: Node, rounded: Node, name: str) -> Node:
+def fix_subnormal_ties(
+    x: Node, y: Node, q: Node, rounded: Node, name: str, scalars: Scalars | None = None
+) -> Node:
     """Correct ``rounded`` where ``x / y`` is exactly halfway between two FP16 subnormals.
 
     The CPU plugin divides as ``x * (1 / y)`` (two roundings), so a quotient that is exactly an
@@ -149,9 +181,7 @@ def fix_subnormal_ties(x: Node, y: Node, q: Node, rounded: Node, name: str) -> N
     at most 23 bits and its scaling by 2^-24 stays normal, so it equals ``|x|`` only at a tie.
     """
 
-    def c(value: float, role: str) -> Node:
-        return _f32(value, f"{name}.{role}")
-
+    c = scalars if scalars is not None else Scalars()
     aq = ops.abs(q, name=f"{name}.tie.aq")
     fl = ops.floor(
         ops.multiply(aq, c(2.0**24, "tie.up"), name=f"{name}.tie.units"), name=f"{name}.tie.floor"

@@ -82,7 +82,7 @@ from __future__ import annotations
 import math
 import re
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, NamedTuple, TypeAlias, cast
 
@@ -106,7 +106,7 @@ from poot_ir.core import (
 )
 from poot_ir.core import Literal as PootLiteral
 from poot_ir.dtypes import DType
-from poot_ir.errors import NoLowering
+from poot_ir.errors import NoLowering, WeightMismatch
 from poot_planner.fp16.checks import RangeCheck
 from poot_planner.guards import RESULT, DomainGuard
 
@@ -244,6 +244,7 @@ def lower(
     emulate_f16: bool = False,
     guards: Sequence[tuple[int, RangeCheck]] = (),
     domain_guards: Sequence[DomainGuard] = (),
+    constants: Mapping[str, np.ndarray[Any, Any]] | None = None,
 ) -> Any:
     """``program`` as one ``ov.Model`` (see the module docstring). ``guards`` (from
     ``poot_planner.fp16.narrowing.intermediate_guards``, by equation of ``program``) add the guard
@@ -251,7 +252,9 @@ def lower(
     device-site domain guards (``Plan.guards``, ``Site.DEVICE``: a computed operand or result
     against its equation's domain), each a flag set when an element is outside (the compiled
     host device, which has no flag word of its own). Raises ``NoLowering`` for an equation
-    this generator has no rule for."""
+    this generator has no rule for. ``constants``: values of arguments known when compiling
+    (an entry's bound weights), each lowered as a Constant of its value (``_baked``); the
+    argument stays a parameter of the model, unread, so the ABI is the program's."""
     g = _Graph(emulate_f16)
     guarded: dict[int, list[RangeCheck]] = {}  # an equation may have two (a score's: fp16.checks)
     for at, guard in guards:
@@ -267,10 +270,13 @@ def lower(
         p.output(0).get_tensor().set_names({a.name})
         params.append(p)
         node = p.output(0)
+        if constants is not None and a.name in constants:
+            g.env[a.var.id] = _baked(g, a.var, constants[a.name], f"in:{a.name}:const")
+            continue
         if g.emulated(a.var.dtype):
             node = ops.convert(p, ov.Type.f32, name=f"in:{a.name}:f32").output(0)
         elif g.npu_f32(a.var.dtype):  # the NPU's F32 -> FP16 convert on entry
-            node = intel_f16.round_to_f16(node, f"in:{a.name}:f16").output(0)
+            node = intel_f16.round_to_f16(node, f"in:{a.name}:f16", scalars=g.scalars).output(0)
         g.env[a.var.id] = node
     for i, e in enumerate(program.eqns):
         rule = _RULES.get(e.prim)
@@ -284,7 +290,9 @@ def lower(
         xs = [g.atom(a, f"{name}:lit{k}") for k, a in enumerate(e.inputs)]
         out = _empty(g, e, name) if e.out.type.size == 0 else rule(g, e, xs, name)
         if g.emulated(e.out.dtype) or g.npu_f32(e.out.dtype):
-            out = intel_f16.round_result(e, xs, out, name, f32_is_fp16=g.emulate_f16)
+            out = intel_f16.round_result(
+                e, xs, out, name, f32_is_fp16=g.emulate_f16, scalars=g.scalars
+            )
         g.env[e.out.id] = out.output(0) if hasattr(out, "output") else out
         for guard in guarded.get(i, ()):
             checks.append((guard, e, g.env[e.out.id], xs))
@@ -323,6 +331,7 @@ class _Graph:
     def __init__(self, emulate_f16: bool) -> None:
         self.emulate_f16 = emulate_f16
         self.env: dict[int, Node] = {}
+        self.scalars = intel_f16.Scalars()  # the emulation's constants, shared by every rounding
 
     def emulated(self, dtype: DType) -> bool:
         return self.emulate_f16 and dtype is DType.F16
@@ -348,14 +357,30 @@ class _Graph:
         carries ``dtype``."""
         with np.errstate(over="ignore", invalid="ignore"):
             exact = values.astype(dtype.numpy)
+            half = exact.astype(np.float16) if self.npu_f32(dtype) else exact  # may overflow
         bits = exact.view(dtype.bits_dtype)
         if self.emulated(dtype):
             return _const(exact.astype(np.float32), name)
         if self.npu_f32(dtype):
-            return _const(exact.astype(np.float16).astype(np.float32), name)
+            return _const(half.astype(np.float32), name)
         t = ov.Tensor(_OV_TYPE[dtype], list(values.shape))
         t.data.view(dtype.bits_dtype)[...] = bits
         return _named(ov.op.Constant(t), name)
+
+
+def _baked(g: _Graph, var: Var, value: np.ndarray[Any, Any], name: str) -> Node:
+    """A known argument as a Constant, carried as the graph carries its dtype: in emulation an
+    F32 value is rounded to FP16 here, once, as ``round_to_f16`` rounds a parameter on entry
+    (``array_const``: numpy's ``astype(np.float16)``, which that rounding equals bit for bit).
+    The NPU compiler bakes weights into its blob the same way; a constant the CPU plugin can
+    fold and lay out once is what makes the stand-in's convolutions fast. ``WeightMismatch``
+    when the value is not the argument's type."""
+    arr = np.asarray(value)
+    if arr.shape != var.shape or DType.from_numpy(arr.dtype) is not var.dtype:
+        raise WeightMismatch(
+            f"a constant of {arr.dtype} {arr.shape} for an argument of {var.type}", name
+        )
+    return g.array_const(arr, var.dtype, name).output(0)
 
 
 def _fp16_splat(value: float, dtype: DType) -> np.ndarray[Any, Any]:
