@@ -355,3 +355,26 @@ def test_a_computed_operand_outside_its_domain_is_refused_not_returned(tmp_path:
         assert err.value.eqns == (1,)
         # nothing of the refused step reached a result: the next step is the inside one's
         assert np.array_equal(engine.step(entry, {"x": inside})["y"], got)
+
+
+def test_the_host_device_bakes_weights_into_the_blob_and_its_cache_key(tmp_path: Path) -> None:
+    """As vpu-cpu: an entry's weights are constants of its graph, so two weight sets of one
+    program are two blobs (a cached blob is never run with other weights), each result within
+    the host contract of the oracle's for its own weights; the same values again are a hit."""
+    from poot_npu.host import HostDevice
+
+    b = Builder("baked")
+    x, w = b.slot("x", DType.F32, [2, 4]), b.weight("w", DType.F32, [4, 3])
+    b.output("y", b.matmul(x, w))
+    program = b.build()
+    xs = {"x": np.arange(8, dtype=np.float32).reshape(2, 4) - 3.5}
+    sets = [{"w": (np.arange(12).reshape(4, 3) * s).astype(np.float32)} for s in (1.0, -2.5)]
+    with Engine(HostDevice(), tmp_path / "cache") as engine:
+        assert engine.device.traits.bakes_weights
+        for k, ws in enumerate(sets):
+            got = engine.step(engine.add_entry(program, engine.load_weights(ws)), xs)
+            # small integers and halves: every product and sum exact in F32, in any order
+            assert np.array_equal(got["y"], evaluate(program, {**ws, **xs})["y"])
+            assert engine.stats().compiles == k + 1
+        engine.add_entry(program, engine.load_weights(sets[0]))
+        assert (engine.stats().compiles, engine.stats().cache_hits) == (2, 1)

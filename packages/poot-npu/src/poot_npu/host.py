@@ -18,6 +18,7 @@ which ``VpuDevice`` shares. The identity is the CPU plugin's, with the libraries
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
@@ -25,7 +26,7 @@ import numpy as np
 from poot_codegen.intel import graph as intel_graph
 from poot_codegen.intel.quiet import opset1, ov
 from poot_codegen.intel.quiet import opset16 as ops
-from poot_engine.device import ArtifactSource
+from poot_engine.device import ArtifactSource, DeviceTraits
 from poot_ir import DeviceUnavailable, UnsupportedDevice
 from poot_ir.domains import Interval
 from poot_planner.guards import RESULT, Site
@@ -116,7 +117,23 @@ class HostDevice(OpenVinoDevice):
             if op.get_type_name() == "Divide" and not _mean(op):
                 op.get_rt_info()[_NONCONVERTIBLE_DIVIDE] = ""
 
+    @property
+    def traits(self) -> DeviceTraits:
+        """It bakes an entry's weights into the graph as constants (``lower_baked``), as
+        ``VpuDevice`` does: the CPU plugin then lays a convolution's or a matmul's weights out
+        once at compile rather than at every run (measured: ocr_cls's step 2x faster, silero_vad's
+        up to 3x), and folds what only weights feed."""
+        return DeviceTraits(bakes_weights=True)
+
     def lower(self, plan: Plan) -> ArtifactSource:
+        return self._lower(plan, None)
+
+    def lower_baked(self, plan: Plan, weights: Mapping[str, np.ndarray]) -> ArtifactSource:
+        """``lower`` with ``weights`` as constants of the graph: the IR, and so the blob-cache
+        key, holds their values."""
+        return self._lower(plan, weights)
+
+    def _lower(self, plan: Plan, weights: Mapping[str, np.ndarray] | None) -> ArtifactSource:
         self._usable()
         if plan.target.name != TARGET:
             raise UnsupportedDevice(self._name, f"it runs {TARGET} plans, not {plan.target.name}")
@@ -134,7 +151,9 @@ class HostDevice(OpenVinoDevice):
             for d in plan.guards
             if d.site is Site.DEVICE and isinstance(d.domain, Interval) and d.operand != RESULT
         ]
-        model = intel_graph.lower(plan.program, emulate_f16=False, domain_guards=device_guards)
+        model = intel_graph.lower(
+            plan.program, emulate_f16=False, domain_guards=device_guards, constants=weights
+        )
         entries, guard = split_guard(model)
         if guard is not None and any(".domain" not in label for label in guard[1]):
             raise UnsupportedDevice(self._name, "a graph with an FP16 guard")  # no F16 admitted
