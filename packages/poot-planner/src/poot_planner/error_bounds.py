@@ -173,13 +173,17 @@ def _flip(a: Array, b: Array, ea: Array, eb: Array) -> Array:
 
 
 def _propagated(
-    e: Eqn, vals: list[Array], errs: list[Array], y: Array, lows: list[Array] | None = None
+    e: Eqn,
+    vals: list[Array],
+    errs: list[Array],
+    y: Array,
+    lows: list[Array | None] | None = None,
 ) -> Array:
     """The operands' errors carried through the step (an upper bound, elementwise). ``lows``:
-    for each operand, a floor of the device's value's magnitude (``_Range.floor``: a divisor
-    or a root's operand held away from zero), ``|x| - E`` when not given."""
+    for each operand, a floor of the device's value's magnitude beyond ``|x| - E``
+    (``_Range.floor``: a divisor or a root's operand held away from zero), or None."""
     if lows is None:
-        lows = [np.abs(v.astype(np.float64)) - d for v, d in zip(vals, errs, strict=True)]
+        lows = [None] * len(vals)
     with np.errstate(all="ignore"):
         out = np.asarray(_carry(e, vals, errs, y, lows), dtype=np.float64)
     return np.where(np.isnan(out), np.inf, out)  # an undefined carry promises nothing
@@ -190,7 +194,14 @@ def _scale(magnitude: Array, err: Array) -> Array:
     return np.where(err == 0, 0.0, magnitude * err)
 
 
-def _carry(e: Eqn, vals: list[Array], errs: list[Array], y: Array, lows: list[Array]) -> Any:
+def _room(x: Array, err: Array, low: Array | None) -> Array:
+    """The least magnitude the device's value of ``x`` can have: ``|x| - E``, or the floor of
+    its range when that is higher (negative: it may be 0)."""
+    room = np.abs(x) - err
+    return np.asarray(room if low is None else np.maximum(room, low))
+
+
+def _carry(e: Eqn, vals: list[Array], errs: list[Array], y: Array, lows: list[Array | None]) -> Any:
     p = e.prim
     f = [v.astype(np.float64) for v in vals]
     y64 = y.astype(np.float64) if y.dtype.kind in "fi" else np.zeros(y.shape)
@@ -200,11 +211,11 @@ def _carry(e: Eqn, vals: list[Array], errs: list[Array], y: Array, lows: list[Ar
         case Prim.MUL:
             return _scale(np.abs(f[1]), errs[0]) + _scale(np.abs(f[0]), errs[1]) + errs[0] * errs[1]
         case Prim.DIV:  # |n'/d' - n/d| <= (E_n + |y| E_d) / |d'|, |d'| >= the floor
-            room = np.maximum(np.abs(f[1]) - errs[1], lows[1])
+            room = _room(f[1], errs[1], lows[1])
             carried = errs[0] + _scale(np.abs(y64), errs[1])
             return np.where(carried == 0, 0.0, np.where(room > 0, carried / room, np.inf))
         case Prim.RECIP:
-            room = np.maximum(np.abs(f[0]) - errs[0], lows[0])
+            room = _room(f[0], errs[0], lows[0])
             return np.where(
                 errs[0] == 0, 0.0, np.where(room > 0, errs[0] / (np.abs(f[0]) * room), np.inf)
             )
@@ -224,7 +235,7 @@ def _carry(e: Eqn, vals: list[Array], errs: list[Array], y: Array, lows: list[Ar
             direct = np.exp(f[0] + errs[0]) - np.exp(f[0])
             return np.where(np.isfinite(scaled), scaled, direct)
         case Prim.LOG:  # |log x' - log x| <= log(x / x_min) or log(x_max / x), x_min the floor
-            room = np.maximum(np.abs(f[0]) - errs[0], lows[0])
+            room = _room(f[0], errs[0], lows[0])
             near = np.where(room > 0, np.log(np.abs(f[0]) / np.where(room > 0, room, 1.0)), np.inf)
             return np.where(
                 errs[0] == 0,
@@ -232,7 +243,7 @@ def _carry(e: Eqn, vals: list[Array], errs: list[Array], y: Array, lows: list[Ar
                 np.where(room > 0, np.maximum(near, np.log1p(errs[0] / np.abs(f[0]))), np.inf),
             )
         case Prim.SQRT:  # |sqrt(a + d) - sqrt(a)| <= |d| / (sqrt(a - |d|) + sqrt(a))
-            low = np.sqrt(np.maximum(np.maximum(f[0] - errs[0], lows[0]), 0.0))
+            low = np.sqrt(np.maximum(_room(f[0], errs[0], lows[0]), 0.0))
             denom = low + np.sqrt(np.maximum(f[0], 0.0))
             return np.where(
                 errs[0] == 0, 0.0, np.where(denom > 0, errs[0] / denom, np.sqrt(errs[0]))
@@ -353,7 +364,7 @@ class _Range:
     @staticmethod
     def of(
         e: Eqn,
-        ops: list[_Range] | None,
+        ops: list[_Range],
         vals: list[Array],
         y: Array,
         err: Array,
@@ -362,11 +373,10 @@ class _Range:
     ) -> tuple[_Range, Array]:
         """The range of step ``e``'s device value and its bound (``err``; ``own`` its own
         error), narrowed by the range where the step follows its operands' ranges (``ops``,
-        on the oracle's operand values ``vals``; None: a rewrite's last step, its bound
-        alone). An infinite bound stays infinite: an operand promised nothing has the whole
+        on the oracle's operand values ``vals``). An infinite bound stays infinite: an operand promised nothing has the whole
         line as its range, and so has anything its range reaches."""
         y64 = np.asarray(y).astype(np.float64)
-        ruled = None if ops is None else _ruled(e, ops, vals, own, narrowed)
+        ruled = _ruled(e, ops, vals, own, narrowed)
         with np.errstate(all="ignore"):
             if ruled is None:
                 return _Range(y64 - err, y64 + err), err
@@ -404,6 +414,21 @@ def _ruled(
             case _ if e.prim in _MOVED:
                 return _Range(_moved(e, lo, vals), _moved(e, hi, vals))
     return None
+
+
+#: the steps whose carry reads a floor of an operand's magnitude (``_room``)
+_ROOMS = frozenset({Prim.DIV, Prim.RECIP, Prim.LOG, Prim.SQRT})
+
+
+def _rules(prim: Prim, narrowed: bool, ranged: bool) -> bool:
+    """Whether step ``prim`` narrows its value's range (``_ruled``): an exact step or, narrowed,
+    a monotone rounded one; data movement only where an operand has a narrowed range (else
+    its range is its bound's, moved)."""
+    if prim in (Prim.MAX, Prim.MIN, Prim.NEG):
+        return True
+    if prim in (Prim.ADD, Prim.SUB, Prim.SQRT):
+        return narrowed
+    return ranged and prim in _MOVED
 
 
 #: data movement: a range moves with its values
@@ -570,8 +595,7 @@ def result_bounds(
         else np.zeros(a.var.shape)
         for a in program.args
     }
-    # the range of each device value (``_Range``): an argument's, within its bound
-    rng = {a.var.id: _Range.around(val[a.var.id], err[a.var.id]) for a in program.args}
+    rng: dict[int, _Range] = {}  # the ranges steps narrowed (``_Range``)
     for i, e in enumerate(program.eqns):
         ops = [val[a.id] if isinstance(a, Var) else np.asarray(a.value) for a in e.inputs]
         eops = [
@@ -580,13 +604,18 @@ def result_bounds(
             else np.asarray(stored_literal(a) if narrow and a.dtype is DType.F32 else 0.0)
             for a in e.inputs
         ]
-        rops = [
-            rng[a.id] if isinstance(a, Var) else _Range.around(o, d)
-            for a, o, d in zip(e.inputs, ops, eops, strict=True)
-        ]
         y = values[e.out.id]
         contract = _contract(plan, i, e)
         narrowed = narrow and DType.F32 in (e.out.dtype, operating_dtype(e))
+        # a range is kept only where a step narrowed it: elsewhere it is ``y -+ E``, built
+        # when a ruled step reads it
+        ranged = [rng.get(a.id) if isinstance(a, Var) else None for a in e.inputs]
+        ruled = (
+            i not in approximation
+            and i not in scaled
+            and i not in whole
+            and _rules(e.prim, narrowed, any(r is not None for r in ranged))
+        )
         if narrowed and contract is not None and isinstance(contract.bound, RoundedTwice):
             contract = None  # the FP16 lowering below is the pooled sum's own error
         own = _own(contract, e, ops, y)
@@ -604,14 +633,20 @@ def result_bounds(
             source = plan.source.eqns[whole[i].eqn]
             own, prop = _whole(whole[i], source, producer, val, err, y, device)
         else:
-            prop = _propagated(e, ops, eops, y, [r.floor() for r in rops])
+            lows = [None if r is None else r.floor() for r in ranged] if e.prim in _ROOMS else None
+            prop = _propagated(e, ops, eops, y, lows)
             # narrowed: each equation's FP16 lowering (the F32 oracle's rounding in it); else
             # the one ulp two roundings of neighbouring values can part by
             own = own + (own_rounding(e, ops, y, prop) if narrowed else _rerounded(e, y, prop))
         val[e.out.id] = y
         total = np.asarray(own + prop, dtype=np.float64)
-        kept = None if i in approximation or i in scaled or i in whole else rops
-        rng[e.out.id], err[e.out.id] = _Range.of(e, kept, ops, y, total, own, narrowed)
+        err[e.out.id] = total
+        if ruled:
+            rops = [
+                _Range.around(o, d) if r is None else r
+                for r, o, d in zip(ranged, ops, eops, strict=True)
+            ]
+            rng[e.out.id], err[e.out.id] = _Range.of(e, rops, ops, y, total, own, narrowed)
         if origins is not None:
             came = next(
                 (first[a.id] for a in e.inputs if isinstance(a, Var) and a.id in first), None
