@@ -14,7 +14,8 @@ function a step's), so the contract is derived for the inputs at hand, element b
     subnormal);
   * ``ACCUMULATED``: a matmul, a convolution, a window sum and a reduce_sum over the channel
     axis run on the DPU with FP32 accumulation rounded once: the rounding plus
-    ``n 2^-24 sum |a||b|`` (FP32 accumulation of ``n`` terms);
+    ``n 2^-24 sum |a||b|`` (FP32 accumulation of the ``n`` terms really summed, padding
+    excluded: ``poot_ir.numerics.accumulated``);
   * ``POOLED``: a reduce_sum over another axis is AvgPool then Multiply by N
     (npu_compiler ``convert_reduce_to_pooling.cpp``; ``fp16.saturation.pooled_summands``): the
     mean rounds (``u |s| / N + 2^-25``, times N) and so does the product, ``2u |s| +
