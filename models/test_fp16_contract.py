@@ -143,7 +143,8 @@ def test_partitioned_on_vpu_cpu_within_the_derived_contract(
     ratio = np.sqrt(bound_sq / err_sq) if err_sq > 0 else np.inf
     with capsys.disabled():
         print(
-            f"\n{m.name} on vpu-cpu ({len(feeds)} inputs, {refusals} refused: FP16 overflow): derived bound / measured error "
+            f"\n{m.name} on vpu-cpu ({len(feeds)} inputs, {refusals} refused: FP16 overflow): "
+            "derived bound / measured error "
             f"{ratio:.3g} (normwise), tightest element {tightest:.3g}; {promised} of {total} "
             f"elements promised; deriving {derive_s * 1e3:.0f} ms against the steps' "
             f"{step_s * 1e3:.0f} ms ({derive_s / step_s:.2g}x)"
