@@ -436,3 +436,24 @@ def test_a_deep_clamped_conv_stack_is_within_its_derived_contract(
     assert np.all(bound[promised] <= 6.0 + 2.0**-8), float(np.max(bound[promised]))
     slack = 2.0**-24 * np.abs(y)
     assert np.all(np.abs(got - y)[promised] <= (bound + slack)[promised])
+
+
+def test_a_leaky_relu_at_its_kink_is_held_to_either_branch(engine: Engine) -> None:
+    """``select(d >= 0, d, 0.01 d)`` at ``d = 1000.1 - 1000``: FP16 holds the difference as 0,
+    so the predicate may flip; the device picks one of the branches either way, so the bound is
+    finite (the other branch's bound plus the branches' distance), and the device within it."""
+    b = Builder("leaky")
+    x, z = b.slot("x", DType.F32, (2,)), b.slot("z", DType.F32, (2,))
+    d = b.sub(x, z)
+    b.output("y", b.select(b.ge(d, 0.0), d, b.mul(d, 0.01)))
+    p = plan(b.build(), "intel-npu4")
+    feed = {"x": np.array([1000.1, 3.0], np.float32), "z": np.array([1000.0, 1.0], np.float32)}
+    bound = result_bounds(p, feed)["y"]
+    assert np.all(np.isfinite(bound)), bound
+    want = np.asarray(feed["x"], np.float64) - np.asarray(feed["z"], np.float64)
+    entry = engine.add_entry(p, engine.load_weights({}))
+    try:
+        got = engine.step(entry, feed)["y"].astype(np.float64)
+    finally:
+        engine.remove_entry(entry)
+    assert np.all(np.abs(got - want) <= bound + 2.0**-24 * np.abs(want))

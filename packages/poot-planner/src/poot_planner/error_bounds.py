@@ -14,8 +14,9 @@ for the inputs at hand, element by element:
 Inputs and literals are exact (E = 0), except in a narrowed plan: there the device rounds each
 F32 argument and literal to FP16 first, and each equation adds its FP16 lowering's rounding
 (``poot_planner.fp16.contract``: the derived FP16 contract). Outside a step's domain nothing is promised (E = inf,
-and the comparison skips the element); a comparison or a select whose outcome an operand's
-error could flip is promised nothing either.
+and the comparison skips the element); a comparison whose outcome an operand's error could flip
+is promised nothing either, and a select it drives is held to either branch (the other one's
+bound plus its distance from the chosen one).
 
 Beside each bound the analysis keeps the range the device's value lies in (``_Range``): a clamp
 (``max(x, 0)``, relu6, a hard sigmoid) holds the device's value between its literals however
@@ -257,9 +258,15 @@ def _carry(e: Eqn, vals: list[Array], errs: list[Array], y: Array, lows: list[Ar
         case Prim.GE | Prim.GT | Prim.EQ:
             return _flip(vals[0], vals[1], errs[0], errs[1])
         case Prim.SELECT:
+            # a predicate the errors could flip (its bound is not 0) still picks one of the two
+            # device values: the oracle's branch within its bound, or the other, within its
+            # bound of the other oracle value, whose distance from the chosen one is known
+            # (small where the branches meet at the edge, a leaky relu's kink)
             pred = vals[0].astype(bool)
             chosen = np.where(pred, errs[1], errs[2])
-            return np.where(errs[0] > 0, np.inf, chosen)
+            other = np.where(pred, errs[2], errs[1])
+            gap = np.abs(f[1] - f[2])
+            return np.where(errs[0] > 0, np.maximum(chosen, gap + other), chosen)
         case Prim.CONVERT:
             return errs[0] if y.dtype.kind == "f" else np.where(errs[0] > 0, np.inf, 0.0)
         case Prim.REDUCE_SUM if isinstance(e.params, ReduceParams):
