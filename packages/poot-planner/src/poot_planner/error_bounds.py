@@ -24,7 +24,7 @@ large the operand's error, so the error of a clamped value is at most the range'
 the oracle's (``min(E, max(hi - y, y - lo))``), and a divisor, a square root's or a log's
 operand held away from zero by it (``max(var, 0) + eps``) keeps the room the division needs even
 where its error exceeds its value. Ranges follow exact steps (max, min, neg, data movement) and
-monotone rounded ones (add, sub, sqrt) endpoint by endpoint, each rounding widening an endpoint
+monotone rounded ones (add, sub, sqrt, exp) endpoint by endpoint, each rounding widening an endpoint
 by the rounding at that endpoint; elsewhere the range is ``y -+ E``. An infinite bound is never
 narrowed (the operand may be NaN there). Steps of an XDNA2 row kernel are analysed one by
 one under the same per-primitive contracts the kernel's static bound is derived from
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -377,13 +378,15 @@ class _Range:
         err: Array,
         own: Array,
         narrowed: bool,
+        contract: Callable[[Array], Array],
     ) -> tuple[_Range, Array]:
         """The range of step ``e``'s device value and its bound (``err``; ``own`` its own
         error), narrowed by the range where the step follows its operands' ranges (``ops``,
-        on the oracle's operand values ``vals``). An infinite bound stays infinite: an operand promised nothing has the whole
-        line as its range, and so has anything its range reaches."""
+        on the oracle's operand values ``vals``; ``contract``: the step's contract's own error
+        at a value). An infinite bound stays infinite: an operand promised nothing has the
+        whole line as its range, and so has anything its range reaches."""
         y64 = np.asarray(y).astype(np.float64)
-        ruled = _ruled(e, ops, vals, own, narrowed)
+        ruled = _ruled(e, ops, vals, own, narrowed, contract)
         with np.errstate(all="ignore"):
             if ruled is None:
                 return _Range(y64 - err, y64 + err), err
@@ -396,13 +399,19 @@ class _Range:
 
 
 def _ruled(
-    e: Eqn, ops: list[_Range], vals: list[Array], own: Array, narrowed: bool
+    e: Eqn,
+    ops: list[_Range],
+    vals: list[Array],
+    own: Array,
+    narrowed: bool,
+    contract: Callable[[Array], Array],
 ) -> _Range | None:
     """The range of step ``e``'s device value from its operands' ranges, for the steps that
     follow them endpoint by endpoint (see the module), else None. An exact step widens by its
     own error (0, or the F32 oracle's rounding); a rounded one (narrowed: one FP16 rounding)
     by the rounding at each endpoint, ``u |end| + 2^-25`` (``u |z| `` grows with ``z``, so the
-    rounding of a value past the endpoint cannot reach back past it)."""
+    rounding of a value past the endpoint cannot reach back past it), and by the step's
+    contract there (an FP16 sqrt or exp within 2^-9 of the function)."""
     lo, hi = [r.lo for r in ops], [r.hi for r in ops]
     with np.errstate(all="ignore"):
         match e.prim:
@@ -413,11 +422,14 @@ def _ruled(
             case Prim.NEG:
                 return _Range(-hi[0] - own, -lo[0] + own)
             case Prim.ADD if narrowed:
-                return _rounded(lo[0] + lo[1], hi[0] + hi[1])
+                return _rounded(lo[0] + lo[1], hi[0] + hi[1], contract)
             case Prim.SUB if narrowed:
-                return _rounded(lo[0] - hi[1], hi[0] - lo[1])
+                return _rounded(lo[0] - hi[1], hi[0] - lo[1], contract)
             case Prim.SQRT if narrowed:
-                return _rounded(np.sqrt(np.maximum(lo[0], 0.0)), np.sqrt(np.maximum(hi[0], 0.0)))
+                low, high = np.sqrt(np.maximum(lo[0], 0.0)), np.sqrt(np.maximum(hi[0], 0.0))
+                return _rounded(low, high, contract)
+            case Prim.EXP if narrowed:  # at least 0: a sigmoid's 1 + exp(-x) at least 1
+                return _rounded(np.exp(lo[0]), np.exp(hi[0]), contract)
             case _ if e.prim in _MOVED:
                 return _Range(_moved(e, lo, vals), _moved(e, hi, vals))
     return None
@@ -433,7 +445,7 @@ def _rules(prim: Prim, narrowed: bool, ranged: bool) -> bool:
     its range is its bound's, moved)."""
     if prim in (Prim.MAX, Prim.MIN, Prim.NEG):
         return True
-    if prim in (Prim.ADD, Prim.SUB, Prim.SQRT):
+    if prim in (Prim.ADD, Prim.SUB, Prim.SQRT, Prim.EXP):
         return narrowed
     return ranged and prim in _MOVED
 
@@ -445,9 +457,11 @@ _MOVED = frozenset(
 )
 
 
-def _rounded(lo: Array, hi: Array) -> _Range:
-    """``[lo, hi]`` widened by one FP16 rounding at each endpoint."""
-    return _Range(lo - (UNIT * np.abs(lo) + HALF_TINY), hi + (UNIT * np.abs(hi) + HALF_TINY))
+def _rounded(lo: Array, hi: Array, contract: Callable[[Array], Array]) -> _Range:
+    """``[lo, hi]`` widened by one FP16 rounding and the step's contract at each endpoint
+    (``contract``: its own error at a value; inf outside its domain)."""
+    low = lo - (UNIT * np.abs(lo) + HALF_TINY) - contract(lo)
+    return _Range(low, hi + (UNIT * np.abs(hi) + HALF_TINY) + contract(hi))
 
 
 def _whole(
@@ -653,7 +667,9 @@ def result_bounds(
                 _Range.around(o, d) if r is None else r
                 for r, o, d in zip(ranged, ops, eops, strict=True)
             ]
-            rng[e.out.id], err[e.out.id] = _Range.of(e, rops, ops, y, total, own, narrowed)
+            rng[e.out.id], err[e.out.id] = _Range.of(
+                e, rops, ops, y, total, own, narrowed, partial(_own, contract, e, ops)
+            )
         if origins is not None:
             came = next(
                 (first[a.id] for a in e.inputs if isinstance(a, Var) and a.id in first), None
