@@ -288,3 +288,172 @@ def test_a_pooled_reduce_sum_is_held_to_its_two_roundings(engine: Engine) -> Non
     assert cap is not None and isinstance(cap.contract.bound, RoundedTwice)
     assert cap.contract.check(got, want, [x]).ok
     assert not compare(got, want, BitExact(signed_zero=False)).ok
+
+
+ROWS, WIDTH = 4, 8
+#: a LayerNorm's rows at the edges: constant and nearly so (the variance 0, or below what FP16
+#: resolves: 50.01 is 50 there), flushed, ordinary, large (the squares' sums near FP16's range)
+NORM_ROWS = {
+    "constant": [50.0] * WIDTH,
+    "near constant": [50.0, 50.01] * (WIDTH // 2),
+    "flush": [3e-8, -3e-8, 1e-9, 0.0, 2**-24, -(2**-24), 1e-6, -1e-6],
+    "ordinary": [0.5, -1.25, 3.5, 0.0, -0.75, 2.0, 1.0, -3.0],
+    "large": [60.0, -40.0, 20.0, 50.0, -30.0, 10.0, 0.0, 24.0],
+}
+
+
+def _layer_norm(variance_by_squares: bool) -> Program:
+    """``(x - mean) / sqrt(var + eps)`` over the channel axis, the variance as the mean square
+    of the difference, or as ``max(E[x^2] - E[x]^2, 0)`` (magika's form)."""
+    b = Builder("layer_norm")
+    x = b.slot("x", DType.F32, (ROWS, WIDTH))
+
+    def mean(v: Var) -> Var:
+        return b.broadcast_in_dim(b.mul(b.reduce_sum(v, 1), 1.0 / WIDTH), (ROWS, WIDTH), (0,))
+
+    m = mean(x)
+    d = b.sub(x, m)
+    if variance_by_squares:
+        var = b.max(b.sub(mean(b.mul(x, x)), b.mul(m, m)), 0.0)
+    else:
+        var = mean(b.mul(d, d))
+    b.output("y", b.div(d, b.sqrt(b.add(var, 1e-5))))
+    return b.build()
+
+
+def _layer_norm64(x: Array, variance_by_squares: bool) -> Array:
+    m = np.mean(x, axis=1, keepdims=True)
+    if variance_by_squares:
+        var = np.maximum(np.mean(x * x, axis=1, keepdims=True) - m * m, 0.0)
+    else:
+        var = np.mean((x - m) ** 2, axis=1, keepdims=True)
+    return np.asarray((x - m) / np.sqrt(var + 1e-5))
+
+
+@given(
+    rows=st.lists(st.sampled_from(sorted(NORM_ROWS)), min_size=ROWS, max_size=ROWS),
+    by_squares=st.booleans(),
+)
+@settings(derandomize=True, max_examples=8, deadline=None)
+def test_a_layer_norm_at_its_edges_is_within_its_derived_contract(
+    engine: Engine, rows: list[str], by_squares: bool
+) -> None:
+    """A LayerNorm on rows at the edges (constant, nearly so, flushed): the device within the
+    derived bound of a float64 evaluation written here. With the variance clamped at 0 and eps
+    added (``max(E[x^2] - E[x]^2, 0) + eps``) the divisor is at least sqrt(eps) whatever its
+    error, so every element is promised a finite bound."""
+    x = np.array([NORM_ROWS[r] for r in rows], np.float32)
+    p = plan(_layer_norm(by_squares), "intel-npu4")
+    assert p.admitted, [str(r) for r in p.refusals]
+    entry = engine.add_entry(p, engine.load_weights({}))
+    try:
+        got = engine.step(entry, {"x": x})["y"].astype(np.float64)
+    finally:
+        engine.remove_entry(entry)
+    want = _layer_norm64(x.astype(np.float64), by_squares)
+    bound = result_bounds(p, {"x": x})["y"]
+    promised = np.isfinite(bound)
+    if by_squares:
+        assert promised.all(), (rows, bound)
+    slack = 2.0**-24 * np.abs(want)
+    assert np.all(np.abs(got - want)[promised] <= (bound + slack)[promised]), (rows, bound)
+
+
+CHANNELS, SIDE, LAYERS = 2, 5, 6
+
+
+def _conv64(x: Array, w: Array) -> Array:
+    """A 3x3 convolution, padding 1, at float64: a loop over the taps (the judge)."""
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    out = np.zeros((x.shape[0], w.shape[0], SIDE, SIDE))
+    for i, j in np.ndindex(3, 3):
+        out += np.einsum("nchw,oc->nohw", xp[:, :, i : i + SIDE, j : j + SIDE], w[:, :, i, j])
+    return out
+
+
+def _deep_conv(scale: float) -> Program:
+    """``LAYERS`` times: a 3x3 convolution, a per-tensor scale (a folded batch norm), relu6
+    (``min(max(., 0), 6)``)."""
+    b = Builder("deep_conv")
+    y = b.slot("x", DType.F32, (1, CHANNELS, SIDE, SIDE))
+    for k in range(LAYERS):
+        w = b.weight(f"w{k}", DType.F32, (CHANNELS, CHANNELS, 3, 3))
+        y = b.min(b.max(b.mul(b.conv(y, w, padding=((1, 1), (1, 1))), scale), 0.0), 6.0)
+    b.output("y", y)
+    return b.build()
+
+
+@given(
+    regime=st.sampled_from(["small", "near one", "ordinary", "overflow"]),
+    scale=st.sampled_from([1.0, 3.0, 1000.0]),
+    data=st.data(),
+)
+@settings(
+    derandomize=True,
+    max_examples=8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+def test_a_deep_clamped_conv_stack_is_within_its_derived_contract(
+    engine: Engine, regime: str, scale: float, data: st.DataObject
+) -> None:
+    """Six convolutions, each scaled and clamped by relu6, inputs and weights at the edges (a
+    scale of 1000 and inputs near 65504 push the sums past FP16's range): the device within
+    the derived bound of a float64 evaluation written here, and every element promised: the
+    clamp holds the device's value in [0, 6] whatever the error before it, so the bound stays
+    at most 6 instead of growing layer by layer into an assumed overflow."""
+    size = CHANNELS * SIDE * SIDE
+    x = np.array(
+        data.draw(st.lists(st.sampled_from(REGIMES[regime]), min_size=size, max_size=size))
+    )
+    feed = {"x": x.astype(np.float32).reshape(1, CHANNELS, SIDE, SIDE)}
+    taps = st.lists(
+        st.sampled_from(REGIMES["ordinary"] + REGIMES["small"]), min_size=36, max_size=36
+    )
+    for k in range(LAYERS):
+        feed[f"w{k}"] = np.array(data.draw(taps), np.float32).reshape(CHANNELS, CHANNELS, 3, 3)
+    p = plan(_deep_conv(scale), "intel-npu4")
+    assert p.admitted, [str(r) for r in p.refusals]
+    weights = {n: v for n, v in feed.items() if n != "x"}
+    y, peak = feed["x"].astype(np.float64), 0.0
+    for k in range(LAYERS):
+        y = _conv64(y, feed[f"w{k}"].astype(np.float64)) * scale
+        peak = max(peak, float(np.max(np.abs(y))))
+        y = np.clip(y, 0.0, 6.0)
+    entry = engine.add_entry(p, engine.load_weights(weights))
+    try:
+        got = engine.step(entry, {"x": feed["x"]})["y"].astype(np.float64)
+    except PootError as err:
+        # a typed refusal (an FP16 overflow the in-graph guard saw): real on float64
+        assert peak >= 65504.0 / 2, f"{type(err).__name__} unjustified: {err}"
+        return
+    finally:
+        engine.remove_entry(entry)
+    bound = result_bounds(p, feed)["y"]
+    promised = np.isfinite(bound)
+    if peak < 65504.0 / 2:  # no sum near FP16's range: nothing may be assumed to overflow
+        assert promised.all(), (regime, scale)
+    assert np.all(bound[promised] <= 6.0 + 2.0**-8), float(np.max(bound[promised]))
+    slack = 2.0**-24 * np.abs(y)
+    assert np.all(np.abs(got - y)[promised] <= (bound + slack)[promised])
+
+
+def test_a_leaky_relu_at_its_kink_is_held_to_either_branch(engine: Engine) -> None:
+    """``select(d >= 0, d, 0.01 d)`` at ``d = 1000.1 - 1000``: FP16 holds the difference as 0,
+    so the predicate may flip; the device picks one of the branches either way, so the bound is
+    finite (the other branch's bound plus the branches' distance), and the device within it."""
+    b = Builder("leaky")
+    x, z = b.slot("x", DType.F32, (2,)), b.slot("z", DType.F32, (2,))
+    d = b.sub(x, z)
+    b.output("y", b.select(b.ge(d, 0.0), d, b.mul(d, 0.01)))
+    p = plan(b.build(), "intel-npu4")
+    feed = {"x": np.array([1000.1, 3.0], np.float32), "z": np.array([1000.0, 1.0], np.float32)}
+    bound = result_bounds(p, feed)["y"]
+    assert np.all(np.isfinite(bound)), bound
+    want = np.asarray(feed["x"], np.float64) - np.asarray(feed["z"], np.float64)
+    entry = engine.add_entry(p, engine.load_weights({}))
+    try:
+        got = engine.step(entry, feed)["y"].astype(np.float64)
+    finally:
+        engine.remove_entry(entry)
+    assert np.all(np.abs(got - want) <= bound + 2.0**-24 * np.abs(want))

@@ -256,3 +256,46 @@ def test_each_domain_has_its_own_wording() -> None:
     words = [d.describe() for d in DOMAINS]
     assert len(set(words)) == len(words)
     assert Interval(-87.0, 88.0).describe() == "[-87, 88]"
+
+
+@pytest.mark.parametrize(
+    ("strides", "padding", "lhs", "rhs", "groups"),
+    [((1, 1), ((1, 1), (2, 0)), (1, 1), (1, 1), 1), ((2, 1), ((2, 1), (0, 3)), (2, 1), (1, 2), 2)],
+)
+def test_accumulated_counts_the_terms_a_convolution_really_sums(
+    strides: tuple[int, int],
+    padding: tuple[tuple[int, int], ...],
+    lhs: tuple[int, int],
+    rhs: tuple[int, int],
+    groups: int,
+) -> None:
+    """``accumulated`` of a padded, dilated, grouped convolution: at each output, the terms
+    whose input lies inside the (undilated) input times the sum of their magnitudes, against a
+    loop over the window written here (padding and the dilation's inserted zeros not counted)."""
+    from poot_ir import Builder
+    from poot_ir.numerics import accumulated
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 4, 5, 6)).astype(f32)
+    w = rng.standard_normal((4, 4 // groups, 3, 2)).astype(f32)
+    b = Builder("conv")
+    xv, wv = b.slot("x", DType.F32, x.shape), b.weight("w", DType.F32, w.shape)
+    b.output("y", b.conv(xv, wv, strides, padding, lhs, rhs, groups))
+    (eqn,) = b.build().eqns
+    got = accumulated(eqn, [x, w])
+    cg, og = x.shape[1] // groups, w.shape[0] // groups
+    want = np.zeros(eqn.out.type.shape)
+    for n, o, i, j in np.ndindex(*want.shape):
+        count, mag = 0, 0.0
+        for c, p, q in np.ndindex(cg, *w.shape[2:]):
+            # the position in the dilated, padded input, back to the input's own index
+            r = i * strides[0] + p * rhs[0] - padding[0][0]
+            s = j * strides[1] + q * rhs[1] - padding[1][0]
+            if r % lhs[0] or s % lhs[1]:
+                continue
+            r, s = r // lhs[0], s // lhs[1]
+            if 0 <= r < x.shape[2] and 0 <= s < x.shape[3]:
+                count += 1
+                mag += abs(float(x[n, (o // og) * cg + c, r, s]) * float(w[o, c, p, q]))
+        want[n, o, i, j] = count * mag
+    np.testing.assert_allclose(got, want, rtol=1e-12)

@@ -17,7 +17,7 @@ element. Rules every bound shares:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -236,9 +236,10 @@ def accumulated(eqn: Eqn, operands: Sequence[Any]) -> Array:
     """The scale of ``ScaledSum`` for the accumulating step ``eqn`` on ``operands``: at each
     result element, the number of terms summed into it times the sum of their magnitudes
     (float64). A reduce_sum over any axes, a matmul (terms ``a_ik * b_kj``), a convolution
-    (``x * w`` over the window and the group's channels, padding excluded) and a window sum;
-    another primitive is ``ValueError``. The count is the step evaluated on ones, so padding
-    and dilation are counted as the oracle sums them."""
+    (``x * w`` over the window and the group's channels) and a window sum; another primitive is
+    ``ValueError``. The count is of the terms really summed: a term of the padding (or of a
+    dilation's inserted zeros) adds an exact zero and no rounding, so it is not counted. The
+    FP16 contract's FP32 accumulation scales the same figure (``poot_planner.fp16.contract``)."""
     from poot_ir.window import conv64, windows_of  # the oracle's own window arithmetic
 
     mags = [np.abs(np.asarray(o, np.float64)) for o in operands]
@@ -252,8 +253,16 @@ def accumulated(eqn: Eqn, operands: Sequence[Any]) -> Array:
             return np.asarray(mags[0].shape[-1] * (mags[0] @ mags[1]))
         case Prim.CONV if isinstance(p, ConvParams):
             shape = eqn.out.type.shape
-            ones = conv64(np.ones_like(mags[0]), np.ones_like(mags[1]), p, shape)
-            return np.asarray(ones * conv64(mags[0], mags[1], p, shape))
+            # the count depends on the output position alone (how much of the window is
+            # padding), times the group's input channels: one channel of ones, one group
+            x, w = mags
+            ones = conv64(
+                np.ones((1, 1, *x.shape[2:])),
+                np.ones((1, 1, *w.shape[2:])),
+                replace(p, groups=1),
+                (1, 1, *shape[2:]),
+            )
+            return np.asarray(w.shape[1] * ones * conv64(x, w, p, shape))
         case Prim.REDUCE_WINDOW_SUM if isinstance(p, ReduceWindowParams):
             axes = tuple(range(mags[0].ndim, 2 * mags[0].ndim))
             ones = np.sum(windows_of(np.ones_like(mags[0]), p, 0.0), axis=axes)

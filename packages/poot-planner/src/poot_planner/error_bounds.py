@@ -14,8 +14,19 @@ for the inputs at hand, element by element:
 Inputs and literals are exact (E = 0), except in a narrowed plan: there the device rounds each
 F32 argument and literal to FP16 first, and each equation adds its FP16 lowering's rounding
 (``poot_planner.fp16.contract``: the derived FP16 contract). Outside a step's domain nothing is promised (E = inf,
-and the comparison skips the element); a comparison or a select whose outcome an operand's
-error could flip is promised nothing either. Steps of an XDNA2 row kernel are analysed one by
+and the comparison skips the element); a comparison whose outcome an operand's error could flip
+is promised nothing either, and a select it drives is held to either branch (the other one's
+bound plus its distance from the chosen one).
+
+Beside each bound the analysis keeps the range the device's value lies in (``_Range``): a clamp
+(``max(x, 0)``, relu6, a hard sigmoid) holds the device's value between its literals however
+large the operand's error, so the error of a clamped value is at most the range's reach from
+the oracle's (``min(E, max(hi - y, y - lo))``), and a divisor, a square root's or a log's
+operand held away from zero by it (``max(var, 0) + eps``) keeps the room the division needs even
+where its error exceeds its value. Ranges follow exact steps (max, min, neg, data movement) and
+monotone rounded ones (add, sub, sqrt, exp) endpoint by endpoint, each rounding widening an endpoint
+by the rounding at that endpoint; elsewhere the range is ``y -+ E``. An infinite bound is never
+narrowed (the operand may be NaN there). Steps of an XDNA2 row kernel are analysed one by
 one under the same per-primitive contracts the kernel's static bound is derived from
 (``poot_planner.xdna2.rowfusion``), so the running bound never exceeds what the derivation allows.
 Where first-order carrying loses a normalization (the errors reaching a LayerNorm exceed its
@@ -29,6 +40,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -70,7 +83,7 @@ from poot_ir.numerics import (
 from poot_ir.window import conv64, windows_of
 
 from poot_planner.emit import RuleContext
-from poot_planner.fp16.contract import own_rounding, stored, stored_literal
+from poot_planner.fp16.contract import HALF_TINY, UNIT, own_rounding, stored, stored_literal
 from poot_planner.fp16.narrowing import operating_dtype
 from poot_planner.legalize.logarithm import operand_of_softplus
 from poot_planner.legalize.rewrite import Rewrite
@@ -192,10 +205,20 @@ def _flip(a: Array, b: Array, ea: Array, eb: Array) -> Array:
     return np.where(gap <= ea + eb, np.inf, 0.0)
 
 
-def _propagated(e: Eqn, vals: list[Array], errs: list[Array], y: Array) -> Array:
-    """The operands' errors carried through the step (an upper bound, elementwise)."""
+def _propagated(
+    e: Eqn,
+    vals: list[Array],
+    errs: list[Array],
+    y: Array,
+    lows: list[Array | None] | None = None,
+) -> Array:
+    """The operands' errors carried through the step (an upper bound, elementwise). ``lows``:
+    for each operand, a floor of the device's value's magnitude beyond ``|x| - E``
+    (``_Range.floor``: a divisor or a root's operand held away from zero), or None."""
+    if lows is None:
+        lows = [None] * len(vals)
     with np.errstate(all="ignore"):
-        out = np.asarray(_carry(e, vals, errs, y), dtype=np.float64)
+        out = np.asarray(_carry(e, vals, errs, y, lows), dtype=np.float64)
     return np.where(np.isnan(out), np.inf, out)  # an undefined carry promises nothing
 
 
@@ -204,7 +227,14 @@ def _scale(magnitude: Array, err: Array) -> Array:
     return np.where(err == 0, 0.0, magnitude * err)
 
 
-def _carry(e: Eqn, vals: list[Array], errs: list[Array], y: Array) -> Any:
+def _room(x: Array, err: Array, low: Array | None) -> Array:
+    """The least magnitude the device's value of ``x`` can have: ``|x| - E``, or the floor of
+    its range when that is higher (negative: it may be 0)."""
+    room = np.abs(x) - err
+    return np.asarray(room if low is None else np.maximum(room, low))
+
+
+def _carry(e: Eqn, vals: list[Array], errs: list[Array], y: Array, lows: list[Array | None]) -> Any:
     p = e.prim
     f = [v.astype(np.float64) for v in vals]
     y64 = y.astype(np.float64) if y.dtype.kind in "fi" else np.zeros(y.shape)
@@ -213,12 +243,12 @@ def _carry(e: Eqn, vals: list[Array], errs: list[Array], y: Array) -> Any:
             return errs[0] + errs[1]
         case Prim.MUL:
             return _scale(np.abs(f[1]), errs[0]) + _scale(np.abs(f[0]), errs[1]) + errs[0] * errs[1]
-        case Prim.DIV:
-            room = np.abs(f[1]) - errs[1]
+        case Prim.DIV:  # |n'/d' - n/d| <= (E_n + |y| E_d) / |d'|, |d'| >= the floor
+            room = _room(f[1], errs[1], lows[1])
             carried = errs[0] + _scale(np.abs(y64), errs[1])
             return np.where(carried == 0, 0.0, np.where(room > 0, carried / room, np.inf))
         case Prim.RECIP:
-            room = np.abs(f[0]) - errs[0]
+            room = _room(f[0], errs[0], lows[0])
             return np.where(
                 errs[0] == 0, 0.0, np.where(room > 0, errs[0] / (np.abs(f[0]) * room), np.inf)
             )
@@ -237,13 +267,16 @@ def _carry(e: Eqn, vals: list[Array], errs: list[Array], y: Array) -> Any:
             scaled = _scale(np.abs(y64), np.expm1(errs[0]))
             direct = np.exp(f[0] + errs[0]) - np.exp(f[0])
             return np.where(np.isfinite(scaled), scaled, direct)
-        case Prim.LOG:
-            room = np.abs(f[0]) - errs[0]
+        case Prim.LOG:  # |log x' - log x| <= log(x / x_min) or log(x_max / x), x_min the floor
+            room = _room(f[0], errs[0], lows[0])
+            near = np.where(room > 0, np.log(np.abs(f[0]) / np.where(room > 0, room, 1.0)), np.inf)
             return np.where(
-                errs[0] == 0, 0.0, np.where(room > 0, -np.log1p(-errs[0] / np.abs(f[0])), np.inf)
+                errs[0] == 0,
+                0.0,
+                np.where(room > 0, np.maximum(near, np.log1p(errs[0] / np.abs(f[0]))), np.inf),
             )
         case Prim.SQRT:  # |sqrt(a + d) - sqrt(a)| <= |d| / (sqrt(a - |d|) + sqrt(a))
-            low = np.sqrt(np.maximum(f[0] - errs[0], 0.0))
+            low = np.sqrt(np.maximum(_room(f[0], errs[0], lows[0]), 0.0))
             denom = low + np.sqrt(np.maximum(f[0], 0.0))
             return np.where(
                 errs[0] == 0, 0.0, np.where(denom > 0, errs[0] / denom, np.sqrt(errs[0]))
@@ -257,9 +290,15 @@ def _carry(e: Eqn, vals: list[Array], errs: list[Array], y: Array) -> Any:
         case Prim.GE | Prim.GT | Prim.EQ:
             return _flip(vals[0], vals[1], errs[0], errs[1])
         case Prim.SELECT:
+            # a predicate the errors could flip (its bound is not 0) still picks one of the two
+            # device values: the oracle's branch within its bound, or the other, within its
+            # bound of the other oracle value, whose distance from the chosen one is known
+            # (small where the branches meet at the edge, a leaky relu's kink)
             pred = vals[0].astype(bool)
             chosen = np.where(pred, errs[1], errs[2])
-            return np.where(errs[0] > 0, np.inf, chosen)
+            other = np.where(pred, errs[2], errs[1])
+            gap = np.abs(f[1] - f[2])
+            return np.where(errs[0] > 0, np.maximum(chosen, gap + other), chosen)
         case Prim.CONVERT:
             return errs[0] if y.dtype.kind == "f" else np.where(errs[0] > 0, np.inf, 0.0)
         case Prim.REDUCE_SUM if isinstance(e.params, ReduceParams):
@@ -354,6 +393,122 @@ def _moved(e: Eqn, errs: list[Array], vals: list[Array]) -> Array:
                 out[window] = errs[1]
                 return out
             return np.full(e.out.shape, np.inf)  # no rule: promise nothing
+
+
+@dataclass(frozen=True, slots=True)
+class _Range:
+    """Where the device's value lies: ``lo <= v' <= hi`` elementwise (float64; -inf / inf where
+    nothing is known). See the module."""
+
+    lo: Array
+    hi: Array
+
+    @staticmethod
+    def around(y: Any, err: Array) -> _Range:
+        """The range a bound alone gives: ``y -+ E``."""
+        y64 = np.asarray(y).astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            return _Range(y64 - err, y64 + err)
+
+    def floor(self) -> Array:
+        """The least magnitude of the device's value: ``lo`` when positive, ``-hi`` when
+        negative, else 0."""
+        with np.errstate(invalid="ignore"):
+            return np.where(self.lo > 0, self.lo, np.where(self.hi < 0, -self.hi, 0.0))
+
+    @staticmethod
+    def of(
+        e: Eqn,
+        ops: list[_Range],
+        vals: list[Array],
+        y: Array,
+        err: Array,
+        own: Array,
+        narrowed: bool,
+        contract: Callable[[Array], Array],
+    ) -> tuple[_Range, Array]:
+        """The range of step ``e``'s device value and its bound (``err``; ``own`` its own
+        error), narrowed by the range where the step follows its operands' ranges (``ops``,
+        on the oracle's operand values ``vals``; ``contract``: the step's contract's own error
+        at a value). An infinite bound stays infinite: an operand promised nothing has the
+        whole line as its range, and so has anything its range reaches."""
+        y64 = np.asarray(y).astype(np.float64)
+        ruled = _ruled(e, ops, vals, own, narrowed, contract)
+        with np.errstate(all="ignore"):
+            if ruled is None:
+                return _Range(y64 - err, y64 + err), err
+            lo = np.fmax(ruled.lo, y64 - err)
+            hi = np.fmin(ruled.hi, y64 + err)
+            reach = np.fmax(hi - y64, y64 - lo)
+            keep = np.isfinite(err) & np.isfinite(reach) & ~np.isnan(y64)
+            tight = np.where(keep, np.fmin(err, np.maximum(reach, 0.0)), err)
+            return _Range(np.where(keep, lo, y64 - tight), np.where(keep, hi, y64 + tight)), tight
+
+
+def _ruled(
+    e: Eqn,
+    ops: list[_Range],
+    vals: list[Array],
+    own: Array,
+    narrowed: bool,
+    contract: Callable[[Array], Array],
+) -> _Range | None:
+    """The range of step ``e``'s device value from its operands' ranges, for the steps that
+    follow them endpoint by endpoint (see the module), else None. An exact step widens by its
+    own error (0, or the F32 oracle's rounding); a rounded one (narrowed: one FP16 rounding)
+    by the rounding at each endpoint, ``u |end| + 2^-25`` (``u |z| `` grows with ``z``, so the
+    rounding of a value past the endpoint cannot reach back past it), and by the step's
+    contract there (an FP16 sqrt or exp within 2^-9 of the function)."""
+    lo, hi = [r.lo for r in ops], [r.hi for r in ops]
+    with np.errstate(all="ignore"):
+        match e.prim:
+            case Prim.MAX:
+                return _Range(np.maximum(lo[0], lo[1]) - own, np.maximum(hi[0], hi[1]) + own)
+            case Prim.MIN:
+                return _Range(np.minimum(lo[0], lo[1]) - own, np.minimum(hi[0], hi[1]) + own)
+            case Prim.NEG:
+                return _Range(-hi[0] - own, -lo[0] + own)
+            case Prim.ADD if narrowed:
+                return _rounded(lo[0] + lo[1], hi[0] + hi[1], contract)
+            case Prim.SUB if narrowed:
+                return _rounded(lo[0] - hi[1], hi[0] - lo[1], contract)
+            case Prim.SQRT if narrowed:
+                low, high = np.sqrt(np.maximum(lo[0], 0.0)), np.sqrt(np.maximum(hi[0], 0.0))
+                return _rounded(low, high, contract)
+            case Prim.EXP if narrowed:  # at least 0: a sigmoid's 1 + exp(-x) at least 1
+                return _rounded(np.exp(lo[0]), np.exp(hi[0]), contract)
+            case _ if e.prim in _MOVED:
+                return _Range(_moved(e, lo, vals), _moved(e, hi, vals))
+    return None
+
+
+#: the steps whose carry reads a floor of an operand's magnitude (``_room``)
+_ROOMS = frozenset({Prim.DIV, Prim.RECIP, Prim.LOG, Prim.SQRT})
+
+
+def _rules(prim: Prim, narrowed: bool, ranged: bool) -> bool:
+    """Whether step ``prim`` narrows its value's range (``_ruled``): an exact step or, narrowed,
+    a monotone rounded one; data movement only where an operand has a narrowed range (else
+    its range is its bound's, moved)."""
+    if prim in (Prim.MAX, Prim.MIN, Prim.NEG):
+        return True
+    if prim in (Prim.ADD, Prim.SUB, Prim.SQRT, Prim.EXP):
+        return narrowed
+    return ranged and prim in _MOVED
+
+
+#: data movement: a range moves with its values
+_MOVED = frozenset(
+    {Prim.TRANSPOSE, Prim.RESHAPE, Prim.BROADCAST_IN_DIM, Prim.SLICE, Prim.CONCAT, Prim.GATHER}
+    | {Prim.DYNAMIC_UPDATE_SLICE}
+)
+
+
+def _rounded(lo: Array, hi: Array, contract: Callable[[Array], Array]) -> _Range:
+    """``[lo, hi]`` widened by one FP16 rounding and the step's contract at each endpoint
+    (``contract``: its own error at a value; inf outside its domain)."""
+    low = lo - (UNIT * np.abs(lo) + HALF_TINY) - contract(lo)
+    return _Range(low, hi + (UNIT * np.abs(hi) + HALF_TINY) + contract(hi))
 
 
 def _whole(
@@ -492,6 +647,7 @@ def result_bounds(
     inputs: Mapping[str, np.ndarray],
     values: Mapping[int, Array] | None = None,
     origins: dict[str, tuple[int, str]] | None = None,
+    every: dict[int, Array] | None = None,
 ) -> dict[str, Array]:
     """For each result of ``plan.source`` (by name): the largest error a device running
     ``plan`` may have at each element, for these ``inputs`` (inf: nothing promised). The
@@ -500,7 +656,9 @@ def result_bounds(
     ``legalized_values`` of these inputs, when the caller has them (else evaluated here).
     ``origins``, when given, receives for each result with an element promised nothing the
     equation of ``plan.legalized`` (index, primitive) whose bound first became infinite on
-    finite operand bounds and reaches it: what makes the result unbounded on these inputs."""
+    finite operand bounds and reaches it: what makes the result unbounded on these inputs.
+    ``every``, when given, receives the bound of every value of ``plan.legalized`` by var id
+    (the arguments' and each equation's): where a bound grows, for a diagnosis."""
     program = plan.legalized
     # a rewrite by a published approximation adds the formula's own error at its last step
     approximation = {
@@ -541,6 +699,7 @@ def result_bounds(
         else np.zeros(a.var.shape)
         for a in program.args
     }
+    rng: dict[int, _Range] = {}  # the ranges steps narrowed (``_Range``)
     for i, e in enumerate(program.eqns):
         ops = [val[a.id] if isinstance(a, Var) else np.asarray(a.value) for a in e.inputs]
         eops = [
@@ -552,6 +711,15 @@ def result_bounds(
         y = values[e.out.id]
         contract = _contract(plan, i, e)
         narrowed = narrow and DType.F32 in (e.out.dtype, operating_dtype(e))
+        # a range is kept only where a step narrowed it: elsewhere it is ``y -+ E``, built
+        # when a ruled step reads it
+        ranged = [rng.get(a.id) if isinstance(a, Var) else None for a in e.inputs]
+        ruled = (
+            i not in approximation
+            and i not in scaled
+            and i not in whole
+            and _rules(e.prim, narrowed, any(r is not None for r in ranged))
+        )
         if narrowed and contract is not None and isinstance(contract.bound, RoundedTwice):
             contract = None  # the FP16 lowering below is the pooled sum's own error
         own = _own(contract, e, ops, y)
@@ -571,12 +739,22 @@ def result_bounds(
             source = plan.source.eqns[whole[i].eqn]
             own, prop = _whole(whole[i], source, producer, val, err, y, device)
         else:
-            prop = _propagated(e, ops, eops, y)
+            lows = [None if r is None else r.floor() for r in ranged] if e.prim in _ROOMS else None
+            prop = _propagated(e, ops, eops, y, lows)
             # narrowed: each equation's FP16 lowering (the F32 oracle's rounding in it); else
             # the one ulp two roundings of neighbouring values can part by
             own = own + (own_rounding(e, ops, y, prop) if narrowed else _rerounded(e, y, prop, ops))
         val[e.out.id] = y
-        err[e.out.id] = np.asarray(own + prop, dtype=np.float64)
+        total = np.asarray(own + prop, dtype=np.float64)
+        err[e.out.id] = total
+        if ruled:
+            rops = [
+                _Range.around(o, d) if r is None else r
+                for r, o, d in zip(ranged, ops, eops, strict=True)
+            ]
+            rng[e.out.id], err[e.out.id] = _Range.of(
+                e, rops, ops, y, total, own, narrowed, partial(_own, contract, e, ops)
+            )
         if not narrow and e.prim is Prim.DIV:
             err[e.out.id] = _within_range(
                 program, i, index, contract_of, magnitude, unpromised, y, err
@@ -589,6 +767,8 @@ def result_bounds(
                 came = (i, e.prim.value)
             if came is not None:
                 first[e.out.id] = came
+    if every is not None:
+        every.update(err)
     if origins is not None:
         for name, v in program.results():
             if v.id in first and np.isinf(err[v.id]).any():

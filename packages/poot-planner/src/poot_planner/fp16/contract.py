@@ -14,7 +14,8 @@ function a step's), so the contract is derived for the inputs at hand, element b
     subnormal);
   * ``ACCUMULATED``: a matmul, a convolution, a window sum and a reduce_sum over the channel
     axis run on the DPU with FP32 accumulation rounded once: the rounding plus
-    ``n 2^-24 sum |a||b|`` (FP32 accumulation of ``n`` terms);
+    ``n 2^-24 sum |a||b|`` (FP32 accumulation of the ``n`` terms really summed, padding
+    excluded: ``poot_ir.numerics.accumulated``);
   * ``POOLED``: a reduce_sum over another axis is AvgPool then Multiply by N
     (npu_compiler ``convert_reduce_to_pooling.cpp``; ``fp16.saturation.pooled_summands``): the
     mean rounds (``u |s| / N + 2^-25``, times N) and so does the product, ``2u |s| +
@@ -43,19 +44,15 @@ from typing import Any, assert_never
 
 import numpy as np
 from poot_ir import (
-    ConvParams,
     DType,
     Eqn,
     Literal,
     Prim,
     Program,
-    ReduceParams,
-    ReduceWindowParams,
     Var,
 )
 from poot_ir.core import COMPARISONS, EXACT_ARITHMETIC, MOVEMENT
-from poot_ir.numerics import NarrowStorage, Unbounded, UnboundedBy
-from poot_ir.window import conv64, windows_of
+from poot_ir.numerics import NarrowStorage, Unbounded, UnboundedBy, accumulated, summands
 
 from poot_planner.fp16.saturation import pooled_summands
 
@@ -154,24 +151,12 @@ def stored_literal(a: Literal) -> float:
     return abs(float(np.float16(v)) - v)
 
 
-def _magnitudes(e: Eqn, ops: list[Array]) -> tuple[Array, int]:
-    """``sum |terms|`` of an accumulating equation at each result element, and the number of
-    terms ``n`` (the accumulation's ``n 2^-24`` of it)."""
-    a = [np.abs(np.asarray(o, np.float64)) for o in ops]
-    match e.prim, e.params:
-        case Prim.MATMUL, _:
-            return np.asarray(a[0] @ a[1]), int(a[0].shape[-1])
-        case Prim.CONV, ConvParams() as p:
-            w = a[1]
-            return conv64(a[0], w, p, e.out.type.shape), int(np.prod(w.shape[1:]))
-        case Prim.REDUCE_WINDOW_SUM, ReduceWindowParams() as p:
-            win = windows_of(a[0], p, 0.0)
-            axes = tuple(range(len(e.out.type.shape), win.ndim))
-            return np.sum(win, axis=axes), math.prod(p.window)
-        case Prim.REDUCE_SUM, ReduceParams(axes=axes):
-            return np.sum(a[0], axis=axes), math.prod(a[0].shape[i] for i in axes)
-        case _:
-            return np.zeros(e.out.type.shape), 0
+def _accumulation(e: Eqn, ops: list[Array]) -> Array:
+    """FP32 accumulation's error at each result element: ``n 2^-24 sum |terms|`` to first
+    order (``numerics.accumulated``: ``n`` the terms really summed, padding excluded), doubled:
+    ``gamma_n = n u / (1 - n u) <= 2 n u`` while ``n u <= 1/2`` (``n`` up to 2^23 terms), the
+    second-order terms included."""
+    return 2.0 * _F32_ACCUMULATION * accumulated(e, ops)
 
 
 def own_rounding(e: Eqn, ops: list[Array], y: Array, carried: Array) -> Array:
@@ -190,12 +175,11 @@ def own_rounding(e: Eqn, ops: list[Array], y: Array, carried: Array) -> Array:
             case F16Lowering.ROUNDED:
                 own = UNIT * held + HALF_TINY
             case F16Lowering.ACCUMULATED:
-                mag, n = _magnitudes(e, ops)
-                own = UNIT * held + HALF_TINY + 2.0 * n * _F32_ACCUMULATION * mag
+                own = UNIT * held + HALF_TINY + _accumulation(e, ops)
             case F16Lowering.POOLED:
-                mag, n = _magnitudes(e, ops)
+                n = summands(ops[0], y)
                 own = 2.0 * UNIT * (1.0 + UNIT) * held + (n + 2) * HALF_TINY
-                own = own + 2.0 * n * _F32_ACCUMULATION * mag
+                own = own + _accumulation(e, ops)
             case other:
                 assert_never(other)
         own = own + oracle
