@@ -5,6 +5,7 @@ and each device's ``lower``."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections import Counter
 from pathlib import Path
@@ -23,6 +24,8 @@ from poot.cli import EXAMPLES, main
 @pytest.fixture
 def plans(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     """Counts of ``plan`` calls by program name, whichever module calls it."""
+    for lazy in ("poot_engine.run", "poot_engine.engine", "poot.generate", "poot.session"):
+        importlib.import_module(lazy)  # the CLI imports them on first use: bound before we patch
     real = sys.modules["poot_planner.plan"].plan
     counts: Counter[str] = Counter()
 
@@ -49,13 +52,16 @@ def lowerings(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
             return real(self, plan)  # type: ignore[operator]
 
         monkeypatch.setattr(cls, "lower", lower)
-    real_baked = VpuDevice.lower_baked  # it bakes weights: the engine lowers it by this
+    for baking in (VpuDevice, HostDevice):  # they bake weights: the engine lowers them so
+        real_baked = baking.lower_baked
 
-    def lower_baked(self: object, plan: object, weights: object) -> object:
-        counts[plan.source.name] += 1  # type: ignore[attr-defined]
-        return real_baked(self, plan, weights)  # type: ignore[arg-type]
+        def lower_baked(
+            self: object, plan: object, weights: object, real_baked: object = real_baked
+        ) -> object:
+            counts[plan.source.name] += 1  # type: ignore[attr-defined]
+            return real_baked(self, plan, weights)  # type: ignore[operator]
 
-    monkeypatch.setattr(VpuDevice, "lower_baked", lower_baked)
+        monkeypatch.setattr(baking, "lower_baked", lower_baked)
     return counts
 
 
