@@ -31,7 +31,7 @@ from poot_ir import (
 )
 from poot_ir.numerics import AnyInput, FiniteInputs, FiniteNormalResult
 from poot_planner import Plan
-from poot_planner.guards import Site, equation_contract
+from poot_planner.guards import RESULT, Site, equation_contract
 
 __all__ = ["DEVICE_FLAGS", "Outside", "feeds", "outside", "unjustified"]
 
@@ -71,6 +71,9 @@ def outside(p: Plan, feed: dict[str, np.ndarray], *, live: bool = True) -> list[
     values = {**feed, **evaluate(_everything(prog), feed)}
     names = {a.var.id: a.name for a in prog.args} | {e.out.id: f"v{e.out.id}" for e in prog.eqns}
     sites = {(g.eqn, g.operand): g.site for g in p.guards}
+    # a result guard (the XDNA2 kernels' count of a non-finite row sum): a sum of finite
+    # operands that overflows F32 is flagged there
+    results = {g.eqn: g.site for g in p.guards if g.operand == RESULT}
     needed = _live(prog) if live else {e.out.id for e in prog.eqns}
     found = []
     for i, e in enumerate(prog.eqns):
@@ -90,6 +93,9 @@ def outside(p: Plan, feed: dict[str, np.ndarray], *, live: bool = True) -> list[
         ):
             what = f"eqn {i} {e.prim.value}: a result outside {c.domain}"
             found.append(Outside(i, what, Site.DEVICE))
+        if i in results and not np.isfinite(y).all():
+            what = f"eqn {i} {e.prim.value}: a non-finite result, which its result guard counts"
+            found.append(Outside(i, what, results[i]))
     return found
 
 

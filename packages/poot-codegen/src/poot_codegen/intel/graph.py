@@ -270,9 +270,7 @@ def lower(
         p.output(0).get_tensor().set_names({a.name})
         params.append(p)
         node = p.output(0)
-        # a BF16 value stays a parameter: the CPU plugin turned a baked bf16 -0.0 into +0.0
-        # (a gather of a table holding infinities and NaNs beside it: the conformance case)
-        if constants is not None and a.name in constants and a.var.dtype is not DType.BF16:
+        if constants is not None and a.name in constants and _bakeable(g, a.var, constants[a.name]):
             g.env[a.var.id] = _baked(g, a.var, constants[a.name], f"in:{a.name}:const")
             continue
         if g.emulated(a.var.dtype):
@@ -368,6 +366,20 @@ class _Graph:
         t = ov.Tensor(_OV_TYPE[dtype], list(values.shape))
         t.data.view(dtype.bits_dtype)[...] = bits
         return _named(ov.op.Constant(t), name)
+
+
+def _bakeable(g: _Graph, var: Var, value: np.ndarray[Any, Any]) -> bool:
+    """Whether the CPU plugin keeps ``value``'s bits as a constant: not a BF16 one (it turned a
+    baked bf16 -0.0 into +0.0, a gather's table with infinities and NaNs beside it) and not an
+    F32 one carried as F32 holding a subnormal (it flushes a subnormal constant to zero, where
+    a parameter's subnormal survives; in emulation F32 rounds to FP16 first, whose values are
+    all normal in f32). Such a value stays a parameter, as it was before baking."""
+    if var.dtype is DType.BF16:
+        return False
+    if var.dtype is DType.F32 and not g.npu_f32(var.dtype):
+        a = np.abs(np.asarray(value, dtype=np.float32))
+        return not bool(np.any((a > 0) & (a < np.finfo(np.float32).tiny)))
+    return True
 
 
 def _baked(g: _Graph, var: Var, value: np.ndarray[Any, Any], name: str) -> Node:
