@@ -27,19 +27,32 @@ where each lies in its installed package, the shape it is imported at, and deter
   5x5 max pools, nearest upsampling, a two-scale head with a sigmoid) at 128x128;
   ``gpt2_tiny``, a GPT-2 decoder without a KV cache (2 layers, 64 wide, 4 heads, vocabulary
   512) whose causal mask torch folds to a constant of ``finfo(float32).min``, over 16 tokens.
+- Fitted when the suite loads them (scikit-learn and skl2onnx, the ``models`` group; a second
+  each): ``sklearn_logistic``, a ``StandardScaler`` + ``LogisticRegression`` pipeline on the
+  iris measurements scikit-learn ships (3 classes), and ``sklearn_mlp``, an ``MLPClassifier``
+  (one hidden layer of 32 ReLUs, softmax) on its 8x8 handwritten digits (64 features, 10
+  classes); each exported by ``skl2onnx.to_onnx`` with ``zipmap=False`` (the probabilities as
+  one tensor, beside the ``ai.onnx.ml`` label) and imported as skl2onnx writes it.
 
 Nothing is downloaded at run time: each file is what ``uv sync --group models`` installs, or
-what the export tool made offline from an installed wheel.
+what the export tool made offline from an installed wheel, or what skl2onnx writes in memory
+from a model fitted on data inside scikit-learn's wheel.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import onnx
 
 __all__ = [
     "EXPORT_COMMAND",
@@ -91,6 +104,14 @@ class RealModel:
     exported: bool = False
     #: the command that exports it (an exported model)
     export: str = EXPORT_COMMAND
+    #: fitted by scikit-learn and written by skl2onnx when first asked for (``_fitted``):
+    #: no file; ``package`` is the wheel whose data it is fitted on
+    fitted: bool = False
+
+    def model(self) -> Path | onnx.ModelProto:
+        """What ``import_model`` and ONNX Runtime read: the file, or the fitted model as
+        skl2onnx wrote it."""
+        return _fitted(self.name)[0] if self.fitted else self.file()
 
     def file(self) -> Path:
         if self.exported:
@@ -102,6 +123,10 @@ class RealModel:
 
     def missing(self) -> str | None:
         """None when this model's file is here, else why not (the command that makes it)."""
+        if self.fitted:
+            need = ("sklearn", "skl2onnx")
+            gone = [m for m in need if importlib.util.find_spec(m) is None]
+            return f"{gone[0]} is not installed (uv sync --group models)" if gone else None
         if not self.exported:
             return None if self.file().exists() else f"{self.file()} is missing"
         needs = [self.file()]
@@ -114,6 +139,9 @@ class RealModel:
     def inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Deterministic inputs in each model's domain, by ONNX input name."""
         rng = np.random.default_rng(seed)
+        if self.fitted:  # held-out samples of the data it was fitted on
+            ((name, shape),) = self.shapes.items()
+            return {name: _fitted(self.name)[1][: shape[0]]}
         if self.name == "minilm":
             return _tokenized(self.file().with_name("tokenizer.json"), self.shapes["input_ids"])
         if self.name == "magika":
@@ -218,7 +246,53 @@ MODELS = (
         exported=True,
         export=EXPORT_MODELS_COMMAND,
     ),
+    RealModel(
+        "sklearn_logistic",
+        "sklearn",
+        "",
+        {"X": (16, 4)},
+        "skl2onnx pipeline (ai.onnx.ml): Scaler, LinearClassifier with its softmax and label, "
+        "L1 Normalizer",
+        fitted=True,
+    ),
+    RealModel(
+        "sklearn_mlp",
+        "sklearn",
+        "",
+        {"X": (16, 64)},
+        "skl2onnx MLPClassifier: MatMul, Add, ReLU, Softmax, ArgMax and ArrayFeatureExtractor "
+        "for the label",
+        fitted=True,
+    ),
 )
+
+
+@functools.cache
+def _fitted(name: str) -> tuple[onnx.ModelProto, np.ndarray]:
+    """The fitted entry ``name`` as skl2onnx writes it (``zipmap=False``: probabilities as one
+    tensor), and float32 samples it was not fitted on (every fourth row, in order). Fitting is
+    deterministic: fixed seeds, and each dataset is the copy inside scikit-learn's wheel."""
+    from skl2onnx import to_onnx
+    from sklearn.datasets import load_digits, load_iris
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    if name == "sklearn_logistic":
+        X, y = load_iris(return_X_y=True)
+        last: Any = LogisticRegression(max_iter=500)
+        est: Any = make_pipeline(StandardScaler(), last)
+    else:
+        X, y = load_digits(return_X_y=True)
+        est = last = MLPClassifier(hidden_layer_sizes=(32,), max_iter=300, random_state=0)
+    X = X.astype(np.float32)
+    held = np.arange(len(X)) % 4 == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a convergence warning: the fit is what it is
+        est.fit(X[~held], y[~held])
+    model = to_onnx(est, X[:1], options={id(last): {"zipmap": False}}, target_opset=17)
+    return model, X[held]
 
 
 def _tokenized(tokenizer: Path, shape: tuple[int, ...]) -> dict[str, np.ndarray]:

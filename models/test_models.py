@@ -3,7 +3,8 @@ pretrained model of ``models.catalog`` is imported as shipped and run on the ora
 Runtime on the same inputs, planned for both NPU targets, and run partitioned on both stand-ins.
 
 Figures (worst absolute and relative error, plan outcomes) are printed for the record. A model
-made by an export tool (``minilm``) skips, naming the command, until it is exported.
+made by an export tool (``minilm``) skips, naming the command, until it is exported; the fitted
+scikit-learn models (skl2onnx) are fitted and exported in memory when first imported.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from poot_engine.run import run_program
-from poot_ir import NarrowingRangeUpload, PootError, Prim, evaluate
+from poot_ir import DomainError, NarrowingRangeUpload, PootError, Prim, evaluate
 from poot_npu.registry import make_device
 from poot_onnx import Imported, import_model
 from poot_planner import Refusal, RefusalKind, plan
@@ -27,7 +28,7 @@ _IMPORTED: dict[str, Imported] = {}
 
 def _imported(m: RealModel) -> Imported:
     if m.name not in _IMPORTED:
-        _IMPORTED[m.name] = import_model(m.file(), shapes=m.shapes, constants=m.constants)
+        _IMPORTED[m.name] = import_model(m.model(), shapes=m.shapes, constants=m.constants)
     return _IMPORTED[m.name]
 
 
@@ -41,7 +42,9 @@ def test_oracle_matches_onnxruntime(m: RealModel, capsys: pytest.CaptureFixture[
 
     imp = _imported(m)
     got = imp.results(evaluate(imp.program, _feed(m, imp)))
-    session = ort.InferenceSession(str(m.file()), providers=["CPUExecutionProvider"])
+    src = m.model()
+    model = str(src) if isinstance(src, Path) else src.SerializeToString()
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     want = session.run(None, {**m.inputs(), **m.constants})
     for out, ref in zip(session.get_outputs(), want, strict=True):
         y = got[out.name].astype(np.float64)
@@ -90,9 +93,10 @@ def test_partitioned_run_on_the_stand_ins(
     except PootError as err:
         # a typed refusal at run time (an FP16 stand-in meets a value FP16 cannot hold): the
         # model's fact, reported, not a failure of the suite; but a weight refused at upload
-        # was known when planning, so the plan should have refused it (and the partition
-        # routed around it): plan and run disagree
+        # or at bind (outside a domain) was known when planning, so the plan should have
+        # refused it (and the partition routed around it): plan and run disagree
         assert not isinstance(err, NarrowingRangeUpload), str(err)
+        assert not (isinstance(err, DomainError) and err.argument in imp.weights), str(err)
         with capsys.disabled():
             print(f"\n{m.name} on {device}: refused at run time: {type(err).__name__}: {err}")
         return
@@ -150,3 +154,39 @@ def test_a_mobilenet_v3_imports_in_under_500_equations() -> None:
     nodes = sum(n.op_type == "Conv" for n in onnx.load(str(m.file())).graph.node)
     convs = sum(e.prim is Prim.CONV for e in program.eqns)
     assert convs == nodes and len(program.eqns) < 500, (convs, nodes, len(program.eqns))
+
+
+def test_gpt2_masked_scores_run_on_xdna_host_as_planned(tmp_path: Path) -> None:
+    """GPT-2's causal mask, folded by torch to a constant of finfo(float32).min, is known when
+    planning: the plan for xdna2 checks it (``constants``) and admits its adds to the scores
+    (a score plus -FLT_MAX rounds to -FLT_MAX, which the add's result guard flags only for two
+    operands that can overflow), and the partitioned run on xdna-host computes them on the
+    device without a refusal, within its contract: ``poot plan`` and ``poot run`` agree (the
+    device once flagged those adds while the plan admitted them)."""
+    m = next(m for m in MODELS if m.name == "gpt2_tiny")
+    if m.missing() is not None:
+        pytest.skip(str(m.missing()))
+    imp = _imported(m)
+    program = imp.program
+    (mask,) = [n for n, v in imp.weights.items() if v.dtype.kind == "f" and v.min() < -1e38]
+    ids = {a.var.id for a in program.args if a.name == mask}
+    moved = {e.out.id for e in program.eqns if any(getattr(x, "id", None) in ids for x in e.inputs)}
+    adds = [
+        i
+        for i, e in enumerate(program.eqns)
+        if e.prim is Prim.ADD and any(getattr(x, "id", None) in moved for x in e.inputs)
+    ]
+    assert len(adds) == 2  # one per layer
+    p = plan(program, "xdna2", constants=imp.weights)
+    assert not {r.eqn for r in p.refusals} & set(adds), [str(r) for r in p.refusals]
+    assert {r.kind for r in p.refusals} <= {RefusalKind.REGION_LIMIT}
+    dev = make_device("xdna-host")
+    try:
+        report = run_program(
+            program, dev, "xdna-host", inputs=[_feed(m, imp)], partition=True, cache_dir=tmp_path
+        )
+    finally:
+        dev.close()
+    assert report.ok, report.steps[0].worst if report.steps else "no step ran"
+    on_device = {i for s in report.spans if s.device for i in s.eqns}
+    assert set(adds) <= on_device

@@ -196,3 +196,78 @@ def test_an_unread_weight_beyond_the_range_is_refused_for_the_program() -> None:
     p = plan(program, "intel-npu4", constants={"spare": np.full(4, -np.inf, np.float32)})
     ((r,),) = [p.refusals]
     assert (r.eqn, r.fact("constant"), r.kind) == (-1, "spare", RefusalKind.NARROWING_RANGE)
+
+
+def _masked_scores() -> Program:
+    """GPT-2's masked scores as torch exports them: ``q @ k * 1/4`` plus its folded causal mask
+    of ``finfo(float32).min`` (a weight), the masked scores a result of their own."""
+    b = Builder("masked_scores")
+    q = b.slot("q", F32, (1, H, S, D))
+    k = b.slot("k", F32, (1, H, D, S))
+    mask = b.weight("causal_mask", F32, (1, 1, S, S))
+    scores = b.mul(b.matmul(q, k), 0.25)
+    b.output("y", b.add(scores, b.broadcast_in_dim(mask, (1, H, S, S), (0, 1, 2, 3))))
+    return b.build()
+
+
+def test_a_finfo_min_mask_is_admitted_on_xdna2_and_its_add_runs_on_the_device(
+    tmp_path: Path,
+) -> None:
+    # xdna2's add holds its contract for finite operands and a finite, normal result; a score
+    # plus -FLT_MAX rounds to -FLT_MAX (the exact sum is within half a spacing of it), which the
+    # kernel's result guard flags only when both operands are at least 2^103 in magnitude (the
+    # only way a sum reaches the largest magnitude by overflowing): known when planning, the
+    # mask needs no refusal, and the run is not refused either (poot plan and poot run agree)
+    program = _masked_scores()
+    mask = np.triu(np.full((S, S), MIN, np.float32), k=1)[None, None]
+    p = plan(program, "xdna2", constants={"causal_mask": mask})
+    assert p.admitted, [str(r) for r in p.refusals]
+    rng = np.random.default_rng(3)
+    q = rng.uniform(-4, 4, (1, H, S, D)).astype(np.float32)
+    k = rng.uniform(-4, 4, (1, H, D, S)).astype(np.float32)
+    feed = {"q": q, "k": k, "causal_mask": mask}
+    dev = make_device("xdna-host")
+    try:
+        report = run_program(program, dev, "xdna-host", inputs=[feed], cache_dir=tmp_path)
+    finally:
+        dev.close()
+    assert report.ok, report.steps[0].worst if report.steps else "no step ran"
+    got = report.outputs[0]["y"]
+    masked = np.broadcast_to(mask, got.shape) != 0
+    # the independent reference: float64 scores, far below the 2^103 that would move a
+    # -FLT_MAX sum, so the masked elements are exactly -FLT_MAX; the others within the bf16
+    # operands' rounding (2^-8 relative each, products and sums in F32) of the magnitudes'
+    # sum, and the add's rounding
+    assert np.all(got[masked] == MIN)
+    q64, k64 = q.astype(np.float64), k.astype(np.float64)
+    want = np.matmul(q64, k64) * 0.25
+    bound = (2.0**-7 + 2.0**-16 + D * 2.0**-23) * np.matmul(np.abs(q64), np.abs(k64)) * 0.25
+    assert np.all(
+        np.abs(got[~masked] - want[~masked]) <= bound[~masked] + 2.0**-22 * np.abs(want[~masked])
+    )
+
+
+def test_two_operands_at_the_largest_magnitude_are_refused_on_xdna2_when_they_overflow(
+    tmp_path: Path,
+) -> None:
+    # the guard's other side: a mask added to scores that are themselves -FLT_MAX where masked
+    # (an export that masks with a select and adds the mask again) overflows to -inf, outside
+    # the add's domain; the scores are computed, so the device flags it, typed, at run time
+    from poot_ir import DomainFlagged
+
+    b = Builder("twice")
+    s = b.slot("s", F32, (S, S))
+    mask = b.weight("causal_mask", F32, (S, S))
+    b.output("y", b.add(b.neg(s), mask))
+    program = b.build()
+    mask2 = np.triu(np.full((S, S), MIN, np.float32), k=1)
+    assert plan(program, "xdna2", constants={"causal_mask": mask2}).admitted  # s unknown
+    dev = make_device("xdna-host")
+    try:
+        with pytest.raises(DomainFlagged):
+            run_program(
+                program, dev, "xdna-host", inputs=[{"s": -mask2, "causal_mask": mask2}],
+                cache_dir=tmp_path,
+            )  # fmt: skip
+    finally:
+        dev.close()

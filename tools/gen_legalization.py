@@ -43,7 +43,7 @@ def rows(models: tuple[RealModel, ...] = MODELS) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for m in models:
-        program = import_model(m.file(), shapes=m.shapes, constants=m.constants).program
+        program = import_model(m.model(), shapes=m.shapes, constants=m.constants).program
         n = len(program.eqns)
         for target in TARGETS:
             before, _ = _refused(program, target, False)
