@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from poot_engine import Engine
 from poot_ir import AbsRel, Builder, DomainError, DomainFlagged, DType, Program, evaluate
-from poot_npu.registry import make_device
 from poot_ir.ops import sigmoid
+from poot_npu.registry import make_device
 from poot_planner import TARGETS, Plan, plan
 from poot_planner.error_bounds import result_bounds
 

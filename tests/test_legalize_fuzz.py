@@ -36,8 +36,8 @@ from poot_ir import (
     Var,
     evaluate,
 )
-from poot_npu.registry import make_device
 from poot_ir.ops import sigmoid
+from poot_npu.registry import make_device
 from poot_planner import Plan, narrow_to_device_precision, plan
 from poot_planner.error_bounds import result_bounds
 from poot_planner.legalize.rules import Numerics

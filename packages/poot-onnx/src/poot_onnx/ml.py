@@ -28,10 +28,10 @@ import numpy as np
 from poot_ir import ops
 from poot_ir.core import Var
 from poot_ir.dtypes import DType
+from poot_ir.ops import sigmoid
 
 from poot_onnx.context import Lowering, LoweringRule, Node, check_dtype, reshape
 from poot_onnx.indexing import arg_best
-from poot_ir.ops import sigmoid
 
 __all__ = ["REFUSED", "RULES"]
 

@@ -26,9 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 from poot_ir.builder import Builder
 from poot_ir.core import Var
+from poot_ir.ops import sigmoid
 
 from poot_onnx.context import FLOATS, Lowering, LoweringRule, Node, check_dtype, check_unrolled
-from poot_ir.ops import sigmoid
 
 __all__ = ["RULES"]
 
