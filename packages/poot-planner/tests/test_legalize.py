@@ -23,6 +23,7 @@ from poot_planner import (
     summarize,
 )
 from poot_planner.error_bounds import result_bounds
+from poot_planner.legalize.probes import counters
 from poot_planner.legalize.rules import RULES, Numerics
 
 INTEL, XDNA2 = TARGETS["intel-npu4"], TARGETS["xdna2"]
@@ -331,15 +332,8 @@ def test_a_rule_whose_bound_cannot_be_derived_is_not_applied() -> None:
 
 
 def _counters(n: int) -> Program:
-    """A causal mask and a position ramp from counters, as a decoder's graph builds them."""
-    b = Builder("causal")
-    x = b.slot("x", F32, (n, n))
-    i, j = b.iota((n, n), DType.I32, 0), b.iota((n, n), DType.I32, 1)
-    b.output("ge", b.select(b.ge(i, j), x, -1e4))
-    b.output("gt", b.gt(i, j))
-    b.output("eq", b.eq(i, b.literal(3, DType.I32)))
-    b.output("pos", b.mul(b.convert(j, F32), x))
-    return b.build()
+    """A causal mask and a position ramp from counters (the acceptance probe's program)."""
+    return counters(n)
 
 
 @pytest.mark.parametrize("n", [1, 5, 2049])

@@ -22,7 +22,7 @@ from poot_ir import Builder, DType, Program, Var, ops
 
 from poot_planner.legalize.rules import INTEL, RULES, XDNA
 
-__all__ = ["NEAR_ZERO", "Probe", "probes"]
+__all__ = ["NEAR_ZERO", "Probe", "counters", "probes"]
 
 Array = np.ndarray[Any, np.dtype[Any]]
 F32 = DType.F32
@@ -111,9 +111,9 @@ def _comparisons(pairs: dict[str, Array]) -> tuple[Program, dict[str, Array]]:
     return b.build(), pairs
 
 
-def _counters(n: int) -> tuple[Program, dict[str, Array]]:
+def counters(n: int) -> Program:
     """A causal mask and a position ramp from counters, as a decoder's graph builds them, and
-    the mask scaled past FP16 and added (a mask read only additively)."""
+    the mask scaled past FP16 and added (a mask read only additively): ``x`` is ``[n, n]``."""
     b = Builder("probe_counters")
     x = b.slot("x", F32, (n, n))
     i, j = b.iota((n, n), DType.I32, 0), b.iota((n, n), DType.I32, 1)
@@ -122,10 +122,14 @@ def _counters(n: int) -> tuple[Program, dict[str, Array]]:
     b.output("eq", b.eq(i, b.literal(3, DType.I32)))
     b.output("pos", b.mul(b.convert(j, F32), x))
     b.output("y", b.add(x, b.mul(b.convert(b.gt(j, i), F32), -1e9)))
+    return b.build()
+
+
+def _counters(n: int) -> tuple[Program, dict[str, Array]]:
     rng = np.random.default_rng(n)
     sample = rng.normal(0, 2, (n, n)).astype(np.float16).astype(np.float32)
     sample.reshape(-1)[: NEAR_ZERO.size] = NEAR_ZERO
-    return b.build(), {"x": sample}
+    return counters(n), {"x": sample}
 
 
 def _mean(x: Array) -> tuple[Program, dict[str, Array]]:

@@ -11,7 +11,7 @@ one object size); a job made here is unchunked until then.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from poot_ir import Eqn, GatherParams, Literal, ReduceParams, Var
@@ -247,20 +247,7 @@ def stream_k(job: TileOp, pieces: int) -> TileOp | None:
     if pieces < 2 or k % pieces or b.var.type.size != k * n:
         return None
     streamed = TileOperand(b.var, 0, pieces=pieces)
-    return TileOp(
-        job.index,
-        job.kind,
-        job.eqns,
-        (a, streamed),
-        job.output,
-        job.out_unit,
-        job.units,
-        job.chunk,
-        job.tile_bytes,
-        job.bound,
-        job.index_guard,
-        job.code_bytes,
-    )
+    return replace(job, inputs=(a, streamed))
 
 
 def hold_batches(job: TileOp) -> TileOp | None:
@@ -277,20 +264,7 @@ def hold_batches(job: TileOp) -> TileOp | None:
     if b.var.type.size <= k * n:
         return None
     held = TileOperand(b.var, 0, by_batch=True)
-    return TileOp(
-        job.index,
-        job.kind,
-        job.eqns,
-        (a, held),
-        job.output,
-        job.out_unit,
-        job.units,
-        job.chunk,
-        job.tile_bytes,
-        job.bound,
-        job.index_guard,
-        job.code_bytes,
-    )
+    return replace(job, inputs=(a, held))
 
 
 def literal_operands(e: Eqn) -> tuple[Literal, ...]:
