@@ -448,3 +448,19 @@ def test_a_strided_reduction_too_large_to_hold_is_refused_with_its_limit() -> No
     bl.output("y", bl.reduce_sum(bl.slot("x", F32, (300, 100)), axes=(0,)))
     (r,) = plan(bl.build(), XDNA2).refusals
     assert r.fact("limit") == "tile_bytes"
+
+
+def test_a_subnormal_operand_times_a_large_one_is_within_the_contract(engine: Engine) -> None:
+    """bf16 keeps 7 bits of a subnormal 2^-133 apart: 1e-40 becomes 9.18e-41 (8 % off), and
+    its product with 2^50 x 1.3 is 1e-26 off, far past a relative bound or a fixed floor. The
+    contract scales the operands' subnormal rounding by the partner's magnitude (a CI run's
+    derandomized fuzz found this with K = 1; the bits were the emulation's, the bound wrong)."""
+    a = np.array([[[2.0**50 * 1.3]], [[-(2.0**50)]]], np.float32)
+    b = np.array([[[1e-40]], [[-1e-40]]], np.float32)
+    program = _matmul(a.shape, b.shape)
+    got = _run(engine, program, {"a": a, "b": b})
+    np.testing.assert_array_equal(got.view(np.uint32), _emulated(a, b).view(np.uint32))
+    want = evaluate(program, {"a": a, "b": b})["y"]
+    assert np.all(np.abs(got.astype(np.float64) - want) > 1e-27)  # the rounding shows
+    cmp = MATMUL.contract.check(got, want, [a, b])
+    assert cmp.ok, cmp

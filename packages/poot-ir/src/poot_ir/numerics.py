@@ -135,9 +135,15 @@ class ProductSum:
 
         |y - ref| <= (2 u_o + u_o^2 + (1 + u_o)^2 gamma_K(unit) + 2^-24) * sum_k |a_ik| |b_kj|
 
+             + (1 + u_o) (1 + gamma_K(unit)) eta (sum_k |a_ik| + sum_k |b_kj|) + K eta^2
+
              + K x floor
 
-    with ``gamma_K(u) = K u / (1 - K u)`` (Higham, recursive summation), and ``floor`` an
+    with ``gamma_K(u) = K u / (1 - K u)`` (Higham, recursive summation); ``eta`` (``operand_floor``)
+    the absolute error of rounding an operand below the narrow type's normal range (bf16 keeps
+    7 bits down to 2^-133 apart there: half of that, 2^-134), so a subnormal operand's rounding
+    (1e-40 becomes 9.18e-41, 8 % off) is carried scaled by its partner's magnitude, a product
+    of it with 2^50 being 1e-26 off; and ``floor`` an
     absolute error per term for a product or partial sum below the normal range: 2^-125 holds
     whether the device rounds it (at most 2^-150 each) or flushes it to zero (below 2^-126
     each, the product and the sum), which is not established for aie2p's accumulate. An
@@ -147,12 +153,17 @@ class ProductSum:
     operand_unit: float
     unit: float = F32_UNIT
     floor: float = 2.0**-125
+    operand_floor: float = 2.0**-134
 
     def factor(self, k: int) -> float:
         """The coefficient of ``S`` for ``K = k`` terms (inf when ``k * unit >= 1``)."""
         uo, ku = self.operand_unit, k * self.unit
         gamma = ku / (1.0 - ku) if ku < 1.0 else float("inf")
         return 2 * uo + uo * uo + (1 + uo) ** 2 * gamma + 2.0**-24
+
+    def gamma(self, k: int) -> float:
+        ku = k * self.unit
+        return ku / (1.0 - ku) if ku < 1.0 else float("inf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,16 +230,21 @@ def row_magnitudes(x: Any) -> Array:
 
 def product_magnitudes(bound: ProductSum, a: Any, b: Any) -> Array:
     """The allowed error of ``ProductSum`` for ``a @ b`` (batched over the leading axes):
-    ``factor(K) * (|a| @ |b|)`` at float64, inf where a partial sum could overflow F32."""
+    ``factor(K) * (|a| @ |b|)``, the operands' subnormal rounding scaled by the row and column
+    magnitudes, and the floors, at float64; inf where a partial sum could overflow F32."""
     a64, b64 = np.abs(np.asarray(a, np.float64)), np.abs(np.asarray(b, np.float64))
-    f = bound.factor(a64.shape[-1])
+    k = a64.shape[-1]
+    f, eta = bound.factor(k), bound.operand_floor
     with np.errstate(all="ignore"):
         s = (
             np.matmul(a64, b64)
             if a64.size and b64.size
             else np.zeros(a64.shape[:-1] + b64.shape[-1:])
         )
-        allowed = f * s + a64.shape[-1] * bound.floor
+        rows = a64.sum(axis=-1)[..., :, None]  # sum_k |a_ik|
+        cols = b64.sum(axis=-2)[..., None, :]  # sum_k |b_kj|
+        subnormal = (1 + bound.operand_unit) * (1 + bound.gamma(k)) * eta * (rows + cols)
+        allowed = f * s + subnormal + k * (eta * eta + bound.floor)
     return np.asarray(np.where(s * (1 + f) < _F32_MAX, allowed, np.inf))
 
 

@@ -18,7 +18,7 @@ and the comparison skips the element); a comparison whose outcome an operand's e
 is promised nothing either, and a select it drives is held to either branch (the other one's
 bound plus its distance from the chosen one).
 
-Beside each bound the analysis keeps the range the device's value lies in (``_Range``): a clamp
+Beside each bound the analysis keeps the range the device's value lies in (``_DeviceRange``): a clamp
 (``max(x, 0)``, relu6, a hard sigmoid) holds the device's value between its literals however
 large the operand's error, so the error of a clamped value is at most the range's reach from
 the oracle's (``min(E, max(hi - y, y - lo))``), and a divisor, a square root's or a log's
@@ -214,7 +214,7 @@ def _propagated(
 ) -> Array:
     """The operands' errors carried through the step (an upper bound, elementwise). ``lows``:
     for each operand, a floor of the device's value's magnitude beyond ``|x| - E``
-    (``_Range.floor``: a divisor or a root's operand held away from zero), or None."""
+    (``_DeviceRange.floor``: a divisor or a root's operand held away from zero), or None."""
     if lows is None:
         lows = [None] * len(vals)
     with np.errstate(all="ignore"):
@@ -396,7 +396,7 @@ def _moved(e: Eqn, errs: list[Array], vals: list[Array]) -> Array:
 
 
 @dataclass(frozen=True, slots=True)
-class _Range:
+class _DeviceRange:
     """Where the device's value lies: ``lo <= v' <= hi`` elementwise (float64; -inf / inf where
     nothing is known). See the module."""
 
@@ -404,11 +404,11 @@ class _Range:
     hi: Array
 
     @staticmethod
-    def around(y: Any, err: Array) -> _Range:
+    def around(y: Any, err: Array) -> _DeviceRange:
         """The range a bound alone gives: ``y -+ E``."""
         y64 = np.asarray(y).astype(np.float64)
         with np.errstate(invalid="ignore"):
-            return _Range(y64 - err, y64 + err)
+            return _DeviceRange(y64 - err, y64 + err)
 
     def floor(self) -> Array:
         """The least magnitude of the device's value: ``lo`` when positive, ``-hi`` when
@@ -419,14 +419,14 @@ class _Range:
     @staticmethod
     def of(
         e: Eqn,
-        ops: list[_Range],
+        ops: list[_DeviceRange],
         vals: list[Array],
         y: Array,
         err: Array,
         own: Array,
         narrowed: bool,
         contract: Callable[[Array], Array],
-    ) -> tuple[_Range, Array]:
+    ) -> tuple[_DeviceRange, Array]:
         """The range of step ``e``'s device value and its bound (``err``; ``own`` its own
         error), narrowed by the range where the step follows its operands' ranges (``ops``,
         on the oracle's operand values ``vals``; ``contract``: the step's contract's own error
@@ -436,23 +436,25 @@ class _Range:
         ruled = _ruled(e, ops, vals, own, narrowed, contract)
         with np.errstate(all="ignore"):
             if ruled is None:
-                return _Range(y64 - err, y64 + err), err
+                return _DeviceRange(y64 - err, y64 + err), err
             lo = np.fmax(ruled.lo, y64 - err)
             hi = np.fmin(ruled.hi, y64 + err)
             reach = np.fmax(hi - y64, y64 - lo)
             keep = np.isfinite(err) & np.isfinite(reach) & ~np.isnan(y64)
             tight = np.where(keep, np.fmin(err, np.maximum(reach, 0.0)), err)
-            return _Range(np.where(keep, lo, y64 - tight), np.where(keep, hi, y64 + tight)), tight
+            return _DeviceRange(
+                np.where(keep, lo, y64 - tight), np.where(keep, hi, y64 + tight)
+            ), tight
 
 
 def _ruled(
     e: Eqn,
-    ops: list[_Range],
+    ops: list[_DeviceRange],
     vals: list[Array],
     own: Array,
     narrowed: bool,
     contract: Callable[[Array], Array],
-) -> _Range | None:
+) -> _DeviceRange | None:
     """The range of step ``e``'s device value from its operands' ranges, for the steps that
     follow them endpoint by endpoint (see the module), else None. An exact step widens by its
     own error (0, or the F32 oracle's rounding); a rounded one (narrowed: one FP16 rounding)
@@ -463,11 +465,11 @@ def _ruled(
     with np.errstate(all="ignore"):
         match e.prim:
             case Prim.MAX:
-                return _Range(np.maximum(lo[0], lo[1]) - own, np.maximum(hi[0], hi[1]) + own)
+                return _DeviceRange(np.maximum(lo[0], lo[1]) - own, np.maximum(hi[0], hi[1]) + own)
             case Prim.MIN:
-                return _Range(np.minimum(lo[0], lo[1]) - own, np.minimum(hi[0], hi[1]) + own)
+                return _DeviceRange(np.minimum(lo[0], lo[1]) - own, np.minimum(hi[0], hi[1]) + own)
             case Prim.NEG:
-                return _Range(-hi[0] - own, -lo[0] + own)
+                return _DeviceRange(-hi[0] - own, -lo[0] + own)
             case Prim.ADD if narrowed:
                 return _rounded(lo[0] + lo[1], hi[0] + hi[1], contract)
             case Prim.SUB if narrowed:
@@ -478,7 +480,7 @@ def _ruled(
             case Prim.EXP if narrowed:  # at least 0: a sigmoid's 1 + exp(-x) at least 1
                 return _rounded(np.exp(lo[0]), np.exp(hi[0]), contract)
             case _ if e.prim in _MOVED:
-                return _Range(_moved(e, lo, vals), _moved(e, hi, vals))
+                return _DeviceRange(_moved(e, lo, vals), _moved(e, hi, vals))
     return None
 
 
@@ -504,11 +506,11 @@ _MOVED = frozenset(
 )
 
 
-def _rounded(lo: Array, hi: Array, contract: Callable[[Array], Array]) -> _Range:
+def _rounded(lo: Array, hi: Array, contract: Callable[[Array], Array]) -> _DeviceRange:
     """``[lo, hi]`` widened by one FP16 rounding and the step's contract at each endpoint
     (``contract``: its own error at a value; inf outside its domain)."""
     low = lo - (UNIT * np.abs(lo) + HALF_TINY) - contract(lo)
-    return _Range(low, hi + (UNIT * np.abs(hi) + HALF_TINY) + contract(hi))
+    return _DeviceRange(low, hi + (UNIT * np.abs(hi) + HALF_TINY) + contract(hi))
 
 
 def _whole(
@@ -699,7 +701,7 @@ def result_bounds(
         else np.zeros(a.var.shape)
         for a in program.args
     }
-    rng: dict[int, _Range] = {}  # the ranges steps narrowed (``_Range``)
+    rng: dict[int, _DeviceRange] = {}  # the ranges steps narrowed (``_DeviceRange``)
     for i, e in enumerate(program.eqns):
         ops = [val[a.id] if isinstance(a, Var) else np.asarray(a.value) for a in e.inputs]
         eops = [
@@ -749,10 +751,10 @@ def result_bounds(
         err[e.out.id] = total
         if ruled:
             rops = [
-                _Range.around(o, d) if r is None else r
+                _DeviceRange.around(o, d) if r is None else r
                 for r, o, d in zip(ranged, ops, eops, strict=True)
             ]
-            rng[e.out.id], err[e.out.id] = _Range.of(
+            rng[e.out.id], err[e.out.id] = _DeviceRange.of(
                 e, rops, ops, y, total, own, narrowed, partial(_own, contract, e, ops)
             )
         if not narrow and e.prim is Prim.DIV:
