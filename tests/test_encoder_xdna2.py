@@ -61,15 +61,7 @@ def test_encoder_runs_partitioned_on_xdna_host(tmp_path: Path) -> None:
     steps = [encoder_inputs(program, seed) for seed in (0, 1)]
     for s in steps:
         s["attention_mask"][:] = 1
-    report = run_program(
-        program,
-        open_device(device_info("xdna-host")),
-        "xdna-host",
-        inputs=steps,
-        cache_dir=tmp_path,
-        partition=True,
-    )
-    _within_the_derived_contract(report)
+    report = _run_partitioned(program, steps, tmp_path)
     assert [s.device for s in report.spans] == [False, True]
     _close_to_the_oracle(program, steps, report.outputs)
 
@@ -88,16 +80,25 @@ def test_a_wider_encoder_streams_its_weights_in_pieces_of_k(tmp_path: Path) -> N
     assert sum(t.pieces > 1 for t in matmuls) == 6
     steps = [encoder_inputs(program, 0)]
     steps[0]["attention_mask"][:] = 1
+    report = _run_partitioned(program, steps, tmp_path)
+    _close_to_the_oracle(program, steps, report.outputs)
+
+
+def _run_partitioned(
+    program: Program, steps: list[dict[str, np.ndarray]], cache: Path
+) -> RunReport:
+    """``steps`` of ``program`` partitioned on xdna-host, each span checked by ``run_program``;
+    every element of every checked value within the derived contract (``_within...``)."""
     report = run_program(
         program,
         open_device(device_info("xdna-host")),
         "xdna-host",
         inputs=steps,
-        cache_dir=tmp_path,
+        cache_dir=cache,
         partition=True,
     )
     _within_the_derived_contract(report)
-    _close_to_the_oracle(program, steps, report.outputs)
+    return report
 
 
 def _within_the_derived_contract(report: RunReport) -> None:
@@ -148,15 +149,7 @@ def test_a_padded_mask_runs_within_contract(tmp_path: Path) -> None:
     program = encoder_layer()
     steps = [encoder_inputs(program, 0)]
     assert not steps[0]["attention_mask"].all()  # padded
-    report = run_program(
-        program,
-        open_device(device_info("xdna-host")),
-        "xdna-host",
-        inputs=steps,
-        cache_dir=tmp_path,
-        partition=True,
-    )
-    _within_the_derived_contract(report)
+    report = _run_partitioned(program, steps, tmp_path)
     _close_to_the_oracle(program, steps, report.outputs)
 
 
