@@ -47,7 +47,7 @@ class _Case:
         name: str,
         program: Program,
         feed: dict[str, np.ndarray],
-        onnx: Path | None,
+        onnx: str | bytes | None,
         onnx_feed: dict[str, np.ndarray],
     ) -> None:
         self.name, self.program, self.onnx, self.onnx_feed = name, program, onnx, onnx_feed
@@ -71,10 +71,10 @@ def _cases(tmp: Path) -> tuple[list[_Case], list[Figure]]:
             if missing is not None:
                 notes.append(Figure(f"{m.name}: skipped", 0, "", note=missing))
                 continue
-            imp = import_model(m.file(), shapes=m.shapes, constants=m.constants)
+            imp = import_model(m.model(), shapes=m.shapes, constants=m.constants)
             ins = m.inputs()
             feed = {**imp.weights, **{imp.inputs[k]: v for k, v in ins.items()}}
-            cases.append(_Case(m.name, imp.program, feed, m.file(), {**ins, **m.constants}))
+            cases.append(_Case(m.name, imp.program, feed, m.onnx_source(), {**ins, **m.constants}))
     else:
         notes.append(Figure("real models", 0, "skipped", note=why))
     cases.append(_encoder(tmp))
@@ -93,17 +93,17 @@ def _encoder(tmp: Path) -> _Case:
     ins = encoder_feed(batch=8, seq=128, vocab=1000)
     imp = import_model(path)
     feed = {**imp.weights, **{imp.inputs[k]: v for k, v in ins.items()}}
-    return _Case("encoder", imp.program, feed, path, ins)
+    return _Case("encoder", imp.program, feed, str(path), ins)
 
 
-def _ort(path: Path, threads: int | None) -> Any:
+def _ort(source: str | bytes, threads: int | None) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     if threads is not None:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = threads
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
 
 def _host_step(case: _Case, cache: Path, threads: int | None) -> tuple[Callable[[], Any], Engine]:

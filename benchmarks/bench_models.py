@@ -57,7 +57,7 @@ def run() -> list[Figure]:
             figures.append(Figure(f"{m.name}: skipped", 0, "", note=missing))
             continue
         t0 = time.perf_counter()
-        imp = import_model(m.file(), shapes=m.shapes, constants=m.constants)
+        imp = import_model(m.model(), shapes=m.shapes, constants=m.constants)
         seconds = time.perf_counter() - t0  # one cold import: what a user waits for
         n = len(imp.program.eqns)
         figures.append(Figure(f"{m.name}: import ({n} eqns)", seconds, "s"))
@@ -73,7 +73,7 @@ def run() -> list[Figure]:
             )
         ins = m.inputs()
         feed = {**imp.weights, **{imp.inputs[k]: v for k, v in ins.items()}}
-        session = ort.InferenceSession(str(m.file()), providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(m.onnx_source(), providers=["CPUExecutionProvider"])
         program = imp.program
         oracle = median_time(functools.partial(evaluate, program, feed), repeat=3)
         ort_ins = {**ins, **m.constants}

@@ -113,7 +113,15 @@ class RealModel:
         skl2onnx wrote it."""
         return _fitted(self.name)[0] if self.fitted else self.file()
 
+    def onnx_source(self) -> str | bytes:
+        """What ONNX Runtime's ``InferenceSession`` reads: the file's path, or the fitted
+        model's bytes (it has no file)."""
+        return _fitted(self.name)[0].SerializeToString() if self.fitted else str(self.file())
+
     def file(self) -> Path:
+        """The model's file (a fitted model has none: ``model()``, ``onnx_source()``)."""
+        if self.fitted:
+            raise FileNotFoundError(f"{self.name} is fitted in memory and has no file: model()")
         if self.exported:
             return models_dir() / self.name / self.path
         spec = importlib.util.find_spec(self.package)

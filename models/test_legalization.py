@@ -34,7 +34,7 @@ def test_the_legalization_table_is_current() -> None:
 
 @pytest.mark.parametrize("m", [m for m in MODELS if m.name.startswith("ocr")], ids=str)
 def test_convolutions_are_admitted_on_intel_after_legalization(m: object) -> None:
-    program = import_model(m.file(), shapes=m.shapes).program  # type: ignore[attr-defined]
+    program = import_model(m.model(), shapes=m.shapes).program  # type: ignore[attr-defined]
     p = plan(program, "intel-npu4")
     refused = {r.eqn for r in p.refusals}
     conv = [i for i, e in enumerate(program.eqns) if e.prim in (Prim.GATHER, Prim.MATMUL)]
@@ -53,7 +53,7 @@ def test_magika_runs_on_vpu_cpu_within_its_contract(tmp_path: Path) -> None:
     from poot_npu.registry import make_device
 
     m = next(m for m in MODELS if m.name == "magika")
-    imp = import_model(m.file(), shapes=m.shapes, constants=m.constants)
+    imp = import_model(m.model(), shapes=m.shapes, constants=m.constants)
     p = plan(imp.program, "intel-npu4")
     assert sum(rw.rule.name == "power-of-two scale into the sum" for rw in p.rewrites) == 4
     feed = {**imp.weights, **{imp.inputs[k]: v for k, v in m.inputs().items()}}
@@ -65,7 +65,7 @@ def test_magika_runs_on_vpu_cpu_within_its_contract(tmp_path: Path) -> None:
     finally:
         dev.close()
     assert report.ok, report.steps[0].worst if report.steps else "no step ran"
-    session = ort.InferenceSession(str(m.file()), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(m.onnx_source(), providers=["CPUExecutionProvider"])
     want = session.run(None, {**m.inputs(), **m.constants})
     for out, ref in zip(session.get_outputs(), want, strict=True):
         got = report.outputs[0][out.name].astype(np.float64)

@@ -151,7 +151,7 @@ def test_a_mobilenet_v3_imports_in_under_500_equations() -> None:
     import onnx
 
     program = _imported(m).program
-    nodes = sum(n.op_type == "Conv" for n in onnx.load(str(m.file())).graph.node)
+    nodes = sum(n.op_type == "Conv" for n in onnx.load(m.onnx_source()).graph.node)
     convs = sum(e.prim is Prim.CONV for e in program.eqns)
     assert convs == nodes and len(program.eqns) < 500, (convs, nodes, len(program.eqns))
 

@@ -25,7 +25,7 @@ def test_every_element_is_within_a_finite_derived_bound(name: str, tmp_path: Pat
     (m,) = [m for m in MODELS if m.name == name]
     if m.missing() is not None:
         pytest.skip(str(m.missing()))
-    imp = import_model(m.file(), shapes=m.shapes, constants=m.constants)
+    imp = import_model(m.model(), shapes=m.shapes, constants=m.constants)
     feed = {**imp.weights, **{imp.inputs[k]: v for k, v in m.inputs().items()}}
     dev = make_device("xdna-host")
     try:

@@ -106,7 +106,7 @@ def _load(model: object) -> tuple[Program, dict[str, np.ndarray]] | str:
         return missing
     from poot_onnx import import_model
 
-    imp = import_model(model.file(), shapes=model.shapes, constants=model.constants)
+    imp = import_model(model.model(), shapes=model.shapes, constants=model.constants)
     feed = {**imp.weights, **{imp.inputs[k]: v for k, v in model.inputs().items()}}
     return imp.program, feed
 
