@@ -16,16 +16,14 @@ import tempfile
 import nox
 
 nox.options.default_venv_backend = "none"
-nox.options.sessions = [
-    "tests",
-    "conformance",
-    "onnx_cases",
-    "oracle_cpu_features",
-    "lint",
-    "typecheck",
-    "jax",
-    "nix",
-]
+#: `uv run nox` on a contributor's machine: the whole package and CLI test run but the long
+#: end-to-end tests, lint and types, under ten minutes on a busy two-core machine (issue 26).
+DEFAULT = ["tests", "lint", "typecheck"]
+#: What CI (`.ci/run`, which sets CI=true) runs besides: the long end-to-end tests, the
+#: conformance suite on every device, the oracle at every SIMD level, the JAX frontend on its
+#: own interpreter and the offline Nix checks (about 25 minutes, within CI's 90).
+CI_ALSO = ["slow", "conformance", "onnx_cases", "oracle_cpu_features", "jax", "nix"]
+nox.options.sessions = DEFAULT + (CI_ALSO if os.environ.get("CI") else [])
 nox.options.error_on_missing_interpreters = True
 
 PACKAGES = ["ir", "onnx", "jax", "planner", "codegen", "engine", "npu"]
@@ -40,14 +38,33 @@ ONNX_CASES = f"{CONFORMANCE}/test_onnx_cases.py"
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The whole test run but the conformance suite (``conformance``, ``onnx_cases``): with two
-    busy processes beside it the three together took 22 min here, this one 12 min 41 s. Hardware
-    tests (markers ``xdna``, ``npu_intel``) are collected too, so each shows as a skip with
-    "hardware unavailable" and its reason, never a pass."""
+    """The test run but the conformance suite (``conformance``, ``onnx_cases``) and the tests
+    marked ``slow`` (``slow``). Hardware tests (markers ``xdna``, ``npu_intel``) are collected
+    too, so each shows as a skip with "hardware unavailable" and its reason, never a pass."""
+    _pytest(session, "-m", "not slow")
+
+
+@nox.session
+def slow(session: nox.Session) -> None:
+    """The tests marked ``slow``: whole programs and models end to end on the stand-ins (the
+    hand-off between devices, the acceptance probes, the fake-XRT context limits, the ONNX
+    node cases through the oracle), each seconds long."""
+    _pytest(session, "-m", "slow")
+
+
+def _pytest(session: nox.Session, *args: str) -> None:
     # two workers (the machines have two cores), each test file on one worker: a file's
     # module-level caches (a device opened once) stay in one process
     session.run(
-        "pytest", "-q", "-n", "2", "--dist", "loadfile", f"--ignore={CONFORMANCE}", *session.posargs
+        "pytest",
+        "-q",
+        "-n",
+        "2",
+        "--dist",
+        "loadfile",
+        f"--ignore={CONFORMANCE}",
+        *args,
+        *session.posargs,
     )
 
 

@@ -72,6 +72,7 @@ def test_a_failed_check_exits_1(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     assert json.loads(out.read_text())["passed"] is False
 
 
+@pytest.mark.slow
 def test_every_xdna2_region_bound_at_and_one_past_its_limit_on_xdna_host(tmp_path: Path) -> None:
     """Each limit of the xdna2 region table has an "at" and a "one past" check, and all pass
     on the stand-in: the at-limit programs run verified, the one-past ones split or are refused
@@ -143,6 +144,7 @@ def test_the_legalized_xdna2_rules_on_xdna_host(tmp_path: Path) -> None:
     assert silu.figure is not None and silu.figure <= 1.0 and masked.figure == 20 + 23 + 28
 
 
+@pytest.mark.slow
 def test_every_legalized_intel_rule_near_zero_and_at_the_edges_on_vpu_cpu(tmp_path: Path) -> None:
     """Issue 24 item 3: every intel-npu4 rule measured on the FP16 stand-in from 1e-6 to 1e-1
     and at FP16's edges, verified against the running bound; erf and tanh keep the sign of x."""

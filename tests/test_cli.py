@@ -31,6 +31,7 @@ def test_every_example_parses_and_the_cpu_admits_it() -> None:
         assert plan(parse_program(path.read_text()), "cpu").admitted, path.name
 
 
+@pytest.mark.slow
 def test_demo_runs_every_example_on_every_present_device(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -288,6 +289,7 @@ def test_plan_says_how_each_gather_keeps_its_indices_in_the_axis(
     assert "gather at equation 0: indices checked on the host before each run" in out
 
 
+@pytest.mark.slow
 def test_plan_of_a_long_program_summarises_its_rewrites_and_guards(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

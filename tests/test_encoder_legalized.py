@@ -41,6 +41,7 @@ def test_legalization_leaves_only_the_integer_mask_convert(style: str) -> None:
     assert unlegalized.graphs > summary.graphs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("style", STYLES)
 def test_encoder_on_vpu_cpu_with_padded_masks(style: str, tmp_path: Path) -> None:
     program = encoder_layer(mask_style=style)

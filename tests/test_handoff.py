@@ -137,6 +137,7 @@ def _expected_class(src: str, dst: str) -> type:
     return Bounded if "xdna2" in targets else Exact
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("src", "dst"), PAIRS)
 def test_handoff_decodes_the_tokens_of_a_whole_oracle_run(
     loaded: _Devices, oracle: OracleRun, src: str, dst: str

@@ -28,15 +28,22 @@ THREE = cases.marked(65)  # 65 tiles: three regions of at most 32 tiles, three a
 TWO = cases.sums(17)  # 17 host streams in: two regions
 
 
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One host-built kernel cache for the module: each test installs the same three programs,
+    and building their kernels (a C compile each) is most of a test's time."""
+    return tmp_path_factory.mktemp("kernels")
+
+
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[ModuleType]:
+def fake(monkeypatch: pytest.MonkeyPatch, kernels: Path) -> Iterator[ModuleType]:
     fake_pyxrt.reset()
     monkeypatch.setitem(sys.modules, "pyxrt", fake_pyxrt)
     monkeypatch.setattr(xdna_module, "_abandoned", [])
     from poot.acceptance.regions import marked_chain  # the acceptance check's own program
 
     for program in (THREE, TWO, marked_chain(65, 32)):
-        fake_pyxrt.install(plan(program, "xdna2").check(), tmp_path / "kernels")
+        fake_pyxrt.install(plan(program, "xdna2").check(), kernels)
     yield fake_pyxrt
 
 

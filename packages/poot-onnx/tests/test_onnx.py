@@ -217,6 +217,7 @@ FLOORS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group", sorted(FLOORS))
 def test_node_cases(group: str) -> None:
     outcomes = [o for o in _outcomes() if o.group == group]
@@ -226,6 +227,7 @@ def test_node_cases(group: str) -> None:
     assert passed >= FLOORS[group], f"{group}: {passed} passed, the floor is {FLOORS[group]}"
 
 
+@pytest.mark.slow
 def test_node_case_report(capsys: pytest.CaptureFixture[str]) -> None:
     outcomes = _outcomes()
     table: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
