@@ -3,7 +3,9 @@ it against the same spans on the oracle; every figure a ratio of two timings in 
 
 1. Whole program: ``Engine.step`` on ``HostDevice`` (one compiled OpenVINO graph in F32) against
    ``InferenceSession.run`` of the same ONNX model on the same inputs, both pinned to one thread
-   and both at their default thread counts, for each real model of the suite that is here
+   and both at their default thread counts, beside the floor: OpenVINO's CPU plugin compiling
+   the ONNX file itself (F32 kept, latency hint, the same threads) against the same run (a
+   file its ONNX frontend cannot read says why), for each real model of the suite that is here
    (``models/catalog.py``, the ``models`` group) and for a BERT-class encoder layer
    (``benchmarks/encoder_onnx``: 8 x 128 tokens, hidden 256, 4 heads, a 1024-wide erf MLP). A model the host target refuses in part
    runs partitioned on the host device (its refused equations on the oracle), and says so.
@@ -28,7 +30,7 @@ from typing import Any
 import numpy as np
 from poot_engine import Engine
 from poot_ir import PootError, Program, Storage
-from poot_npu.host import HostDevice
+from poot_npu.host import HOST_CONFIG, HostDevice
 from poot_npu.registry import make_device
 from poot_planner import plan
 
@@ -106,6 +108,35 @@ def _ort(source: str | bytes, threads: int | None) -> Any:
     return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
 
+def _openvino(source: str | bytes, feed: dict[str, np.ndarray], threads: int | None) -> Any:
+    """The raw-OpenVINO floor: the CPU plugin compiling the ONNX file itself (its own frontend
+    and transformations, poot's graph not involved) with the host device's precision options
+    (F32 kept) and the latency hint, shapes fixed to ``feed``'s; a call runs it once. Or the
+    frontend's or plugin's refusal, as text."""
+    import openvino as ov
+
+    core = ov.Core()
+    config = {**HOST_CONFIG, "PERFORMANCE_HINT": "LATENCY"}
+    config.pop("SNIPPETS_MODE")  # the plugin's own default: the floor as OpenVINO ships it
+    if threads is not None:
+        config["INFERENCE_NUM_THREADS"] = str(threads)
+    try:
+        with tempfile.TemporaryDirectory(prefix="poot-bench-ov-") as tmp:
+            path = source
+            if isinstance(source, bytes):
+                path = str(Path(tmp) / "model.onnx")
+                Path(path).write_bytes(source)
+            model = core.read_model(path)
+        ports = {p.get_any_name(): p for p in model.inputs}
+        named = {n: next(k for k in feed if k in p.get_names()) for n, p in ports.items()}
+        model.reshape({n: ov.PartialShape(list(feed[k].shape)) for n, k in named.items()})
+        request = core.compile_model(model, "CPU", config).create_infer_request()
+    except (RuntimeError, StopIteration) as err:
+        return f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:100]}"
+    inputs = {n: feed[k] for n, k in named.items()}
+    return functools.partial(request.infer, inputs)
+
+
 def _host_step(case: _Case, cache: Path, threads: int | None) -> tuple[Callable[[], Any], Engine]:
     engine = Engine(HostDevice(threads=threads), cache)
     weights = engine.load_weights(case.weights)
@@ -131,6 +162,21 @@ def whole(case: _Case, cache: Path) -> list[Figure]:
             continue
         session = _ort(case.onnx, threads)
         t_ort = median_time(functools.partial(session.run, None, case.onnx_feed), repeat=REPEAT)
+        floor = _openvino(case.onnx, case.onnx_feed, threads)
+        if isinstance(floor, str):
+            figures.append(
+                Figure(f"{case.name}: openvino on the ONNX file, {label}", 0, "", note=floor)
+            )
+        else:
+            t_ov = median_time(floor, repeat=REPEAT)
+            figures.append(
+                Figure(
+                    f"{case.name}: openvino on the ONNX file / onnxruntime, {label}",
+                    t_ov / t_ort,
+                    "x",
+                    note=f"the floor: {t_ov * 1e3:.2f} ms vs {t_ort * 1e3:.2f} ms",
+                )
+            )
         figures.append(
             Figure(
                 f"{case.name}: host / onnxruntime, {label}{how}",
