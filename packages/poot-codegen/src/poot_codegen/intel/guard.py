@@ -27,6 +27,7 @@ a divide whose divisor has one use (npu_compiler ``convert_precision_to_fp16.cpp
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Final, TypeAlias
 
@@ -40,7 +41,7 @@ from poot_planner.fp16.saturation import saturates
 from poot_codegen.intel.quiet import opset16 as ops
 from poot_codegen.intel.quiet import ov
 
-__all__ = ["GUARD_PREFIX", "guard_labels", "guard_result"]
+__all__ = ["GUARD_PREFIX", "domain_flags", "guard_labels", "guard_result", "is_domain_maximum"]
 
 Node: TypeAlias = Any
 
@@ -151,14 +152,15 @@ def guard_result(
     checks: Sequence[tuple[RangeCheck, Eqn, Node, Sequence[Node]]],
     carrier: type,
     keep: Sequence[tuple[str, Node]] = (),
-    domains: Sequence[tuple[str, Node]] = (),
+    domains: Sequence[tuple[str, Node, DomainBounds]] = (),
 ) -> Node:
     """The guard result: ``checks`` holds each guard with the narrowed equation it checks, the
     equation's value and its operands as the graph holds them; ``carrier`` is the numpy type
     the graph carries FP16 in (float16 on the NPU, float32 on the stand-in). Each of ``keep``
     (a label ``<eqn>.<prim>.keep`` and a value) adds a flag the device ignores, computed from
     the value only to give it one more use (``clamped_divisors``). Each of ``domains`` (a label
-    ``<eqn>.<prim>.domain<operand>`` and a ``domain_flag``) is a device-site domain guard."""
+    ``<eqn>.<prim>.domain<operand>``, the F32 value and its domain's bounds) is a device-site
+    domain guard (``domain_flags``)."""
     flags, labels = [], []
     for g, e, out, xs in checks:
         name = f"guard.{g.label}"
@@ -172,28 +174,134 @@ def guard_result(
         used = ops.logical_not(finite, name=f"{name}.used")  # false as a rule: no work on the host
         flags.append(ops.reshape(used, one, False, name=name))
         labels.append(label)
-    for label, flag in domains:
-        one = ops.constant(np.array([1], np.int64), name=f"guard.{label}.one")
-        flags.append(ops.reshape(flag, one, False, name=f"guard.{label}"))
-        labels.append(label)
+    for named, flag in domain_flags(domains):
+        flags.append(flag)
+        labels.extend(named)
     tensor = GUARD_PREFIX + ",".join(labels)
     r = ops.result(ops.concat(flags, 0, name="guard.flags"), name=tensor)
     r.output(0).get_tensor().set_names({tensor})
     return r
 
 
-def domain_flag(value: Node, bounds: DomainBounds, name: str) -> Node:
-    """Set when an element of the F32 ``value`` is outside ``bounds`` (inside: ``lo <= x <=
-    hi``, or NaN when ``bounds.nan``): a device-site domain guard computed in the graph, for
-    the compiled host device, which counts nothing of its own while it runs. The bounds are
-    F32 values already (a domain's ends at F32), so the compare is exact."""
+def domain_flags(
+    domains: Sequence[tuple[str, Node, DomainBounds]],
+) -> list[tuple[tuple[str, ...], Node]]:
+    """Device-site domain guards computed in the graph, for the compiled host device, which
+    counts nothing of its own while it runs: for each (label, F32 value, bounds), a flag set
+    when an element of the value is outside the bounds (inside: ``lo <= x <= hi``, or NaN
+    when ``bounds.nan``). The bounds are F32 values already (a domain's ends at F32), so every
+    compare is exact. Returned as boolean vectors, each with the labels of its flags in order.
+
+    Where it is exact (``_by_extremes``), from three F32 reductions of the value (its sum,
+    maximum and minimum: ``_extremes``), which the CPU plugin runs vectorized on the value's
+    own (blocked) layout; the guards' scalars are then compared together, as vectors, once.
+    That replaced two compares per element, their AND and a boolean reduction of a plain
+    copy per guard: measured on ocr_cls (65 guards), the step's CPU time 3.2x ONNX Runtime's
+    before, 2.1x after, 1.0x with no guard at all. Elsewhere each element is compared."""
+    for label, v, _ in domains:
+        _check_f32(v, f"a domain guard {label}")
+    fast = [(label, v, b) for label, v, b in domains if _by_extremes(b, v)]
+    found: list[tuple[tuple[str, ...], Node]] = [
+        ((label,), _compared(v, b, label)) for label, v, b in domains if not _by_extremes(b, v)
+    ]
+    if not fast:
+        return found
+    name = "guard.domain"
+    sums, tops, bottoms = [], [], []
+    for label, v, b in fast:
+        total, top, bottom = _extremes(v, b, f"guard.{label}")
+        sums.append(total)
+        tops.append(top)
+        bottoms.append(bottom)
+    his = np.array([b.hi for _, _, b in fast], np.float32)
+    los = np.array([b.lo for _, _, b in fast], np.float32)
+    total = ops.concat(sums, 0, name=f"{name}.sums")
+    ok = ops.equal(total, total, name=f"{name}.not_nan")
+    top = ops.concat(tops, 0, name=f"{name}.tops")
+    below = ops.less_equal(top, ops.constant(his, name=f"{name}.hi"), name=f"{name}.le")
+    bottom = ops.concat(bottoms, 0, name=f"{name}.bottoms")
+    above = ops.greater_equal(bottom, ops.constant(los, name=f"{name}.lo"), name=f"{name}.ge")
+    ok = ops.logical_and(ok, ops.logical_and(below, above, name=f"{name}.in"), name=f"{name}.ok")
+    found.append((tuple(label for label, _, _ in fast), ops.logical_not(ok, name=name)))
+    return found
+
+
+def _size(value: Node) -> int | None:
+    """The number of elements of an output port with a static shape, else None."""
+    shape = value.get_partial_shape()
+    if not shape.is_static:
+        return None
+    return int(np.prod([int(d) for d in shape.to_shape()], dtype=np.int64))
+
+
+def _by_extremes(bounds: DomainBounds, value: Node) -> bool:
+    """Whether ``_extremes`` decides ``value`` against ``bounds`` exactly: NaN outside, one end
+    at least finite, and the sum of the value's elements, were they all inside, can reach no
+    infinity of a finite end's sign (the element count times the larger finite end at most
+    half of F32's largest: no rounding takes it past). Then a NaN sum means a NaN element
+    (NaN propagates through every add) or an infinity past a finite end, both outside; and
+    past an end, the maximum or the minimum is."""
+    size = _size(value)
+    if size is None or bounds.nan or (math.isinf(bounds.lo) and math.isinf(bounds.hi)):
+        return False
+    ends = [abs(e) for e in (bounds.lo, bounds.hi) if not math.isinf(e)]
+    return size * max(ends) <= bounds.largest / 2
+
+
+def _extremes(value: Node, bounds: DomainBounds, name: str) -> tuple[Node, Node, Node]:
+    """The sum, maximum and minimum of ``value``, each as a vector of one; at an infinite end
+    the sum stands for the extreme (it is within an infinite end unless NaN, and NaN is
+    outside anyway). The plugin may skip or keep a NaN in a maximum; the sum sees it either
+    way. It starts a maximum at the lowest finite value, not at -inf, and a minimum at the
+    largest (``poot_npu.host._maxima_keep_minus_inf``): compared with a finite end, the same
+    answer as -inf or +inf. ``is_domain_maximum`` names the maximum."""
+    rank = len(value.get_partial_shape())
+    if rank == 0:
+        shape = ops.constant(np.array([1], np.int64), name=f"{name}.rank1.shape")
+        value = ops.reshape(value, shape, False, name=f"{name}.rank1")
+        rank = 1
+    axes = ops.constant(np.arange(rank, dtype=np.int64), name=f"{name}.axes")
+    one = ops.constant(np.array([1], np.int64), name=f"{name}.one")
+
+    def vector(node: Node, role: str) -> Node:
+        return ops.reshape(node, one, False, name=f"{name}.{role}")
+
+    total = vector(ops.reduce_sum(value, axes, False, name=f"{name}.sum"), "sum1")
+    top, bottom = total, total
+    if not math.isinf(bounds.hi):
+        top = vector(ops.reduce_max(value, axes, False, name=f"{name}{_MAXIMUM}"), "max1")
+    if not math.isinf(bounds.lo):
+        bottom = vector(ops.reduce_min(value, axes, False, name=f"{name}.min"), "min1")
+    return total, top, bottom
+
+
+_MAXIMUM: Final = ".domain_max"
+
+
+def is_domain_maximum(node: Node) -> bool:
+    """Whether ``node`` is a domain guard's maximum (``_extremes``), compared only with a
+    finite end, where the plugin's start at the lowest finite value is right."""
+    name = str(node.get_friendly_name())
+    return (
+        node.get_type_name() == "ReduceMax"
+        and name.startswith("guard.")
+        and name.endswith(_MAXIMUM)
+    )
+
+
+def _check_f32(value: Node, what: str) -> None:
     kind = (
         value.get_element_type()
         if hasattr(value, "get_element_type")
         else value.get_output_element_type(0)
     )
     if kind != ov.Type.f32:
-        raise CodegenError(f"a domain guard on {kind} (only f32 values are guarded): {name}")
+        raise CodegenError(f"{what} on {kind} (only f32 values are guarded)")
+
+
+def _compared(value: Node, bounds: DomainBounds, label: str) -> Node:
+    """The flag of one domain guard as a vector of one, from every element compared."""
+    name = f"guard.{label}"
     lo = ops.constant(np.array([bounds.lo], np.float32), name=f"{name}.lo")
     hi = ops.constant(np.array([bounds.hi], np.float32), name=f"{name}.hi")
     ge = ops.greater_equal(value, lo, name=f"{name}.ge")
@@ -202,4 +310,5 @@ def domain_flag(value: Node, bounds: DomainBounds, name: str) -> Node:
         nan = ops.not_equal(value, value, name=f"{name}.nan")
         inside = ops.logical_or(inside, nan, name=f"{name}.in_or_nan")
     every = _all(inside, f"{name}.all")
-    return ops.logical_not(every, name=f"{name}.flag")
+    one = ops.constant(np.array([1], np.int64), name=f"{name}.one")
+    return ops.reshape(ops.logical_not(every, name=f"{name}.flag"), one, False, name=name)
