@@ -383,11 +383,10 @@ def test_the_host_device_bakes_weights_into_the_blob_and_its_cache_key(tmp_path:
 def test_domain_flags_in_the_graph_decide_every_element_as_numpy_does() -> None:
     """The host device's device-site domain guards (``poot_codegen.intel.guard.domain_flags``)
     flag a value exactly when numpy finds an element outside: at the ends (inclusive), one F32
-    step past them, NaN (skipped or kept by the plugin's maximum; the sum sees it), infinities
-    of either sign, and a row of -inf under ``(-inf, 88]`` (the plugin's maximum starts at the
-    lowest finite value). The value is a depthwise convolution's result, so the reductions
-    run on the plugin's blocked layout; a NaN-admitting domain and one whose sum could
-    overflow take the per-element compare. Compiled as the host device compiles."""
+    step past them, NaN, infinities of either sign, a whole value of -inf under ``(-inf, 88]``
+    and an end near F32's largest. The value is a depthwise convolution's result, so the
+    guard runs on the plugin's blocked layout; a NaN-admitting domain and one with an end
+    below 1 take the per-element compare. Compiled as the host device compiles."""
     from dataclasses import replace
 
     from poot_codegen.intel.guard import domain_flags
@@ -402,7 +401,8 @@ def test_domain_flags_in_the_graph_decide_every_element_as_numpy_does() -> None:
         "summable": summable,
         "exp": Interval(-np.inf, 88.0).bounds(F32),
         "nan_in": replace(summable, nan=True),
-        "wide": Interval(-1e38, 1e38).bounds(F32),  # 1120 elements could sum past F32
+        "wide": Interval(-1e38, 1e38).bounds(F32),
+        "small": Interval(0.0, 0.5).bounds(F32),
     }
     p = ops.parameter(list(shape), np.float32)
     ones = ops.constant(np.ones((32, 1, 1, 1, 1), np.float32))
@@ -428,6 +428,7 @@ def test_domain_flags_in_the_graph_decide_every_element_as_numpy_does() -> None:
         (9, 88.0),
         (9, float(np.nextafter(np.float32(88.0), np.float32(np.inf)))),
         (1, 2e38),
+        (1, -1e38),
     ]
     rng = np.random.default_rng(7)
     arrays = [rng.standard_normal(shape).astype(np.float32) * 3]
