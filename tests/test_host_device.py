@@ -446,3 +446,25 @@ def test_domain_flags_in_the_graph_decide_every_element_as_numpy_does() -> None:
             b = domains[label]
             inside = ((x >= b.lo) & (x <= b.hi)) | (b.nan & np.isnan(x))
             assert bool(got[k]) == (not inside.all()), (label, x.ravel()[:4])
+
+
+def test_a_boolean_converted_to_f32_on_the_host_is_one_or_zero(tmp_path: Path) -> None:
+    """The host device selects 1.0 or 0.0 where the graph converts a boolean to F32 (a
+    one-hot's ``convert(x == iota)``; ``poot_npu.host._selected_booleans``): the oracle's
+    values, bit for bit, for a computed boolean and for a boolean slot."""
+    b = Builder("one_hot")
+    x = b.slot("x", DType.I32, (5, 1))
+    p = b.slot("p", DType.BOOL, (5, 4))
+    hot = b.convert(b.eq(x, b.iota((5, 4), DType.I32, axis=1)), F32)
+    b.output("hot", hot)
+    b.output("p", b.convert(p, F32))
+    program = b.build()
+    ins = {
+        "x": np.array([[0], [3], [9], [-1], [2]], np.int32),
+        "p": np.array([[True, False, True, True]] * 5, np.bool_),
+    }
+    with Engine(_open("host"), cache_dir=tmp_path) as engine:
+        got = engine.step(engine.add_entry(program, engine.load_weights({})), ins)
+    want = evaluate(program, ins)
+    for name in ("hot", "p"):
+        assert got[name].tobytes() == want[name].tobytes(), name
