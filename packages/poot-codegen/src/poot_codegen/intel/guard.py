@@ -178,7 +178,10 @@ def guard_result(
         flags.append(flag)
         labels.extend(named)
     tensor = GUARD_PREFIX + ",".join(labels)
-    r = ops.result(ops.concat(flags, 0, name="guard.flags"), name=tensor)
+    # one vector already (the host device's domain guards): no concat, which the CPU plugin
+    # runs in F32 and converts back to boolean with a reference kernel
+    flag = flags[0] if len(flags) == 1 else ops.concat(flags, 0, name="guard.flags")
+    r = ops.result(flag, name=tensor)
     r.output(0).get_tensor().set_names({tensor})
     return r
 
