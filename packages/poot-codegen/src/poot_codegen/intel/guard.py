@@ -19,7 +19,8 @@ Each flag is reduced to one boolean, the flags are concatenated into one ``boole
 appended after the program's results and named ``poot:guard:<label>,<label>,...`` (each
 ``RangeCheck.label``), so the device that loads the blob knows which equation each flag names. Every
 op used is in ``compiler_ops.ACCEPTED`` (Abs, LessEqual, GreaterEqual, LogicalNot,
-LogicalOr, LogicalAnd, ReduceLogicalAnd, Reshape, Concat). A guard also gives each guarded
+LogicalOr, LogicalAnd, ReduceLogicalAnd, Reshape, Concat); the compiled host device's domain
+flags (``domain_flags``, in no NPU graph) also use Subtract, Sqrt, Add, ReduceSum and NotEqual. A guard also gives each guarded
 divisor a second use, which keeps the NPU compiler from inserting its epsilon clamp in front of
 a divide whose divisor has one use (npu_compiler ``convert_precision_to_fp16.cpp``,
 ``insertEpsilonClamp``: it clamps the divisor to [0.0001, 65504]).
