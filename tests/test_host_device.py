@@ -378,3 +378,93 @@ def test_the_host_device_bakes_weights_into_the_blob_and_its_cache_key(tmp_path:
             assert engine.stats().compiles == k + 1
         engine.add_entry(program, engine.load_weights(sets[0]))
         assert (engine.stats().compiles, engine.stats().cache_hits) == (2, 1)
+
+
+def test_domain_flags_in_the_graph_decide_every_element_as_numpy_does() -> None:
+    """The host device's device-site domain guards (``poot_codegen.intel.guard.domain_flags``)
+    flag a value exactly when numpy finds an element outside: at the ends (inclusive), one F32
+    step past them, NaN, infinities of either sign, a whole value of -inf under ``(-inf, 88]``
+    and an end near F32's largest. The value is a depthwise convolution's result, so the
+    guard runs on the plugin's blocked layout; a NaN-admitting domain and one with an end
+    below 1 take the per-element compare. Compiled as the host device compiles."""
+    from dataclasses import replace
+
+    from poot_codegen.intel.guard import domain_flags
+    from poot_codegen.intel.quiet import opset1, ov
+    from poot_codegen.intel.quiet import opset16 as ops
+    from poot_ir.domains import Interval
+    from poot_npu.host import HOST_CONFIG, _maxima_keep_minus_inf
+
+    shape = (1, 32, 5, 7)
+    summable = Interval(-(2.0**50), 2.0**50).bounds(F32)
+    domains = {
+        "summable": summable,
+        "exp": Interval(-np.inf, 88.0).bounds(F32),
+        "nan_in": replace(summable, nan=True),
+        "wide": Interval(-1e38, 1e38).bounds(F32),
+        "small": Interval(0.0, 0.5).bounds(F32),
+    }
+    p = ops.parameter(list(shape), np.float32)
+    ones = ops.constant(np.ones((32, 1, 1, 1, 1), np.float32))
+    y = opset1.group_convolution(p, ones, [1, 1], [0, 0], [0, 0], [1, 1]).output(0)
+    flags = domain_flags([(k, y, b) for k, b in domains.items()])
+    order = [label for labels, _ in flags for label in labels]
+    r = ops.result(ops.concat([f for _, f in flags], 0))
+    model = ov.Model([r], [p])
+    _maxima_keep_minus_inf(model)
+    request = ov.Core().compile_model(model, "CPU", HOST_CONFIG).create_infer_request()
+
+    past = float(np.nextafter(np.float32(2.0**50), np.float32(np.inf)))
+    cases: list[tuple[int, float]] = [
+        (0, 2.0**50),
+        (-1, -(2.0**50)),
+        (5, past),
+        (-1, -past),
+        (0, np.nan),
+        (600, np.nan),
+        (-1, np.nan),
+        (3, np.inf),
+        (700, -np.inf),
+        (9, 88.0),
+        (9, float(np.nextafter(np.float32(88.0), np.float32(np.inf)))),
+        (1, 2e38),
+        (1, -1e38),
+    ]
+    rng = np.random.default_rng(7)
+    arrays = [rng.standard_normal(shape).astype(np.float32) * 3]
+    for at, v in cases:
+        x = arrays[0].copy().ravel()
+        x[at] = v
+        arrays.append(x.reshape(shape))
+    arrays.append(np.full(shape, -np.inf, np.float32))
+    mixed = np.full(shape, -np.inf, np.float32)
+    mixed.flat[::3] = np.inf
+    arrays.append(mixed)
+    for x in arrays:
+        got = request.infer([x])[0]
+        for k, label in enumerate(order):
+            b = domains[label]
+            inside = ((x >= b.lo) & (x <= b.hi)) | (b.nan & np.isnan(x))
+            assert bool(got[k]) == (not inside.all()), (label, x.ravel()[:4])
+
+
+def test_a_boolean_converted_to_f32_on_the_host_is_one_or_zero(tmp_path: Path) -> None:
+    """The host device selects 1.0 or 0.0 where the graph converts a boolean to F32 (a
+    one-hot's ``convert(x == iota)``; ``poot_npu.host._selected_booleans``): the oracle's
+    values, bit for bit, for a computed boolean and for a boolean slot."""
+    b = Builder("one_hot")
+    x = b.slot("x", DType.I32, (5, 1))
+    p = b.slot("p", DType.BOOL, (5, 4))
+    hot = b.convert(b.eq(x, b.iota((5, 4), DType.I32, axis=1)), F32)
+    b.output("hot", hot)
+    b.output("p", b.convert(p, F32))
+    program = b.build()
+    ins = {
+        "x": np.array([[0], [3], [9], [-1], [2]], np.int32),
+        "p": np.array([[True, False, True, True]] * 5, np.bool_),
+    }
+    with Engine(_open("host"), cache_dir=tmp_path) as engine:
+        got = engine.step(engine.add_entry(program, engine.load_weights({})), ins)
+    want = evaluate(program, ins)
+    for name in ("hot", "p"):
+        assert got[name].tobytes() == want[name].tobytes(), name

@@ -110,9 +110,12 @@ class HostDevice(OpenVinoDevice):
         kernel, materializing the whole tensor (ocr_cls: 82 of them, most of its step);
         broadcasting moves values, so the results are the same bits.
 
-        And every F32 ReduceMax and MaxPool keeps -inf (``_maxima_keep_minus_inf``)."""
+        And every F32 ReduceMax and MaxPool keeps -inf (``_maxima_keep_minus_inf``).
+
+        And a boolean converted to F32 is selected instead (``_selected_booleans``)."""
         _implicit_broadcasts(model)
         _maxima_keep_minus_inf(model)
+        _selected_booleans(model)
         for op in model.get_ops():
             if op.get_type_name() == "Divide" and not _mean(op):
                 op.get_rt_info()[_NONCONVERTIBLE_DIVIDE] = ""
@@ -249,8 +252,8 @@ def _maxima_keep_minus_inf(model: Any) -> None:
     the maximum). Measured with ``Engine.step``, one thread, against no rewrite: a lone softmax
     of 32 x 128 x 128 1.12x, the benchmarks' encoder layer 1.01x. Each MaxPool is followed by a
     select of -inf where no element of its window is above -inf (a MaxPool of ``x != -inf`` as
-    0 and 1, positive where one element is). Everywhere else the plugin's maximum is the
-    oracle's, so the select only puts -inf back."""
+    0 and 1, positive where one element is; ``_selected_booleans`` then selects it). Everywhere
+    else the plugin's maximum is the oracle's, so the select only puts -inf back."""
     for op in list(model.get_ordered_ops()):
         kind = op.get_type_name()
         if kind == "ReduceMax":
@@ -283,6 +286,23 @@ def _maxima_keep_minus_inf(model: Any) -> None:
         some = ops.greater(pooled, ops.constant(np.float32(0)))
         kept = ops.select(some, op.output(0), ops.constant(_MINUS_INF))
         _replace(op.output(0), readers, kept.output(0))
+
+
+def _selected_booleans(model: Any) -> None:
+    """Each Convert of a boolean to F32 becomes ``select(b, 1.0, 0.0)``: the same values (true
+    is 1, false 0), and the plugin runs its boolean Convert with a reference kernel (magika's
+    one-hot, ``convert(x == iota)``: 2% of its step) where Select is vectorized."""
+    for op in list(model.get_ordered_ops()):
+        if op.get_type_name() != "Convert" or op.get_output_element_type(0) != ov.Type.f32:
+            continue
+        x = op.input_value(0)
+        if x.get_element_type() != ov.Type.boolean:
+            continue
+        name = op.get_friendly_name()
+        one = ops.constant(np.float32(1), name=f"{name}:one")
+        zero = ops.constant(np.float32(0), name=f"{name}:zero")
+        picked = ops.select(x, one, zero, name=f"{name}:select")
+        _replace(op.output(0), list(op.output(0).get_target_inputs()), picked.output(0))
 
 
 def _constant(value: Any) -> np.ndarray | None:

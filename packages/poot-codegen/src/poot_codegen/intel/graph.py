@@ -105,6 +105,7 @@ from poot_ir.core import (
     Var,
 )
 from poot_ir.core import Literal as PootLiteral
+from poot_ir.domains import DomainBounds
 from poot_ir.dtypes import DType
 from poot_ir.errors import NoLowering, WeightMismatch
 from poot_planner.fp16.checks import RangeCheck
@@ -262,7 +263,7 @@ def lower(
     by_eqn: dict[int, list[DomainGuard]] = {}
     for dg in domain_guards:
         by_eqn.setdefault(dg.eqn, []).append(dg)
-    domain_flags: list[tuple[str, Node]] = []
+    domain_flags: list[tuple[str, Node, DomainBounds]] = []
     checks: list[tuple[RangeCheck, Eqn, Node, list[Node]]] = []
     params = []
     for a in program.args:
@@ -302,7 +303,7 @@ def lower(
                 continue  # a literal: proven when planning
             label = f"{i}.{e.prim.value}.domain{dg.operand}"
             bounds = dg.domain.bounds(held.dtype)
-            domain_flags.append((label, intel_guard.domain_flag(g.env[held.id], bounds, label)))
+            domain_flags.append((label, g.env[held.id], bounds))
     results = []
     claimed = {a.var.id for a in program.args}
     for rname, var in program.results():

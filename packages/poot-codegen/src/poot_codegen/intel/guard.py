@@ -19,7 +19,8 @@ Each flag is reduced to one boolean, the flags are concatenated into one ``boole
 appended after the program's results and named ``poot:guard:<label>,<label>,...`` (each
 ``RangeCheck.label``), so the device that loads the blob knows which equation each flag names. Every
 op used is in ``compiler_ops.ACCEPTED`` (Abs, LessEqual, GreaterEqual, LogicalNot,
-LogicalOr, LogicalAnd, ReduceLogicalAnd, Reshape, Concat). A guard also gives each guarded
+LogicalOr, LogicalAnd, ReduceLogicalAnd, Reshape, Concat); the compiled host device's domain
+flags (``domain_flags``, in no NPU graph) also use Subtract, Sqrt, Add, ReduceSum and NotEqual. A guard also gives each guarded
 divisor a second use, which keeps the NPU compiler from inserting its epsilon clamp in front of
 a divide whose divisor has one use (npu_compiler ``convert_precision_to_fp16.cpp``,
 ``insertEpsilonClamp``: it clamps the divisor to [0.0001, 65504]).
@@ -27,6 +28,7 @@ a divide whose divisor has one use (npu_compiler ``convert_precision_to_fp16.cpp
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Final, TypeAlias
 
@@ -40,7 +42,7 @@ from poot_planner.fp16.saturation import saturates
 from poot_codegen.intel.quiet import opset16 as ops
 from poot_codegen.intel.quiet import ov
 
-__all__ = ["GUARD_PREFIX", "guard_labels", "guard_result"]
+__all__ = ["GUARD_PREFIX", "domain_flags", "guard_labels", "guard_result"]
 
 Node: TypeAlias = Any
 
@@ -151,14 +153,15 @@ def guard_result(
     checks: Sequence[tuple[RangeCheck, Eqn, Node, Sequence[Node]]],
     carrier: type,
     keep: Sequence[tuple[str, Node]] = (),
-    domains: Sequence[tuple[str, Node]] = (),
+    domains: Sequence[tuple[str, Node, DomainBounds]] = (),
 ) -> Node:
     """The guard result: ``checks`` holds each guard with the narrowed equation it checks, the
     equation's value and its operands as the graph holds them; ``carrier`` is the numpy type
     the graph carries FP16 in (float16 on the NPU, float32 on the stand-in). Each of ``keep``
     (a label ``<eqn>.<prim>.keep`` and a value) adds a flag the device ignores, computed from
     the value only to give it one more use (``clamped_divisors``). Each of ``domains`` (a label
-    ``<eqn>.<prim>.domain<operand>`` and a ``domain_flag``) is a device-site domain guard."""
+    ``<eqn>.<prim>.domain<operand>``, the F32 value and its domain's bounds) is a device-site
+    domain guard (``domain_flags``)."""
     flags, labels = [], []
     for g, e, out, xs in checks:
         name = f"guard.{g.label}"
@@ -172,28 +175,113 @@ def guard_result(
         used = ops.logical_not(finite, name=f"{name}.used")  # false as a rule: no work on the host
         flags.append(ops.reshape(used, one, False, name=name))
         labels.append(label)
-    for label, flag in domains:
-        one = ops.constant(np.array([1], np.int64), name=f"guard.{label}.one")
-        flags.append(ops.reshape(flag, one, False, name=f"guard.{label}"))
-        labels.append(label)
+    for named, flag in domain_flags(domains):
+        flags.append(flag)
+        labels.extend(named)
     tensor = GUARD_PREFIX + ",".join(labels)
-    r = ops.result(ops.concat(flags, 0, name="guard.flags"), name=tensor)
+    # one vector already (the host device's domain guards): no concat, which the CPU plugin
+    # runs in F32 and converts back to boolean with a reference kernel
+    flag = flags[0] if len(flags) == 1 else ops.concat(flags, 0, name="guard.flags")
+    r = ops.result(flag, name=tensor)
     r.output(0).get_tensor().set_names({tensor})
     return r
 
 
-def domain_flag(value: Node, bounds: DomainBounds, name: str) -> Node:
-    """Set when an element of the F32 ``value`` is outside ``bounds`` (inside: ``lo <= x <=
-    hi``, or NaN when ``bounds.nan``): a device-site domain guard computed in the graph, for
-    the compiled host device, which counts nothing of its own while it runs. The bounds are
-    F32 values already (a domain's ends at F32), so the compare is exact."""
+def domain_flags(
+    domains: Sequence[tuple[str, Node, DomainBounds]],
+) -> list[tuple[tuple[str, ...], Node]]:
+    """Device-site domain guards computed in the graph, for the compiled host device, which
+    counts nothing of its own while it runs: for each (label, F32 value, bounds), a flag set
+    when an element of the value is outside the bounds (inside: ``lo <= x <= hi``, or NaN
+    when ``bounds.nan``). The bounds are F32 values already (a domain's ends at F32), so every
+    compare is exact. Returned as boolean vectors, each with the labels of its flags in order.
+
+    Where it is exact (``_by_roots``), each value becomes one F32 elementwise chain that is NaN
+    exactly where an element is outside (``_roots``) and one sum of it, which is NaN exactly
+    when one is; the guards' sums are tested together, as one vector. Measured on ocr_cls (65
+    guards), the step's CPU time was 3.2x ONNX Runtime's with two compares, their AND and a
+    boolean reduction of a plain copy per guard, 2.1x with three reductions per guard (sum,
+    maximum, minimum), 1.0x with no guard at all. Elsewhere each element is compared."""
+    for label, v, _ in domains:
+        _check_f32(v, f"a domain guard {label}")
+    found: list[tuple[tuple[str, ...], Node]] = [
+        ((label,), _compared(v, b, label)) for label, v, b in domains if not _by_roots(b)
+    ]
+    fast = [(label, v, b) for label, v, b in domains if _by_roots(b)]
+    if not fast:
+        return found
+    name = "guard.domain"
+    sums = [_root_sum(v, b, f"guard.{label}") for label, v, b in fast]
+    total = ops.concat(sums, 0, name=f"{name}.sums")
+    flags = ops.not_equal(total, total, name=name)
+    found.append((tuple(label for label, _, _ in fast), flags))
+    return found
+
+
+def _by_roots(bounds: DomainBounds) -> bool:
+    """Whether ``_roots`` is exact for ``bounds``: NaN outside, an end at least finite, and
+    every finite end at least 1 in magnitude. Then ``hi - x`` (and ``x - lo``) is negative
+    exactly when ``x`` is past the end, however rounded: a rounded difference of two F32
+    values has the exact difference's sign and is zero only when they are equal, and near an
+    end of magnitude 1 or more it is a normal number, which no flush of subnormals to zero
+    (the plugin's, should it set one) turns into 0."""
+    ends = [e for e in (bounds.lo, bounds.hi) if not math.isinf(e)]
+    return not bounds.nan and bool(ends) and all(abs(e) >= 1.0 for e in ends)
+
+
+def _root_sum(value: Node, bounds: DomainBounds, name: str) -> Node:
+    """The sum of ``_roots(value)`` over every axis, as a vector of one: NaN exactly when a
+    root is (a sum of values at or above 0, infinities among them, is never NaN otherwise)."""
+    roots = _roots(value, bounds, name)
+    rank = len(roots.get_partial_shape())
+    if rank == 0:
+        shape = ops.constant(np.array([1], np.int64), name=f"{name}.rank1.shape")
+        roots = ops.reshape(roots, shape, False, name=f"{name}.rank1").output(0)
+        rank = 1
+    axes = ops.constant(np.arange(rank, dtype=np.int64), name=f"{name}.axes")
+    total = ops.reduce_sum(roots, axes, False, name=f"{name}.sum")
+    one = ops.constant(np.array([1], np.int64), name=f"{name}.one")
+    return ops.reshape(total, one, False, name=f"{name}.sum1")
+
+
+def _roots(value: Node, bounds: DomainBounds, name: str) -> Node:
+    """``sqrt(hi - x) + sqrt(x - lo)`` over each finite end (``sqrt(hi - |x|)`` for ``[-hi,
+    hi]``): NaN exactly where ``x`` is outside (``_by_roots``): the square root of a negative
+    difference is NaN, a NaN ``x`` stays NaN, and an infinity past a finite end gives an
+    infinite negative difference; inside, every term is at or above 0 (+inf for an infinity
+    at an infinite end: ``hi - (-inf)``). Pure F32 arithmetic, which the CPU plugin runs as one
+    fused elementwise kernel on the value's own layout."""
+    if bounds.lo == -bounds.hi:
+        hi = ops.constant(np.float32(bounds.hi), name=f"{name}.hi")
+        size = ops.abs(value, name=f"{name}.abs")
+        return ops.sqrt(ops.subtract(hi, size, name=f"{name}.room"), name=f"{name}.root").output(0)
+    terms = []
+    if not math.isinf(bounds.hi):
+        hi = ops.constant(np.float32(bounds.hi), name=f"{name}.hi")
+        room = ops.subtract(hi, value, name=f"{name}.room_hi")
+        terms.append(ops.sqrt(room, name=f"{name}.root_hi"))
+    if not math.isinf(bounds.lo):
+        lo = ops.constant(np.float32(bounds.lo), name=f"{name}.lo")
+        room = ops.subtract(value, lo, name=f"{name}.room_lo")
+        terms.append(ops.sqrt(room, name=f"{name}.root_lo"))
+    if len(terms) == 1:
+        return terms[0].output(0)
+    return ops.add(terms[0], terms[1], name=f"{name}.roots").output(0)
+
+
+def _check_f32(value: Node, what: str) -> None:
     kind = (
         value.get_element_type()
         if hasattr(value, "get_element_type")
         else value.get_output_element_type(0)
     )
     if kind != ov.Type.f32:
-        raise CodegenError(f"a domain guard on {kind} (only f32 values are guarded): {name}")
+        raise CodegenError(f"{what} on {kind} (only f32 values are guarded)")
+
+
+def _compared(value: Node, bounds: DomainBounds, label: str) -> Node:
+    """The flag of one domain guard as a vector of one, from every element compared."""
+    name = f"guard.{label}"
     lo = ops.constant(np.array([bounds.lo], np.float32), name=f"{name}.lo")
     hi = ops.constant(np.array([bounds.hi], np.float32), name=f"{name}.hi")
     ge = ops.greater_equal(value, lo, name=f"{name}.ge")
@@ -202,4 +290,5 @@ def domain_flag(value: Node, bounds: DomainBounds, name: str) -> Node:
         nan = ops.not_equal(value, value, name=f"{name}.nan")
         inside = ops.logical_or(inside, nan, name=f"{name}.in_or_nan")
     every = _all(inside, f"{name}.all")
-    return ops.logical_not(every, name=f"{name}.flag")
+    one = ops.constant(np.array([1], np.int64), name=f"{name}.one")
+    return ops.reshape(ops.logical_not(every, name=f"{name}.flag"), one, False, name=name)
