@@ -107,3 +107,51 @@ def test_a_nan_the_guard_would_answer_is_refused_not_zeroed() -> None:
     eqns = p.legalized.eqns
     (i,) = [k for k, e in enumerate(eqns) if e.prim is Prim.MAX and e.inputs[0] == e.inputs[1]]
     assert any(g.eqn == i and g.operand == 0 for g in p.guards), [str(g) for g in p.guards]
+
+
+# -- a row kernel is never cut ----------------------------------------------------------------
+
+
+def softmax_of_products() -> Program:
+    """``softmax(x @ w) @ w2``: a softmax xdna2 recognizes as a row kernel, refused there (its
+    exp has no derived bound inside one)."""
+    b = Builder("rows")
+    x = b.slot("x", F32, (ROWS, WIDTH))
+    p = ops.softmax(b, b.matmul(x, b.weight("w", F32, (WIDTH, ROWS))))
+    b.output("y", b.matmul(p, b.weight("w2", F32, (ROWS, WIDTH))))
+    return b.build()
+
+
+def test_a_refused_row_kernel_goes_to_the_host_whole() -> None:
+    """Cut, the host's exp made subnormals the device's divide flagged as an underflow."""
+    program = softmax_of_products()
+    prims = [e.prim for e in program.eqns]
+    first, last = prims.index(Prim.REDUCE_MAX), prims.index(Prim.DIV)
+    spans = partition(program, XDNA2)
+    (host,) = [s for s in spans if not s.device]
+    assert set(range(first, last + 1)) <= set(host.eqns)
+    assert [s.device for s in spans] == [True, False, True]  # the matmuls on the device
+
+
+def test_a_softmax_with_subnormal_exponentials_runs_within_contract(tmp_path: Path) -> None:
+    """Scores 100 apart in a row: float32's exp(-100) is subnormal."""
+    program = softmax_of_products()
+    rng = np.random.default_rng(0)
+    w = np.zeros((WIDTH, ROWS), np.float32)
+    w[0, :] = np.linspace(0.0, 100.0, ROWS)
+    feed = {
+        "x": np.ones((ROWS, WIDTH), np.float32),
+        "w": w,
+        "w2": rng.standard_normal((ROWS, WIDTH)).astype(np.float32),
+    }
+    scores = feed["x"] @ w
+    assert np.any(np.exp(scores - scores.max(1, keepdims=True)) < np.finfo(np.float32).tiny)
+    report = run_program(
+        program,
+        open_device(device_info("xdna-host")),
+        "xdna-host",
+        inputs=[feed],
+        cache_dir=tmp_path,
+        partition=True,
+    )
+    assert report.ok, [str(c) for s in report.steps for _, c in s.results if not c.ok]
