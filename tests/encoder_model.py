@@ -3,9 +3,11 @@ it: token and position embeddings gathered and layer-normalized, multi-head self
 an additive padding mask made from the model's integer 0/1 attention mask, a GELU (erf) MLP,
 residuals and layernorms. Shared by the legalization tests and ``benchmarks/bench_legalize``.
 
-``mask_style`` is how the exported graph turns the 0/1 mask into its additive form, the three
-forms real models ship: ``"10000"`` (``(1 - mask) * -10000``), ``"finfo"`` (``(1 - mask) *
-finfo(float32).min``) and ``"inf"`` (``where(mask > 0.5, 0, -inf)``).
+``mask_style`` is how the exported graph turns the 0/1 mask into its additive form, the forms
+real models ship: ``"10000"`` (``(1 - mask) * -10000``), ``"finfo"`` (``(1 - mask) *
+finfo(float32).min``), ``"inf"`` (``where(mask > 0.5, 0, -inf)``) and ``"bool"``
+(``where(bool(mask), 0, -inf)`` on the integer mask, as torch's scaled dot-product attention
+exports it in MiniLM: it reads no float, so a partition runs it in the host prelude).
 """
 
 from __future__ import annotations
@@ -44,13 +46,16 @@ def encoder_layer(
     ln = {k: (b.weight(f"{k}_g", F32, (hidden,)), b.weight(f"{k}_b", F32, (hidden,))) for k in ("ln0", "ln1", "ln2")}  # fmt: skip
 
     # the additive mask, [batch, 1, 1, seq], from the integer 0/1 mask
-    m = b.convert(mask, F32)
+    m = b.convert(mask, F32) if mask_style != "bool" else mask
     if mask_style == "10000":
         add_mask = b.mul(b.sub(1.0, m), -10000.0)
     elif mask_style == "finfo":
         add_mask = b.mul(b.sub(1.0, m), float(np.finfo(np.float32).min))
     elif mask_style == "inf":
         add_mask = b.select(b.gt(m, 0.5), b.literal(0.0, F32), -math.inf)
+    elif mask_style == "bool":
+        keep = b.convert(mask, DType.BOOL)
+        add_mask = b.select(keep, b.literal(0.0, F32), b.literal(-math.inf, F32))
     else:
         raise ValueError(f"unknown mask style {mask_style!r}")
     add_mask = b.reshape(add_mask, (batch, 1, 1, seq))

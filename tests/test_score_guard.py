@@ -3,8 +3,9 @@ the scores the prelude's mask is added to are not proven within ``SCORE_BOUND`` 
 a narrowed device span, a device that checks it (``VpuDevice`` with its FP16 guard) gets the
 ``-2^15`` mask anyway and its graph flags any score beyond the bound or NaN
 (``GuardKind.SCORE``), refused as ``NarrowingRangeIntermediate`` naming the equation. Every
-other device (``CpuDevice`` running an intel-npu4 plan, ``VpuDevice`` without its guard, xdna2)
-keeps ``-inf`` and never runs a plan that names such scores."""
+other device (``CpuDevice`` running an intel-npu4 plan, ``VpuDevice`` without its guard, xdna2
+where the softmax runs on the host) keeps ``-inf`` and never runs a plan that names such
+scores (xdna2's own F32 rewrite, where its kernels add the mask: ``test_xdna2_score_guard``)."""
 
 from __future__ import annotations
 

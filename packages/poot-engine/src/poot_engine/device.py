@@ -65,10 +65,11 @@ class DeviceTraits:
     run`` read (never by probing the device for attributes).
 
     ``checks_score_bound``: the device checks a plan's ``score_bound`` in its graph
-    (``VpuDevice`` with its FP16 guard on). Only then may a partition make the attention-mask
-    rewrite whose score bound it cannot prove (``poot_planner.fp16.prelude``), and only then
-    does the engine load a plan that carries one; for every other device the mask keeps
-    ``-inf``.
+    (``VpuDevice`` with its FP16 guard on; ``XdnaHostDevice`` and ``XdnaDevice``, whose kernels
+    count a score past the F32 bound into the flag word). Only then may a partition make the
+    attention-mask rewrite whose score bound it cannot prove (``poot_planner.fp16.prelude``),
+    and only then does the engine load a plan that carries one; for every other device the
+    mask keeps ``-inf``.
 
     ``bakes_weights``: the device compiles an entry's weights into its artifact as constants
     (``Device.lower_baked``; the Intel NPU compiler bakes weights into its blob): the engine

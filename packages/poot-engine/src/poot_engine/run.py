@@ -23,7 +23,7 @@ from poot_ir.sampling import sample_bytes, value_bytes
 from poot_planner import Plan, Span, plan
 
 from poot_engine.device import Device
-from poot_engine.engine import Engine
+from poot_engine.engine import DEFAULT_DEADLINE_S, Engine
 from poot_engine.verify import StepCheck, check_results, check_spans, step_joint
 
 __all__ = ["RunReport", "StepCheck", "run_program"]
@@ -63,12 +63,15 @@ def run_program(
     integer_valued: bool = False,
     partition: bool = False,
     host: Device | None = None,
+    deadline_s: float = DEFAULT_DEADLINE_S,
 ) -> RunReport:
     """Plan ``program`` for ``device``'s target; if it is admitted (or ``partition`` asks for a
     partitioned entry), run ``steps`` steps through an ``Engine`` and check each one. Inputs
     are ``inputs[k]`` (every argument: weights are read from step 0 only, states from step 0 as
     initial values) or deterministic samples. ``host``: the device a partition's host spans
-    run on where its target admits them (``Engine(host=...)``; None: the oracle)."""
+    run on where its target admits them (``Engine(host=...)``; None: the oracle).
+    ``deadline_s``: each dispatch's (``Engine(deadline_s=...)``; a stand-in running a whole
+    model's kernels in C on a shared machine may need more than the default)."""
     storage = {a.name: a.storage for a in program.args}
     # the weights are known before the run: planned with them, so a weight the device cannot
     # hold is refused here (and partitioned around), as `poot plan` refuses it, not at upload
@@ -92,7 +95,7 @@ def run_program(
     first = per_step[0]
     weights = {n: v for n, v in first.items() if storage[n] is Storage.WEIGHT}
     states = {n: v for n, v in first.items() if storage[n] is Storage.STATE}
-    engine = Engine(device, cache_dir=cache_dir, host=host)
+    engine = Engine(device, cache_dir=cache_dir, host=host, deadline_s=deadline_s)
     # weights the plan refused for their range run on the host spans alone (partitioned)
     host_only = {str(n) for r in p.refusals if (n := r.fact("constant")) is not None}
     try:

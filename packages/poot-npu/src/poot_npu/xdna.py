@@ -95,6 +95,7 @@ from poot_engine.device import (
     Buffer,
     CompileProgress,
     DeviceIdentity,
+    DeviceTraits,
     check_dispatch,
 )
 from poot_engine.host_buffers import HostMemory, next_id
@@ -206,6 +207,14 @@ class XdnaDevice(HostMemory):
         except Exception as err:  # pyxrt raises RuntimeError; any failure means "not here"
             return f"pyxrt.device(0) does not open: {err}"
         return None
+
+    @property
+    def traits(self) -> DeviceTraits:
+        """Its kernels check a plan's ``score_bound`` (``poot_codegen.xdna.guards``: each
+        checked score outside the bound counts into the region's flag word, and the run is
+        refused), so a partition makes the F32 attention-mask rewrite for it
+        (``poot_planner.fp16.prelude``)."""
+        return DeviceTraits(checks_score_bound=True)
 
     @property
     def stand_in(self) -> bool:

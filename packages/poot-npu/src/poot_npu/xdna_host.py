@@ -82,6 +82,7 @@ from poot_engine.device import (
     ArtifactSource,
     Buffer,
     DeviceIdentity,
+    DeviceTraits,
     check_dispatch,
 )
 from poot_engine.host_buffers import HostMemory, next_id
@@ -192,6 +193,14 @@ class XdnaHostDevice(HostMemory):
         if self._cache is None:
             self._cache = BlobCache(self._cache_dir)
         return self._cache
+
+    @property
+    def traits(self) -> DeviceTraits:
+        """Its kernels check a plan's ``score_bound`` (``poot_codegen.xdna.guards``: each
+        checked score outside the bound counts into the region's flag word, and the run is
+        refused), so a partition makes the F32 attention-mask rewrite for it
+        (``poot_planner.fp16.prelude``)."""
+        return DeviceTraits(checks_score_bound=True)
 
     @property
     def stand_in(self) -> bool:

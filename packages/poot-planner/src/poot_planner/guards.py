@@ -60,6 +60,7 @@ __all__ = [
     "equation_contract",
     "equation_contracts",
     "place_guards",
+    "score_checks",
 ]
 
 _MAX = 3.4028234663852886e38
@@ -372,3 +373,18 @@ def constant_domain_refusals(
         )
         out.append(Refusal(RefusalKind.DOMAIN, g.eqn, g.primitive.value, facts))
     return out
+
+
+def score_checks(program: Program, scores: frozenset[int]) -> tuple[tuple[int, int], ...]:
+    """Where an F32 device checks the attention-mask rewrite's scores (``Plan.score_bound``,
+    ``poot_planner.fp16.prelude``): ``(equation, operand)`` for each operand of an add or a
+    subtraction of ``program`` that is one of ``scores`` (the sums the mask is added in)."""
+    if not scores:
+        return ()
+    return tuple(
+        (i, k)
+        for i, e in enumerate(program.eqns)
+        if e.prim in (Prim.ADD, Prim.SUB)
+        for k, a in enumerate(e.inputs)
+        if isinstance(a, Var) and a.id in scores
+    )

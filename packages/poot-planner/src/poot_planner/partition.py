@@ -13,8 +13,10 @@ The rules:
   target their additive ``-inf`` mask becomes a value FP16 scores can be added to there,
   where the device spans prove the scores it is added to bounded (the precondition and its
   proof: ``poot_planner.fp16.prelude``) or, for a device that checks it (``score_guard``), where a
-  device span makes those scores and its graph checks them at run time (``Plan.score_bound``);
-  elsewhere, and on any other target, it stays ``-inf``.
+  device span makes those scores and its graph checks them at run time (``Plan.score_bound``).
+  On an F32 target, for a device that checks them (xdna2's kernels), it becomes ``-2^64`` where
+  device spans add it to scores they check against 2^62 at run time; elsewhere it stays
+  ``-inf``.
 - A fully admitted program is one device span.
 - Otherwise the equations the whole program's plan refuses are oracle equations, and each run
   of the others is a candidate device span. A candidate's sub-program is re-planned for the
@@ -22,6 +24,11 @@ The rules:
   equations, those become oracle equations and the rest of the run is tried again, piece by
   piece (an XDNA2 row kernel split by a refused equation in the middle is refused here); if it
   is refused as a whole (a context limit), the run goes to the oracle.
+- A group the target runs whole (``Claim.wholes``: an XDNA2 row kernel) is never cut: one
+  refused equation of it sends all of it to the oracle. A softmax refused as a row kernel (its
+  exp has no derived bound there) then runs its exp and its divide in one oracle span; cut, the
+  oracle's exp made subnormals that the device's divide flagged as an underflow, so ``poot run``
+  refused what ``poot plan`` admitted.
 - The device spans together use at most the target's hardware contexts (XDNA2: 16, one per
   region): a device span past that budget, in program order, goes to the oracle.
 - On XDNA2 a device span with no region (only host relayouts: no work for the NPU) goes to
@@ -51,12 +58,17 @@ value has the same name in the span that makes it and in every span that reads i
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from poot_ir import Arg, Eqn, Output, Program, Storage, Var, validate
 
-from poot_planner.fp16.prelude import MaskRewrite, host_prelude, mask_sentinels
-from poot_planner.plan import Plan, plan
+from poot_planner.fp16.prelude import (
+    MaskRewrite,
+    f32_mask_sentinels,
+    host_prelude,
+    mask_sentinels,
+)
+from poot_planner.plan import Plan, plan, with_score_bound
 from poot_planner.target import Target
 from poot_planner.targets import get_target
 
@@ -163,7 +175,7 @@ def partition(
     if whole.admitted:
         every = tuple(range(n))
         return (Span(True, every, plan_run(every).source, plan_run(every)),)
-    refused = {r.eqn for r in whole.refusals if r.eqn >= 0}
+    refused = _whole_groups(program, t, {r.eqn for r in whole.refusals if r.eqn >= 0})
     prelude = host_prelude(program, refused)
     hoisted = set(prelude)
     pieces: list[tuple[bool, tuple[int, ...]]] = [(False, prelude)] if prelude else []
@@ -189,14 +201,16 @@ def partition(
         else:
             merged.append((device, run))
     # a narrowing target's mask literals past FP16 are replaced where the scores they are added
-    # to are proven bounded in the device spans (poot_planner.fp16.prelude); elsewhere none: xdna2
-    # computes F32 scores no guard bounds, so its domain guards refuse the -inf mask, typed
+    # to are proven bounded in the device spans (poot_planner.fp16.prelude); an F32 target's
+    # -inf mask where a device that checks them adds it to its scores (xdna2's kernels);
+    # elsewhere none: the device's domain guards refuse the -inf mask, typed
     devices = [(run, plan_run(run)) for d, run in merged if d]
-    rewrite = (
-        mask_sentinels(program, prelude, t.narrowing.max_magnitude, devices, checked=score_guard)
-        if prelude and t.narrowing is not None
-        else MaskRewrite({}, {})
-    )
+    rewrite = MaskRewrite({}, {})
+    if prelude and t.narrowing is not None:
+        limit = t.narrowing.max_magnitude
+        rewrite = mask_sentinels(program, prelude, limit, devices, checked=score_guard)
+    elif prelude and score_guard:
+        rewrite = f32_mask_sentinels(program, prelude, devices)
     out: list[Span] = []
     k = 0  # the device spans made so far: the index the mask rewrite's scores are kept by
     for d, run in merged:
@@ -205,10 +219,23 @@ def partition(
             continue
         p = plan_run(run)
         if k in rewrite.scores:  # the graph checks the unproven mask rewrite's scores
-            p = replace(p, score_bound=rewrite.scores[k])
+            p = with_score_bound(p, rewrite.scores[k])
         out.append(Span(True, run, p.source, p))
         k += 1
     return tuple(out)
+
+
+def _whole_groups(program: Program, t: Target, refused: set[int]) -> set[int]:
+    """``refused`` with every group the target runs whole (``Claim.wholes``: an XDNA2 row
+    kernel) that holds a refused equation: the group goes to the host with it. Groups are
+    found in the source program, whose indices the refusals name."""
+    if t.layout is None:
+        return refused
+    out = set(refused)
+    for g in t.layout.claim(program, t).wholes:
+        if g & refused:
+            out |= g
+    return out
 
 
 def _merge_devices(

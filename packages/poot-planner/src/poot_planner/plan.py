@@ -50,7 +50,13 @@ from poot_planner.fp16.narrowing import (
     needs_narrowing,
     splat_refusals,
 )
-from poot_planner.guards import DomainGuard, Site, constant_domain_refusals, place_guards
+from poot_planner.guards import (
+    DomainGuard,
+    Site,
+    constant_domain_refusals,
+    place_guards,
+    score_checks,
+)
 from poot_planner.legalize.rewrite import Legalized, Rewrite, legalize
 from poot_planner.refusal import Refusal, RefusalKind, limit_refusal
 from poot_planner.target import KernelClass, LaidOut, NarrowingContract, Target
@@ -58,7 +64,7 @@ from poot_planner.targets import get_target
 from poot_planner.xdna2.regions import HostRelayout, Region, artifacts, share_artifacts
 from poot_planner.xdna2.tiles import TileOp
 
-__all__ = ["Admission", "Plan", "plan"]
+__all__ = ["Admission", "Plan", "plan", "with_score_bound"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +222,14 @@ def plan(
     return _shared(made) if made.regions else made
 
 
+def with_score_bound(p: Plan, scores: frozenset[int]) -> Plan:
+    """``p`` whose device checks ``scores`` against the mask rewrite's bound
+    (``Plan.score_bound``, set by ``partition``). A check is code in a kernel, so on XDNA2 the
+    regions' artifacts are shared again with it."""
+    made = replace(p, score_bound=scores)
+    return _shared(made) if made.regions else made
+
+
 def _shared(p: Plan) -> Plan:
     """``p`` with its regions' artifacts shared across identical layers
     (``poot_planner.xdna2.regions.share_artifacts``, which needs the device guards: they are
@@ -225,6 +239,8 @@ def _shared(p: Plan) -> Plan:
     for g in p.guards:
         if g.site is Site.DEVICE:
             device.setdefault(g.eqn, []).append((g.operand, repr(g.domain)))
+    for i, k in score_checks(p.program, p.score_bound):
+        device.setdefault(i, []).append((k, "score bound"))
     guards = {i: tuple(sorted(gs)) for i, gs in device.items()}
     shared = replace(p, regions=share_artifacts(p.program, p.regions, guards))
     limits = p.target.region_limits

@@ -74,6 +74,12 @@ class Claim(Protocol):
     @property
     def refusals(self) -> tuple[Refusal, ...]: ...
 
+    @property
+    def wholes(self) -> tuple[frozenset[int], ...]:
+        """Groups of equations that run together or not at all (xdna2: each row kernel's):
+        a partition never cuts one into a device and a host span."""
+        ...
+
     def lay_out(self, admitted: Mapping[int, KernelClass]) -> LaidOut:
         """The layout of the claimed equations and of ``admitted`` (each equation the table
         admitted, ascending, with its kernel class)."""

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from poot_ir import DType, Eqn, Prim
 from poot_ir.numerics import Domain
 from poot_planner import Plan
-from poot_planner.guards import Site
+from poot_planner.fp16.prelude import F32_SCORE_BOUND
+from poot_planner.guards import Site, score_checks
 
 __all__ = [
     "FLAG_FIRST",
@@ -185,19 +186,27 @@ def result_guard(prim: Prim, args: list[str], y: str) -> str:
 
 
 def step_guards(
-    index: int, e: Eqn, domain: Domain | None, guarded: Guarded, args: list[str], y: str
+    index: int,
+    e: Eqn,
+    domain: Domain | None,
+    guarded: Guarded,
+    args: list[str],
+    y: str,
+    scores: Guarded = frozenset(),
 ) -> str | None:
     """The C statement adding equation ``index``'s guarded operands (and result) outside
-    ``domain`` to the kernel's count (``LOCAL``), or None when it guards nothing."""
-    if domain is None:
-        return None
+    ``domain``, and its ``scores`` operands past the mask rewrite's score bound (``|s| <=
+    F32_SCORE_BOUND``, NaN outside too: ``poot_planner.fp16.prelude``), to the kernel's count
+    (``LOCAL``), or None when it guards nothing."""
     terms = []
     for k, x in enumerate(args):
-        if (index, k) in guarded:
+        if domain is not None and (index, k) in guarded:
             g = operand_guard(domain, x)
             if g is not None:
                 terms.append(g)
-    if (index, RESULT) in guarded and domain.on_result:
+        if (index, k) in scores:
+            terms.append(f"poot_g_outside({x}, {-F32_SCORE_BOUND!r}f, {F32_SCORE_BOUND!r}f)")
+    if domain is not None and (index, RESULT) in guarded and domain.on_result:
         terms.append(result_guard(e.prim, args, y))
     if not terms:
         return None
@@ -210,14 +219,20 @@ class KernelGuards:
 
     guarded: Guarded = frozenset()
     domains: Mapping[int, Domain] = field(default_factory=dict)
+    #: the operands checked against the mask rewrite's score bound (``score_checks``)
+    scores: Guarded = frozenset()
 
     def line(self, index: int, e: Eqn, args: list[str], y: str) -> str | None:
-        return step_guards(index, e, self.domains.get(index), self.guarded, args, y)
+        domain = self.domains.get(index)
+        return step_guards(index, e, domain, self.guarded, args, y, self.scores)
 
 
 def kernel_guards(plan: Plan) -> KernelGuards:
-    """The device guards of ``plan`` (``Plan.guards``, placed by the planner)."""
+    """The device guards of ``plan`` (``Plan.guards``, placed by the planner), and the score
+    checks of its ``score_bound`` (``poot_planner.guards.score_checks``)."""
     found = [g for g in plan.guards if g.site is Site.DEVICE]
     return KernelGuards(
-        frozenset((g.eqn, g.operand) for g in found), {g.eqn: g.domain for g in found}
+        frozenset((g.eqn, g.operand) for g in found),
+        {g.eqn: g.domain for g in found},
+        frozenset(score_checks(plan.program, plan.score_bound)),
     )

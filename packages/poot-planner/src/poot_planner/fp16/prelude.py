@@ -75,9 +75,22 @@ mask stays ``-inf`` there. Every other device (``CpuDevice`` running an intel-np
 ``VpuDevice(overflow_guard=False)``) gets the partition without the unproven rewrite, and the
 engine refuses a plan naming such scores on it (``UnsupportedDevice``).
 
-Only a narrowing target gets the rewrite. xdna2 computes F32 and no in-graph guard bounds its
-scores, so nothing is proven there and the mask stays as exported (its adds are the oracle's:
-xdna2 refuses them), with or without ``score_guard``.
+An F32 target (xdna2) gets the same rewrite with an F32 sentinel (``f32_mask_sentinels``), only
+for a device that checks the scores (``score_guard``: xdna2's kernels, whose guards count each
+checked score outside the bound into the region's flag word, so the step is refused typed,
+``poot_codegen.xdna.guards``). There exp underflows to exactly 0 below -87.3 (the kernel flushes
+a result below FLT_MIN to +0; F32's own exp rounds to 0 below -103.97), and the sum ``s +
+F32_MASK`` is finite for every finite |s| <= 2^127. So
+
+    F32_MASK = -2^64,  F32_SCORE_BOUND = 2^62
+
+gives a masked exponent of at most 2 B + F32_MASK (+ its rounding, 2^-24 relative) = -2^63:
+exactly 0, as the oracle's ``-inf`` gives, and an unmasked entry is ``s + 0 = s``, exact. The
+check is at each add (or ``mask - s``) that reads the mask in a device span, on its score
+operand (``Plan.score_bound`` names the operands' var ids; ``poot_planner.guards.score_checks``
+finds the checked operands): |s| <= 2^62 or NaN-free is all it asks, so a real encoder's
+scores (|s| < 100) never trip it. A read of the mask in an oracle span, or a device that does not
+check, keeps ``-inf``: the device's domain guard refuses it there, typed.
 
 On xdna2 exp's domain goes down to -inf (the kernel flushes a result below FLT_MIN to +0, inside
 its absolute bound), so a masked softmax's exponent (the -2^15 mask, ``finfo(float32).min``, or
@@ -111,7 +124,16 @@ from poot_planner.fp16.checks import GuardKind, analyse
 if TYPE_CHECKING:
     from poot_planner.plan import Plan
 
-__all__ = ["MASK", "SCORE_BOUND", "MaskRewrite", "host_prelude", "mask_sentinels"]
+__all__ = [
+    "F32_MASK",
+    "F32_SCORE_BOUND",
+    "MASK",
+    "SCORE_BOUND",
+    "MaskRewrite",
+    "f32_mask_sentinels",
+    "host_prelude",
+    "mask_sentinels",
+]
 
 
 def host_prelude(program: Program, refused: set[int]) -> tuple[int, ...]:
@@ -150,6 +172,10 @@ SUM_ROUNDING = 16.0
 SCORE_BOUND = (-MASK - EXP_ZERO - SUM_ROUNDING) / 2
 #: FP16's largest finite value: a guarded or range-checked value's bound
 FP16_MAX = 65504.0
+#: the F32 sentinel and the score bound checked with it (module docstring)
+F32_MASK = -(2.0**64)
+F32_SCORE_BOUND = 2.0**62
+_F32_MAX = 3.4028234663852886e38
 #: a scale literal's FP16 rounding and the product's (each at most 2^-11 relative)
 _ROUNDING = (1.0 + 2.0**-10) ** 2
 
@@ -212,19 +238,61 @@ def mask_sentinels(
             continue  # kept -inf: the device's input check refuses it, typed
         for k, sid in wanted:
             scores.setdefault(k, set()).add(sid)
-        em = Emit(next_id, e.out.dtype)
-        rank = e.out.type.rank
-        v = em.op(Prim.SELECT, *e.inputs, params=e.params)
-        rows = em.op(Prim.REDUCE_MAX, v, params=ReduceParams((rank - 1,)))
-        rows = em.op(
-            Prim.BROADCAST_IN_DIM,
-            rows,
-            params=BroadcastParams(e.out.type.shape, tuple(range(rank - 1))),
-        )
-        em.max(v, em.add(rows, MASK), out=e.out)
-        out[i] = tuple(em.eqns)
-        next_id = em.next_id
+        out[i], next_id = _rewritten(e, next_id, MASK)
     return MaskRewrite(out, {k: frozenset(v) for k, v in scores.items()})
+
+
+def f32_mask_sentinels(
+    program: Program, eqns: tuple[int, ...], devices: Sequence[tuple[tuple[int, ...], Plan]]
+) -> MaskRewrite:
+    """The prelude's ``-inf`` mask selects to rewrite with ``F32_MASK`` for a device that checks
+    the scores (module docstring): each one whose every read (an add, or ``mask - s``) is an
+    equation of a device span; ``scores`` names, per span, the score operands it must check
+    against ``F32_SCORE_BOUND``."""
+    consumers: dict[int, list[Eqn]] = {}
+    maker: dict[int, int] = {}
+    for i, e in enumerate(program.eqns):
+        for v in e.outputs:
+            maker[v.id] = i
+        for a in e.inputs:
+            if isinstance(a, Var):
+                consumers.setdefault(a.id, []).append(e)
+    ctx = RuleContext(
+        consumers={k: tuple(v) for k, v in consumers.items()},
+        results=frozenset(v.id for _, v in program.results()),
+    )
+    span = {i: k for k, (run, _) in enumerate(devices) for i in run}
+    next_id = 1 + max([a.var.id for a in program.args] + [e.out.id for e in program.eqns])
+    out: dict[int, tuple[Eqn, ...]] = {}
+    scores: dict[int, set[int]] = {}
+    for i in eqns:
+        e = program.eqns[i]
+        if not (_additive_mask(e, _F32_MAX) and _feeds_a_row_maximum(e, ctx)):
+            continue
+        wanted = [(span.get(maker[r.out.id]), _score(r, moved)) for r, moved in _mask_reads(e, ctx)]
+        if not wanted or any(k is None or s is None for k, s in wanted):
+            continue  # kept -inf: read on the host, or not as a score
+        for k, s in wanted:
+            assert k is not None and s is not None
+            scores.setdefault(k, set()).add(s.id)
+        out[i], next_id = _rewritten(e, next_id, F32_MASK)
+    return MaskRewrite(out, {k: frozenset(v) for k, v in scores.items()})
+
+
+def _rewritten(e: Eqn, next_id: int, mask: float) -> tuple[tuple[Eqn, ...], int]:
+    """``e = select(p, 0, -inf)`` as ``max(v, broadcast(reduce_max(v, last)) + mask)``, ``v``
+    the select: ``mask`` where its row has an unmasked entry, ``-inf`` where none."""
+    em = Emit(next_id, e.out.dtype)
+    rank = e.out.type.rank
+    v = em.op(Prim.SELECT, *e.inputs, params=e.params)
+    rows = em.op(Prim.REDUCE_MAX, v, params=ReduceParams((rank - 1,)))
+    rows = em.op(
+        Prim.BROADCAST_IN_DIM,
+        rows,
+        params=BroadcastParams(e.out.type.shape, tuple(range(rank - 1))),
+    )
+    em.max(v, em.add(rows, mask), out=e.out)
+    return tuple(em.eqns), em.next_id
 
 
 def _mask_reads(e: Eqn, ctx: RuleContext) -> list[tuple[Eqn, frozenset[int]]]:

@@ -16,6 +16,7 @@ from poot_planner.legalize.steps import (
     float_operands,
     mask_of,
     multiplicand,
+    nan_guarded,
     predicate_and_literal,
 )
 
@@ -28,6 +29,7 @@ __all__ = [
     "expand_integer_compare",
     "expand_mask_scale",
     "expand_min",
+    "expand_nan_guard",
     "expand_predicate_eq",
     "expand_recip",
     "expand_scaled_sum",
@@ -87,6 +89,17 @@ def expand_select(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
     if m is None:
         return False
     em.add(em.mul(bx, m), em.mul(by, em.sub(1.0, m)), out=e.out)
+    return True
+
+
+def expand_nan_guard(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
+    # select(isnan(x), c, x) is x wherever x is not NaN, and max(x, x) is x exactly there (a
+    # zero keeps its sign: both operands are the same value); max's domain on the device is
+    # "not NaN", so its guard refuses the one x the literal branch would have answered
+    x = nan_guarded(e, ctx)
+    if x is None or not em.dtype.is_float:
+        return False
+    em.max(x, x, out=e.out)
     return True
 
 

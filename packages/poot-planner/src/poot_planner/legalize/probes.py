@@ -180,7 +180,19 @@ def _xdna2() -> tuple[Probe, ...]:
         ),
         probe({"abs via max"}, *_unary("abs", Builder.abs, line)),
         probe({"min via max"}, *_binary("min", Builder.min, {"x": line, "z": line[::-1].copy()})),
+        probe(
+            {"a NaN guard on a value the device proves not NaN"},
+            *_unary("nan_guard", _nan_guard, line),
+        ),
     )
+
+
+def _nan_guard(b: Builder, x: Var) -> Var:
+    """torch's NaN guard after a softmax, ``select((x == x) == False, 0, x)``, on ``x * 1``: the
+    guarded value made on the device (an argument's NaN is refused on the host first)."""
+    y = b.mul(x, 1.0)
+    isnan = b.eq(b.eq(y, y), b.literal(False, DType.BOOL))
+    return b.select(isnan, b.literal(0.0, DType.F32), y)
 
 
 def _probe_maker(target: str) -> Callable[..., Probe]:

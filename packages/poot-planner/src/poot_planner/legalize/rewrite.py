@@ -11,12 +11,15 @@ equation's output value stays the same value (its last step writes it), so nothi
 program changes, and legalizing a legal program changes nothing, except for a range rule
 (``Rule.admitted_too``): it is tried on admitted equations too, and it may fold in the only
 reader of the equation's output (its last step then writes the reader's value; the reader's
-source index is ``Rewrite.absorbed``, and it has no equation of its own in the result).
+source index is ``Rewrite.absorbed``, and it has no equation of its own in the result). A
+refused equation that only a rewritten equation read (through other such equations) is dropped
+with it (``Rewrite.unread``): its value is observed nowhere once the rewrite no longer reads it
+(the comparisons of a NaN guard the device writes as ``max(x, x)``), so it needs no admission.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from poot_ir import (
     ConvertParams,
@@ -52,9 +55,13 @@ class Rewrite:
     derivation: Derivation
     #: the source equation folded in with it (the only reader of its output), if any
     absorbed: int | None = None
+    #: refused source equations only this rewrite read (module docstring), dropped with it
+    unread: tuple[int, ...] = ()
 
     def describe(self) -> str:
         folded = "" if self.absorbed is None else f" and {self.absorbed}"
+        if self.unread:
+            folded += f", dropping unread {', '.join(map(str, self.unread))}"
         return (
             f"{self.primitive} -> {self.rule.decomposition}, bound "
             f"{self.derivation.describe()} (equation {self.eqn}{folded}: "
@@ -169,5 +176,57 @@ def legalize(program: Program, t: Target, memo: PlanMemo | None = None) -> Legal
             origin.append(i)
     if not rewrites:
         return Legalized(program, (), tuple(range(n)))
+    eqns, origin, rewrites = _drop_unread(program, eqns, origin, rewrites, refused)
     out = Program(program.name, program.args, tuple(eqns), program.outputs, program.updates)
     return Legalized(validate(out), tuple(rewrites), tuple(origin))
+
+
+def _drop_unread(
+    program: Program,
+    eqns: list[Eqn],
+    origin: list[int],
+    rewrites: list[Rewrite],
+    refused: set[int],
+) -> tuple[list[Eqn], list[int], list[Rewrite]]:
+    """``eqns`` without the refused source equations that only rewritten ones read, through
+    other such equations (module docstring), each named by the rewrite it fed. Backwards, so a
+    reader is decided before its producers."""
+    maker = {e.out.id: i for i, e in enumerate(program.eqns)}
+    by_source = {rw.eqn: k for k, rw in enumerate(rewrites)}
+    fed: dict[int, int] = {}  # source equation -> the rewrite (index) one of its readers is
+    for rw in rewrites:
+        for a in program.eqns[rw.eqn].inputs:
+            if isinstance(a, Var) and a.id in maker:
+                fed.setdefault(maker[a.id], by_source[rw.eqn])
+    live = {v.id for _, v in program.results()}
+    kept: list[int] = []
+    dropped: dict[int, list[int]] = {}
+    for k in reversed(range(len(eqns))):
+        e, src = eqns[k], origin[k]
+        if (
+            src in refused
+            and src not in by_source
+            and src in fed
+            and not any(v.id in live for v in e.outputs)
+        ):
+            dropped.setdefault(fed[src], []).append(src)
+            for a in e.inputs:
+                if isinstance(a, Var) and a.id in maker:
+                    fed.setdefault(maker[a.id], fed[src])
+            continue
+        live.update(a.id for a in e.inputs if isinstance(a, Var))
+        kept.append(k)
+    if not dropped:
+        return eqns, origin, rewrites
+    kept.reverse()
+    at = {old: new for new, old in enumerate(kept)}
+    rewrites = [
+        replace(
+            rw,
+            first=at[rw.first],
+            last=at[rw.last],
+            unread=tuple(sorted(dropped.get(j, ()))),
+        )
+        for j, rw in enumerate(rewrites)
+    ]
+    return [eqns[k] for k in kept], [origin[k] for k in kept], rewrites

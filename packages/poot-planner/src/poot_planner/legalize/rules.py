@@ -59,6 +59,7 @@ from poot_planner.legalize.expanders import (
     expand_integer_compare,
     expand_mask_scale,
     expand_min,
+    expand_nan_guard,
     expand_predicate_eq,
     expand_recip,
     expand_scaled_sum,
@@ -263,6 +264,15 @@ RULES: tuple[Rule, ...] = (
         expand_scaled_sum,
         source="exact scaling; n 2^-25 for summands that underflow",
         admitted_too=True,
+    ),
+    Rule(
+        Prim.SELECT,
+        XDNA,
+        "a NaN guard on a value the device proves not NaN",
+        "select(isnan(x), c, x) as max(x, x): x wherever x is not NaN, the domain of max, whose "
+        "device guard refuses a NaN x (the comparisons feeding the select, unread then, go too)",
+        _I,
+        expand_nan_guard,
     ),
     Rule(Prim.MIN, XDNA, "min via max", "-max(-a, -b)", _I, expand_min),
     Rule(Prim.ABS, XDNA, "abs via max", "max(x, -x)", _I, expand_abs),

@@ -17,6 +17,7 @@ __all__ = [
     "float_operands",
     "mask_of",
     "multiplicand",
+    "nan_guarded",
     "predicate_and_literal",
     "sigmoid_operand",
     "sign",
@@ -180,3 +181,26 @@ def sigmoid_operand(e: Eqn, ctx: RuleContext) -> Var | None:
     neg = _made(ctx, ex.inputs[0], Prim.NEG) if ex is not None else None
     ab = _made(ctx, neg.inputs[0], Prim.ABS) if neg is not None else None
     return x if ab is not None and ab.inputs[0] == x else None
+
+
+def nan_guarded(e: Eqn, ctx: RuleContext) -> Var | None:
+    """``x`` of an exported NaN guard on ``x``: ``select(isnan(x), c, x)`` with ``isnan(x)``
+    written ``(x == x) == False`` (torch's scaled dot-product attention after its softmax), or
+    ``select(x == x, x, c)``; ``c`` a literal. Else None."""
+    if e.prim is not Prim.SELECT:
+        return None
+    pred, a, b = e.inputs
+    same = _made(ctx, pred, Prim.EQ)
+    if same is None:
+        return None
+    if all(x.dtype is DType.BOOL for x in same.inputs):  # not (x == x): the branches swap
+        got = predicate_and_literal(same)
+        if got is None or got[1]:
+            return None
+        same = _made(ctx, got[0], Prim.EQ)
+        a, b = b, a
+    if same is None or not isinstance(a, Var) or not isinstance(b, Literal):
+        return None
+    x, y = same.inputs
+    ok = isinstance(x, Var) and x == y == a and x.dtype.is_float
+    return a if ok else None

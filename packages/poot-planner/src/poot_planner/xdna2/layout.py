@@ -46,6 +46,10 @@ class RowClaim:
     eqns: frozenset[int] = frozenset()
     refusals: tuple[Refusal, ...] = ()
     kernels: tuple[RowGroup, ...] = ()
+    #: every row group's equations: one row kernel, so never cut by a partition (a refused
+    #: step sends the whole group to the host, where a softmax's exp and its divide stay in
+    #: one span: the host's subnormal exp never meets the device's underflow guard)
+    wholes: tuple[frozenset[int], ...] = ()
 
     def lay_out(self, admitted: Mapping[int, KernelClass]) -> LaidOut:
         limits = self.target.region_limits
@@ -78,7 +82,8 @@ def row_kernels(program: Program, t: Target) -> RowClaim:
     grouped: set[int] = set()
     kernels: list[RowGroup] = []
     refusals: list[Refusal] = []
-    for g in find_row_groups(program):
+    groups = find_row_groups(program)
+    for g in groups:
         grouped.update(g.eqns)
         wrong = [i for i in g.eqns if operating_dtype(program.eqns[i]) not in row_dtypes]
         for i in wrong:
@@ -94,7 +99,8 @@ def row_kernels(program: Program, t: Target) -> RowClaim:
             refusals.append(limit_refusal(last, prim, "row kernel outputs", len(g.outputs), 1))
         if not wrong and not g.failures and len(g.outputs) == 1:
             kernels.append(g)
-    return RowClaim(program, t, frozenset(grouped), tuple(refusals), tuple(kernels))
+    wholes = tuple(frozenset(g.eqns) for g in groups)
+    return RowClaim(program, t, frozenset(grouped), tuple(refusals), tuple(kernels), wholes)
 
 
 def lay_out(
