@@ -457,3 +457,69 @@ def test_a_leaky_relu_at_its_kink_is_held_to_either_branch(engine: Engine) -> No
     finally:
         engine.remove_entry(entry)
     assert np.all(np.abs(got - want) <= bound + 2.0**-24 * np.abs(want))
+
+
+#: softmax rows at the edges: differences of values FP16 rounds by up to 16 (its spacing is 32
+#: past 32768), so each difference's bound passes 16 and exp's first-order carry passes 65504;
+#: a row whose maximum clears the others, a tie, ordinary values, exact small ones
+SOFTMAX_ROWS = {
+    "rounded": ([40016.0, 40000.0, 39984.0, 40048.0], [40000.0, 40016.0, 40000.0, 40000.0]),
+    "clear": ([40016.0, 41000.0, 39984.0, 40048.0], [40000.0, 40016.0, 40000.0, 40000.0]),
+    "tie": ([40016.0, 40016.0, 39984.0, 39984.0], [40000.0, 40000.0, 40000.0, 40000.0]),
+    "ordinary": ([0.5, -1.25, 3.5, 2.0], [0.0, 0.0, 0.0, 0.0]),
+    "small": ([1e-4, -1e-4, 3e-8, 0.0], [0.0, 0.0, 0.0, 0.0]),
+}
+
+
+def _softmax_and_sigmoid_tail() -> Program:
+    """``softmax(x - z)`` over the last axis (max-subtracted) and ``exp(-max(d, -d))`` (a
+    legalized sigmoid's ``exp(-|d|)``), ``d = x - z``."""
+    b = Builder("softmax")
+    x, z = b.slot("x", DType.F32, (ROWS, 4)), b.slot("z", DType.F32, (ROWS, 4))
+    d = b.sub(x, z)
+    shifted = b.sub(d, b.broadcast_in_dim(b.reduce_max(d, 1), (ROWS, 4), (0,)))
+    e = b.exp(shifted)
+    b.output("p", b.div(e, b.broadcast_in_dim(b.reduce_sum(e, 1), (ROWS, 4), (0,))))
+    b.output("s", b.exp(b.neg(b.max(d, b.neg(d)))))
+    return b.build()
+
+
+def _softmax_and_sigmoid_tail64(x: Array, z: Array) -> dict[str, Array]:
+    d = x - z
+    e = np.exp(d - np.max(d, axis=1, keepdims=True))
+    return {"p": e / np.sum(e, axis=1, keepdims=True), "s": np.exp(-np.abs(d))}
+
+
+@given(rows=st.lists(st.sampled_from(sorted(SOFTMAX_ROWS)), min_size=ROWS, max_size=ROWS))
+@settings(derandomize=True, max_examples=8, deadline=None)
+def test_a_softmax_and_an_exp_of_minus_abs_are_bounded_by_their_ranges(
+    engine: Engine, rows: list[str]
+) -> None:
+    """Where the inputs' FP16 rounding alone moves a difference by 16 or more, the first-order
+    carry through exp passes 65504 (before: promised nothing). The device's values still lie
+    in ranges the program's shape gives: ``x' - max(x') <= 0`` (its exp at most 1, the row's
+    maximum exactly 0 where it clears the others' reach), a denominator at least about 1 (the
+    maximum's own exp(0)), ``max(d', -d') >= 0``. Every element is promised a finite bound, and
+    the device is within it of a float64 evaluation written here, as are the FP16-rounded
+    inputs' exact results (a legal device: no rounding after the inputs')."""
+    x = np.array([SOFTMAX_ROWS[r][0] for r in rows], np.float32)
+    z = np.array([SOFTMAX_ROWS[r][1] for r in rows], np.float32)
+    p = plan(_softmax_and_sigmoid_tail(), "intel-npu4")
+    assert p.admitted, [str(r) for r in p.refusals]
+    entry = engine.add_entry(p, engine.load_weights({}))
+    try:
+        got = engine.step(entry, {"x": x, "z": z})
+    finally:
+        engine.remove_entry(entry)
+    want = _softmax_and_sigmoid_tail64(x.astype(np.float64), z.astype(np.float64))
+    held = _softmax_and_sigmoid_tail64(
+        x.astype(np.float16).astype(np.float64), z.astype(np.float16).astype(np.float64)
+    )
+    bounds = result_bounds(p, {"x": x, "z": z})
+    for name, bound in bounds.items():
+        assert np.all(np.isfinite(bound)), (name, rows, bound)
+        assert np.all(bound <= 1.0 + 2.0**-7), (name, rows, bound)  # within the ranges' reach
+        slack = 2.0**-24 * np.abs(want[name])
+        err = np.abs(got[name].astype(np.float64) - want[name])
+        assert np.all(err <= bound + slack), (name, rows, err, bound)
+        assert np.all(np.abs(held[name] - want[name]) <= bound + slack), (name, rows)

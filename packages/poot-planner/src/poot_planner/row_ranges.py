@@ -74,7 +74,7 @@ from poot_ir import (
     Var,
 )
 
-__all__ = ["RowRange", "row_range"]
+__all__ = ["RowRange", "max_shift_axes", "row_range"]
 
 U = 2.0**-24  # the unit roundoff of a correctly rounded F32 operation
 FLUSH = 2.0**-126  # a subnormal result, rounded or flushed to zero: its absolute error at most
@@ -173,6 +173,24 @@ def _reduces(e: Eqn, x: Var, axes: tuple[int, ...]) -> bool:
         and isinstance(a, Var)
         and a.id == x.id
     )
+
+
+def max_shift_axes(
+    program: Program, i: int, producer: Mapping[int, int]
+) -> tuple[tuple[int, ...], int] | None:
+    """The axes over which equation ``i`` subtracts its operand's row maximum from it
+    (``x - broadcast(reduce_max(x))``: a softmax's shift, the same ``x`` both times) and the
+    index of the ``reduce_max``, else None. Each element of the device's result is at most 0
+    when its maximum is exact (one of its own row's values) and its subtraction rounds
+    correctly (``error_bounds``)."""
+    e = program.eqns[i]
+    if e.prim is not Prim.SUB or not isinstance(x := e.inputs[0], Var):
+        return None
+    if (back := _back(program, producer, e.inputs[1], x.shape)) is None:
+        return None
+    m, axes, _ = back
+    top = _made_by(program, producer, m, Prim.REDUCE_MAX)
+    return (axes, top[0]) if top is not None and _reduces(top[1], x, axes) else None
 
 
 def row_range(
