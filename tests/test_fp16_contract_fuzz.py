@@ -523,3 +523,50 @@ def test_a_softmax_and_an_exp_of_minus_abs_are_bounded_by_their_ranges(
         err = np.abs(got[name].astype(np.float64) - want[name])
         assert np.all(err <= bound + slack), (name, rows, err, bound)
         assert np.all(np.abs(held[name] - want[name]) <= bound + slack), (name, rows)
+
+
+def _stable_sigmoid() -> Program:
+    """``sigmoid(d)``, ``d = x - z``, as an importer writes it stably: ``select(d >= 0, 1 / (1 +
+    g), g / (1 + g))``, ``g = exp(-|d|)`` (``|d|`` as ``max(d, -d)``); the plan legalizes the
+    select as a sum of products with a mask ``clamp(d * 2^24, 0, 1)`` and the abs."""
+    b = Builder("sigmoid")
+    x, z = b.slot("x", DType.F32, (ROWS, 4)), b.slot("z", DType.F32, (ROWS, 4))
+    d = b.sub(x, z)
+    g = b.exp(b.neg(b.max(d, b.neg(d))))
+    one_g = b.add(g, 1.0)
+    b.output("s", b.select(b.ge(d, 0.0), b.div(1.0, one_g), b.div(g, one_g)))
+    return b.build()
+
+
+@given(rows=st.lists(st.sampled_from(sorted(SOFTMAX_ROWS)), min_size=ROWS, max_size=ROWS))
+@settings(derandomize=True, max_examples=6, deadline=None)
+def test_a_legalized_stable_sigmoid_keeps_its_steps_ranges(engine: Engine, rows: list[str]) -> None:
+    """The steps of a legalized select (a mask clamped to [0, 1], products of values in [0, 1])
+    and of a legalized abs hold the device's sigmoid in about [0, 1] however far the inputs'
+    FP16 rounding moves ``d`` (before: a range passed through a mask scaled by 2^24 grew by the
+    F32 oracle's rounding, 2^-23 |d|, at each exact step, and a rewrite's last step kept none:
+    bounds in the hundreds). Every element promised at most about 2 (the two products in [0,
+    1] each: their ranges do not know the masks sum to 1), the device and the FP16-rounded
+    inputs' exact sigmoid within it of a float64 evaluation written here."""
+    x = np.array([SOFTMAX_ROWS[r][0] for r in rows], np.float32)
+    z = np.array([SOFTMAX_ROWS[r][1] for r in rows], np.float32)
+    p = plan(_stable_sigmoid(), "intel-npu4")
+    assert p.admitted, [str(r) for r in p.refusals]
+    entry = engine.add_entry(p, engine.load_weights({}))
+    try:
+        got = engine.step(entry, {"x": x, "z": z})["s"].astype(np.float64)
+    finally:
+        engine.remove_entry(entry)
+
+    def sigmoid64(a: Array, b: Array) -> Array:
+        return np.asarray(1.0 / (1.0 + np.exp(-(a - b))))
+
+    want = sigmoid64(x.astype(np.float64), z.astype(np.float64))
+    held = sigmoid64(
+        x.astype(np.float16).astype(np.float64), z.astype(np.float16).astype(np.float64)
+    )
+    bound = result_bounds(p, {"x": x, "z": z})["s"]
+    assert np.all(bound <= 2.0 + 2.0**-5), (rows, bound)
+    slack = 2.0**-24 * np.abs(want)
+    assert np.all(np.abs(got - want) <= bound + slack), (rows, got, want, bound)
+    assert np.all(np.abs(held - want) <= bound + slack), (rows, held, want, bound)

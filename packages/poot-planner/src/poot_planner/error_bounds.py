@@ -487,7 +487,8 @@ def _ruled(
 ) -> _DeviceRange | None:
     """The range of step ``e``'s device value from its operands' ranges, for the steps that
     follow them endpoint by endpoint (see the module), else None. An exact step widens by its
-    own error (0, or the F32 oracle's rounding); a rounded one (narrowed: one FP16 rounding)
+    contract's own error (``own``: 0 for a bit-exact one; the F32 oracle's rounding is not the
+    device's); a rounded one (narrowed: one FP16 rounding)
     by the rounding at each endpoint, ``u |end| + 2^-25`` (``u |z| `` grows with ``z``, so the
     rounding of a value past the endpoint cannot reach back past it), and by the step's
     contract there (an FP16 sqrt or exp within 2^-9 of the function). Two shapes narrow it
@@ -515,6 +516,14 @@ def _ruled(
                 if form == _SHIFT:  # x' - max(x') <= 0, and a correct rounding keeps the sign
                     out = _DeviceRange(out.lo, np.minimum(out.hi, 0.0))
                 return out
+            case Prim.MUL if narrowed:  # interval multiplication (an undefined end: none)
+                ends = [a * b for a in (lo[0], hi[0]) for b in (lo[1], hi[1])]
+                low, high = np.minimum.reduce(ends), np.maximum.reduce(ends)
+                return _rounded(
+                    np.where(np.isnan(low), -np.inf, low),
+                    np.where(np.isnan(high), np.inf, high),
+                    contract,
+                )
             case Prim.DIV if narrowed:  # by a positive divisor: a softmax's denominator
                 ends = [n / d for n in (lo[0], hi[0]) for d in (lo[1], hi[1])]
                 positive = lo[1] > 0.0
@@ -547,7 +556,7 @@ def _shift_floor(lo: Array, hi: Array, axes: tuple[int, ...]) -> Array:
 
 #: the narrowed steps that make a finite value of finite operands (not sqrt: of a negative)
 _FINITE_OF_FINITE = frozenset(
-    {Prim.ADD, Prim.SUB, Prim.MAX, Prim.MIN, Prim.NEG, Prim.EXP, Prim.DIV}
+    {Prim.ADD, Prim.SUB, Prim.MAX, Prim.MIN, Prim.NEG, Prim.EXP, Prim.DIV, Prim.MUL}
 )
 
 
@@ -635,7 +644,7 @@ def _rules(prim: Prim, narrowed: bool, ranged: bool) -> bool:
         return True
     if prim in (Prim.ADD, Prim.SUB, Prim.SQRT, Prim.EXP):
         return narrowed
-    if prim is Prim.DIV:  # its divisor's range is known (``_room``): the quotient's follows
+    if prim in (Prim.DIV, Prim.MUL):  # an operand's range is known: the result's follows
         return narrowed and ranged
     return ranged and prim in _MOVED
 
@@ -862,10 +871,10 @@ def result_bounds(
         # when a ruled step reads it
         ranged = [rng.get(a.id) if isinstance(a, Var) else None for a in e.inputs]
         ruled = (
-            # a rewrite's last step keeps its shape's range (``_forms``: a legalized abs is the
-            # device's max(x', -x') whatever the rewrite's approximation)
-            (i not in approximation or i in forms)
-            and i not in scaled
+            # a rewrite's last step keeps its steps' range (the device runs them: a legalized
+            # abs is max(x', -x') >= 0, a select on a mask a sum of products of ranges); the
+            # range's reach is from the legalized oracle, the formula's gap added (``gap``)
+            i not in scaled
             and i not in whole
             and _rules(e.prim, narrowed, any(r is not None for r in ranged))
         )
@@ -881,7 +890,8 @@ def result_bounds(
             with np.errstate(over="ignore"):  # the largest magnitude's spacing: inf
                 ref = np.abs(np.spacing(np.asarray(y).astype(e.out.dtype.numpy)))
             ref = ref.astype(np.float64)
-            own = own + approximation[i] + 0.5 * ref
+            gap = approximation[i] + 0.5 * ref
+            own = own + gap
         if i in scaled:
             own = own + scaled[i](np.asarray(y))
         if i in whole:
@@ -903,9 +913,14 @@ def result_bounds(
             ]
             form = forms.get(i, ("", ()))
             own_at = partial(_own, contract, e, ops)
+            # an exact step's device value is exactly max/min/neg of its operands' within its
+            # contract (the F32 oracle's rounding and a rewrite's gap are the oracle's, not the
+            # device's): its range widens by the contract alone
             rng[e.out.id], err[e.out.id] = _DeviceRange.of(
-                e, rops, ops, y, total, own, narrowed, own_at, form
+                e, rops, ops, y, total, own_at(np.asarray(y)), narrowed, own_at, form
             )
+            if i in approximation:
+                err[e.out.id] = np.minimum(total, err[e.out.id] + gap)
             shifted = index.get(e.inputs[0].id) if isinstance(e.inputs[0], Var) else None
             if e.prim is Prim.EXP and narrowed and shifted in forms and forms[shifted][0] == _SHIFT:
                 at_one = _rounded(np.ones(y.shape), np.ones(y.shape), own_at).lo
