@@ -570,3 +570,61 @@ def test_a_legalized_stable_sigmoid_keeps_its_steps_ranges(engine: Engine, rows:
     slack = 2.0**-24 * np.abs(want)
     assert np.all(np.abs(got - want) <= bound + slack), (rows, got, want, bound)
     assert np.all(np.abs(held - want) <= bound + slack), (rows, held, want, bound)
+
+
+def _offset_layer_norm() -> Program:
+    """A LayerNorm by squares (``max(E[x^2] - E[x]^2, 0)``, magika's form) of ``x = a - z``:
+    the difference carries the FP16 rounding of ``a`` (near 1000: up to 2^-5) into every
+    element, and the rows' means are larger than their spread."""
+    b = Builder("offset_norm")
+    a, z = b.slot("a", DType.F32, (3, WIDTH)), b.slot("z", DType.F32, (3, WIDTH))
+    x = b.sub(a, z)
+
+    def mean(v: Var) -> Var:
+        return b.broadcast_in_dim(b.mul(b.reduce_sum(v, 1), 1.0 / WIDTH), (3, WIDTH), (0,))
+
+    m = mean(x)
+    var = b.max(b.sub(mean(b.mul(x, x)), b.mul(m, m)), 0.0)
+    b.output("var", var)
+    b.output("y", b.div(b.sub(x, m), b.sqrt(b.add(var, 1e-5))))
+    return b.build()
+
+
+def test_a_variance_by_squares_is_carried_as_one_function(engine: Engine) -> None:
+    """``E[x^2] - E[x]^2`` with errors in ``x``: carried step by step, both terms move with
+    ``x``'s errors at the scale of the mean (the bound passes the variance itself where the
+    mean is larger than the spread: before, 2.3 to 4.0 against 3.5 to 14); carried as one
+    function of ``x`` (``2c sum |x_i - m| E_i + ...``) at the scale of the spread: under half
+    the variance on every row. The device, and the exact result of the FP16-rounded inputs,
+    within the bound of a float64 evaluation written here."""
+    row = np.array([0.5, -1.25, 3.5, 0.0, -0.75, 2.0, 1.0, -3.0])
+    # the first row on FP16's grid near 1006 (spacing 0.5) plus 0.2 away from its mean: the
+    # inputs' rounding pulls every element 0.2 towards the mean, the variance's largest move
+    grid = np.array([0.5, -1.5, 3.5, 0.0, -1.0, 2.0, 1.0, -3.0])
+    aligned = 1006.0 + grid + 0.2 * np.sign(grid - grid.mean())
+    a = np.array([aligned, 1000.1 + row - 5.0, 1000.1 + 2 * row - 9.0], np.float32)
+    z = np.full((3, WIDTH), 1000.0, np.float32)
+    p = plan(_offset_layer_norm(), "intel-npu4")
+    assert p.admitted, [str(r) for r in p.refusals]
+    entry = engine.add_entry(p, engine.load_weights({}))
+    try:
+        got = engine.step(entry, {"a": a, "z": z})
+    finally:
+        engine.remove_entry(entry)
+
+    def norm64(a64: Array, z64: Array) -> dict[str, Array]:
+        x = a64 - z64
+        m = np.mean(x, axis=1, keepdims=True)
+        var = np.maximum(np.mean(x * x, axis=1, keepdims=True) - m * m, 0.0)
+        return {"var": np.broadcast_to(var, x.shape), "y": (x - m) / np.sqrt(var + 1e-5)}
+
+    want = norm64(a.astype(np.float64), z.astype(np.float64))
+    held = norm64(a.astype(np.float16).astype(np.float64), z.astype(np.float16).astype(np.float64))
+    bounds = result_bounds(p, {"a": a, "z": z})
+    assert np.all(bounds["var"] < want["var"] / 2), (bounds["var"][:, 0], want["var"][:, 0])
+    for name, bound in bounds.items():
+        assert np.all(np.isfinite(bound)), name
+        slack = 2.0**-24 * np.abs(want[name])
+        err = np.abs(got[name].astype(np.float64) - want[name])
+        assert np.all(err <= bound + slack), (name, err, bound)
+        assert np.all(np.abs(held[name] - want[name]) <= bound + slack), name

@@ -381,3 +381,42 @@ def test_a_softmax_denominator_is_at_least_the_maximums_own_term() -> None:
         s = np.sum(terms, axis=1)
         for rounded in (s * (1 - 2.0**-10), s * (1 + 2.0**-10)):  # two FP16 roundings
             assert np.all(held.lo <= rounded) and np.all(rounded <= held.hi), (terms, held)
+
+
+def _variance_by_squares(whole: bool = True) -> Program:
+    """``c sum(t^2) - (c sum t)^2`` over rows, ``t = 3 tanh(x) + y`` (approximate: ``t``
+    carries tanh's error, amplified), the mean larger than the spread; ``whole=False``: ``t``
+    alone."""
+    b = Builder("variance")
+    x = b.slot("x", F32, (4, 16))
+    y = b.slot("y", F32, (4, 16))
+    t = b.add(b.mul(b.tanh(x), 3.0), y)
+    if not whole:
+        b.output("t", t)
+        return b.build()
+    mean = b.mul(b.reduce_sum(t, (1,)), 1.0 / 16)
+    b.output("z", b.sub(b.mul(b.reduce_sum(b.mul(t, t), (1,)), 1.0 / 16), b.mul(mean, mean)))
+    return b.build()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_variance_by_squares_covers_an_adversarial_device(seed: int) -> None:
+    """The variance carried as one function of its operand (``_variance_carry``) still covers
+    a device whose ``t`` takes every step's whole allowance, either sign, on every element
+    (the simulated device), its variance then computed as the oracle does: the operand's
+    errors are any within their bounds, not the oracle's."""
+    rng = np.random.default_rng(seed)
+    program = _variance_by_squares()
+    inputs = {
+        "x": rng.uniform(-3, 3, (4, 16)).astype(np.float32),
+        "y": rng.uniform(2, 5, (4, 16)).astype(np.float32),
+    }
+    want = evaluate(program, inputs)["z"].astype(np.float64)
+    bound = result_bounds(plan(program, "xdna2").check(), inputs)["z"]
+    assert np.all(np.isfinite(bound))
+    for _ in range(30):
+        t = _simulate(_variance_by_squares(whole=False), inputs, rng).astype(np.float32)
+        mean = np.float32(1.0 / 16) * np.sum(t, axis=1, dtype=np.float32)
+        got = np.float32(1.0 / 16) * np.sum(t * t, axis=1, dtype=np.float32) - mean * mean
+        slack = 1e-3 * bound + 4 * np.spacing(np.abs(want.astype(np.float32))).astype(np.float64)
+        assert np.all(np.abs(got.astype(np.float64) - want) <= bound + slack)

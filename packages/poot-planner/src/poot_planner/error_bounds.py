@@ -53,6 +53,7 @@ from poot_ir import (
     DType,
     Eqn,
     GatherParams,
+    Literal,
     Output,
     Prim,
     Program,
@@ -97,7 +98,7 @@ from poot_planner.legalize.rewrite import Rewrite
 from poot_planner.legalize.rules import Numerics
 from poot_planner.legalize.steps import sigmoid_operand
 from poot_planner.plan import Plan
-from poot_planner.row_ranges import max_shift_axes, row_range
+from poot_planner.row_ranges import SquaresVariance, max_shift_axes, row_range, squares_variance
 
 __all__ = ["legalized_values", "result_bounds"]
 
@@ -554,6 +555,83 @@ def _shift_floor(lo: Array, hi: Array, axes: tuple[int, ...]) -> Array:
         return np.asarray(np.minimum(lo - others, 0.0))
 
 
+def _variances(plan: Plan, index: Mapping[int, int]) -> dict[int, SquaresVariance]:
+    """The variances by squares of ``plan.legalized`` (``row_ranges.squares_variance``) whose
+    literals the device holds exactly (else it computes another function of its ``x'``)."""
+    program, out = plan.legalized, {}
+    for i, e in enumerate(program.eqns):
+        if e.prim is Prim.SUB and (sv := squares_variance(program, i, index)) is not None:
+            lits = [a for k in sv.steps for a in program.eqns[k].inputs if isinstance(a, Literal)]
+            if plan.narrowing is None or all(stored_literal(a) == 0.0 for a in lits):
+                out[i] = sv
+    return out
+
+
+def _variance_carry(
+    sv: SquaresVariance,
+    program: Program,
+    val: Mapping[int, Array],
+    err: Mapping[int, Array],
+    owns: Mapping[int, Array],
+    own: Array,
+    y: Array,
+) -> Array:
+    """The bound of a variance by squares, ``f(x) = c sum x^2 - (c sum x)^2`` (``row_ranges.
+    SquaresVariance``), carried as one function of its ``x`` (first-order carrying through
+    each step loses the cancellation: both terms move with ``x``'s errors together, by far more
+    than the variance where the mean is large against the spread). With ``x' = x + e``,
+    ``|e_i| <= E_i`` and ``m = c sum x``, exactly::
+
+        f(x') - f(x) = 2c sum (x_i - m) e_i + c sum e_i^2 - c^2 (sum e_i)^2
+        |f(x') - f(x)| <= 2c sum |x_i - m| E_i + c sum E_i^2 + c^2 (sum E_i)^2
+
+    and the device's value is within the chain's own errors (each step's rounding and the F32
+    oracle's, ``owns``) of ``f(x')``, carried through the chain from an exact ``x`` at the
+    device's magnitudes (the oracle's plus three times their bounds: a square of the mean
+    moves by twice its value's reach). inf where the reduced shape does not map onto ``y``."""
+    x = np.asarray(val[sv.x.id], np.float64)
+    ex = np.asarray(err[sv.x.id], np.float64)
+    axes, c = sv.axes, sv.c
+    with np.errstate(all="ignore"):
+        m = c * np.sum(x, axis=axes, keepdims=True)
+        delta = (
+            2.0 * c * np.sum(np.abs(x - m) * ex, axis=axes, keepdims=True)
+            + c * np.sum(ex * ex, axis=axes, keepdims=True)
+            + c * c * np.sum(ex, axis=axes, keepdims=True) ** 2
+        )
+        rounding: dict[int, Array] = {sv.x.id: np.zeros(x.shape)}
+        for k in sv.steps[:-1]:
+            q = program.eqns[k]
+            if any(isinstance(a, Var) and a.id not in rounding for a in q.inputs):
+                return np.full(np.shape(y), np.inf)
+            mags = [
+                np.abs(np.asarray(val[a.id], np.float64)) + 3.0 * err[a.id]
+                if isinstance(a, Var)
+                else np.asarray(a.value)
+                for a in q.inputs
+            ]
+            rs = [rounding[a.id] if isinstance(a, Var) else np.zeros(()) for a in q.inputs]
+            rounding[q.out.id] = _propagated(q, mags, rs, val[q.out.id]) + owns[q.out.id]
+        # the reduced shape onto the subtraction's: checked on the mean square itself
+        a, b = program.eqns[sv.eqn].inputs
+        square = c * np.sum(x * x, axis=axes, keepdims=True)
+        try:
+            if square.size == np.size(y):
+                moved, delta = square.reshape(np.shape(y)), delta.reshape(np.shape(y))
+            else:
+                moved, delta = (
+                    np.broadcast_to(square, np.shape(y)),
+                    np.broadcast_to(delta, np.shape(y)),
+                )
+        except ValueError:
+            return np.full(np.shape(y), np.inf)
+        held = np.asarray(val[a.id], np.float64)  # type: ignore[union-attr]
+        if not np.allclose(moved, held, rtol=2.0**-10, atol=1e-30):
+            return np.full(np.shape(y), np.inf)
+        out = delta + rounding[a.id] + rounding[b.id] + own  # type: ignore[union-attr]
+    return np.asarray(np.where(np.isnan(out), np.inf, out))
+
+
 #: the narrowed steps that make a finite value of finite operands (not sqrt: of a negative)
 _FINITE_OF_FINITE = frozenset(
     {Prim.ADD, Prim.SUB, Prim.MAX, Prim.MIN, Prim.NEG, Prim.EXP, Prim.DIV, Prim.MUL}
@@ -853,6 +931,11 @@ def result_bounds(
     }
     rng: dict[int, _DeviceRange] = {}  # the ranges steps narrowed (``_DeviceRange``)
     forms = _forms(plan, index)
+    # a variance by squares is carried as one function (``_variance_carry``): its steps' own
+    # errors kept for it
+    variances = _variances(plan, index)
+    chained = {k for sv in variances.values() for k in sv.steps[:-1]}
+    owns: dict[int, Array] = {}
     # a narrowed softmax's exp, by var id: its shift's axes and the least device value at the
     # row maximum's own element, exp(0) (``_denominator``)
     peaks: dict[int, tuple[tuple[int, ...], float]] = {}
@@ -905,6 +988,11 @@ def result_bounds(
             own = own + (own_rounding(e, ops, y, prop) if narrowed else _rerounded(e, y, prop, ops))
         val[e.out.id] = y
         total = np.asarray(own + prop, dtype=np.float64)
+        if i in chained:
+            owns[e.out.id] = np.asarray(own, np.float64)
+        if i in variances:
+            whole_f = _variance_carry(variances[i], program, val, err, owns, own, y)
+            total = np.minimum(total, whole_f)
         err[e.out.id] = total
         if ruled:
             rops = [
