@@ -34,6 +34,20 @@ row's spread, so the variance's bound exceeds the variance), the device's normal
 a max-subtracted softmax) still lies in a range its steps' contracts give whatever its operands
 (``poot_planner.row_ranges``): the bound there is the distance to the range's far end, when
 that is smaller.
+
+On a narrowed (FP16) device the ranges go further, each resting on what the device's steps
+are, not on the operands' bounds: a product's range is its operands' intervals' product, a
+quotient's by a positive divisor's range likewise; ``max(x, -x)`` is at least 0 (a legalized
+abs: a sigmoid's ``exp(-|x|)`` is at most 1); a softmax's shift ``x - max(x)`` is at most 0,
+and exactly 0 at an element whose low end clears the others' high ends (it is the maximum on
+the device too), so its exp is at most 1 and its denominator at least the maximum's own
+``exp(0)``; an exact step (max, min, neg) widens its range by its contract alone, not by the
+F32 oracle's rounding (which is not the device's). Where the first-order carry overflows
+(exp of an operand whose bound passes 11) but the operands are finite and the range lies
+inside FP16's, the range holds the device's value: the bound is its reach. A variance by
+squares (``E[x^2] - E[x]^2``) is carried as one function of its ``x`` (``_variance_carry``):
+step by step both terms move with ``x``'s errors at the scale of the mean, as one function at
+the scale of the spread.
 """
 
 from __future__ import annotations
