@@ -628,3 +628,38 @@ def test_a_variance_by_squares_is_carried_as_one_function(engine: Engine) -> Non
         err = np.abs(got[name].astype(np.float64) - want[name])
         assert np.all(err <= bound + slack), (name, err, bound)
         assert np.all(np.abs(held[name] - want[name]) <= bound + slack), name
+
+
+def test_a_carried_tanh_and_erf_stay_in_their_range(engine: Engine) -> None:
+    """tanh and erf, legalized and carried as one step each, of a difference the inputs' FP16
+    rounding moves by 16 or more: the device's value is within [-1, 1] and the rule's derived
+    bound whatever its operand, so the bound is at most about 2 (before: the operand's error,
+    16 to 18); the device and the FP16-rounded inputs' exact function within it of a float64
+    evaluation written here."""
+    b = Builder("bounded")
+    x, z = b.slot("x", DType.F32, (2, 4)), b.slot("z", DType.F32, (2, 4))
+    d = b.sub(x, z)
+    b.output("t", b.tanh(d))
+    b.output("e", b.erf(d))
+    p = plan(b.build(), "intel-npu4")
+    assert p.admitted, [str(r) for r in p.refusals]
+    feed = {
+        "x": np.array([SOFTMAX_ROWS["rounded"][0], [1e-4, -0.5, 3.0, -2.0]], np.float32),
+        "z": np.array([SOFTMAX_ROWS["rounded"][1], [0.0, 0.0, 0.0, 0.0]], np.float32),
+    }
+    entry = engine.add_entry(p, engine.load_weights({}))
+    try:
+        got = engine.step(entry, feed)
+    finally:
+        engine.remove_entry(entry)
+    d64 = feed["x"].astype(np.float64) - feed["z"].astype(np.float64)
+    d16 = feed["x"].astype(np.float16).astype(np.float64) - feed["z"].astype(np.float16).astype(
+        np.float64
+    )
+    bounds = result_bounds(p, feed)
+    for name, fn in (("t", np.tanh), ("e", _erf)):
+        want, bound = fn(d64), bounds[name]
+        assert np.all(bound <= 2.0 + 2.0**-6), (name, bound)
+        slack = 2.0**-24 * np.abs(want)
+        assert np.all(np.abs(got[name].astype(np.float64) - want) <= bound + slack), name
+        assert np.all(np.abs(fn(d16) - want) <= bound + slack), name

@@ -802,6 +802,29 @@ def _whole(
     return own, np.asarray(es, dtype=np.float64)
 
 
+def _function_range(
+    rw: Rewrite, source: Eqn, producer: dict[int, Eqn], err: Mapping[int, Array]
+) -> tuple[_DeviceRange, Array] | None:
+    """A bounded function carried as one step (tanh, erf: [-1, 1]; sigmoid: [0, 1]) holds the
+    device's value within its range widened by the rewrite's derived bound there (``|device
+    - f(x')| <= abs + rel |f(x')|``, the same bound ``_whole`` carries) and an FP16 rounding
+    of 1, whatever its operand's error; with where its operand's bound is finite (a NaN
+    operand is not in any range). None for another function."""
+    kind, bound = _kind(rw), rw.derivation.bound
+    if kind not in ("tanh", "erf", "sigmoid") or not isinstance(bound, AbsRel):
+        return None
+    x: Atom | None = source.inputs[0]
+    if kind == "sigmoid":
+        x = sigmoid_operand(source, RuleContext(producer=producer))
+    if not isinstance(x, Var) or x.id not in err:
+        return None
+    w = bound.abs + bound.rel + 2.0**-10
+    lo = -w if kind == "sigmoid" else -1.0 - w
+    shape = source.out.shape
+    ends = _DeviceRange(np.full(shape, lo), np.full(shape, 1.0 + w))
+    return ends, np.broadcast_to(np.isfinite(err[x.id]), shape)
+
+
 def _kind(rw: Rewrite) -> str:
     """The function a rewrite is carried as (``_CARRIED``): the rule's ``carried``, or a
     piecewise rule's odd function (erf, tanh), whose derived bound is absolute plus relative
@@ -1008,6 +1031,10 @@ def result_bounds(
             whole_f = _variance_carry(variances[i], program, val, err, owns, own, y)
             total = np.minimum(total, whole_f)
         err[e.out.id] = total
+        if i in whole and (
+            fn := _function_range(whole[i], plan.source.eqns[whole[i].eqn], producer, err)
+        ):
+            rng[e.out.id], err[e.out.id] = _DeviceRange.within(fn[0], y, total, fn[1])
         if ruled:
             rops = [
                 _DeviceRange.around(o, d) if r is None else r
