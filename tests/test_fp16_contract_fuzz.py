@@ -457,3 +457,209 @@ def test_a_leaky_relu_at_its_kink_is_held_to_either_branch(engine: Engine) -> No
     finally:
         engine.remove_entry(entry)
     assert np.all(np.abs(got - want) <= bound + 2.0**-24 * np.abs(want))
+
+
+#: softmax rows at the edges: differences of values FP16 rounds by up to 16 (its spacing is 32
+#: past 32768), so each difference's bound passes 16 and exp's first-order carry passes 65504;
+#: a row whose maximum clears the others, a tie, ordinary values, exact small ones
+SOFTMAX_ROWS = {
+    "rounded": ([40016.0, 40000.0, 39984.0, 40048.0], [40000.0, 40016.0, 40000.0, 40000.0]),
+    "clear": ([40016.0, 41000.0, 39984.0, 40048.0], [40000.0, 40016.0, 40000.0, 40000.0]),
+    "tie": ([40016.0, 40016.0, 39984.0, 39984.0], [40000.0, 40000.0, 40000.0, 40000.0]),
+    "ordinary": ([0.5, -1.25, 3.5, 2.0], [0.0, 0.0, 0.0, 0.0]),
+    "small": ([1e-4, -1e-4, 3e-8, 0.0], [0.0, 0.0, 0.0, 0.0]),
+}
+
+
+def _softmax_and_sigmoid_tail() -> Program:
+    """``softmax(x - z)`` over the last axis (max-subtracted) and ``exp(-max(d, -d))`` (a
+    legalized sigmoid's ``exp(-|d|)``), ``d = x - z``."""
+    b = Builder("softmax")
+    x, z = b.slot("x", DType.F32, (ROWS, 4)), b.slot("z", DType.F32, (ROWS, 4))
+    d = b.sub(x, z)
+    shifted = b.sub(d, b.broadcast_in_dim(b.reduce_max(d, 1), (ROWS, 4), (0,)))
+    e = b.exp(shifted)
+    b.output("p", b.div(e, b.broadcast_in_dim(b.reduce_sum(e, 1), (ROWS, 4), (0,))))
+    b.output("s", b.exp(b.neg(b.max(d, b.neg(d)))))
+    return b.build()
+
+
+def _softmax_and_sigmoid_tail64(x: Array, z: Array) -> dict[str, Array]:
+    d = x - z
+    e = np.exp(d - np.max(d, axis=1, keepdims=True))
+    return {"p": e / np.sum(e, axis=1, keepdims=True), "s": np.exp(-np.abs(d))}
+
+
+@given(rows=st.lists(st.sampled_from(sorted(SOFTMAX_ROWS)), min_size=ROWS, max_size=ROWS))
+@settings(derandomize=True, max_examples=8, deadline=None)
+def test_a_softmax_and_an_exp_of_minus_abs_are_bounded_by_their_ranges(
+    engine: Engine, rows: list[str]
+) -> None:
+    """Where the inputs' FP16 rounding alone moves a difference by 16 or more, the first-order
+    carry through exp passes 65504 (before: promised nothing). The device's values still lie
+    in ranges the program's shape gives: ``x' - max(x') <= 0`` (its exp at most 1, the row's
+    maximum exactly 0 where it clears the others' reach), a denominator at least about 1 (the
+    maximum's own exp(0)), ``max(d', -d') >= 0``. Every element is promised a finite bound, and
+    the device is within it of a float64 evaluation written here, as are the FP16-rounded
+    inputs' exact results (a legal device: no rounding after the inputs')."""
+    x = np.array([SOFTMAX_ROWS[r][0] for r in rows], np.float32)
+    z = np.array([SOFTMAX_ROWS[r][1] for r in rows], np.float32)
+    p = plan(_softmax_and_sigmoid_tail(), "intel-npu4")
+    assert p.admitted, [str(r) for r in p.refusals]
+    entry = engine.add_entry(p, engine.load_weights({}))
+    try:
+        got = engine.step(entry, {"x": x, "z": z})
+    finally:
+        engine.remove_entry(entry)
+    want = _softmax_and_sigmoid_tail64(x.astype(np.float64), z.astype(np.float64))
+    held = _softmax_and_sigmoid_tail64(
+        x.astype(np.float16).astype(np.float64), z.astype(np.float16).astype(np.float64)
+    )
+    bounds = result_bounds(p, {"x": x, "z": z})
+    for name, bound in bounds.items():
+        assert np.all(np.isfinite(bound)), (name, rows, bound)
+        assert np.all(bound <= 1.0 + 2.0**-7), (name, rows, bound)  # within the ranges' reach
+        slack = 2.0**-24 * np.abs(want[name])
+        err = np.abs(got[name].astype(np.float64) - want[name])
+        assert np.all(err <= bound + slack), (name, rows, err, bound)
+        assert np.all(np.abs(held[name] - want[name]) <= bound + slack), (name, rows)
+
+
+def _stable_sigmoid() -> Program:
+    """``sigmoid(d)``, ``d = x - z``, as an importer writes it stably: ``select(d >= 0, 1 / (1 +
+    g), g / (1 + g))``, ``g = exp(-|d|)`` (``|d|`` as ``max(d, -d)``); the plan legalizes the
+    select as a sum of products with a mask ``clamp(d * 2^24, 0, 1)`` and the abs."""
+    b = Builder("sigmoid")
+    x, z = b.slot("x", DType.F32, (ROWS, 4)), b.slot("z", DType.F32, (ROWS, 4))
+    d = b.sub(x, z)
+    g = b.exp(b.neg(b.max(d, b.neg(d))))
+    one_g = b.add(g, 1.0)
+    b.output("s", b.select(b.ge(d, 0.0), b.div(1.0, one_g), b.div(g, one_g)))
+    return b.build()
+
+
+@given(rows=st.lists(st.sampled_from(sorted(SOFTMAX_ROWS)), min_size=ROWS, max_size=ROWS))
+@settings(derandomize=True, max_examples=6, deadline=None)
+def test_a_legalized_stable_sigmoid_keeps_its_steps_ranges(engine: Engine, rows: list[str]) -> None:
+    """The steps of a legalized select (a mask clamped to [0, 1], products of values in [0, 1])
+    and of a legalized abs hold the device's sigmoid in about [0, 1] however far the inputs'
+    FP16 rounding moves ``d`` (before: a range passed through a mask scaled by 2^24 grew by the
+    F32 oracle's rounding, 2^-23 |d|, at each exact step, and a rewrite's last step kept none:
+    bounds in the hundreds). Every element promised at most about 2 (the two products in [0,
+    1] each: their ranges do not know the masks sum to 1), the device and the FP16-rounded
+    inputs' exact sigmoid within it of a float64 evaluation written here."""
+    x = np.array([SOFTMAX_ROWS[r][0] for r in rows], np.float32)
+    z = np.array([SOFTMAX_ROWS[r][1] for r in rows], np.float32)
+    p = plan(_stable_sigmoid(), "intel-npu4")
+    assert p.admitted, [str(r) for r in p.refusals]
+    entry = engine.add_entry(p, engine.load_weights({}))
+    try:
+        got = engine.step(entry, {"x": x, "z": z})["s"].astype(np.float64)
+    finally:
+        engine.remove_entry(entry)
+
+    def sigmoid64(a: Array, b: Array) -> Array:
+        return np.asarray(1.0 / (1.0 + np.exp(-(a - b))))
+
+    want = sigmoid64(x.astype(np.float64), z.astype(np.float64))
+    held = sigmoid64(
+        x.astype(np.float16).astype(np.float64), z.astype(np.float16).astype(np.float64)
+    )
+    bound = result_bounds(p, {"x": x, "z": z})["s"]
+    assert np.all(bound <= 2.0 + 2.0**-5), (rows, bound)
+    slack = 2.0**-24 * np.abs(want)
+    assert np.all(np.abs(got - want) <= bound + slack), (rows, got, want, bound)
+    assert np.all(np.abs(held - want) <= bound + slack), (rows, held, want, bound)
+
+
+def _offset_layer_norm() -> Program:
+    """A LayerNorm by squares (``max(E[x^2] - E[x]^2, 0)``, magika's form) of ``x = a - z``:
+    the difference carries the FP16 rounding of ``a`` (near 1000: up to 2^-5) into every
+    element, and the rows' means are larger than their spread."""
+    b = Builder("offset_norm")
+    a, z = b.slot("a", DType.F32, (3, WIDTH)), b.slot("z", DType.F32, (3, WIDTH))
+    x = b.sub(a, z)
+
+    def mean(v: Var) -> Var:
+        return b.broadcast_in_dim(b.mul(b.reduce_sum(v, 1), 1.0 / WIDTH), (3, WIDTH), (0,))
+
+    m = mean(x)
+    var = b.max(b.sub(mean(b.mul(x, x)), b.mul(m, m)), 0.0)
+    b.output("var", var)
+    b.output("y", b.div(b.sub(x, m), b.sqrt(b.add(var, 1e-5))))
+    return b.build()
+
+
+def test_a_variance_by_squares_is_carried_as_one_function(engine: Engine) -> None:
+    """``E[x^2] - E[x]^2`` with errors in ``x``: carried step by step, both terms move with
+    ``x``'s errors at the scale of the mean (the bound passes the variance itself where the
+    mean is larger than the spread: before, 2.3 to 4.0 against 3.5 to 14); carried as one
+    function of ``x`` (``2c sum |x_i - m| E_i + ...``) at the scale of the spread: under half
+    the variance on every row. The device, and the exact result of the FP16-rounded inputs,
+    within the bound of a float64 evaluation written here."""
+    row = np.array([0.5, -1.25, 3.5, 0.0, -0.75, 2.0, 1.0, -3.0])
+    # the first row on FP16's grid near 1006 (spacing 0.5) plus 0.2 away from its mean: the
+    # inputs' rounding pulls every element 0.2 towards the mean, the variance's largest move
+    grid = np.array([0.5, -1.5, 3.5, 0.0, -1.0, 2.0, 1.0, -3.0])
+    aligned = 1006.0 + grid + 0.2 * np.sign(grid - grid.mean())
+    a = np.array([aligned, 1000.1 + row - 5.0, 1000.1 + 2 * row - 9.0], np.float32)
+    z = np.full((3, WIDTH), 1000.0, np.float32)
+    p = plan(_offset_layer_norm(), "intel-npu4")
+    assert p.admitted, [str(r) for r in p.refusals]
+    entry = engine.add_entry(p, engine.load_weights({}))
+    try:
+        got = engine.step(entry, {"a": a, "z": z})
+    finally:
+        engine.remove_entry(entry)
+
+    def norm64(a64: Array, z64: Array) -> dict[str, Array]:
+        x = a64 - z64
+        m = np.mean(x, axis=1, keepdims=True)
+        var = np.maximum(np.mean(x * x, axis=1, keepdims=True) - m * m, 0.0)
+        return {"var": np.broadcast_to(var, x.shape), "y": (x - m) / np.sqrt(var + 1e-5)}
+
+    want = norm64(a.astype(np.float64), z.astype(np.float64))
+    held = norm64(a.astype(np.float16).astype(np.float64), z.astype(np.float16).astype(np.float64))
+    bounds = result_bounds(p, {"a": a, "z": z})
+    assert np.all(bounds["var"] < want["var"] / 2), (bounds["var"][:, 0], want["var"][:, 0])
+    for name, bound in bounds.items():
+        assert np.all(np.isfinite(bound)), name
+        slack = 2.0**-24 * np.abs(want[name])
+        err = np.abs(got[name].astype(np.float64) - want[name])
+        assert np.all(err <= bound + slack), (name, err, bound)
+        assert np.all(np.abs(held[name] - want[name]) <= bound + slack), name
+
+
+def test_a_carried_tanh_and_erf_stay_in_their_range(engine: Engine) -> None:
+    """tanh and erf, legalized and carried as one step each, of a difference the inputs' FP16
+    rounding moves by 16 or more: the device's value is within [-1, 1] and the rule's derived
+    bound whatever its operand, so the bound is at most about 2 (before: the operand's error,
+    16 to 18); the device and the FP16-rounded inputs' exact function within it of a float64
+    evaluation written here."""
+    b = Builder("bounded")
+    x, z = b.slot("x", DType.F32, (2, 4)), b.slot("z", DType.F32, (2, 4))
+    d = b.sub(x, z)
+    b.output("t", b.tanh(d))
+    b.output("e", b.erf(d))
+    p = plan(b.build(), "intel-npu4")
+    assert p.admitted, [str(r) for r in p.refusals]
+    feed = {
+        "x": np.array([SOFTMAX_ROWS["rounded"][0], [1e-4, -0.5, 3.0, -2.0]], np.float32),
+        "z": np.array([SOFTMAX_ROWS["rounded"][1], [0.0, 0.0, 0.0, 0.0]], np.float32),
+    }
+    entry = engine.add_entry(p, engine.load_weights({}))
+    try:
+        got = engine.step(entry, feed)
+    finally:
+        engine.remove_entry(entry)
+    d64 = feed["x"].astype(np.float64) - feed["z"].astype(np.float64)
+    d16 = feed["x"].astype(np.float16).astype(np.float64) - feed["z"].astype(np.float16).astype(
+        np.float64
+    )
+    bounds = result_bounds(p, feed)
+    for name, fn in (("t", np.tanh), ("e", _erf)):
+        want, bound = fn(d64), bounds[name]
+        assert np.all(bound <= 2.0 + 2.0**-6), (name, bound)
+        slack = 2.0**-24 * np.abs(want)
+        assert np.all(np.abs(got[name].astype(np.float64) - want) <= bound + slack), name
+        assert np.all(np.abs(fn(d16) - want) <= bound + slack), name

@@ -327,3 +327,96 @@ def test_window_primitives_carry_their_operands_errors(window: str) -> None:
         moved = moved + np.spacing(np.abs(y)).astype(np.float64)
     # tight, not just sound (to the float32 rounding of the oracle's exp the bound reads)
     np.testing.assert_allclose(moved, bound, rtol=1e-6, atol=0)
+
+
+def test_a_softmax_shift_floor_holds_for_every_device_row() -> None:
+    """``x'_i - max_j x'_j`` over every row ``x'`` with elements in ``[lo, hi]`` (each element at
+    either end or between) is at least ``_shift_floor``, and attains it: an element whose low end
+    clears every other's high end is its row's maximum (0), a tie at the top is not."""
+    from itertools import product
+
+    from poot_planner.error_bounds import _shift_floor
+
+    rng = np.random.default_rng(7)
+    cases = [
+        (np.array([[4.0, -1.0, 0.0]]), np.array([[6.0, 1.0, 3.0]])),  # element 0 clears
+        (np.array([[0.0, 0.0, -5.0]]), np.array([[2.0, 2.0, -4.0]])),  # a tie at the top
+    ]
+    for _ in range(20):
+        lo = rng.uniform(-4.0, 4.0, (1, 3))
+        cases.append((lo, lo + rng.uniform(0.0, 3.0, (1, 3))))
+    for lo, hi in cases:
+        floor = _shift_floor(lo, hi, (1,))
+        least = np.full(3, np.inf)
+        for pick in product(*[np.linspace(lo[0, j], hi[0, j], 5) for j in range(3)]):
+            row = np.array(pick)
+            least = np.minimum(least, row - row.max())
+        assert np.all(least >= floor[0] - 1e-12), (lo, hi, least, floor)
+        assert np.allclose(least, floor[0]), (lo, hi, least, floor)
+    assert _shift_floor(*cases[0], (1,))[0, 0] == 0.0
+    assert _shift_floor(*cases[1], (1,))[0, 0] == -2.0
+
+
+def test_a_softmax_denominator_is_at_least_the_maximums_own_term() -> None:
+    """Terms in ``[lo, hi]`` with one per row at least ``peak`` (the maximum's exp(0)): the range
+    ``_denominator`` gives holds every device sum of them (exact sum within the FP16 lowering's
+    rounding), its floor near the peak even where the terms' ranges reach 0."""
+    from poot_planner.error_bounds import _denominator, _DeviceRange
+
+    b = Builder("den")
+    b.output("s", b.reduce_sum(b.slot("e", F32, (2, 4)), 1))
+    e = b.build().eqns[0]
+    lo = np.array([[0.0, 0.0, 0.0, 0.0], [0.2, 0.0, -1e-7, 0.1]])
+    hi = np.array([[1.003, 1.003, 0.5, 0.02], [1.003, 0.3, 0.001, 0.4]])
+    peak = 0.997
+    held = _denominator(e, _DeviceRange(lo, hi), peak, None)
+    assert held is not None
+    assert 0.99 < held.lo[0] < peak and 0.99 < held.lo[1] < peak + 0.2
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        terms = rng.uniform(lo, hi)
+        for row in range(2):  # the maximum's own term, at least the peak, where it can be
+            k = rng.choice(np.flatnonzero(hi[row] >= peak))
+            terms[row, k] = rng.uniform(peak, hi[row, k])
+        s = np.sum(terms, axis=1)
+        for rounded in (s * (1 - 2.0**-10), s * (1 + 2.0**-10)):  # two FP16 roundings
+            assert np.all(held.lo <= rounded) and np.all(rounded <= held.hi), (terms, held)
+
+
+def _variance_by_squares(whole: bool = True) -> Program:
+    """``c sum(t^2) - (c sum t)^2`` over rows, ``t = 3 tanh(x) + y`` (approximate: ``t``
+    carries tanh's error, amplified), the mean larger than the spread; ``whole=False``: ``t``
+    alone."""
+    b = Builder("variance")
+    x = b.slot("x", F32, (4, 16))
+    y = b.slot("y", F32, (4, 16))
+    t = b.add(b.mul(b.tanh(x), 3.0), y)
+    if not whole:
+        b.output("t", t)
+        return b.build()
+    mean = b.mul(b.reduce_sum(t, (1,)), 1.0 / 16)
+    b.output("z", b.sub(b.mul(b.reduce_sum(b.mul(t, t), (1,)), 1.0 / 16), b.mul(mean, mean)))
+    return b.build()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_variance_by_squares_covers_an_adversarial_device(seed: int) -> None:
+    """The variance carried as one function of its operand (``_variance_carry``) still covers
+    a device whose ``t`` takes every step's whole allowance, either sign, on every element
+    (the simulated device), its variance then computed as the oracle does: the operand's
+    errors are any within their bounds, not the oracle's."""
+    rng = np.random.default_rng(seed)
+    program = _variance_by_squares()
+    inputs = {
+        "x": rng.uniform(-3, 3, (4, 16)).astype(np.float32),
+        "y": rng.uniform(2, 5, (4, 16)).astype(np.float32),
+    }
+    want = evaluate(program, inputs)["z"].astype(np.float64)
+    bound = result_bounds(plan(program, "xdna2").check(), inputs)["z"]
+    assert np.all(np.isfinite(bound))
+    for _ in range(30):
+        t = _simulate(_variance_by_squares(whole=False), inputs, rng).astype(np.float32)
+        mean = np.float32(1.0 / 16) * np.sum(t, axis=1, dtype=np.float32)
+        got = np.float32(1.0 / 16) * np.sum(t * t, axis=1, dtype=np.float32) - mean * mean
+        slack = 1e-3 * bound + 4 * np.spacing(np.abs(want.astype(np.float32))).astype(np.float64)
+        assert np.all(np.abs(got.astype(np.float64) - want) <= bound + slack)

@@ -34,6 +34,20 @@ row's spread, so the variance's bound exceeds the variance), the device's normal
 a max-subtracted softmax) still lies in a range its steps' contracts give whatever its operands
 (``poot_planner.row_ranges``): the bound there is the distance to the range's far end, when
 that is smaller.
+
+On a narrowed (FP16) device the ranges go further, each resting on what the device's steps
+are, not on the operands' bounds: a product's range is its operands' intervals' product, a
+quotient's by a positive divisor's range likewise; ``max(x, -x)`` is at least 0 (a legalized
+abs: a sigmoid's ``exp(-|x|)`` is at most 1); a softmax's shift ``x - max(x)`` is at most 0,
+and exactly 0 at an element whose low end clears the others' high ends (it is the maximum on
+the device too), so its exp is at most 1 and its denominator at least the maximum's own
+``exp(0)``; an exact step (max, min, neg) widens its range by its contract alone, not by the
+F32 oracle's rounding (which is not the device's). Where the first-order carry overflows
+(exp of an operand whose bound passes 11) but the operands are finite and the range lies
+inside FP16's, the range holds the device's value: the bound is its reach. A variance by
+squares (``E[x^2] - E[x]^2``) is carried as one function of its ``x`` (``_variance_carry``):
+step by step both terms move with ``x``'s errors at the scale of the mean, as one function at
+the scale of the spread.
 """
 
 from __future__ import annotations
@@ -53,6 +67,7 @@ from poot_ir import (
     DType,
     Eqn,
     GatherParams,
+    Literal,
     Output,
     Prim,
     Program,
@@ -83,14 +98,21 @@ from poot_ir.numerics import (
 from poot_ir.window import conv64, windows_of
 
 from poot_planner.emit import RuleContext
-from poot_planner.fp16.contract import HALF_TINY, UNIT, own_rounding, stored, stored_literal
+from poot_planner.fp16.contract import (
+    HALF_TINY,
+    LIMIT,
+    UNIT,
+    own_rounding,
+    stored,
+    stored_literal,
+)
 from poot_planner.fp16.narrowing import operating_dtype
 from poot_planner.legalize.logarithm import operand_of_softplus
 from poot_planner.legalize.rewrite import Rewrite
 from poot_planner.legalize.rules import Numerics
 from poot_planner.legalize.steps import sigmoid_operand
 from poot_planner.plan import Plan
-from poot_planner.row_ranges import row_range
+from poot_planner.row_ranges import SquaresVariance, max_shift_axes, row_range, squares_variance
 
 __all__ = ["legalized_values", "result_bounds"]
 
@@ -426,21 +448,42 @@ class _DeviceRange:
         own: Array,
         narrowed: bool,
         contract: Callable[[Array], Array],
+        form: tuple[str, tuple[int, ...]] = ("", ()),
     ) -> tuple[_DeviceRange, Array]:
         """The range of step ``e``'s device value and its bound (``err``; ``own`` its own
         error), narrowed by the range where the step follows its operands' ranges (``ops``,
         on the oracle's operand values ``vals``; ``contract``: the step's contract's own error
         at a value). An infinite bound stays infinite: an operand promised nothing has the
         whole line as its range, and so has anything its range reaches."""
+        ruled = _ruled(e, ops, vals, own, narrowed, contract, *form)
+        held = None
+        if narrowed and ruled is not None and e.prim in _FINITE_OF_FINITE:
+            with np.errstate(invalid="ignore"):
+                finite = np.logical_and.reduce(
+                    [np.broadcast_to(np.isfinite(o.hi - o.lo), np.shape(y)) for o in ops]
+                )
+                held = finite & (ruled.lo > -LIMIT) & (ruled.hi < LIMIT)
+        return _DeviceRange.within(ruled, y, err, held)
+
+    @staticmethod
+    def within(
+        ruled: _DeviceRange | None, y: Array, err: Array, held: Array | None = None
+    ) -> tuple[_DeviceRange, Array]:
+        """The range ``ruled`` (None: none) met with ``y -+ err``, and the bound it leaves: the
+        smaller of ``err`` and the range's reach from ``y``. An infinite ``err`` stays infinite
+        (an operand may be NaN there) except where ``held``: the step's operands have finite
+        bounds (finite values on the device), it makes no NaN of finite ones, and the range
+        lies inside FP16's (no overflow, no saturation), so the device's value is in it (an
+        exp whose first-order carry passes 65504 while its range is [0, 1])."""
         y64 = np.asarray(y).astype(np.float64)
-        ruled = _ruled(e, ops, vals, own, narrowed, contract)
         with np.errstate(all="ignore"):
             if ruled is None:
                 return _DeviceRange(y64 - err, y64 + err), err
             lo = np.fmax(ruled.lo, y64 - err)
             hi = np.fmin(ruled.hi, y64 + err)
             reach = np.fmax(hi - y64, y64 - lo)
-            keep = np.isfinite(err) & np.isfinite(reach) & ~np.isnan(y64)
+            bounded = np.isfinite(err) if held is None else np.isfinite(err) | held
+            keep = bounded & np.isfinite(reach) & ~np.isnan(y64)
             tight = np.where(keep, np.fmin(err, np.maximum(reach, 0.0)), err)
             return _DeviceRange(
                 np.where(keep, lo, y64 - tight), np.where(keep, hi, y64 + tight)
@@ -454,18 +497,26 @@ def _ruled(
     own: Array,
     narrowed: bool,
     contract: Callable[[Array], Array],
+    form: str = "",
+    axes: tuple[int, ...] = (),
 ) -> _DeviceRange | None:
     """The range of step ``e``'s device value from its operands' ranges, for the steps that
     follow them endpoint by endpoint (see the module), else None. An exact step widens by its
-    own error (0, or the F32 oracle's rounding); a rounded one (narrowed: one FP16 rounding)
+    contract's own error (``own``: 0 for a bit-exact one; the F32 oracle's rounding is not the
+    device's); a rounded one (narrowed: one FP16 rounding)
     by the rounding at each endpoint, ``u |end| + 2^-25`` (``u |z| `` grows with ``z``, so the
     rounding of a value past the endpoint cannot reach back past it), and by the step's
-    contract there (an FP16 sqrt or exp within 2^-9 of the function)."""
+    contract there (an FP16 sqrt or exp within 2^-9 of the function). Two shapes narrow it
+    further (``form``, ``_forms``): ``max(x, -x)`` is at least 0, and a narrowed softmax's
+    shift ``x - max(x)`` at most 0."""
     lo, hi = [r.lo for r in ops], [r.hi for r in ops]
     with np.errstate(all="ignore"):
         match e.prim:
             case Prim.MAX:
-                return _DeviceRange(np.maximum(lo[0], lo[1]) - own, np.maximum(hi[0], hi[1]) + own)
+                low = np.maximum(lo[0], lo[1]) - own
+                if form == _ABS:  # max(x', -x') = |x'| >= 0, whatever x'
+                    low = np.maximum(low, 0.0)
+                return _DeviceRange(low, np.maximum(hi[0], hi[1]) + own)
             case Prim.MIN:
                 return _DeviceRange(np.minimum(lo[0], lo[1]) - own, np.minimum(hi[0], hi[1]) + own)
             case Prim.NEG:
@@ -473,7 +524,29 @@ def _ruled(
             case Prim.ADD if narrowed:
                 return _rounded(lo[0] + lo[1], hi[0] + hi[1], contract)
             case Prim.SUB if narrowed:
-                return _rounded(lo[0] - hi[1], hi[0] - lo[1], contract)
+                low = lo[0] - hi[1]
+                if form == _SHIFT:  # the row's maximum counts x'_i itself (``_shift_floor``)
+                    low = np.maximum(low, _shift_floor(lo[0], ops[0].hi, axes))
+                out = _rounded(low, hi[0] - lo[1], contract)
+                if form == _SHIFT:  # x' - max(x') <= 0, and a correct rounding keeps the sign
+                    out = _DeviceRange(out.lo, np.minimum(out.hi, 0.0))
+                return out
+            case Prim.MUL if narrowed:  # interval multiplication (an undefined end: none)
+                ends = [a * b for a in (lo[0], hi[0]) for b in (lo[1], hi[1])]
+                low, high = np.minimum.reduce(ends), np.maximum.reduce(ends)
+                return _rounded(
+                    np.where(np.isnan(low), -np.inf, low),
+                    np.where(np.isnan(high), np.inf, high),
+                    contract,
+                )
+            case Prim.DIV if narrowed:  # by a positive divisor: a softmax's denominator
+                ends = [n / d for n in (lo[0], hi[0]) for d in (lo[1], hi[1])]
+                positive = lo[1] > 0.0
+                return _rounded(
+                    np.where(positive, np.minimum.reduce(ends), -np.inf),
+                    np.where(positive, np.maximum.reduce(ends), np.inf),
+                    contract,
+                )
             case Prim.SQRT if narrowed:
                 low, high = np.sqrt(np.maximum(lo[0], 0.0)), np.sqrt(np.maximum(hi[0], 0.0))
                 return _rounded(low, high, contract)
@@ -482,6 +555,173 @@ def _ruled(
             case _ if e.prim in _MOVED:
                 return _DeviceRange(_moved(e, lo, vals), _moved(e, hi, vals))
     return None
+
+
+def _shift_floor(lo: Array, hi: Array, axes: tuple[int, ...]) -> Array:
+    """The least ``x'_i - max_j x'_j`` for ``x'`` in ``[lo, hi]``: ``min(0, lo_i - max_{j != i}
+    hi_j)``, the row's maximum being at least ``x'_i`` itself (an element far above the others'
+    reach is its row's maximum on the device too: 0 there, exactly)."""
+    with np.errstate(invalid="ignore"):
+        first = np.max(hi, axis=axes, keepdims=True)
+        ties = np.sum(hi == first, axis=axes, keepdims=True)
+        second = np.max(np.where(hi == first, -np.inf, hi), axis=axes, keepdims=True)
+        others = np.where((hi == first) & (ties == 1), second, first)
+        return np.asarray(np.minimum(lo - others, 0.0))
+
+
+def _variances(plan: Plan, index: Mapping[int, int]) -> dict[int, SquaresVariance]:
+    """The variances by squares of ``plan.legalized`` (``row_ranges.squares_variance``) whose
+    literals the device holds exactly (else it computes another function of its ``x'``)."""
+    program, out = plan.legalized, {}
+    for i, e in enumerate(program.eqns):
+        if e.prim is Prim.SUB and (sv := squares_variance(program, i, index)) is not None:
+            lits = [a for k in sv.steps for a in program.eqns[k].inputs if isinstance(a, Literal)]
+            if plan.narrowing is None or all(stored_literal(a) == 0.0 for a in lits):
+                out[i] = sv
+    return out
+
+
+def _variance_carry(
+    sv: SquaresVariance,
+    program: Program,
+    val: Mapping[int, Array],
+    err: Mapping[int, Array],
+    owns: Mapping[int, Array],
+    own: Array,
+    y: Array,
+) -> Array:
+    """The bound of a variance by squares, ``f(x) = c sum x^2 - (c sum x)^2`` (``row_ranges.
+    SquaresVariance``), carried as one function of its ``x`` (first-order carrying through
+    each step loses the cancellation: both terms move with ``x``'s errors together, by far more
+    than the variance where the mean is large against the spread). With ``x' = x + e``,
+    ``|e_i| <= E_i`` and ``m = c sum x``, exactly::
+
+        f(x') - f(x) = 2c sum (x_i - m) e_i + c sum e_i^2 - c^2 (sum e_i)^2
+        |f(x') - f(x)| <= 2c sum |x_i - m| E_i + c sum E_i^2 + c^2 (sum E_i)^2
+
+    and the device's value is within the chain's own errors (each step's rounding and the F32
+    oracle's, ``owns``) of ``f(x')``, carried through the chain from an exact ``x`` at the
+    device's magnitudes (the oracle's plus three times their bounds: a square of the mean
+    moves by twice its value's reach). inf where the reduced shape does not map onto ``y``."""
+    x = np.asarray(val[sv.x.id], np.float64)
+    ex = np.asarray(err[sv.x.id], np.float64)
+    axes, c = sv.axes, sv.c
+    with np.errstate(all="ignore"):
+        m = c * np.sum(x, axis=axes, keepdims=True)
+        delta = (
+            2.0 * c * np.sum(np.abs(x - m) * ex, axis=axes, keepdims=True)
+            + c * np.sum(ex * ex, axis=axes, keepdims=True)
+            + c * c * np.sum(ex, axis=axes, keepdims=True) ** 2
+        )
+        rounding: dict[int, Array] = {sv.x.id: np.zeros(x.shape)}
+        for k in sv.steps[:-1]:
+            q = program.eqns[k]
+            if any(isinstance(a, Var) and a.id not in rounding for a in q.inputs):
+                return np.full(np.shape(y), np.inf)
+            mags = [
+                np.abs(np.asarray(val[a.id], np.float64)) + 3.0 * err[a.id]
+                if isinstance(a, Var)
+                else np.asarray(a.value)
+                for a in q.inputs
+            ]
+            rs = [rounding[a.id] if isinstance(a, Var) else np.zeros(()) for a in q.inputs]
+            rounding[q.out.id] = _propagated(q, mags, rs, val[q.out.id]) + owns[q.out.id]
+        # the reduced shape onto the subtraction's: checked on the mean square itself
+        a, b = program.eqns[sv.eqn].inputs
+        square = c * np.sum(x * x, axis=axes, keepdims=True)
+        try:
+            if square.size == np.size(y):
+                moved, delta = square.reshape(np.shape(y)), delta.reshape(np.shape(y))
+            else:
+                moved, delta = (
+                    np.broadcast_to(square, np.shape(y)),
+                    np.broadcast_to(delta, np.shape(y)),
+                )
+        except ValueError:
+            return np.full(np.shape(y), np.inf)
+        held = np.asarray(val[a.id], np.float64)  # type: ignore[union-attr]
+        if not np.allclose(moved, held, rtol=2.0**-10, atol=1e-30):
+            return np.full(np.shape(y), np.inf)
+        out = delta + rounding[a.id] + rounding[b.id] + own  # type: ignore[union-attr]
+    return np.asarray(np.where(np.isnan(out), np.inf, out))
+
+
+#: the narrowed steps that make a finite value of finite operands (not sqrt: of a negative)
+_FINITE_OF_FINITE = frozenset(
+    {Prim.ADD, Prim.SUB, Prim.MAX, Prim.MIN, Prim.NEG, Prim.EXP, Prim.DIV, Prim.MUL}
+)
+
+
+#: the shapes ``_forms`` finds: ``max(x, neg(x))``, and ``x - broadcast(reduce_max(x))``
+_ABS, _SHIFT = "abs", "shift"
+
+
+def _forms(plan: Plan, index: Mapping[int, int]) -> dict[int, tuple[str, tuple[int, ...]]]:
+    """Equations (by index) whose device value a shape of the program bounds whatever their
+    operands' errors: ``max(x, neg(x))`` (a legalized abs, a sigmoid's ``-|x|``) is ``|x'| >=
+    0``; in a narrowed plan, ``x - broadcast(reduce_max(x))`` over axes ``A`` (a softmax's
+    shift, ``row_ranges.max_shift_axes``) is ``x'_j - max(x') <= 0`` when the maximum is exact
+    (one of the device's own row values) and the subtraction rounds correctly (BitExact: a
+    rounding keeps the sign), with an element exactly 0 in each row (the maximum's own)."""
+    program = plan.legalized
+    out: dict[int, tuple[str, tuple[int, ...]]] = {}
+    for i, e in enumerate(program.eqns):
+        if e.prim is Prim.MAX and all(isinstance(a, Var) for a in e.inputs):
+            a, b = e.inputs
+            for x, n in ((a, b), (b, a)):
+                k = index.get(n.id) if isinstance(n, Var) else None
+                made = program.eqns[k] if k is not None else None
+                neg = made.inputs[0] if made is not None and made.prim is Prim.NEG else None
+                if isinstance(neg, Var) and isinstance(x, Var) and neg.id == x.id:
+                    out[i] = (_ABS, ())
+        if plan.narrowing is None or e.prim is not Prim.SUB:
+            continue
+        shift = max_shift_axes(program, i, index)
+        if shift is None:
+            continue
+        axes, top = shift
+        exact = [_contract(plan, k, program.eqns[k]) for k in (i, top)]
+        if all(c is not None and isinstance(c.bound, BitExact) for c in exact):
+            out[i] = (_SHIFT, axes)
+    return out
+
+
+def _peak_of(e: Eqn, peaks: Mapping[int, tuple[tuple[int, ...], float]]) -> float | None:
+    """A softmax's denominator: a reduce_sum of a narrowed softmax's exp (``peaks``) over its
+    shift's axes, each row holding the maximum's own element; its least value there, else
+    None."""
+    src = e.inputs[0]
+    if e.prim is not Prim.REDUCE_SUM or not isinstance(src, Var) or src.id not in peaks:
+        return None
+    axes, peak = peaks[src.id]
+    p = e.params
+    return peak if isinstance(p, ReduceParams) and tuple(sorted(p.axes)) == axes else None
+
+
+def _denominator(
+    e: Eqn, terms: _DeviceRange | None, peak: float, contract: Contract | None
+) -> _DeviceRange | None:
+    """The range of a narrowed softmax's denominator ``sum_j e'_j``: each term within its
+    range, and one term per row (the maximum's own, ``exp(0)``) at least ``peak``, so the
+    exact sum of the device's terms is at least ``peak + sum_j min(lo_j, 0)``; the device's
+    sum is within its FP16 lowering's rounding (``own_rounding``) and its contract of that, at
+    the terms' largest magnitudes (not the oracle's). A divisor held near 1 however far its
+    terms' bounds reach: the division after it keeps a finite bound."""
+    if terms is None or not isinstance(e.params, ReduceParams):
+        return None
+    axes = e.params.axes
+    with np.errstate(all="ignore"):
+        mag = np.maximum(np.abs(terms.lo), np.abs(terms.hi))
+        top = np.sum(mag, axis=axes)
+        widen = own_rounding(e, [mag], top, np.zeros(top.shape)) + _own(contract, e, [mag], top)
+        low = np.maximum(
+            np.sum(terms.lo, axis=axes), peak + np.sum(np.minimum(terms.lo, 0.0), axis=axes)
+        )
+        high = np.sum(terms.hi, axis=axes)
+        return _DeviceRange(
+            np.where(np.isnan(low), -np.inf, low - widen),
+            np.where(np.isnan(high), np.inf, high + widen),
+        )
 
 
 #: the steps whose carry reads a floor of an operand's magnitude (``_room``)
@@ -496,6 +736,8 @@ def _rules(prim: Prim, narrowed: bool, ranged: bool) -> bool:
         return True
     if prim in (Prim.ADD, Prim.SUB, Prim.SQRT, Prim.EXP):
         return narrowed
+    if prim in (Prim.DIV, Prim.MUL):  # an operand's range is known: the result's follows
+        return narrowed and ranged
     return ranged and prim in _MOVED
 
 
@@ -558,6 +800,29 @@ def _whole(
     if kind == "sigmoid":  # its slope is at most 1/4
         return own, 0.25 * np.asarray(es, dtype=np.float64)
     return own, np.asarray(es, dtype=np.float64)
+
+
+def _function_range(
+    rw: Rewrite, source: Eqn, producer: dict[int, Eqn], err: Mapping[int, Array]
+) -> tuple[_DeviceRange, Array] | None:
+    """A bounded function carried as one step (tanh, erf: [-1, 1]; sigmoid: [0, 1]) holds the
+    device's value within its range widened by the rewrite's derived bound there (``|device
+    - f(x')| <= abs + rel |f(x')|``, the same bound ``_whole`` carries) and an FP16 rounding
+    of 1, whatever its operand's error; with where its operand's bound is finite (a NaN
+    operand is not in any range). None for another function."""
+    kind, bound = _kind(rw), rw.derivation.bound
+    if kind not in ("tanh", "erf", "sigmoid") or not isinstance(bound, AbsRel):
+        return None
+    x: Atom | None = source.inputs[0]
+    if kind == "sigmoid":
+        x = sigmoid_operand(source, RuleContext(producer=producer))
+    if not isinstance(x, Var) or x.id not in err:
+        return None
+    w = bound.abs + bound.rel + 2.0**-10
+    lo = -w if kind == "sigmoid" else -1.0 - w
+    shape = source.out.shape
+    ends = _DeviceRange(np.full(shape, lo), np.full(shape, 1.0 + w))
+    return ends, np.broadcast_to(np.isfinite(err[x.id]), shape)
 
 
 def _kind(rw: Rewrite) -> str:
@@ -702,6 +967,15 @@ def result_bounds(
         for a in program.args
     }
     rng: dict[int, _DeviceRange] = {}  # the ranges steps narrowed (``_DeviceRange``)
+    forms = _forms(plan, index)
+    # a variance by squares is carried as one function (``_variance_carry``): its steps' own
+    # errors kept for it
+    variances = _variances(plan, index)
+    chained = {k for sv in variances.values() for k in sv.steps[:-1]}
+    owns: dict[int, Array] = {}
+    # a narrowed softmax's exp, by var id: its shift's axes and the least device value at the
+    # row maximum's own element, exp(0) (``_denominator``)
+    peaks: dict[int, tuple[tuple[int, ...], float]] = {}
     for i, e in enumerate(program.eqns):
         ops = [val[a.id] if isinstance(a, Var) else np.asarray(a.value) for a in e.inputs]
         eops = [
@@ -717,8 +991,10 @@ def result_bounds(
         # when a ruled step reads it
         ranged = [rng.get(a.id) if isinstance(a, Var) else None for a in e.inputs]
         ruled = (
-            i not in approximation
-            and i not in scaled
+            # a rewrite's last step keeps its steps' range (the device runs them: a legalized
+            # abs is max(x', -x') >= 0, a select on a mask a sum of products of ranges); the
+            # range's reach is from the legalized oracle, the formula's gap added (``gap``)
+            i not in scaled
             and i not in whole
             and _rules(e.prim, narrowed, any(r is not None for r in ranged))
         )
@@ -734,7 +1010,8 @@ def result_bounds(
             with np.errstate(over="ignore"):  # the largest magnitude's spacing: inf
                 ref = np.abs(np.spacing(np.asarray(y).astype(e.out.dtype.numpy)))
             ref = ref.astype(np.float64)
-            own = own + approximation[i] + 0.5 * ref
+            gap = approximation[i] + 0.5 * ref
+            own = own + gap
         if i in scaled:
             own = own + scaled[i](np.asarray(y))
         if i in whole:
@@ -748,15 +1025,47 @@ def result_bounds(
             own = own + (own_rounding(e, ops, y, prop) if narrowed else _rerounded(e, y, prop, ops))
         val[e.out.id] = y
         total = np.asarray(own + prop, dtype=np.float64)
+        if i in chained:
+            owns[e.out.id] = np.asarray(own, np.float64)
+        if i in variances:
+            whole_f = _variance_carry(variances[i], program, val, err, owns, own, y)
+            total = np.minimum(total, whole_f)
         err[e.out.id] = total
+        if i in whole and (
+            fn := _function_range(whole[i], plan.source.eqns[whole[i].eqn], producer, err)
+        ):
+            rng[e.out.id], err[e.out.id] = _DeviceRange.within(fn[0], y, total, fn[1])
         if ruled:
             rops = [
                 _DeviceRange.around(o, d) if r is None else r
                 for r, o, d in zip(ranged, ops, eops, strict=True)
             ]
+            form = forms.get(i, ("", ()))
+            own_at = partial(_own, contract, e, ops)
+            # an exact step's device value is exactly max/min/neg of its operands' within its
+            # contract (the F32 oracle's rounding and a rewrite's gap are the oracle's, not the
+            # device's): its range widens by the contract alone
             rng[e.out.id], err[e.out.id] = _DeviceRange.of(
-                e, rops, ops, y, total, own, narrowed, partial(_own, contract, e, ops)
+                e, rops, ops, y, total, own_at(np.asarray(y)), narrowed, own_at, form
             )
+            if i in approximation:
+                err[e.out.id] = np.minimum(total, err[e.out.id] + gap)
+            shifted = index.get(e.inputs[0].id) if isinstance(e.inputs[0], Var) else None
+            if e.prim is Prim.EXP and narrowed and shifted in forms and forms[shifted][0] == _SHIFT:
+                at_one = _rounded(np.ones(y.shape), np.ones(y.shape), own_at).lo
+                peaks[e.out.id] = (forms[shifted][1], float(np.min(at_one, initial=1.0)))
+        elif narrowed and (peak := _peak_of(e, peaks)) is not None:
+            src = e.inputs[0]
+            assert isinstance(src, Var)
+            terms = rng.get(src.id)
+            sums = _denominator(e, terms, peak, contract)
+            finite = None
+            if terms is not None and sums is not None:
+                with np.errstate(invalid="ignore"):
+                    axes = e.params.axes  # type: ignore[union-attr]
+                    ok = np.all(np.isfinite(terms.hi - terms.lo), axis=axes)
+                    finite = ok & (sums.lo > -LIMIT) & (sums.hi < LIMIT)
+            rng[e.out.id], err[e.out.id] = _DeviceRange.within(sums, y, total, finite)
         if not narrow and e.prim is Prim.DIV:
             err[e.out.id] = _within_range(
                 program, i, index, contract_of, magnitude, unpromised, y, err

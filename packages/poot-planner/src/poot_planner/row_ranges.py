@@ -74,7 +74,7 @@ from poot_ir import (
     Var,
 )
 
-__all__ = ["RowRange", "row_range"]
+__all__ = ["RowRange", "SquaresVariance", "max_shift_axes", "row_range", "squares_variance"]
 
 U = 2.0**-24  # the unit roundoff of a correctly rounded F32 operation
 FLUSH = 2.0**-126  # a subnormal result, rounded or flushed to zero: its absolute error at most
@@ -173,6 +173,96 @@ def _reduces(e: Eqn, x: Var, axes: tuple[int, ...]) -> bool:
         and isinstance(a, Var)
         and a.id == x.id
     )
+
+
+def max_shift_axes(
+    program: Program, i: int, producer: Mapping[int, int]
+) -> tuple[tuple[int, ...], int] | None:
+    """The axes over which equation ``i`` subtracts its operand's row maximum from it
+    (``x - broadcast(reduce_max(x))``: a softmax's shift, the same ``x`` both times) and the
+    index of the ``reduce_max``, else None. Each element of the device's result is at most 0
+    when its maximum is exact (one of its own row's values) and its subtraction rounds
+    correctly (``error_bounds``)."""
+    e = program.eqns[i]
+    if e.prim is not Prim.SUB or not isinstance(x := e.inputs[0], Var):
+        return None
+    if (back := _back(program, producer, e.inputs[1], x.shape)) is None:
+        return None
+    m, axes, _ = back
+    top = _made_by(program, producer, m, Prim.REDUCE_MAX)
+    return (axes, top[0]) if top is not None and _reduces(top[1], x, axes) else None
+
+
+@dataclass(frozen=True, slots=True)
+class SquaresVariance:
+    """Equation ``eqn`` computes ``c sum(x * x) - (c sum(x))^2`` over ``axes`` of ``x`` (a
+    LayerNorm's variance as ``E[x^2] - E[x]^2``, magika's form), by the equations ``steps``
+    (from the squares and the scaled sums to the subtraction, data movement between)."""
+
+    eqn: int
+    x: Var
+    axes: tuple[int, ...]
+    c: float
+    steps: tuple[int, ...]
+
+
+def _scaled_sum(
+    program: Program, producer: Mapping[int, int], v: object
+) -> tuple[Var, tuple[int, ...], float, list[int]] | None:
+    """``v`` as ``c * reduce_sum(u)`` (``c`` a product of positive literals before or after the
+    sum, data movement after it only): ``u``, the axes, ``c`` and the equations."""
+    c, axes, steps = 1.0, None, []
+    while isinstance(v, Var) and (j := producer.get(v.id)) is not None:
+        e = program.eqns[j]
+        lits = [_literal(a) for a in e.inputs]
+        if e.prim in (Prim.RESHAPE, Prim.BROADCAST_IN_DIM) and axes is None:
+            v = e.inputs[0]
+        elif e.prim is Prim.MUL and sum(k is not None for k in lits) == 1:
+            k = next(k for k in lits if k is not None)
+            if k <= 0.0:
+                return None
+            c, v = c * k, e.inputs[lits.index(None)]
+        elif e.prim is Prim.REDUCE_SUM and axes is None and isinstance(e.params, ReduceParams):
+            axes, v = tuple(sorted(e.params.axes)), e.inputs[0]
+        else:
+            break
+        steps.append(j)
+    if axes is None or not isinstance(v, Var):
+        return None
+    return v, axes, c, steps
+
+
+def _square_of(program: Program, producer: Mapping[int, int], v: Var) -> tuple[Var, int] | None:
+    """``v`` as ``u * u`` (the same var twice): ``u`` and the equation."""
+    j = producer.get(v.id)
+    e = program.eqns[j] if j is not None else None
+    if e is None or e.prim is not Prim.MUL:
+        return None
+    a, b = e.inputs
+    return (a, j) if isinstance(a, Var) and isinstance(b, Var) and a.id == b.id else None  # type: ignore[return-value]
+
+
+def squares_variance(
+    program: Program, i: int, producer: Mapping[int, int]
+) -> SquaresVariance | None:
+    """Equation ``i`` as a variance by squares (``SquaresVariance``), else None."""
+    e = program.eqns[i]
+    if e.prim is not Prim.SUB or not all(isinstance(a, Var) for a in e.inputs):
+        return None
+    squares = _scaled_sum(program, producer, e.inputs[0])
+    mean_sq = _square_of(program, producer, e.inputs[1])  # type: ignore[arg-type]
+    if squares is None or mean_sq is None:
+        return None
+    sq, axes, c, steps = squares
+    of_x = _square_of(program, producer, sq)
+    mean = _scaled_sum(program, producer, mean_sq[0])
+    if of_x is None or mean is None:
+        return None
+    x, mean_x = of_x[0], mean[0]
+    if mean_x.id != x.id or mean[1] != axes or mean[2] != c:
+        return None
+    chain = sorted({*steps, of_x[1], *mean[3], mean_sq[1], i})
+    return SquaresVariance(i, x, axes, c, tuple(chain))
 
 
 def row_range(
