@@ -109,7 +109,14 @@ from poot_ir import (
 )
 
 from poot_npu import xdna_contexts as contexts
-from poot_npu.xdna_artifact import decode_design, design_signature, encode_design, frame, unframe
+from poot_npu.xdna_artifact import (
+    XDNA_TRAITS,
+    decode_design,
+    design_signature,
+    encode_design,
+    frame,
+    unframe,
+)
 
 if TYPE_CHECKING:
     from poot_planner import Plan
@@ -210,11 +217,7 @@ class XdnaDevice(HostMemory):
 
     @property
     def traits(self) -> DeviceTraits:
-        """Its kernels check a plan's ``score_bound`` (``poot_codegen.xdna.guards``: each
-        checked score outside the bound counts into the region's flag word, and the run is
-        refused), so a partition makes the F32 attention-mask rewrite for it
-        (``poot_planner.fp16.prelude``)."""
-        return DeviceTraits(checks_score_bound=True)
+        return XDNA_TRAITS
 
     @property
     def stand_in(self) -> bool:

@@ -31,13 +31,19 @@ from typing import Any, Final, cast
 
 from poot_codegen.xdna import ProgramDesign
 from poot_codegen.xdna.validate import validate
-from poot_engine.device import ArgSpec, Direction, Signature
+from poot_engine.device import ArgSpec, DeviceTraits, Direction, Signature
 from poot_ir import CodegenError, TensorType
 
 __all__ = ["decode_design", "design_signature", "encode_design", "frame", "unframe"]
 
 _MAGIC: Final = b"POOT-XDNA2-1\n"
 _DIGEST: Final = 32
+
+#: What both XDNA2 devices (the NPU and its host stand-in) are: their kernels check a plan's
+#: ``score_bound`` (``poot_codegen.xdna.guards``: each checked score outside the bound counts
+#: into the region's flag word, and the run is refused), so a partition makes the F32
+#: attention-mask rewrite for them (``poot_planner.fp16.prelude``).
+XDNA_TRAITS = DeviceTraits(checks_score_bound=True)
 
 
 def frame(kind: str, sections: Sequence[bytes]) -> bytes:

@@ -96,6 +96,7 @@ from poot_ir import (
 )
 
 from poot_npu.xdna_artifact import (
+    XDNA_TRAITS,
     decode_design,
     design_signature,
     encode_design,
@@ -196,11 +197,7 @@ class XdnaHostDevice(HostMemory):
 
     @property
     def traits(self) -> DeviceTraits:
-        """Its kernels check a plan's ``score_bound`` (``poot_codegen.xdna.guards``: each
-        checked score outside the bound counts into the region's flag word, and the run is
-        refused), so a partition makes the F32 attention-mask rewrite for it
-        (``poot_planner.fp16.prelude``)."""
-        return DeviceTraits(checks_score_bound=True)
+        return XDNA_TRAITS
 
     @property
     def stand_in(self) -> bool:
