@@ -40,6 +40,23 @@ def test_acceptance_on_cpu_passes_and_writes_a_stand_in_receipt(
     assert check_error_lines(err) == ["InputError"] and f"receipt {bad}" in err
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["vpu-cpu", "xdna-host"])
+def test_acceptance_on_each_npu_stand_in_passes_every_check(name: str, tmp_path: Path) -> None:
+    """Every check the hardware run makes passes on the stand-in that reproduces its target:
+    each capability at its domain's edges (broadcast_in_dim too; an F32 row of the narrowing
+    target inside FP16's range, the rest refused on the way in; an add's result of 65504 left
+    out, a saturated overflow the device refuses), and a missed deadline on a device fast
+    enough to run a small chain within the millisecond it waits in."""
+    out = tmp_path / "receipt.json"
+    assert main(["acceptance", "--device", name, "-o", str(out)]) == 0
+    r = json.loads(out.read_text())
+    failed = [(c["name"], c["detail"]) for c in r["checks"] if not c["passed"]]
+    assert failed == [] and r["passed"] is True
+    names = {c["name"] for c in r["checks"]}
+    assert {"broadcast_in_dim f32 at its domain's edges", "add f16 at its domain's edges"} & names
+
+
 @pytest.mark.parametrize(
     "name", [d.name for d in DEVICES if d.kind is DeviceKind.HARDWARE], ids=str
 )

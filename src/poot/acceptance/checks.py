@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 from poot_engine import Engine, Entry
+from poot_engine.checks import saturation_limit
 from poot_engine.device import Device
 from poot_engine.verify import check_results
 from poot_ir import (
@@ -59,6 +60,7 @@ from poot_ir import (
 from poot_npu.registry import DeviceInfo, DeviceKind
 from poot_planner import KernelClass, get_target, plan
 from poot_planner.features import render_bound
+from poot_planner.fp16.saturation import saturates
 
 from poot.acceptance.engine import Check, cache_checks, poisoning_checks
 from poot.acceptance.legalized import legalized_checks
@@ -180,6 +182,8 @@ def _single(prim: Prim, dtype: DType, n: int) -> Program | None:
         b.output("y", getattr(b, prim.value)(x, axes=1))
     elif prim is Prim.MATMUL:  # x @ z^T: every edge meets every other in some product
         b.output("y", b.matmul(x, b.transpose(b.slot("z", dtype, (2, n)), (1, 0))))
+    elif prim is Prim.BROADCAST_IN_DIM:  # every edge value copied to three rows of a new axis
+        b.output("y", b.broadcast_in_dim(x, (3, 2, n), (1, 2)))
     else:
         return None
     return b.build()
@@ -190,7 +194,14 @@ def _capabilities(engine: Engine, target: str, receipt: Receipt) -> Iterator[Che
     for cap in t.capabilities:
         for dtype in sorted(cap.dtypes & {DType.F32, DType.F16}, key=lambda d: d.value):
             edges = cap.contract.domain.edges(dtype)
-            inside = list(edges.inside)
+            inside, past = list(edges.inside), list(edges.past)
+            narrowing = t.narrowing
+            if narrowing is not None and dtype is not narrowing.device_dtype:
+                # an F32 row of a narrowing target holds for what FP16 carries: the rest of
+                # the domain is past the narrowing range, refused (typed) on the way in
+                top = narrowing.max_magnitude
+                past += [v for v in inside if not abs(v) <= top]
+                inside = [v for v in inside if abs(v) <= top]
             program = _single(cap.prim, dtype, len(inside))
             if cap.prim is Prim.MATMUL and cap.kernel is not KernelClass.MATMUL:
                 program = None  # the XDNA2 tile's contraction (issue 30); the others: to do
@@ -206,11 +217,16 @@ def _capabilities(engine: Engine, target: str, receipt: Receipt) -> Iterator[Che
                     want = evaluate(program, feed)["y"]
                     ops = [feed[a.name] for a in program.args]
                     keep = cap.contract.domain.inside(ops, want)
+                    if t.narrowing is not None and saturates(program.eqns[-1]):
+                        # a DPU result of magnitude 65504 reads as a saturated overflow and is
+                        # refused, typed: the bit-for-bit row holds inside +-65504 only
+                        clamp = saturation_limit(t.narrowing.max_magnitude)
+                        keep &= np.abs(want) <= clamp
                     feed = {n: np.where(keep, v, v.dtype.type(1)) for n, v in feed.items()}
                 got = engine.step(entry, feed)  # verified: a breach raises
                 checks = check_results(plan(program, target), feed, got)
                 worst = max((c.error_ratio for _, c in checks), default=0.0)
-                outcomes = [_past(engine, entry, feed, past) for past in edges.past]
+                outcomes = [_past(engine, entry, feed, v) for v in past]
                 refused = "; ".join(outcomes) or "nothing past"
                 engine.remove_entry(entry)
             except PootError as err:

@@ -176,18 +176,22 @@ def poisoning_checks(make: Callable[[], Device], root: Path) -> Iterator[Check]:
     yield Check(
         "a contract violation poisons its entry", caught.endswith("poisoned"), detail=caught
     )
-    program = neg_chain(3, (512, 1024))
-    with Engine(make(), cache_dir=root / "cache", deadline_s=1e-6) as e:
-        entry = e.add_entry(program)
-        x = np.ones((512, 1024), np.float32)
-        try:
-            for _ in range(50):
-                e.step(entry, {"x": x})
-            what = "never missed"
-        except DeadlineExceeded:
+    # a device waits in whole milliseconds (``poot_engine.deadline``), and a fast one runs a
+    # small chain within one: the chain grows until a step misses 1 us (or none ever does)
+    what = "never missed"
+    for shape in ((512, 1024), (1024, 2048), (2048, 4096)):
+        with Engine(make(), cache_dir=root / "cache", deadline_s=1e-6) as e:
+            entry = e.add_entry(neg_chain(3, shape))
+            x = np.ones(shape, np.float32)
             try:
-                e.step(entry, {"x": x})
-                what = "missed, then ran again"
-            except DevicePoisoned:
-                what = "missed, then poisoned"
+                for _ in range(20):
+                    e.step(entry, {"x": x})
+                continue
+            except DeadlineExceeded:
+                try:
+                    e.step(entry, {"x": x})
+                    what = "missed, then ran again"
+                except DevicePoisoned:
+                    what = "missed, then poisoned"
+        break
     yield Check("a missed deadline poisons the device", what.endswith("poisoned"), 1e-6, "s", what)
