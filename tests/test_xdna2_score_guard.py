@@ -15,8 +15,8 @@ import pytest
 from encoder_model import encoder_inputs, encoder_layer
 from poot_codegen.xdna.guards import kernel_guards
 from poot_engine import Engine
-from poot_ir import DomainFlagged, Prim, Program, Storage, Var, evaluate
-from poot_npu.registry import make_device
+from poot_ir import DomainFlagged, Prim, Program, Storage, Var, evaluate, format_program
+from poot_npu.registry import DEVICES, device_info, make_device
 from poot_planner import Span, partition, plan
 from poot_planner.fp16.prelude import F32_MASK
 
@@ -97,3 +97,36 @@ def test_scores_past_the_bound_are_refused_typed(tmp_path: Path) -> None:
         feed[name] = feed[name] * np.float32(2.0**31)
     with pytest.raises(DomainFlagged):  # without the check it ran (tried: no error)
         _run(program, feed, tmp_path)
+
+
+def test_poot_plan_cuts_the_program_as_poot_run_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``poot plan --target xdna2`` partitions for the device ``poot run`` picks (xdna-host,
+    whose kernels check the scores), so it shows the mask rewrite that run makes and counts
+    the scores checked; it once partitioned as for a device that checks nothing and showed
+    the ``-inf`` mask left in place."""
+    from poot.cli import main
+
+    program = encoder_layer(mask_style="bool")
+    source = tmp_path / "encoder.poot"
+    source.write_text(format_program(program))
+    assert main(["plan", str(source), "--target", XDNA2]) == 1  # refused whole: partitioned
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    checked = partition(program, XDNA2, score_guard=True)
+    n = sum(len(s.plan.score_bound) for s in checked if s.plan is not None)
+    assert n > 0 and f"{n} score value(s) checked on the device" in out
+
+
+@pytest.mark.parametrize("name", [d.name for d in DEVICES], ids=str)
+def test_the_registry_knows_which_devices_check_scores(name: str) -> None:
+    """``DeviceInfo.checks_score_bound`` (what ``poot plan`` reads without opening a device)
+    is what the device it makes says in its traits."""
+    info = device_info(name)
+    if info.unavailable_reason() is not None:
+        pytest.skip(f"hardware unavailable: {info.unavailable_reason()}")
+    device = info.make()
+    try:
+        assert device.traits.checks_score_bound is info.checks_score_bound
+    finally:
+        device.close()

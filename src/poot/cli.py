@@ -266,7 +266,8 @@ def _generate(console: Console, args: argparse.Namespace) -> int:
 
 
 def _plan(console: Console, args: argparse.Namespace) -> int:
-    from poot_planner import TARGETS, plan
+    from poot_npu.registry import device_info
+    from poot_planner import TARGETS, Span, partition, plan
 
     from poot import render
 
@@ -278,7 +279,13 @@ def _plan(console: Console, args: argparse.Namespace) -> int:
     for t in targets:
         # an ONNX model's weights are known now: checked when planning, as `poot run` checks them
         p = plan(program, t, constants=imported.weights if imported is not None else None)
-        console.print(render.plan_panel(p, every=args.guards))
+        spans: tuple[Span, ...] = ()
+        if not p.admitted and p.source.eqns:
+            # cut as `poot run` cuts it on the device it picks for the target: where that device
+            # checks the attention scores, the partition makes the mask rewrite it relies on
+            checks = device_info(_device_for(None, t)).checks_score_bound
+            spans = partition(p.source, p.target, p, score_guard=checks)
+        console.print(render.plan_panel(p, spans, every=args.guards))
         _origins(console, p, imported)
         if args.program and p.admitted:
             # what the device runs: after the target's passes (the Intel narrowing casts)

@@ -123,8 +123,16 @@ def plan_panel(p: Plan, spans: tuple[Span, ...] = (), *, every: bool = False) ->
             line = f"legalized: {prim} -> {decomposition}, bound {derived} (equations {_eqns(at)})"
             parts.append(Text(line))
     if not p.admitted and p.source.eqns:
-        summary = summarize(spans or partition(p.source, p.target, p), p.target)
-        parts.append(Text(f"partitioned: {summary.describe()}"))
+        spans = spans or partition(p.source, p.target, p)
+        parts.append(Text(f"partitioned: {summarize(spans, p.target).describe()}"))
+        scores = sum(len(s.plan.score_bound) for s in spans if s.plan is not None)
+        if scores:  # the mask rewrite of poot_planner.fp16.prelude, which the device checks
+            parts.append(
+                Text(
+                    f"attention mask: its -inf made finite; {scores} score value(s) checked "
+                    "on the device against the bound that keeps masked entries exactly 0"
+                )
+            )
     if p.narrowing is not None:
         parts.append(
             Text(

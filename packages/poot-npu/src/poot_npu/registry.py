@@ -37,7 +37,9 @@ class DeviceKind(Enum):
 @dataclass(frozen=True, slots=True)
 class DeviceInfo:
     """A device: its name, the planner target it runs, what kind it is, what it proves, and a
-    probe that returns None when it is here or the reason it is not."""
+    probe that returns None when it is here or the reason it is not. ``checks_score_bound``
+    is what the device ``make`` opens says in its ``traits`` (a test holds the two together),
+    known here without opening it, so that ``poot plan`` partitions as ``poot run`` does."""
 
     name: str
     target: str
@@ -45,6 +47,7 @@ class DeviceInfo:
     proves: str
     probe: Callable[[], str | None]
     make: Callable[[], Device]
+    checks_score_bound: bool = False
 
     def unavailable_reason(self) -> str | None:
         return self.probe()
@@ -148,6 +151,7 @@ DEVICES: tuple[DeviceInfo, ...] = (
         "the whole Intel path: the driver's graph compiler and Level Zero on a Lunar Lake NPU",
         lambda: _openvino_has("NPU"),
         _make_vpu("NPU"),
+        checks_score_bound=True,
     ),
     DeviceInfo(
         "vpu-cpu",
@@ -157,6 +161,7 @@ DEVICES: tuple[DeviceInfo, ...] = (
         "not the NPU's compiler or its FP16 units",
         lambda: _openvino_has("CPU"),
         _make_vpu("CPU"),
+        checks_score_bound=True,
     ),
     DeviceInfo(
         "xdna",
@@ -165,6 +170,7 @@ DEVICES: tuple[DeviceInfo, ...] = (
         "the whole AMD path: Peano, aiecc, XRT and an XDNA2 NPU",
         _xdna,
         _make_xdna,
+        checks_score_bound=True,
     ),
     DeviceInfo(
         "xdna-host",
@@ -174,6 +180,7 @@ DEVICES: tuple[DeviceInfo, ...] = (
         "compiler; not the NPU toolchain or silicon",
         _host_cc,
         _make_xdna_host,
+        checks_score_bound=True,
     ),
 )
 
