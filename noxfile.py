@@ -52,20 +52,14 @@ def slow(session: nox.Session) -> None:
     _pytest(session, "-m", "slow")
 
 
-def _pytest(session: nox.Session, *args: str) -> None:
+def _pytest(session: nox.Session, *args: str, leave_out: str = CONFORMANCE) -> None:
     # two workers (the machines have two cores), each test file on one worker: a file's
-    # module-level caches (a device opened once) stay in one process
+    # module-level caches (a device opened once) stay in one process; ``leave_out``: the part
+    # another session runs
     session.run(
-        "pytest",
-        "-q",
-        "-n",
-        "2",
-        "--dist",
-        "loadfile",
-        f"--ignore={CONFORMANCE}",
-        *args,
+        "pytest", "-q", "-n", "2", "--dist", "loadfile", f"--ignore={leave_out}", *args,
         *session.posargs,
-    )
+    )  # fmt: skip
 
 
 @nox.session
@@ -79,17 +73,7 @@ def onnx_cases(session: nox.Session) -> None:
 def conformance(session: nox.Session) -> None:
     """One suite, programs x targets x devices, on every device (absent hardware skips), but
     the ONNX node cases (``onnx_cases``)."""
-    session.run(
-        "pytest",
-        "-q",
-        "-n",
-        "2",
-        "--dist",
-        "loadfile",
-        CONFORMANCE,
-        f"--ignore={ONNX_CASES}",
-        *session.posargs,
-    )
+    _pytest(session, CONFORMANCE, leave_out=ONNX_CASES)
 
 
 #: Each NPY_DISABLE_CPU_FEATURES value switching this numpy's dispatch down one level more on
