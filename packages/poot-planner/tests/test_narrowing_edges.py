@@ -42,13 +42,35 @@ def test_ge_against_a_literal_fp16_flushes_is_refused() -> None:
     assert float(str(facts["literal"])) == pytest.approx(1e-30)
 
 
-@pytest.mark.parametrize("prim", ["mul", "add"])
+@pytest.mark.parametrize("prim", ["mul", "div"])
 def test_a_literal_is_refused_exactly_where_fp16_flushes_it(prim: str) -> None:
     assert _refused(_one(prim, HALF_TINY)) is not None
     assert _refused(_one(prim, -HALF_TINY)) is not None
     above = float(np.nextafter(np.float32(HALF_TINY), np.float32(1.0)))  # rounds to 2^-24
     assert _refused(_one(prim, above)) is None
     assert _refused(_one(prim, 2.0**-24)) is None and _refused(_one(prim, 0.0)) is None
+
+
+@pytest.mark.parametrize("prim", ["add", "sub"])
+def test_an_addend_fp16_flushes_is_carried_by_the_derived_contract(prim: str) -> None:
+    """LayerNorm's ``var + 1e-12``: on the device the addend is 0, an error of at most 2^-25
+    that the derived contract carries, so it is admitted (a transformer's every layer norm
+    was a host span), and the run on vpu-cpu is within that contract against the F32 oracle
+    at 0, at FP16's smallest subnormal and beyond."""
+    from poot_engine.run import run_program
+    from poot_npu.registry import make_device
+
+    for literal in (1e-12, -1e-12, HALF_TINY):
+        assert _refused(_one(prim, literal)) is None
+    program = _one(prim, 1e-12)
+    x = np.array([0.0, 2.0**-24], np.float32)
+    for xs in (x, np.array([1.0, -3.5], np.float32)):
+        device = make_device("vpu-cpu")
+        try:
+            report = run_program(program, device, "vpu-cpu", inputs=[{"x": xs}])
+        finally:
+            device.close()
+        assert report.ok, report.steps[0].worst
 
 
 def test_a_compared_literal_fp16_moves_is_refused() -> None:

@@ -18,7 +18,12 @@ The literal rules (``literal_refusals``), exactly as the specification states th
   elsewhere it is refused, and so is a NaN literal;
 - a non-zero finite F32 literal FP16 flushes to zero (of magnitude at most half FP16's smallest
   subnormal, 2^-25) is refused (``NARROWING_RANGE``, "flushes to zero"): ``ge x 1e-30`` would
-  be ``ge x 0``, true at x = 0;
+  be ``ge x 0``, true at x = 0; ``x * 1e-30`` would lose x whole. An addend that flushes is not
+  refused: ``x + 1e-12`` (LayerNorm's epsilon, added to the variance) is ``x`` on the device,
+  an absolute error of at most 2^-25, which the derived contract carries as the literal's
+  storage rounding (``fp16.contract.stored_literal``) as it carries an input's; where the sum
+  then leaves a domain (a variance of exactly 0 under a square root's reciprocal) the device's
+  guard refuses the step, typed;
 - a literal a comparison reads that FP16 does not hold exactly is refused (``NARROWING_RANGE``,
   "compared"): the FP16 value it rounds to is indistinguishable from it on the device, so an
   operand equal to that value compares otherwise than in F32 (``ge x 0.1`` at x = 0.0999755859375,
@@ -71,7 +76,8 @@ LITERAL_EDGE_RULE = (
     "subnormal), and a literal a comparison reads that FP16 does not hold exactly (an operand "
     "equal to its FP16 rounding would compare otherwise than in F32: ge x 1e-30 is true at "
     "x = 0 in FP16), are refused when planning (narrowing range, naming the literal, its FP16 "
-    "value and why)."
+    "value and why). An addend that flushes (LayerNorm's var + 1e-12) is admitted: an "
+    "absolute error of at most 2^-25 the derived contract carries as the literal's rounding."
 )
 
 INPUT_EDGE_RULE = (
@@ -163,7 +169,7 @@ def _moved_literal(
     if not math.isfinite(v) or abs(v) > limit:
         return None
     held = float(np.float16(v))
-    if v != 0.0 and held == 0.0:
+    if v != 0.0 and held == 0.0 and prim not in _ADDITIVE:
         return (("literal", repr(v)), ("fp16", 0.0), ("use", "flushes to zero in FP16"))
     if prim in COMPARISONS and held != v:
         use = "compared: indistinguishable in FP16 from its rounding"
