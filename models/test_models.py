@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from poot_engine.run import run_program
 from poot_ir import DomainError, NarrowingRangeUpload, PootError, Prim, evaluate
-from poot_npu.registry import make_device
+from poot_npu.registry import host_device, make_device
 from poot_onnx import Imported, import_model
 from poot_planner import Refusal, RefusalKind, plan
 
@@ -84,11 +84,20 @@ def test_plans_for_both_npu_targets(
 def test_partitioned_run_on_the_stand_ins(
     m: RealModel, device: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Host spans on the compiled host device, as ``poot run --partition`` runs them by
+    default (issue 27), each span's results checked against the oracle within its contract."""
     imp = _imported(m)
     dev = make_device(device)
+    host = host_device(dev.target, "compiled")
     try:
         report = run_program(
-            imp.program, dev, device, inputs=[_feed(m, imp)], partition=True, cache_dir=tmp_path
+            imp.program,
+            dev,
+            device,
+            inputs=[_feed(m, imp)],
+            partition=True,
+            cache_dir=tmp_path,
+            host=host,
         )
     except PootError as err:
         # a typed refusal at run time (an FP16 stand-in meets a value FP16 cannot hold): the
@@ -102,11 +111,17 @@ def test_partitioned_run_on_the_stand_ins(
         return
     finally:
         dev.close()
+        if host is not None:
+            host.close()
     with capsys.disabled():
         if report.spans:
             on = [s for s in report.spans if s.device]
             moved = sum(len(s.eqns) for s in on)
-            state = f"{len(on)} device spans of {len(report.spans)}, {moved} equations on device"
+            compiled = sum(h is not None for h in report.hosts)
+            state = (
+                f"{len(on)} device spans of {len(report.spans)}, {moved} equations on device, "
+                f"{compiled} of {len(report.spans) - len(on)} host spans compiled"
+            )
         else:
             state = "admitted whole: one program on the device"
         print(f"\n{m.name} on {device}: {state}, ok={report.ok}")
