@@ -174,22 +174,29 @@ def _nan_flag(g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node], name: str) -
         top = _BELOW_SATURATION if strict else _FP16_MAX
         root = _roots(out, -top, top, f"{name}.finite")
         zero = ops.constant(np.float32(0.0), name=f"{name}.zero")
-        if strict and e.prim.is_binary:  # a sentinel carried: excused
+        elementwise = e.prim.is_unary or e.prim.is_binary
+        if strict and e.prim.is_binary:  # a sentinel carried (|x| >= 65504): excused
             edge = ops.constant(np.float32(_FP16_MAX), name=f"{name}.edge")
             for k, a in enumerate(e.inputs):
                 if isinstance(a, Var):
-                    held = ops.abs(xs[k], name=f"{name}.held{k}.abs")
-                    at = ops.greater_equal(held, edge, name=f"{name}.held{k}")
+                    size = ops.abs(xs[k], name=f"{name}.held{k}.abs")
+                    if g.fresh and a.type.dtype.is_float:
+                        # and an infinite or NaN operand too (below): one test, which both
+                        # fail, for the two excuses
+                        inside = ops.less(size, edge, name=f"{name}.held{k}")
+                        root = ops.select(inside, root, zero, name=f"{name}.or{k}").output(0)
+                        continue
+                    at = ops.greater_equal(size, edge, name=f"{name}.held{k}")
                     root = ops.select(at, zero, root, name=f"{name}.carried{k}").output(0)
         inherited = []
-        if g.fresh:
+        if g.fresh and not (strict and e.prim.is_binary):
             var_ins = [
                 x
                 for x, a in zip(xs, e.inputs, strict=True)
                 if isinstance(a, Var) and a.type.dtype.is_float
             ]
             for k, x in enumerate(var_ins):
-                if e.prim.is_unary or e.prim.is_binary:  # elementwise: where operands are finite
+                if elementwise:  # where operands are finite
                     finite = _finite(x, np.float32, f"{name}.in{k}")
                     root = ops.select(finite, root, zero, name=f"{name}.or{k}").output(0)
                 else:  # inherited somewhere: the check is off for the whole value
