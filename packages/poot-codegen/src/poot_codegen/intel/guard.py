@@ -20,7 +20,9 @@ appended after the program's results and named ``poot:guard:<label>,<label>,...`
 ``RangeCheck.label``), so the device that loads the blob knows which equation each flag names. Every
 op used is in ``compiler_ops.ACCEPTED`` (Abs, LessEqual, GreaterEqual, LogicalNot,
 LogicalOr, LogicalAnd, ReduceLogicalAnd, Reshape, Concat); the compiled host device's domain
-flags (``domain_flags``, in no NPU graph) also use Subtract, Sqrt, Add, ReduceSum and NotEqual. A guard also gives each guarded
+flags (``domain_flags``, in no NPU graph) also use Subtract, Sqrt, Add, ReduceSum and NotEqual,
+and so do the vpu-cpu stand-in's checks (``_nan_flag``: the same flags, each check summed where
+its value lies, with Select and Less; in no NPU graph either). A guard also gives each guarded
 divisor a second use, which keeps the NPU compiler from inserting its epsilon clamp in front of
 a divide whose divisor has one use (npu_compiler ``convert_precision_to_fp16.cpp``,
 ``insertEpsilonClamp``: it clamps the divisor to [0.0001, 65504]).
