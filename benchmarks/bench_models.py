@@ -126,16 +126,24 @@ def _on_vpu_cpu(m: RealModel, imp: Imported) -> list[Figure]:
     figures = []
     if p.admitted:  # where the stand-in's time goes: FP16 emulation rounds each equation
         from poot_codegen.intel.graph import lower
+        from poot_planner.fp16.narrowing import intermediate_guards
 
         # with the weights baked in as constants, as the device lowers an entry
         emulated = len(lower(p.program, emulate_f16=True, constants=imp.weights).get_ops())
         plain = len(lower(p.program, constants=imp.weights).get_ops())
+        guards = (
+            intermediate_guards(p.legalized, p.narrowing, p.score_bound)
+            if p.narrowing is not None
+            else ()
+        )
+        # and with the in-graph FP16 guard, as the device compiles it
+        guarded = lower(p.program, emulate_f16=True, guards=guards, constants=imp.weights)
         figures.append(
             Figure(
                 f"{m.name}: vpu-cpu graph ops / without FP16 emulation",
                 emulated / plain,
                 "x",
-                note=f"{emulated} vs {plain}",
+                note=f"{emulated} vs {plain}; {len(guarded.get_ops())} with its FP16 guard",
             )
         )
     return [

@@ -289,6 +289,8 @@ def lower(
             raise NoLowering(TARGET, i, e.prim.value, "a gather from an empty table")
         name = f"e{i}:{e.prim.value}"
         xs = [g.atom(a, f"{name}:lit{k}") for k, a in enumerate(e.inputs)]
+        if g.spread and e.prim in _BROADCASTING:
+            xs = g.implicit(e, xs)
         out = _empty(g, e, name) if e.out.type.size == 0 else rule(g, e, xs, name)
         if g.emulated(e.out.dtype) or g.npu_f32(e.out.dtype):
             out = intel_f16.round_result(
@@ -333,6 +335,9 @@ class _Graph:
         self.emulate_f16 = emulate_f16
         self.env: dict[int, Node] = {}
         self.scalars = intel_f16.Scalars()  # the emulation's constants, shared by every rounding
+        # in emulation, each broadcast's operand with unit axes, by the broadcast's Var.id: an
+        # elementwise equation reads it and broadcasts itself (``implicit``)
+        self.spread: dict[int, Node] = {}
 
     def emulated(self, dtype: DType) -> bool:
         return self.emulate_f16 and dtype is DType.F16
@@ -341,6 +346,30 @@ class _Graph:
         """An F32 value in emulation: the NPU compiler carries it as FP16 (module docstring),
         so the stand-in holds the FP16 value in f32."""
         return self.emulate_f16 and dtype is DType.F32
+
+    def implicit(self, e: Eqn, xs: list[Node]) -> list[Node]:
+        """``xs``, each broadcast operand of the elementwise equation ``e`` replaced by its
+        operand with unit axes (``spread``) where every other operand is a value of ``e``'s
+        shape that stays as it is, so the op's numpy broadcasting gives that shape; a select's
+        predicate is kept. The CPU plugin runs an explicit Broadcast with its reference kernel
+        or folds a broadcast constant to the whole tensor, which it then lays out again at every
+        run (MobileNetV3-small: a reorder of each bias); broadcasting moves values, so the
+        equation's result is the same bits (the stand-in only: the NPU's graph is unchanged)."""
+        full = e.out.shape
+        anchors = {
+            k
+            for k, a in enumerate(e.inputs)
+            if isinstance(a, Var) and a.id not in self.spread and a.shape == full
+        }
+        out = list(xs)
+        for k, a in enumerate(e.inputs):
+            if not isinstance(a, Var) or a.id not in self.spread:
+                continue
+            if e.prim is Prim.SELECT and k == 0:
+                continue
+            if all(j in anchors for j in range(len(e.inputs)) if j != k):
+                out[k] = self.spread[a.id]
+        return out
 
     def carried(self, dtype: DType) -> DType:
         """The element type a value of ``dtype`` has inside the graph."""
@@ -525,6 +554,13 @@ def _reshape(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
 
 def _broadcast(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
     p = cast(BroadcastParams, e.params)
+    if g.emulate_f16 and list(p.dims) == sorted(set(p.dims)):  # order kept: a reshape spreads it
+        unit = [1] * len(p.shape)
+        for k, d in enumerate(p.dims):
+            unit[d] = e.inputs[0].type.shape[k]
+        g.spread[e.out.id] = ops.reshape(
+            xs[0], _i64(unit, f"{name}:unit"), False, name=f"{name}:spread"
+        ).output(0)
     shape = _i64(p.shape, f"{name}:shape")
     dims = _i64(p.dims, f"{name}:dims")
     return ops.broadcast(xs[0], shape, dims, "EXPLICIT", name=name)
@@ -685,6 +721,9 @@ def _reduce_window_sum(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
         name=name,
     )
 
+
+#: elementwise primitives of numpy-style broadcasting in their lowering (``_Graph.implicit``)
+_BROADCASTING: Final = frozenset(_BINARY) | {Prim.SELECT}
 
 _RULES: Final[dict[Prim, Rule]] = {
     **{p: _unary for p in _UNARY},

@@ -20,7 +20,9 @@ appended after the program's results and named ``poot:guard:<label>,<label>,...`
 ``RangeCheck.label``), so the device that loads the blob knows which equation each flag names. Every
 op used is in ``compiler_ops.ACCEPTED`` (Abs, LessEqual, GreaterEqual, LogicalNot,
 LogicalOr, LogicalAnd, ReduceLogicalAnd, Reshape, Concat); the compiled host device's domain
-flags (``domain_flags``, in no NPU graph) also use Subtract, Sqrt, Add, ReduceSum and NotEqual. A guard also gives each guarded
+flags (``domain_flags``, in no NPU graph) also use Subtract, Sqrt, Add, ReduceSum and NotEqual,
+and so do the vpu-cpu stand-in's checks (``_nan_flag``: the same flags, each check summed where
+its value lies, with Select and Less; in no NPU graph either). A guard also gives each guarded
 divisor a second use, which keeps the NPU compiler from inserting its epsilon clamp in front of
 a divide whose divisor has one use (npu_compiler ``convert_precision_to_fp16.cpp``,
 ``insertEpsilonClamp``: it clamps the divisor to [0.0001, 65504]).
@@ -96,13 +98,17 @@ def _all(x: Node, name: str) -> Node:
     return ops.reduce_logical_and(_flat(x, f"{name}.flat"), axis, False, name=name)
 
 
-def _finite(x: Node, carrier: type, name: str, top: float = _FP16_MAX) -> Node:
+def _float(x: Node, name: str) -> None:
     # a node or one of its outputs. Only float values are guarded (fp16.checks); a guard on
     # anything else means its equation index names another equation than the one lowered (as
     # when guards of the source were applied to its legalized program): refuse, never guess
     kind = x.get_element_type() if hasattr(x, "get_element_type") else x.get_output_element_type(0)
     if not kind.is_real():
         raise CodegenError(f"openvino guard {name}: a check of a {kind} value, not a float one")
+
+
+def _finite(x: Node, carrier: type, name: str, top: float = _FP16_MAX) -> Node:
+    _float(x, name)
     edge = ops.constant(np.array(top, carrier), name=f"{name}.max")
     return ops.less_equal(ops.abs(x, name=f"{name}.abs"), edge, name=name)
 
@@ -149,6 +155,64 @@ def _flag(g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node], carrier: type, n
     return ops.logical_not(_all(ok, f"{name}.ok"), name=f"{name}.bad")
 
 
+def _nan_flag(g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node], name: str) -> Node:
+    """``_flag`` on the stand-in (FP16 carried in f32), as a vector of one f32 that is NaN
+    exactly when ``_flag`` is set: each element's check a root (``_roots``: the square root of
+    a difference that is negative exactly where the element fails, every end at least 1 in
+    magnitude), an element the check excuses (an operand at +-65504, an infinite operand) a 0
+    by select, and the sum over every axis (``_summed``). A flat boolean reduction per check
+    made the CPU plugin lay each checked value out again (a reorder from the convolutions'
+    blocked layout) and reduce it with a slow kernel: half of MobileNetV3-small's step."""
+    _float(out, name)
+    if g.kind is GuardKind.SCORE:
+        root = _roots(out, -SCORE_BOUND, SCORE_BOUND, name)
+    elif g.kind is GuardKind.SENTINEL:
+        edge = g.side * _FP16_MAX
+        root = (
+            _roots(out, edge, math.inf, name) if g.side > 0 else _roots(out, -math.inf, edge, name)
+        )
+    else:
+        strict = saturates(e)
+        top = _BELOW_SATURATION if strict else _FP16_MAX
+        root = _roots(out, -top, top, f"{name}.finite")
+        zero = ops.constant(np.float32(0.0), name=f"{name}.zero")
+        elementwise = e.prim.is_unary or e.prim.is_binary
+        if strict and e.prim.is_binary:  # a sentinel carried (|x| >= 65504): excused
+            edge = ops.constant(np.float32(_FP16_MAX), name=f"{name}.edge")
+            for k, a in enumerate(e.inputs):
+                if isinstance(a, Var):
+                    size = ops.abs(xs[k], name=f"{name}.held{k}.abs")
+                    if g.fresh and a.type.dtype.is_float:
+                        # and an infinite or NaN operand too (below): one test, which both
+                        # fail, for the two excuses
+                        inside = ops.less(size, edge, name=f"{name}.held{k}")
+                        root = ops.select(inside, root, zero, name=f"{name}.or{k}").output(0)
+                        continue
+                    at = ops.greater_equal(size, edge, name=f"{name}.held{k}")
+                    root = ops.select(at, zero, root, name=f"{name}.carried{k}").output(0)
+        inherited = []
+        if g.fresh and not (strict and e.prim.is_binary):
+            var_ins = [
+                x
+                for x, a in zip(xs, e.inputs, strict=True)
+                if isinstance(a, Var) and a.type.dtype.is_float
+            ]
+            for k, x in enumerate(var_ins):
+                if elementwise:  # where operands are finite
+                    finite = _finite(x, np.float32, f"{name}.in{k}")
+                    root = ops.select(finite, root, zero, name=f"{name}.or{k}").output(0)
+                else:  # inherited somewhere: the check is off for the whole value
+                    fin = _roots(x, -_FP16_MAX, _FP16_MAX, f"{name}.in{k}")
+                    inherited.append(_summed(fin, f"{name}.in{k}"))
+        if inherited:
+            total = _summed(root, name)
+            for k, s in enumerate(inherited):
+                off = ops.not_equal(s, s, name=f"{name}.inh{k}")
+                total = ops.select(off, zero, total, name=f"{name}.or{k}").output(0)
+            return total
+    return _summed(root, name)
+
+
 def guard_result(
     checks: Sequence[tuple[RangeCheck, Eqn, Node, Sequence[Node]]],
     carrier: type,
@@ -162,7 +226,14 @@ def guard_result(
     the value only to give it one more use (``clamped_divisors``). Each of ``domains`` (a label
     ``<eqn>.<prim>.domain<operand>``, the F32 value and its domain's bounds) is a device-site
     domain guard (``domain_flags``)."""
-    flags, labels = [], []
+    flags: list[Node] = []
+    labels: list[str] = []
+    if checks and carrier is np.float32:  # the stand-in: one NaN test of every check's sum
+        sums = [_nan_flag(g, e, out, xs, f"guard.{g.label}") for g, e, out, xs in checks]
+        total = sums[0] if len(sums) == 1 else ops.concat(sums, 0, name="guard.sums")
+        flags.append(ops.not_equal(total, total, name="guard.checks"))
+        labels.extend(g.label for g, _, _, _ in checks)
+        checks = ()
     for g, e, out, xs in checks:
         name = f"guard.{g.label}"
         one = ops.constant(np.array([1], np.int64), name=f"{name}.one")
@@ -230,9 +301,13 @@ def _by_roots(bounds: DomainBounds) -> bool:
 
 
 def _root_sum(value: Node, bounds: DomainBounds, name: str) -> Node:
-    """The sum of ``_roots(value)`` over every axis, as a vector of one: NaN exactly when a
-    root is (a sum of values at or above 0, infinities among them, is never NaN otherwise)."""
-    roots = _roots(value, bounds, name)
+    """The sum of ``_roots(value)`` over every axis, as a vector of one (``_summed``)."""
+    return _summed(_roots(value, bounds.lo, bounds.hi, name), name)
+
+
+def _summed(roots: Node, name: str) -> Node:
+    """The sum of ``roots`` over every axis, as a vector of one: NaN exactly when a root is (a
+    sum of values at or above 0, infinities among them, is never NaN otherwise)."""
     rank = len(roots.get_partial_shape())
     if rank == 0:
         shape = ops.constant(np.array([1], np.int64), name=f"{name}.rank1.shape")
@@ -244,25 +319,25 @@ def _root_sum(value: Node, bounds: DomainBounds, name: str) -> Node:
     return ops.reshape(total, one, False, name=f"{name}.sum1")
 
 
-def _roots(value: Node, bounds: DomainBounds, name: str) -> Node:
+def _roots(value: Node, lo: float, hi: float, name: str) -> Node:
     """``sqrt(hi - x) + sqrt(x - lo)`` over each finite end (``sqrt(hi - |x|)`` for ``[-hi,
     hi]``): NaN exactly where ``x`` is outside (``_by_roots``): the square root of a negative
     difference is NaN, a NaN ``x`` stays NaN, and an infinity past a finite end gives an
     infinite negative difference; inside, every term is at or above 0 (+inf for an infinity
     at an infinite end: ``hi - (-inf)``). Pure F32 arithmetic, which the CPU plugin runs as one
     fused elementwise kernel on the value's own layout."""
-    if bounds.lo == -bounds.hi:
-        hi = ops.constant(np.float32(bounds.hi), name=f"{name}.hi")
+    if lo == -hi:
+        top = ops.constant(np.float32(hi), name=f"{name}.hi")
         size = ops.abs(value, name=f"{name}.abs")
-        return ops.sqrt(ops.subtract(hi, size, name=f"{name}.room"), name=f"{name}.root").output(0)
+        return ops.sqrt(ops.subtract(top, size, name=f"{name}.room"), name=f"{name}.root").output(0)
     terms = []
-    if not math.isinf(bounds.hi):
-        hi = ops.constant(np.float32(bounds.hi), name=f"{name}.hi")
-        room = ops.subtract(hi, value, name=f"{name}.room_hi")
+    if not math.isinf(hi):
+        top = ops.constant(np.float32(hi), name=f"{name}.hi")
+        room = ops.subtract(top, value, name=f"{name}.room_hi")
         terms.append(ops.sqrt(room, name=f"{name}.root_hi"))
-    if not math.isinf(bounds.lo):
-        lo = ops.constant(np.float32(bounds.lo), name=f"{name}.lo")
-        room = ops.subtract(value, lo, name=f"{name}.room_lo")
+    if not math.isinf(lo):
+        bottom = ops.constant(np.float32(lo), name=f"{name}.lo")
+        room = ops.subtract(value, bottom, name=f"{name}.room_lo")
         terms.append(ops.sqrt(room, name=f"{name}.root_lo"))
     if len(terms) == 1:
         return terms[0].output(0)
