@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conformance.devices import open_device
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from poot_engine import Engine
 from poot_engine.run import run_program
@@ -468,3 +468,102 @@ def test_a_boolean_converted_to_f32_on_the_host_is_one_or_zero(tmp_path: Path) -
     want = evaluate(program, ins)
     for name in ("hot", "p"):
         assert got[name].tobytes() == want[name].tobytes(), name
+
+
+def _signs() -> Program:
+    """Products whose result is a zero of either sign: a boolean slot and a computed boolean
+    converted to F32 and scaled by -2 (false is 0, false * -2 is -0), F32 values by negative
+    and positive literals (zeros, values that underflow to a zero), by a literal -0 and by
+    another value, and negated; the same on a one-element value."""
+    b = Builder("signs")
+    p = b.slot("p", DType.BOOL, (2, 4))
+    x = b.slot("x", F32, (2, 4))
+    s = b.slot("s", F32, ())
+    b.output("slot", b.mul(b.convert(p, F32), -2.0))
+    b.output("computed", b.mul(b.convert(b.gt(x, 0.5), F32), -2.0))
+    b.output("twice", b.mul(-2.0, b.convert(p, F32)))
+    b.output("neg_lit", b.mul(x, -0.5))
+    b.output("pos_lit", b.mul(x, 0.5))
+    b.output("zero_lit", b.mul(x, -0.0))
+    b.output("by_value", b.mul(x, b.neg(x)))
+    b.output("neg", b.neg(x))
+    b.output("one_neg", b.mul(s, -3.0))
+    b.output("one_negated", b.neg(s))
+    return b.build()
+
+
+@pytest.mark.parametrize("s", [0.0, -0.0, 1e-45])
+def test_a_product_or_negation_keeps_a_zeros_sign(s: float, tmp_path: Path) -> None:
+    """Fails before: the CPU plugin makes a multiply by a one-element constant its
+    PowerStatic node (a Negative first a multiply by -1), ``x * c + 0`` in one fused
+    multiply-add, so every product that is -0 came back +0: ``convert(false) * -2``, ``0 *
+    -0.5``, ``neg(0)``, an underflow to -0. The oracle's bits, a zero's sign included, for
+    true and false elements, zeros of both signs and values that underflow."""
+    program = _signs()
+    x = np.array([[0.0, -0.0, 1.0, -1.0], [1e-45, -1e-45, 3.0, -2.5]], np.float32)
+    feed = {
+        "p": np.array([[True, False, False, True], [False, True, False, False]]),
+        "x": x,
+        "s": np.array(s, np.float32),
+    }
+    want = evaluate(program, feed)
+    assert any(np.signbit(v[v == 0]).any() for v in want.values())  # a -0 to keep
+    with Engine(_open("host"), cache_dir=tmp_path, verify="off") as engine:
+        got = engine.step(engine.add_entry(program), feed)
+    for name, w in want.items():
+        assert got[name].tobytes() == w.tobytes(), (name, got[name], w)
+
+
+#: literal operands: zeros of both signs, units, F32's smallest normal, values that scale to an
+#: underflow or an overflow (a subnormal literal: ``test_a_subnormal_literal_...``)
+_LITERALS = [0.0, -0.0, 1.0, -1.0, -2.0, 0.5, -0.5, 3.0, 1e-30, -1e30, 2.0**-126]
+_SIGNED_ZERO_FREE = {"max", "min"}  # +0 and -0 tie (their rows)
+
+
+@settings(derandomize=True, max_examples=40, deadline=None, database=None)
+@given(
+    st.sampled_from(["mul", "add", "sub", "div", "max", "min"]),
+    st.sampled_from(_LITERALS),
+    st.booleans(),
+    st.integers(0, 2**32 - 1),
+)
+def test_one_step_with_a_literal_operand_is_the_oracles_bits(
+    prim: str, literal: float, first: bool, seed: int
+) -> None:
+    """One F32 step with a literal operand (a scalar constant of the graph, which the CPU
+    plugin may fold into a node of its own), on either side, over zeros of both signs,
+    subnormals, values a literal underflows or overflows: the oracle's bits, a zero's sign
+    included (but for max and min, whose rows let +0 and -0 tie). A divide by a
+    literal zero is left out (0 / 0 is a NaN, whose bits no row promises)."""
+    assume(not (prim == "div" and literal == 0.0))
+    rng = np.random.default_rng(seed)
+    x = np.where(rng.random(64) < 0.6, rng.choice(_EDGE, 64), rng.uniform(-1e3, 1e3, 64)).astype(
+        np.float32
+    )
+    b = Builder(prim)
+    v = b.slot("x", F32, (64,))
+    c = b.literal(literal, F32)
+    b.output("out", getattr(b, prim)(v, c) if first else getattr(b, prim)(c, v))
+    program = b.build()
+    with Engine(_DEVICE.get(), verify="off") as engine:
+        got = engine.step(engine.add_entry(program), {"x": x})["out"]
+    want = evaluate(program, {"x": x})["out"]
+    bound = BitExact(signed_zero=prim not in _SIGNED_ZERO_FREE)
+    assert compare(got, want, bound).ok, (prim, literal, first, got[got != want], want[got != want])
+
+
+@pytest.mark.xfail(strict=True, reason="the CPU plugin flushes a subnormal constant to zero")
+def test_a_subnormal_literal_is_kept(tmp_path: Path) -> None:
+    """Not fixed: the CPU plugin flushes every F32 constant's subnormals to zero when it loads
+    the graph (openvino intel_cpu ``Input::cloneBlobIfRequired``, unless DAZ is on, which would
+    flush operands too), so ``x * -1e-45`` is ``x * -0`` on the host device. A weight holding a
+    subnormal stays a parameter (``poot_codegen.intel.graph._bakeable``); a literal has no
+    parameter to stay, and host-cpu does not refuse it yet. Strict: this fails once it is kept
+    (or refused), and the literal fuzz above can then draw it."""
+    b = Builder("tiny")
+    b.output("y", b.mul(b.slot("x", F32, (4,)), b.literal(-1e-45, F32)))
+    program = b.build()
+    x = np.array([1.0, -1.0, 3.0, 0.25], np.float32)
+    with Engine(_open("host"), cache_dir=tmp_path, verify="off") as engine:
+        got = engine.step(engine.add_entry(program), {"x": x})["y"]
+    assert got.tobytes() == evaluate(program, {"x": x})["y"].tobytes(), got
