@@ -552,18 +552,27 @@ def test_one_step_with_a_literal_operand_is_the_oracles_bits(
     assert compare(got, want, bound).ok, (prim, literal, first, got[got != want], want[got != want])
 
 
-@pytest.mark.xfail(strict=True, reason="the CPU plugin flushes a subnormal constant to zero")
-def test_a_subnormal_literal_is_kept(tmp_path: Path) -> None:
-    """Not fixed: the CPU plugin flushes every F32 constant's subnormals to zero when it loads
-    the graph (openvino intel_cpu ``Input::cloneBlobIfRequired``, unless DAZ is on, which would
-    flush operands too), so ``x * -1e-45`` is ``x * -0`` on the host device. A weight holding a
-    subnormal stays a parameter (``poot_codegen.intel.graph._bakeable``); a literal has no
-    parameter to stay, and host-cpu does not refuse it yet. Strict: this fails once it is kept
-    (or refused), and the literal fuzz above can then draw it."""
+def test_a_subnormal_literal_is_refused_on_the_host_and_runs_on_the_oracle(
+    tmp_path: Path,
+) -> None:
+    """The CPU plugin flushes every F32 constant's subnormals to zero when it loads the graph
+    (openvino intel_cpu ``Input::cloneBlobIfRequired``, unless DAZ is on, which would flush
+    operands too): ``x * -1e-45`` was ``x * -0`` on the host device, silently. A weight holding
+    one stays a parameter (``poot_codegen.intel.graph._bakeable``); a literal has no parameter
+    to stay, so host-cpu refuses its equation (``DOMAIN``, naming the literal) and a
+    partitioned run takes it to the oracle: the oracle's bits (fails before: admitted, the
+    products zeros). A normal literal beside it stays on the host."""
     b = Builder("tiny")
-    b.output("y", b.mul(b.slot("x", F32, (4,)), b.literal(-1e-45, F32)))
+    x = b.slot("x", F32, (4,))
+    b.output("y", b.mul(b.mul(x, b.literal(-1e-45, F32)), 2.0**100))
     program = b.build()
-    x = np.array([1.0, -1.0, 3.0, 0.25], np.float32)
-    with Engine(_open("host"), cache_dir=tmp_path, verify="off") as engine:
-        got = engine.step(engine.add_entry(program), {"x": x})["y"]
-    assert got.tobytes() == evaluate(program, {"x": x})["y"].tobytes(), got
+    p = plan(program, "host-cpu")
+    assert [(r.eqn, r.kind.value, r.fact("literal")) for r in p.refusals] == [
+        (0, "domain", float(np.float32(-1e-45)))
+    ]
+    feed = {"x": np.array([1.0, -1.0, 3.0, 2.0**20], np.float32)}
+    report = run_program(
+        program, _open("host"), "host", steps=1, inputs=[feed], cache_dir=tmp_path, partition=True
+    )
+    got = report.outputs[0]["y"]
+    assert got.tobytes() == evaluate(program, feed)["y"].tobytes(), got

@@ -11,7 +11,7 @@ Each row's contract is the one the conformance suite measures against the oracle
 device at the domain edges (``tests/conformance``: the capability cases, the random programs,
 the edge fuzz): IEEE divide (but a mean's), square root, compare and conversion are bit exact (the plugin
 rounds them correctly; it does not flush subnormal operands, but it does flush a subnormal
-constant: a literal one is not yet refused), and so is negation, a zero's sign included (a
+constant: an equation with a subnormal literal is refused, and goes to the oracle), and so is negation, a zero's sign included (a
 product by a one-element constant and a Negative are kept from the plugin's PowerStatic node,
 ``x * c + 0``, by ``poot_npu.host``), and so are add, subtract and multiply alone, but the plugin fuses a multiply into the add that reads it (one rounding where the
 oracle has two), so their rows carry half an ulp each; exp, log, tanh and
@@ -145,4 +145,5 @@ TARGET = Target(
         _move(Prim.DYNAMIC_UPDATE_SLICE, "start clamped as XLA does"),
         _op(Prim.IOTA, NUMBERS, BitExact(), AnyInput(), "a constant range"),
     ),
+    flushes_subnormal_constants=True,
 )
