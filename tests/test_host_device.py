@@ -576,3 +576,33 @@ def test_a_subnormal_literal_is_refused_on_the_host_and_runs_on_the_oracle(
     )
     got = report.outputs[0]["y"]
     assert got.tobytes() == evaluate(program, feed)["y"].tobytes(), got
+
+
+_ZERO_EDGES = np.array([0.0, -0.0, 1.0, -1.0, 1e-45, -1e-45, 3.0, -2.5], np.float32)
+
+
+@pytest.mark.parametrize("prim", ["add", "sub", "mul"])
+@pytest.mark.parametrize("c", [0.0, -0.0, 1.0, -2.0])
+@pytest.mark.parametrize("shape", [(8,), (1,)])
+def test_a_constant_of_either_zero_on_either_side_keeps_a_zeros_sign(
+    prim: str, c: float, shape: tuple[int, ...], tmp_path: Path
+) -> None:
+    """``x op c`` and ``c op x`` with ``c`` a literal and a baked weight (a constant of the
+    graph either way), over zeros of both signs and subnormals: the oracle's bits. Fails
+    before: the plugin computed ``-0 - x`` as ``-x + 0`` (+0 at ``x = 0``, a literal or a
+    weight of -0s alike), ``x + 0`` as ``x`` and ``x * c`` as ``x * c + 0``."""
+    b = Builder(prim)
+    v = b.slot("x", F32, shape)
+    w = b.weight("w", F32, shape)
+    lit = b.literal(c, F32)
+    op = getattr(b, prim)
+    for name, y in (("xl", op(v, lit)), ("lx", op(lit, v)), ("xw", op(v, w)), ("wx", op(w, v))):
+        b.output(name, y)
+    program = b.build()
+    feed = {"x": _ZERO_EDGES[: shape[0]], "w": np.full(shape, c, np.float32)}
+    want = evaluate(program, feed)
+    with Engine(_open("host"), cache_dir=tmp_path, verify="off") as engine:
+        entry = engine.add_entry(program, engine.load_weights({"w": feed["w"]}))
+        got = engine.step(entry, {"x": feed["x"]})
+    for name, y in want.items():
+        assert got[name].tobytes() == y.tobytes(), (name, got[name], y)

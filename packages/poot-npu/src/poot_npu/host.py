@@ -336,8 +336,9 @@ def _signed_zero_products(model: Any) -> None:
     """Each F32 multiply by a one-element constant that the CPU plugin would make its
     PowerStatic node, each sum or difference with a one-element zero it would, and each F32
     Negative (which the plugin first makes a multiply by -1) take a constant of more than one
-    element instead (``_row``; a value of one element: ``_pair``), which the plugin leaves an
-    ordinary elementwise op: the IEEE result, a zero's sign included.
+    element instead (``_row``; a product of one element: ``_pair``; a sum of one element with
+    +0 is ``select(x == 0, +0, x)``), which the plugin leaves an ordinary elementwise op: the
+    IEEE result, a zero's sign included.
 
     PowerStatic computes ``x * scale + shift`` as one fused multiply-add (openvino src/plugins/
     intel_cpu/src/transformations/cpu_opset/common/pass/convert_to_power_static.cpp, which
@@ -346,7 +347,12 @@ def _signed_zero_products(model: Any) -> None:
     (``convert(false) * -2``, ``0 * -0.5``, an underflow to -0, ``neg(0)``). A sum with +0 (a
     difference with -0) has scale 1 and shift 0, which the emitter skips: ``-0 + 0`` came back
     -0. Otherwise the shift is exact to add, and ``x * 1 + c`` and ``x * -1 + c`` are the IEEE
-    sum and difference, so a nonzero one-element constant stays."""
+    sum and difference, so a nonzero one-element constant stays (and ``x + -0``, ``x - 0``,
+    which are ``x``, and ``0 - x``, which the plugin's ``-x + 0`` is).
+
+    And ``-0 - x`` by a constant of -0s of any size (a literal, a baked weight), which the
+    plugin computes as ``-x + 0`` (+0 for ``x = 0``), becomes ``x * -1`` as a Negative does:
+    ``-0 - x`` is ``-x`` for every ``x``."""
     for op in list(model.get_ordered_ops()):
         kind = op.get_type_name()
         if kind not in _SCALAR_OPS or op.get_output_element_type(0) != ov.Type.f32:
@@ -362,16 +368,34 @@ def _signed_zero_products(model: Any) -> None:
             continue  # folded when compiling, by the IEEE reference
         at = 0 if values[0] is not None else 1
         const, x = values[at], op.input_value(1 - at)
+        if kind == "Subtract" and at == 0 and const is not None and _minus_zeros(const):
+            if [int(d) for d in x.get_shape()] == shape:  # -0 - x is -x, exactly
+                _replace(
+                    out, list(out.get_target_inputs()), _scaled(x, np.float32(-1), shape, name)
+                )
+            continue
         if const is None or const.size != 1 or x.get_node().get_type_name() in _NOT_POWER_STATIC:
             continue
         c = np.float32(const.ravel()[0])
-        if kind != "Multiply" and c != 0:
-            continue  # x * 1 + c, x * -1 + c: the IEEE sum or difference
+        if kind == "Multiply" and c == 1:
+            continue  # x * 1 + 0 is skipped as x, which it is (a rewrite the plugin undoes)
+        if kind != "Multiply" and (c != 0 or np.signbit(c) != (kind == "Subtract")):
+            continue  # x * 1 + c, x * -1 + c: the IEEE sum or difference; x + -0 and x - 0: x
         row = _row(c, shape, name)
-        if row is None:  # a value of one element
-            _replace(out, list(out.get_target_inputs()), _pair(x, at, c, kind, shape, name))
-            continue
-        op.input(at).replace_source_output(row)
+        if row is None and kind == "Multiply":  # a value of one element
+            _replace(out, list(out.get_target_inputs()), _pair(x, at, c, shape, name))
+        elif row is None:  # x + 0 of one element: +0 where x is a zero, else x
+            zero = ops.constant(np.float32(0), name=f"{name}:zero")
+            picked = ops.select(ops.equal(x, zero), zero, x, name=name).output(0)
+            _replace(out, list(out.get_target_inputs()), picked)
+        else:
+            op.input(at).replace_source_output(row)
+
+
+def _minus_zeros(values: np.ndarray) -> bool:
+    """Whether every element of a float constant is -0."""
+    v = np.asarray(values)
+    return v.dtype.kind == "f" and v.size > 0 and bool(np.all((v == 0) & np.signbit(v)))
 
 
 def _row(c: np.float32, shape: list[int], name: str) -> Any:
@@ -389,18 +413,17 @@ def _scaled(x: Any, c: np.float32, shape: list[int], name: str) -> Any:
     """``x * c`` of ``shape`` (``x``'s) by a constant of more than one element."""
     row = _row(c, shape, name)
     if row is None:
-        return _pair(x, 1, c, "Multiply", shape, name)
+        return _pair(x, 1, c, shape, name)
     return ops.multiply(x, row, name=name).output(0)
 
 
-def _pair(x: Any, at: int, c: np.float32, kind: str, shape: list[int], name: str) -> Any:
-    """``kind`` of a one-element ``x`` and ``c`` (at operand ``at``), of ``shape``: two copies
-    of ``x`` against two of ``c``, the first kept."""
+def _pair(x: Any, at: int, c: np.float32, shape: list[int], name: str) -> Any:
+    """The product of a one-element ``x`` and ``c`` (at operand ``at``), of ``shape``: two
+    copies of ``x`` by two of ``c``, the first kept."""
     flat = ops.reshape(x, ops.constant(np.array([1], np.int64)), False, name=f"{name}:flat")
     pair = ops.concat([flat, flat], 0, name=f"{name}:pair").output(0)
     cs = ops.constant(np.full([2], c, np.float32), name=f"{name}:consts").output(0)
-    fn = {"Multiply": ops.multiply, "Add": ops.add, "Subtract": ops.subtract}[kind]
-    both = fn(cs, pair) if at == 0 else fn(pair, cs)
+    both = ops.multiply(cs, pair) if at == 0 else ops.multiply(pair, cs)
     first = ops.gather(both, ops.constant(np.array([0], np.int64)), ops.constant(np.int64(0)))
     return ops.reshape(first, ops.constant(np.array(shape, np.int64)), False, name=name).output(0)
 
