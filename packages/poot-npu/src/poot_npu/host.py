@@ -42,7 +42,8 @@ __all__ = ["HOST_CONFIG", "TARGET", "HostDevice"]
 _NONCONVERTIBLE_DIVIDE: Final = "nonconvertable_divide_0"  # sic: OpenVINO's spelling
 _PREPARE: Final = (
     "divides nonconvertible but a mean's; implicit broadcasts; f32 maxima keep -inf; "
-    "booleans selected; products by one element and negations keep a zero's sign"
+    "booleans selected; products by one element, sums with a zero, -0 - x and negations keep a "
+    "zero's sign"
 )
 
 TARGET: Final = "host-cpu"
