@@ -111,8 +111,8 @@ def _ort(source: str | bytes, threads: int | None) -> Any:
 
 def _openvino(source: str | bytes, feed: dict[str, np.ndarray], threads: int | None) -> Any:
     """The raw-OpenVINO floor: the CPU plugin compiling the ONNX file itself (its own frontend
-    and transformations, poot's graph not involved) with the host device's precision options
-    (F32 kept) and the latency hint, shapes fixed to ``feed``'s; a call runs it once. Or the
+    and transformations, poot's graph not involved) with the host device's options (F32 kept,
+    threads unpinned; snippets at the plugin's default) and the latency hint, shapes fixed to ``feed``'s; a call runs it once. Or the
     frontend's or plugin's refusal, as text."""
     import openvino as ov
 

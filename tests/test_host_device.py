@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conformance.devices import open_device
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from poot_engine import Engine
 from poot_engine.run import run_program
@@ -468,3 +468,141 @@ def test_a_boolean_converted_to_f32_on_the_host_is_one_or_zero(tmp_path: Path) -
     want = evaluate(program, ins)
     for name in ("hot", "p"):
         assert got[name].tobytes() == want[name].tobytes(), name
+
+
+def _signs() -> Program:
+    """Products whose result is a zero of either sign: a boolean slot and a computed boolean
+    converted to F32 and scaled by -2 (false is 0, false * -2 is -0), F32 values by negative
+    and positive literals (zeros, values that underflow to a zero), by a literal -0 and by
+    another value, and negated; the same on a one-element value."""
+    b = Builder("signs")
+    p = b.slot("p", DType.BOOL, (2, 4))
+    x = b.slot("x", F32, (2, 4))
+    s = b.slot("s", F32, ())
+    b.output("slot", b.mul(b.convert(p, F32), -2.0))
+    b.output("computed", b.mul(b.convert(b.gt(x, 0.5), F32), -2.0))
+    b.output("twice", b.mul(-2.0, b.convert(p, F32)))
+    b.output("neg_lit", b.mul(x, -0.5))
+    b.output("pos_lit", b.mul(x, 0.5))
+    b.output("zero_lit", b.mul(x, -0.0))
+    b.output("by_value", b.mul(x, b.neg(x)))
+    b.output("neg", b.neg(x))
+    b.output("one_neg", b.mul(s, -3.0))
+    b.output("one_negated", b.neg(s))
+    return b.build()
+
+
+@pytest.mark.parametrize("s", [0.0, -0.0, 1e-45])
+def test_a_product_or_negation_keeps_a_zeros_sign(s: float, tmp_path: Path) -> None:
+    """Fails before: the CPU plugin makes a multiply by a one-element constant its
+    PowerStatic node (a Negative first a multiply by -1), ``x * c + 0`` in one fused
+    multiply-add, so every product that is -0 came back +0: ``convert(false) * -2``, ``0 *
+    -0.5``, ``neg(0)``, an underflow to -0. The oracle's bits, a zero's sign included, for
+    true and false elements, zeros of both signs and values that underflow."""
+    program = _signs()
+    x = np.array([[0.0, -0.0, 1.0, -1.0], [1e-45, -1e-45, 3.0, -2.5]], np.float32)
+    feed = {
+        "p": np.array([[True, False, False, True], [False, True, False, False]]),
+        "x": x,
+        "s": np.array(s, np.float32),
+    }
+    want = evaluate(program, feed)
+    assert any(np.signbit(v[v == 0]).any() for v in want.values())  # a -0 to keep
+    with Engine(_open("host"), cache_dir=tmp_path, verify="off") as engine:
+        got = engine.step(engine.add_entry(program), feed)
+    for name, w in want.items():
+        assert got[name].tobytes() == w.tobytes(), (name, got[name], w)
+
+
+#: literal operands: zeros of both signs, units, F32's smallest normal, values that scale to an
+#: underflow or an overflow (a subnormal literal: ``test_a_subnormal_literal_...``)
+_LITERALS = [0.0, -0.0, 1.0, -1.0, -2.0, 0.5, -0.5, 3.0, 1e-30, -1e30, 2.0**-126]
+_SIGNED_ZERO_FREE = {"max", "min"}  # +0 and -0 tie (their rows)
+
+
+@settings(derandomize=True, max_examples=40, deadline=None, database=None)
+@given(
+    st.sampled_from(["mul", "add", "sub", "div", "max", "min"]),
+    st.sampled_from(_LITERALS),
+    st.booleans(),
+    st.integers(0, 2**32 - 1),
+)
+def test_one_step_with_a_literal_operand_is_the_oracles_bits(
+    prim: str, literal: float, first: bool, seed: int
+) -> None:
+    """One F32 step with a literal operand (a scalar constant of the graph, which the CPU
+    plugin may fold into a node of its own), on either side, over zeros of both signs,
+    subnormals, values a literal underflows or overflows: the oracle's bits, a zero's sign
+    included (but for max and min, whose rows let +0 and -0 tie). A divide by a
+    literal zero is left out (0 / 0 is a NaN, whose bits no row promises)."""
+    assume(not (prim == "div" and literal == 0.0))
+    rng = np.random.default_rng(seed)
+    x = np.where(rng.random(64) < 0.6, rng.choice(_EDGE, 64), rng.uniform(-1e3, 1e3, 64)).astype(
+        np.float32
+    )
+    b = Builder(prim)
+    v = b.slot("x", F32, (64,))
+    c = b.literal(literal, F32)
+    b.output("out", getattr(b, prim)(v, c) if first else getattr(b, prim)(c, v))
+    program = b.build()
+    with Engine(_DEVICE.get(), verify="off") as engine:
+        got = engine.step(engine.add_entry(program), {"x": x})["out"]
+    want = evaluate(program, {"x": x})["out"]
+    bound = BitExact(signed_zero=prim not in _SIGNED_ZERO_FREE)
+    assert compare(got, want, bound).ok, (prim, literal, first, got[got != want], want[got != want])
+
+
+def test_a_subnormal_literal_is_refused_on_the_host_and_runs_on_the_oracle(
+    tmp_path: Path,
+) -> None:
+    """The CPU plugin flushes every F32 constant's subnormals to zero when it loads the graph
+    (openvino intel_cpu ``Input::cloneBlobIfRequired``, unless DAZ is on, which would flush
+    operands too): ``x * -1e-45`` was ``x * -0`` on the host device, silently. A weight holding
+    one stays a parameter (``poot_codegen.intel.graph._bakeable``); a literal has no parameter
+    to stay, so host-cpu refuses its equation (``DOMAIN``, naming the literal) and a
+    partitioned run takes it to the oracle: the oracle's bits (fails before: admitted, the
+    products zeros). A normal literal beside it stays on the host."""
+    b = Builder("tiny")
+    x = b.slot("x", F32, (4,))
+    b.output("y", b.mul(b.mul(x, b.literal(-1e-45, F32)), 2.0**100))
+    program = b.build()
+    p = plan(program, "host-cpu")
+    assert [(r.eqn, r.kind.value, r.fact("literal")) for r in p.refusals] == [
+        (0, "domain", float(np.float32(-1e-45)))
+    ]
+    feed = {"x": np.array([1.0, -1.0, 3.0, 2.0**20], np.float32)}
+    report = run_program(
+        program, _open("host"), "host", steps=1, inputs=[feed], cache_dir=tmp_path, partition=True
+    )
+    got = report.outputs[0]["y"]
+    assert got.tobytes() == evaluate(program, feed)["y"].tobytes(), got
+
+
+_ZERO_EDGES = np.array([0.0, -0.0, 1.0, -1.0, 1e-45, -1e-45, 3.0, -2.5], np.float32)
+
+
+@pytest.mark.parametrize("prim", ["add", "sub", "mul"])
+@pytest.mark.parametrize("c", [0.0, -0.0, 1.0, -2.0])
+@pytest.mark.parametrize("shape", [(8,), (1,)])
+def test_a_constant_of_either_zero_on_either_side_keeps_a_zeros_sign(
+    prim: str, c: float, shape: tuple[int, ...], tmp_path: Path
+) -> None:
+    """``x op c`` and ``c op x`` with ``c`` a literal and a baked weight (a constant of the
+    graph either way), over zeros of both signs and subnormals: the oracle's bits. Fails
+    before: the plugin computed ``-0 - x`` as ``-x + 0`` (+0 at ``x = 0``, a literal or a
+    weight of -0s alike), ``x + 0`` as ``x`` and ``x * c`` as ``x * c + 0``."""
+    b = Builder(prim)
+    v = b.slot("x", F32, shape)
+    w = b.weight("w", F32, shape)
+    lit = b.literal(c, F32)
+    op = getattr(b, prim)
+    for name, y in (("xl", op(v, lit)), ("lx", op(lit, v)), ("xw", op(v, w)), ("wx", op(w, v))):
+        b.output(name, y)
+    program = b.build()
+    feed = {"x": _ZERO_EDGES[: shape[0]], "w": np.full(shape, c, np.float32)}
+    want = evaluate(program, feed)
+    with Engine(_open("host"), cache_dir=tmp_path, verify="off") as engine:
+        entry = engine.add_entry(program, engine.load_weights({"w": feed["w"]}))
+        got = engine.step(entry, {"x": feed["x"]})
+    for name, y in want.items():
+        assert got[name].tobytes() == y.tobytes(), (name, got[name], y)

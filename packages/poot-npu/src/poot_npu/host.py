@@ -40,18 +40,30 @@ if TYPE_CHECKING:
 __all__ = ["HOST_CONFIG", "TARGET", "HostDevice"]
 
 _NONCONVERTIBLE_DIVIDE: Final = "nonconvertable_divide_0"  # sic: OpenVINO's spelling
-_PREPARE: Final = "divides nonconvertible but a mean's; implicit broadcasts; f32 maxima keep -inf"
+_PREPARE: Final = (
+    "divides nonconvertible but a mean's; implicit broadcasts; f32 maxima keep -inf; "
+    "booleans selected; products by one element, sums with a zero, -0 - x and negations keep a "
+    "zero's sign"
+)
 
 TARGET: Final = "host-cpu"
 
-HOST_CONFIG: Final[dict[str, str]] = {**intel_graph.CPU_STANDIN_CONFIG, "SNIPPETS_MODE": "DISABLE"}
+HOST_CONFIG: Final[dict[str, str]] = {
+    **intel_graph.CPU_STANDIN_CONFIG,
+    "SNIPPETS_MODE": "DISABLE",
+    "ENABLE_CPU_PINNING": "NO",
+}
 """Compile options: F32 kept as F32 (no bf16 or f16 inference), accuracy over speed-ups that
 change precision, and the plugin's snippets (its JIT fusion of op chains) off: with them,
 OpenVINO 2026.4's ``compile_model`` dies of SIGSEGV on ``reshape(matmul(a[1,3], b[3,1]), ())``
 (the ONNX case ``test_matmul_1d_1d``) and rejects a BERT-class encoder's graph
 (``[TokenizeSnippets] ... Topological order is required``); the eltwise and oneDNN kernels
 still fuse, and measured within noise of the snippets on the suite's models. Threads are
-the plugin's default (every core)."""
+the plugin's default (its latency hint: one stream, a thread per core), not pinned to cores:
+on a machine whose cores other processes share, a pinned worker waits for its own core while
+another is free (ONNX Runtime pins none). Measured on the two shared cores here (load 3 to
+4.5, the host graph in turns with ONNX Runtime, wall time per step): mobilenet_v3_small
+pinned / unpinned 1.10, 1.25, 0.83; magika 1.07; the encoder 1.17; one thread 1.40, 2.14."""
 
 
 class HostDevice(OpenVinoDevice):
@@ -112,10 +124,14 @@ class HostDevice(OpenVinoDevice):
 
         And every F32 ReduceMax and MaxPool keeps -inf (``_maxima_keep_minus_inf``).
 
-        And a boolean converted to F32 is selected instead (``_selected_booleans``)."""
+        And a boolean converted to F32 is selected instead (``_selected_booleans``).
+
+        And a product by a one-element constant and a negation keep a zero's sign
+        (``_signed_zero_products``)."""
         _implicit_broadcasts(model)
         _maxima_keep_minus_inf(model)
         _selected_booleans(model)
+        _signed_zero_products(model)
         for op in model.get_ops():
             if op.get_type_name() == "Divide" and not _mean(op):
                 op.get_rt_info()[_NONCONVERTIBLE_DIVIDE] = ""
@@ -303,6 +319,114 @@ def _selected_booleans(model: Any) -> None:
         zero = ops.constant(np.float32(0), name=f"{name}:zero")
         picked = ops.select(x, one, zero, name=f"{name}:select")
         _replace(op.output(0), list(op.output(0).get_target_inputs()), picked.output(0))
+
+
+#: the producers after which the CPU plugin leaves a multiply by a constant alone (it fuses it
+#: into them as a post-op instead): ``isConvertableToPowerStatic`` in openvino src/plugins/
+#: intel_cpu/src/transformations/cpu_opset/common/pass/convert_to_power_static.cpp
+_NOT_POWER_STATIC: Final = frozenset(
+    {"Convolution", "GroupConvolution", "ConvolutionBackpropData", "GroupConvolutionBackpropData"}
+    | {"MatMul", "NormalizeL2", "Interpolate", "MVN"}
+)
+
+
+_SCALAR_OPS: Final = frozenset({"Multiply", "Negative", "Add", "Subtract"})
+
+
+def _signed_zero_products(model: Any) -> None:
+    """Each F32 multiply by a one-element constant that the CPU plugin would make its
+    PowerStatic node, each sum or difference with a one-element zero it would, and each F32
+    Negative (which the plugin first makes a multiply by -1) take a constant of more than one
+    element instead (``_row``; a product of one element: ``_pair``; a sum of one element with
+    +0 is ``select(x == 0, +0, x)``), which the plugin leaves an ordinary elementwise op: the
+    IEEE result, a zero's sign included.
+
+    PowerStatic computes ``x * scale + shift`` as one fused multiply-add (openvino src/plugins/
+    intel_cpu/src/transformations/cpu_opset/common/pass/convert_to_power_static.cpp, which
+    takes an op whose constant has one element; ``jit_power_static_emitter``). A multiply's
+    shift is +0, and ``-0 + 0`` is +0: every product that is -0 came back +0
+    (``convert(false) * -2``, ``0 * -0.5``, an underflow to -0, ``neg(0)``). A sum with +0 (a
+    difference with -0) has scale 1 and shift 0, which the emitter skips: ``-0 + 0`` came back
+    -0. Otherwise the shift is exact to add, and ``x * 1 + c`` and ``x * -1 + c`` are the IEEE
+    sum and difference, so a nonzero one-element constant stays (and ``x + -0``, ``x - 0``,
+    which are ``x``, and ``0 - x``, which the plugin's ``-x + 0`` is).
+
+    And ``-0 - x`` by a constant of -0s of any size (a literal, a baked weight), which the
+    plugin computes as ``-x + 0`` (+0 for ``x = 0``), becomes ``x * -1`` as a Negative does:
+    ``-0 - x`` is ``-x`` for every ``x``."""
+    for op in list(model.get_ordered_ops()):
+        kind = op.get_type_name()
+        if kind not in _SCALAR_OPS or op.get_output_element_type(0) != ov.Type.f32:
+            continue
+        out = op.output(0)
+        shape, name = [int(d) for d in out.get_shape()], op.get_friendly_name()
+        if kind == "Negative":
+            x = op.input_value(0)
+            _replace(out, list(out.get_target_inputs()), _scaled(x, np.float32(-1), shape, name))
+            continue
+        values = [_constant(op.input_value(i)) for i in (0, 1)]
+        if values[0] is not None and values[1] is not None:
+            continue  # folded when compiling, by the IEEE reference
+        at = 0 if values[0] is not None else 1
+        const, x = values[at], op.input_value(1 - at)
+        if kind == "Subtract" and at == 0 and const is not None and _minus_zeros(const):
+            if [int(d) for d in x.get_shape()] == shape:  # -0 - x is -x, exactly
+                _replace(
+                    out, list(out.get_target_inputs()), _scaled(x, np.float32(-1), shape, name)
+                )
+            continue
+        if const is None or const.size != 1 or x.get_node().get_type_name() in _NOT_POWER_STATIC:
+            continue
+        c = np.float32(const.ravel()[0])
+        if kind == "Multiply" and c == 1:
+            continue  # x * 1 + 0 is skipped as x, which it is (a rewrite the plugin undoes)
+        if kind != "Multiply" and (c != 0 or np.signbit(c) != (kind == "Subtract")):
+            continue  # x * 1 + c, x * -1 + c: the IEEE sum or difference; x + -0 and x - 0: x
+        row = _row(c, shape, name)
+        if row is None and kind == "Multiply":  # a value of one element
+            _replace(out, list(out.get_target_inputs()), _pair(x, at, c, shape, name))
+        elif row is None:  # x + 0 of one element: +0 where x is a zero, else x
+            zero = ops.constant(np.float32(0), name=f"{name}:zero")
+            picked = ops.select(ops.equal(x, zero), zero, x, name=name).output(0)
+            _replace(out, list(out.get_target_inputs()), picked)
+        else:
+            op.input(at).replace_source_output(row)
+
+
+def _minus_zeros(values: np.ndarray) -> bool:
+    """Whether every element of a float constant is -0."""
+    v = np.asarray(values)
+    return v.dtype.kind == "f" and v.size > 0 and bool(np.all((v == 0) & np.signbit(v)))
+
+
+def _row(c: np.float32, shape: list[int], name: str) -> Any:
+    """``c`` repeated along the last axis of ``shape`` longer than 1 (numpy broadcasting
+    along the rest), or None when ``shape`` has one element."""
+    longer = [k for k, d in enumerate(shape) if d > 1]
+    if not longer:
+        return None
+    k = longer[-1]
+    values = np.full([shape[k]] + [1] * (len(shape) - k - 1), c, np.float32)
+    return ops.constant(values, name=f"{name}:row").output(0)
+
+
+def _scaled(x: Any, c: np.float32, shape: list[int], name: str) -> Any:
+    """``x * c`` of ``shape`` (``x``'s) by a constant of more than one element."""
+    row = _row(c, shape, name)
+    if row is None:
+        return _pair(x, 1, c, shape, name)
+    return ops.multiply(x, row, name=name).output(0)
+
+
+def _pair(x: Any, at: int, c: np.float32, shape: list[int], name: str) -> Any:
+    """The product of a one-element ``x`` and ``c`` (at operand ``at``), of ``shape``: two
+    copies of ``x`` by two of ``c``, the first kept."""
+    flat = ops.reshape(x, ops.constant(np.array([1], np.int64)), False, name=f"{name}:flat")
+    pair = ops.concat([flat, flat], 0, name=f"{name}:pair").output(0)
+    cs = ops.constant(np.full([2], c, np.float32), name=f"{name}:consts").output(0)
+    both = ops.multiply(cs, pair) if at == 0 else ops.multiply(pair, cs)
+    first = ops.gather(both, ops.constant(np.array([0], np.int64)), ops.constant(np.int64(0)))
+    return ops.reshape(first, ops.constant(np.array(shape, np.int64)), False, name=name).output(0)
 
 
 def _constant(value: Any) -> np.ndarray | None:

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
-from poot_ir import DType, PlanRefused, Program, ReduceParams, TypeCheckError, Var
+from poot_ir import DType, Literal, PlanRefused, Program, ReduceParams, TypeCheckError, Var
 from poot_ir.numerics import (
     AbsRel,
     BitExact,
@@ -168,6 +168,8 @@ def plan(
             admissions[i] = Admission(i, got.kernel, got.contract)
     if t.tensor_bytes is not None:
         refusals.extend(_tensor_byte_refusals(program, t, t.tensor_bytes))
+    if t.flushes_subnormal_constants:
+        refusals.extend(_subnormal_literal_refusals(program))
     narrowing = None
     if t.narrowing is not None:  # an FP16 device: infinite F16 literals, as its compiler takes them
         refusals.extend(splat_refusals(program))
@@ -279,6 +281,26 @@ def _to_source(r: Refusal, origin: tuple[int, ...], source: Program) -> Refusal:
     prim = source.eqns[i].prim.value
     facts = r.facts if prim == r.primitive else (("step", r.primitive), *r.facts)
     return replace(r, eqn=i, primitive=prim, facts=facts)
+
+
+_F32_TINY = 2.0**-126  # F32's smallest normal magnitude
+
+
+def _subnormal_literal_refusals(program: Program) -> list[Refusal]:
+    """Each equation with a subnormal F32 literal operand, refused (``DOMAIN``: a value known
+    when planning that the device cannot hold) on a target that flushes a subnormal constant
+    to zero (``Target.flushes_subnormal_constants``): it would compute with 0 instead."""
+    out = []
+    for i, e in enumerate(program.eqns):
+        for k, a in enumerate(e.inputs):
+            if (
+                isinstance(a, Literal)
+                and a.dtype is DType.F32
+                and 0 < abs(a.as_float()) < _F32_TINY
+            ):
+                facts = (("operand", k), ("literal", a.as_float()), ("flushed to", 0.0))
+                out.append(Refusal(RefusalKind.DOMAIN, i, e.prim.value, facts))
+    return out
 
 
 def _tensor_byte_refusals(program: Program, t: Target, limit: int) -> list[Refusal]:

@@ -111,6 +111,9 @@ class Target:
     #: The target's own planning after admission (xdna2: row kernels, tiles, regions); None:
     #: the admitted program runs as it is.
     layout: Layout | None = None
+    #: The device flushes a subnormal constant to zero (host-cpu: OpenVINO's CPU plugin does,
+    #: when it loads a graph): an equation with a subnormal F32 literal is refused (``DOMAIN``).
+    flushes_subnormal_constants: bool = False
 
     def __post_init__(self) -> None:
         seen: set[tuple[Prim, DType]] = set()

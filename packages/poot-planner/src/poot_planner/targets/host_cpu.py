@@ -10,8 +10,10 @@ they round differently from the oracle) and such a span stays on the oracle.
 Each row's contract is the one the conformance suite measures against the oracle on this
 device at the domain edges (``tests/conformance``: the capability cases, the random programs,
 the edge fuzz): IEEE divide (but a mean's), square root, compare and conversion are bit exact (the plugin
-rounds them correctly; it does not flush subnormals), and so are add, subtract and multiply
-alone, but the plugin fuses a multiply into the add that reads it (one rounding where the
+rounds them correctly; it does not flush subnormal operands, but it does flush a subnormal
+constant: an equation with a subnormal literal is refused, and goes to the oracle), and so is negation, a zero's sign included (a
+product by a one-element constant and a Negative are kept from the plugin's PowerStatic node,
+``x * c + 0``, by ``poot_npu.host``), and so are add, subtract and multiply alone, but the plugin fuses a multiply into the add that reads it (one rounding where the
 oracle has two), so their rows carry half an ulp each; exp, log, tanh and
 erf are the plugin's vectorized approximations, within a few F32 ulps (``_SMOOTH``, an abs+rel
 bound above the largest error measured); a sum, a matmul, a convolution and a window sum add
@@ -109,7 +111,7 @@ TARGET = Target(
     name="host-cpu",
     description="The host CPU: one compiled OpenVINO graph in F32 on OpenVINO's CPU plugin",
     capabilities=(
-        _op(Prim.NEG, NUMBERS, BitExact(signed_zero=False), FiniteInputs(), "neg of +0 is +0"),
+        _op(Prim.NEG, NUMBERS, BitExact(), FiniteInputs(), "a multiply by -1, not PowerStatic"),
         _op(Prim.ABS, NUMBERS, BitExact(), FiniteInputs()),
         _op(Prim.ADD, NUMBERS, _CONTRACTED_SUM, FiniteInputs(), _FMA_ADD),
         _op(Prim.SUB, NUMBERS, _CONTRACTED_SUM, FiniteInputs(), _FMA_ADD),
@@ -143,4 +145,5 @@ TARGET = Target(
         _move(Prim.DYNAMIC_UPDATE_SLICE, "start clamped as XLA does"),
         _op(Prim.IOTA, NUMBERS, BitExact(), AnyInput(), "a constant range"),
     ),
+    flushes_subnormal_constants=True,
 )
