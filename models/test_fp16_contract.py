@@ -73,7 +73,7 @@ def test_partitioned_on_vpu_cpu_within_the_derived_contract(
 ) -> None:
     imp = _imported(m)
     program = imp.program
-    p = plan(program, "intel-npu4")
+    p = plan(program, "intel-npu4", constants=imp.weights)  # the weights checked
     storage = {a.name: a.storage for a in program.args}
     feeds = _feeds(m)
     weights = {n: v for n, v in feeds[0].items() if storage[n] is Storage.WEIGHT}

@@ -36,7 +36,7 @@ from models.test_models import _imported  # noqa: E402
 
 def trace(m: RealModel, blow: float, every_line: bool) -> None:
     imp = _imported(m)
-    p = plan(imp.program, "intel-npu4")
+    p = plan(imp.program, "intel-npu4", constants=imp.weights)
     storage = {a.name: a.storage for a in imp.program.args}
     feed = _feeds(m)[0]
     weights = {n: v for n, v in feed.items() if storage[n] is Storage.WEIGHT}

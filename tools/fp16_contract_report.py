@@ -73,7 +73,7 @@ def _why(sp: Plan, sfeed: dict[str, np.ndarray], values: dict[int, np.ndarray]) 
 def report(m: RealModel, files: list[Path]) -> None:
     imp = _imported(m)
     program = imp.program
-    p = plan(program, "intel-npu4")
+    p = plan(program, "intel-npu4", constants=imp.weights)  # the weights checked
     storage = {a.name: a.storage for a in program.args}
     feeds = _feeds(m)
     if m.name == "magika" and files:
