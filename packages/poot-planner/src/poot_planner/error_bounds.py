@@ -47,7 +47,12 @@ F32 oracle's rounding (which is not the device's). Where the first-order carry o
 inside FP16's, the range holds the device's value: the bound is its reach. A variance by
 squares (``E[x^2] - E[x]^2``) is carried as one function of its ``x`` (``_variance_carry``):
 step by step both terms move with ``x``'s errors at the scale of the mean, as one function at
-the scale of the spread.
+the scale of the spread. A value the device checks for overflow (``fp16.contract.
+overflow_checked``: the in-graph guard's intermediates) is within +-65504 on every step the
+device returns, a range like the others (``_held_finite``): its bound is finite wherever the
+oracle's value is, however far the first-order carry grew (a deep convolution stack, a quotient
+by a difference the inputs' rounding may cancel), and a clamp or a softmax after it bounds it
+again by its own range.
 """
 
 from __future__ import annotations
@@ -102,6 +107,7 @@ from poot_planner.fp16.contract import (
     HALF_TINY,
     LIMIT,
     UNIT,
+    overflow_checked,
     own_rounding,
     stored,
     stored_literal,
@@ -897,6 +903,24 @@ def _within_range(
     return np.where(np.isfinite(y64) & (far < bound), far, bound)
 
 
+def _held_finite(
+    ranged: _DeviceRange | None, y: Array, err: Array
+) -> tuple[_DeviceRange, Array] | None:
+    """The range of a value a returned step holds within +-65504 (``fp16.contract.
+    overflow_checked``: the device refuses the step otherwise), met with its range so far
+    (``ranged``) and ``y -+ err``, and the bound it leaves; None where it narrows nothing (no
+    range kept: a range makes its readers' work). Finite even where ``err`` is not: neither
+    an infinity nor a NaN passes the check."""
+    shape = np.shape(y)
+    lo, hi = np.full(shape, -LIMIT), np.full(shape, LIMIT)
+    if ranged is not None:
+        lo, hi = np.fmax(ranged.lo, lo), np.fmin(ranged.hi, hi)
+    out = _DeviceRange.within(_DeviceRange(lo, hi), y, err, np.ones(shape, bool))
+    if ranged is None and not np.any(out[1] < err):
+        return None
+    return out
+
+
 def legalized_values(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[int, Array]:
     """The oracle's value of every argument and equation of ``plan.legalized`` on ``inputs``,
     by var id: one evaluation. When no rewrite was made (the legalized program is the source)
@@ -944,6 +968,14 @@ def result_bounds(
     # a narrowed plan: the device rounds every F32 argument and literal to FP16 first, and each
     # equation computing an F32 value rounds as the NPU compiler lowers it (``fp16.contract``)
     narrow = plan.narrowing is not None
+    # the equations whose device value a returned step holds within +-65504 (an overflow there
+    # refuses the step): their own rounding is at most 65504's, their bound at most the reach
+    # of that range from the oracle's value
+    checked = (
+        overflow_checked(program, plan.narrowing.max_magnitude, plan.score_bound)
+        if plan.narrowing is not None
+        else frozenset()
+    )
     first: dict[int, tuple[int, str]] = {}  # where infinite bounds came from (``origins``)
     # a normalized row's range (``row_ranges``) rests on its steps' capability contracts, each
     # kept on these inputs: not a rewrite's step (its bound is the rewrite's), and not a step
@@ -1022,7 +1054,11 @@ def result_bounds(
             prop = _propagated(e, ops, eops, y, lows)
             # narrowed: each equation's FP16 lowering (the F32 oracle's rounding in it); else
             # the one ulp two roundings of neighbouring values can part by
-            own = own + (own_rounding(e, ops, y, prop) if narrowed else _rerounded(e, y, prop, ops))
+            own = own + (
+                own_rounding(e, ops, y, prop, i in checked)
+                if narrowed
+                else _rerounded(e, y, prop, ops)
+            )
         val[e.out.id] = y
         total = np.asarray(own + prop, dtype=np.float64)
         if i in chained:
@@ -1066,6 +1102,10 @@ def result_bounds(
                     ok = np.all(np.isfinite(terms.hi - terms.lo), axis=axes)
                     finite = ok & (sums.lo > -LIMIT) & (sums.hi < LIMIT)
             rng[e.out.id], err[e.out.id] = _DeviceRange.within(sums, y, total, finite)
+        if i in checked and y.dtype.kind == "f":
+            held = _held_finite(rng.get(e.out.id), y, err[e.out.id])
+            if held is not None:
+                rng[e.out.id], err[e.out.id] = held
         if not narrow and e.prim is Prim.DIV:
             err[e.out.id] = _within_range(
                 program, i, index, contract_of, magnitude, unpromised, y, err
