@@ -728,3 +728,44 @@ def test_a_value_the_guard_checks_is_bounded_by_its_range(engine: Engine) -> Non
         err = np.abs(got[name].astype(np.float64) - want[name])
         assert np.all(err <= bounds[name] + slack), (name, err, bounds[name])
         assert np.all(np.abs(held[name] - want[name]) <= bounds[name] + slack), name
+
+
+def test_a_normalized_row_keeps_its_range_where_its_divisor_is_lost(engine: Engine) -> None:
+    """``(x - m) / sqrt(mean((x - m)^2) + eps)`` over rows whose spread (0.1 to 0.3 near 1000)
+    is below what FP16 holds there (its spacing 0.5): the inputs' rounding moves every element by
+    up to 0.25, so the divisor's bound passes its value and the first-order carry promises
+    nothing (before: inf). Whatever the device's row, one term of its sum of squares bounds its
+    own element's square: ``|o_i| <= sqrt(n)`` within the steps' FP16 roundings, so the bound is
+    at most that range's reach. The device, and a float64 evaluation of the FP16-rounded
+    program written here, within it of the float64 result of the inputs as given."""
+    b = Builder("row_norm")  # the reduced divisor broadcast once, as an exporter writes it
+    xv = b.slot("x", DType.F32, (ROWS, WIDTH))
+    d = b.sub(xv, b.broadcast_in_dim(b.mul(b.reduce_sum(xv, 1), 1.0 / WIDTH), (ROWS, WIDTH), (0,)))
+    var = b.mul(b.reduce_sum(b.mul(d, d), 1), 1.0 / WIDTH)
+    b.output("y", b.div(d, b.broadcast_in_dim(b.sqrt(b.add(var, 1e-5)), (ROWS, WIDTH), (0,))))
+    p = plan(b.build(), "intel-npu4")
+    assert p.admitted, [str(r) for r in p.refusals]
+    base = np.array([0.1, 0.3, 0.2, 0.0, 0.25, 0.05, 0.15, 0.3])
+    x = np.array([1000.0 + base, 1000.0 - base, 999.9 + base[::-1], 1000.0 + 2 * base], np.float32)
+    entry = engine.add_entry(p, engine.load_weights({}))
+    try:
+        got = engine.step(entry, {"x": x})["y"].astype(np.float64)
+    finally:
+        engine.remove_entry(entry)
+
+    def r16(v: Array) -> Array:
+        return np.asarray(v, np.float64).astype(np.float16).astype(np.float64)
+
+    want = _layer_norm64(x.astype(np.float64), False)
+    x16 = r16(x)
+    m16 = r16(r16(np.sum(x16, axis=1, keepdims=True)) * r16(1.0 / WIDTH))
+    d16 = r16(x16 - m16)
+    var16 = r16(r16(np.sum(r16(d16 * d16), axis=1, keepdims=True)) * r16(1.0 / WIDTH))
+    held = r16(d16 / r16(np.sqrt(r16(var16 + r16(1e-5)))))
+    bound = result_bounds(p, {"x": x})["y"]
+    assert np.all(np.isfinite(bound)), bound
+    reach = math.sqrt(WIDTH) * (1.0 + 2.0**-6)  # the row's range, its roundings with room
+    assert np.all(bound <= reach + np.abs(want)), (bound, want)
+    slack = 2.0**-24 * np.abs(want)
+    assert np.all(np.abs(got - want) <= bound + slack), (got, want, bound)
+    assert np.all(np.abs(held - want) <= bound + slack), (held, want, bound)
