@@ -663,3 +663,109 @@ def test_a_carried_tanh_and_erf_stay_in_their_range(engine: Engine) -> None:
         slack = 2.0**-24 * np.abs(want)
         assert np.all(np.abs(got[name].astype(np.float64) - want) <= bound + slack), name
         assert np.all(np.abs(fn(d16) - want) <= bound + slack), name
+
+
+def _past_the_first_order() -> Program:
+    """``clamp(1 / (x - z), -6, 6)`` and ``(a * 300) * 0.5``: a quotient by a difference the
+    inputs' FP16 rounding may move by its whole value, and a product whose value plus its
+    carried error passes 65504, each read by a further step (so the in-graph guard checks it
+    for an overflow)."""
+    b = Builder("checked")
+    x, z, a = (b.slot(n, DType.F32, (3,)) for n in ("x", "z", "a"))
+    b.output("y", b.min(b.max(b.div(1.0, b.sub(x, z)), -6.0), 6.0))
+    b.output("r", b.mul(b.mul(a, 300.0), 0.5))
+    return b.build()
+
+
+def _past_the_first_order16(feed: dict[str, Array]) -> dict[str, Array]:
+    """``_past_the_first_order`` in float64 on the inputs FP16 holds, each step's result
+    rounded to FP16 (a device with no error but its roundings)."""
+
+    def r16(v: Array) -> Array:
+        with np.errstate(all="ignore"):
+            return np.asarray(v, np.float64).astype(np.float16).astype(np.float64)
+
+    x, z, a = (r16(feed[n]) for n in ("x", "z", "a"))
+    with np.errstate(divide="ignore"):
+        q = r16(1.0 / r16(x - z))
+    return {"y": np.clip(q, -6.0, 6.0), "r": r16(r16(a * 300.0) * 0.5)}
+
+
+def test_a_value_the_guard_checks_is_bounded_by_its_range(engine: Engine) -> None:
+    """Where the first-order carry promises nothing (a divisor whose bound reaches its value:
+    1000.24 - 1000.49 is -0.25, FP16 holds -0.5; a product within its bound of 65504: 218.3 *
+    300), the value is still one the in-graph guard checks: a step the device returns holds it
+    finite, within +-65504, so the clamp after the quotient bounds it by its reach and the
+    product's rounding is at most 65504's (before: promised nothing). The device, and a
+    float64 evaluation of the FP16-rounded program written here, within the bound of the
+    float64 result of the inputs as given; where the device's quotient is infinite (FP16 holds
+    1000.2 - 1000.1 as 0) the step is refused, which is what the bound rests on."""
+    p = plan(_past_the_first_order(), "intel-npu4")
+    assert p.admitted, [str(r) for r in p.refusals]
+    feed = {
+        "x": np.array([1000.24, 3.0, 1e-3], np.float32),
+        "z": np.array([1000.49, 1.0, 0.0], np.float32),
+        "a": np.array([218.3, 1.5, -218.3], np.float32),
+    }
+    x64, z64, a64 = (feed[n].astype(np.float64) for n in ("x", "z", "a"))
+    want = {"y": np.clip(1.0 / (x64 - z64), -6.0, 6.0), "r": a64 * 300.0 * 0.5}
+    held = _past_the_first_order16(feed)
+    entry = engine.add_entry(p, engine.load_weights({}))
+    try:
+        got = engine.step(entry, feed)
+        with pytest.raises(PootError, match="overflow"):
+            same = np.array([1000.2, 3.0, 1.0], np.float32)  # FP16 holds 1000.2 and 1000.1 as 1000
+            engine.step(entry, {**feed, "x": same, "z": np.array([1000.1, 1.0, 0.0], np.float32)})
+    finally:
+        engine.remove_entry(entry)
+    bounds = result_bounds(p, feed)
+    assert np.all(np.isfinite(bounds["y"])) and np.all(np.isfinite(bounds["r"])), bounds
+    assert np.all(bounds["y"] <= 12.0 + 2.0**-6), bounds["y"]  # the clamp's reach from y
+    assert np.all(bounds["r"] <= 64.0), bounds["r"]  # 15 carried, 65504's roundings
+    assert abs(float(got["y"][0]) - want["y"][0]) >= 1.0  # the device really moved
+    for name in ("y", "r"):
+        slack = 2.0**-24 * np.abs(want[name])
+        err = np.abs(got[name].astype(np.float64) - want[name])
+        assert np.all(err <= bounds[name] + slack), (name, err, bounds[name])
+        assert np.all(np.abs(held[name] - want[name]) <= bounds[name] + slack), name
+
+
+def test_a_normalized_row_keeps_its_range_where_its_divisor_is_lost(engine: Engine) -> None:
+    """``(x - m) / sqrt(mean((x - m)^2) + eps)`` over rows whose spread (0.1 to 0.3 near 1000)
+    is below what FP16 holds there (its spacing 0.5): the inputs' rounding moves every element by
+    up to 0.25, so the divisor's bound passes its value and the first-order carry promises
+    nothing (before: inf). Whatever the device's row, one term of its sum of squares bounds its
+    own element's square: ``|o_i| <= sqrt(n)`` within the steps' FP16 roundings, so the bound is
+    at most that range's reach. The device, and a float64 evaluation of the FP16-rounded
+    program written here, within it of the float64 result of the inputs as given."""
+    b = Builder("row_norm")  # the reduced divisor broadcast once, as an exporter writes it
+    xv = b.slot("x", DType.F32, (ROWS, WIDTH))
+    d = b.sub(xv, b.broadcast_in_dim(b.mul(b.reduce_sum(xv, 1), 1.0 / WIDTH), (ROWS, WIDTH), (0,)))
+    var = b.mul(b.reduce_sum(b.mul(d, d), 1), 1.0 / WIDTH)
+    b.output("y", b.div(d, b.broadcast_in_dim(b.sqrt(b.add(var, 1e-5)), (ROWS, WIDTH), (0,))))
+    p = plan(b.build(), "intel-npu4")
+    assert p.admitted, [str(r) for r in p.refusals]
+    base = np.array([0.1, 0.3, 0.2, 0.0, 0.25, 0.05, 0.15, 0.3])
+    x = np.array([1000.0 + base, 1000.0 - base, 999.9 + base[::-1], 1000.0 + 2 * base], np.float32)
+    entry = engine.add_entry(p, engine.load_weights({}))
+    try:
+        got = engine.step(entry, {"x": x})["y"].astype(np.float64)
+    finally:
+        engine.remove_entry(entry)
+
+    def r16(v: Array) -> Array:
+        return np.asarray(v, np.float64).astype(np.float16).astype(np.float64)
+
+    want = _layer_norm64(x.astype(np.float64), False)
+    x16 = r16(x)
+    m16 = r16(r16(np.sum(x16, axis=1, keepdims=True)) * r16(1.0 / WIDTH))
+    d16 = r16(x16 - m16)
+    var16 = r16(r16(np.sum(r16(d16 * d16), axis=1, keepdims=True)) * r16(1.0 / WIDTH))
+    held = r16(d16 / r16(np.sqrt(r16(var16 + r16(1e-5)))))
+    bound = result_bounds(p, {"x": x})["y"]
+    assert np.all(np.isfinite(bound)), bound
+    reach = math.sqrt(WIDTH) * (1.0 + 2.0**-6)  # the row's range, its roundings with room
+    assert np.all(bound <= reach + np.abs(want)), (bound, want)
+    slack = 2.0**-24 * np.abs(want)
+    assert np.all(np.abs(got - want) <= bound + slack), (got, want, bound)
+    assert np.all(np.abs(held - want) <= bound + slack), (held, want, bound)

@@ -36,7 +36,7 @@ from models.test_models import _imported  # noqa: E402
 
 def trace(m: RealModel, blow: float, every_line: bool) -> None:
     imp = _imported(m)
-    p = plan(imp.program, "intel-npu4")
+    p = plan(imp.program, "intel-npu4", constants=imp.weights)
     storage = {a.name: a.storage for a in imp.program.args}
     feed = _feeds(m)[0]
     weights = {n: v for n, v in feed.items() if storage[n] is Storage.WEIGHT}
@@ -46,7 +46,10 @@ def trace(m: RealModel, blow: float, every_line: bool) -> None:
         tempfile.TemporaryDirectory() as tmp,
         Engine(make_device("vpu-cpu"), cache_dir=Path(tmp)) as engine,
     ):
-        entry = engine.add_partitioned(p, engine.load_weights(weights), states)
+        # weights the plan refused for their range run on the host spans only (as poot run)
+        host_only = {str(n) for r in p.refusals if (n := r.fact("constant")) is not None}
+        handle = engine.load_weights(weights, host_only=host_only)
+        entry = engine.add_partitioned(p, handle, states)
         engine.step(entry, slots)
         part = engine.partitioned(entry)
         if part is None:

@@ -73,7 +73,7 @@ def _why(sp: Plan, sfeed: dict[str, np.ndarray], values: dict[int, np.ndarray]) 
 def report(m: RealModel, files: list[Path]) -> None:
     imp = _imported(m)
     program = imp.program
-    p = plan(program, "intel-npu4")
+    p = plan(program, "intel-npu4", constants=imp.weights)  # the weights checked
     storage = {a.name: a.storage for a in program.args}
     feeds = _feeds(m)
     if m.name == "magika" and files:
@@ -88,7 +88,10 @@ def report(m: RealModel, files: list[Path]) -> None:
         tempfile.TemporaryDirectory() as tmp,
         Engine(make_device("vpu-cpu"), cache_dir=Path(tmp)) as engine,
     ):
-        entry = engine.add_partitioned(p, engine.load_weights(weights), states)
+        # weights the plan refused for their range run on the host spans only (as poot run)
+        host_only = {str(n) for r in p.refusals if (n := r.fact("constant")) is not None}
+        handle = engine.load_weights(weights, host_only=host_only)
+        entry = engine.add_partitioned(p, handle, states)
         joints: dict[int, object] = {}
         for j, feed in enumerate(feeds):
             slots = {n: v for n, v in feed.items() if storage[n] is Storage.SLOT}

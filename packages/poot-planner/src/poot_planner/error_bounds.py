@@ -47,7 +47,14 @@ F32 oracle's rounding (which is not the device's). Where the first-order carry o
 inside FP16's, the range holds the device's value: the bound is its reach. A variance by
 squares (``E[x^2] - E[x]^2``) is carried as one function of its ``x`` (``_variance_carry``):
 step by step both terms move with ``x``'s errors at the scale of the mean, as one function at
-the scale of the spread.
+the scale of the spread. A value the device checks for overflow (``fp16.contract.
+overflow_checked``: the in-graph guard's intermediates) is within +-65504 on every step the
+device returns, a range like the others (``_held_finite``): its bound is finite wherever the
+oracle's value is, however far the first-order carry grew (a deep convolution stack, a quotient
+by a difference the inputs' rounding may cancel), and a clamp or a softmax after it bounds it
+again by its own range. A normalized row (``d / sqrt(c sum d^2 + eps)``) keeps its range on a
+narrowed device too, from its steps' FP16 lowering (``_fp16_figures``): about ``sqrt(n)``
+whatever the errors reaching it (gpt2_tiny's LayerNorms, whose divisor's bound passes its value).
 """
 
 from __future__ import annotations
@@ -102,6 +109,9 @@ from poot_planner.fp16.contract import (
     HALF_TINY,
     LIMIT,
     UNIT,
+    F16Lowering,
+    lowering,
+    overflow_checked,
     own_rounding,
     stored,
     stored_literal,
@@ -112,7 +122,14 @@ from poot_planner.legalize.rewrite import Rewrite
 from poot_planner.legalize.rules import Numerics
 from poot_planner.legalize.steps import sigmoid_operand
 from poot_planner.plan import Plan
-from poot_planner.row_ranges import SquaresVariance, max_shift_axes, row_range, squares_variance
+from poot_planner.row_ranges import (
+    FiguresOf,
+    SquaresVariance,
+    contract_figures,
+    max_shift_axes,
+    row_range,
+    squares_variance,
+)
 
 __all__ = ["legalized_values", "result_bounds"]
 
@@ -884,17 +901,84 @@ def _within_range(
     unpromised: set[int],
     y: Array,
     err: Mapping[int, Array],
+    narrowed: FiguresOf | None = None,
 ) -> Array:
     """Equation ``i``'s bound, or where smaller, the distance from the oracle's value to the
     far end of the range the device's value lies in (``row_ranges``: a normalized row, a
-    softmax), when every step that range rests on is kept."""
+    softmax), when every step that range rests on is kept. ``narrowed``: an FP16 device's
+    figures (``_fp16_figures``), a normalized row only."""
     bound = err[program.eqns[i].out.id]
-    rng = row_range(program, i, index, contract_of, magnitude)
+    if narrowed is None:
+        rng = row_range(program, i, index, contract_of, magnitude)
+    else:
+        rng = row_range(program, i, index, contract_of, None, (narrowed, _held_literal))
     if rng is None or any(k in unpromised for k in rng.steps):
         return bound
     y64 = np.asarray(y, np.float64)
     far = np.maximum(rng.hi - y64, y64 - rng.lo)
     return np.where(np.isfinite(y64) & (far < bound), far, bound)
+
+
+def _held_literal(a: Literal) -> float:
+    """The value an FP16 device holds for literal ``a`` (a normalized row's scale and eps)."""
+    with np.errstate(over="ignore"):
+        return float(np.float16(a.as_float()))
+
+
+def _fp16_figures(plan: Plan, checked: frozenset[int]) -> FiguresOf:
+    """Each step's figures against exact arithmetic on an FP16 device (``row_ranges``): its
+    contract's (as ``row_ranges.contract_figures`` states them) and its FP16 lowering's
+    (``fp16.contract``: one rounding, ``u`` relative and half the smallest subnormal; FP32
+    accumulation of ``n`` terms, ``2 n 2^-24`` more; a pooled sum, two roundings and ``n + 2``
+    halves of the smallest subnormal). A product or a sum must be one the device checks for
+    overflow (``checked``): on a returned step it neither saturated nor overflowed, so the sum
+    of squares is at least each square."""
+    program = plan.legalized
+
+    def figures(k: int, prim: Prim, terms: int = 1) -> tuple[float, float] | None:
+        e = program.eqns[k]
+        if prim in (Prim.MUL, Prim.REDUCE_SUM) and k not in checked:
+            return None
+        c = _contract(plan, k, e)
+        base = (
+            (0.0, 0.0)
+            if c is not None and isinstance(c.bound, RoundedTwice)  # the lowering's, below
+            else contract_figures(c, prim, terms)
+        )
+        if base is None:
+            return None
+        acc = 2.0 * 2.0**-24 * terms
+        match lowering(e):
+            case F16Lowering.EXACT:
+                r, a = 0.0, 0.0
+            case F16Lowering.ROUNDED:
+                r, a = UNIT, HALF_TINY
+            case F16Lowering.ACCUMULATED:
+                r, a = UNIT + acc * (1.0 + UNIT), HALF_TINY
+            case F16Lowering.POOLED:
+                r, a = 2.0 * UNIT * (1.0 + UNIT) + acc * (1.0 + 2.0 * UNIT), (terms + 2) * HALF_TINY
+        rho = base[0] + r + base[0] * r
+        return (rho, base[1] + a) if rho < 1.0 else None
+
+    return figures
+
+
+def _held_finite(
+    ranged: _DeviceRange | None, y: Array, err: Array
+) -> tuple[_DeviceRange, Array] | None:
+    """The range of a value a returned step holds within +-65504 (``fp16.contract.
+    overflow_checked``: the device refuses the step otherwise), met with its range so far
+    (``ranged``) and ``y -+ err``, and the bound it leaves; None where it narrows nothing (no
+    range kept: a range makes its readers' work). Finite even where ``err`` is not: neither
+    an infinity nor a NaN passes the check."""
+    shape = np.shape(y)
+    lo, hi = np.full(shape, -LIMIT), np.full(shape, LIMIT)
+    if ranged is not None:
+        lo, hi = np.fmax(ranged.lo, lo), np.fmin(ranged.hi, hi)
+    out = _DeviceRange.within(_DeviceRange(lo, hi), y, err, np.ones(shape, bool))
+    if ranged is None and not np.any(out[1] < err):
+        return None
+    return out
 
 
 def legalized_values(plan: Plan, inputs: Mapping[str, np.ndarray]) -> dict[int, Array]:
@@ -944,6 +1028,15 @@ def result_bounds(
     # a narrowed plan: the device rounds every F32 argument and literal to FP16 first, and each
     # equation computing an F32 value rounds as the NPU compiler lowers it (``fp16.contract``)
     narrow = plan.narrowing is not None
+    # the equations whose device value a returned step holds within +-65504 (an overflow there
+    # refuses the step): their own rounding is at most 65504's, their bound at most the reach
+    # of that range from the oracle's value
+    checked = (
+        overflow_checked(program, plan.narrowing.max_magnitude, plan.score_bound)
+        if plan.narrowing is not None
+        else frozenset()
+    )
+    fp16_figures = _fp16_figures(plan, checked) if narrow else None
     first: dict[int, tuple[int, str]] = {}  # where infinite bounds came from (``origins``)
     # a normalized row's range (``row_ranges``) rests on its steps' capability contracts, each
     # kept on these inputs: not a rewrite's step (its bound is the rewrite's), and not a step
@@ -1022,7 +1115,11 @@ def result_bounds(
             prop = _propagated(e, ops, eops, y, lows)
             # narrowed: each equation's FP16 lowering (the F32 oracle's rounding in it); else
             # the one ulp two roundings of neighbouring values can part by
-            own = own + (own_rounding(e, ops, y, prop) if narrowed else _rerounded(e, y, prop, ops))
+            own = own + (
+                own_rounding(e, ops, y, prop, i in checked)
+                if narrowed
+                else _rerounded(e, y, prop, ops)
+            )
         val[e.out.id] = y
         total = np.asarray(own + prop, dtype=np.float64)
         if i in chained:
@@ -1066,9 +1163,15 @@ def result_bounds(
                     ok = np.all(np.isfinite(terms.hi - terms.lo), axis=axes)
                     finite = ok & (sums.lo > -LIMIT) & (sums.hi < LIMIT)
             rng[e.out.id], err[e.out.id] = _DeviceRange.within(sums, y, total, finite)
-        if not narrow and e.prim is Prim.DIV:
+        if i in checked and y.dtype.kind == "f":
+            held = _held_finite(rng.get(e.out.id), y, err[e.out.id])
+            if held is not None:
+                rng[e.out.id], err[e.out.id] = held
+        if e.prim is Prim.DIV:
+            # an FP16 device's figures are its steps' lowering, a scale moved into a sum's too
+            kept = unpromised - scaled.keys() if narrow else unpromised
             err[e.out.id] = _within_range(
-                program, i, index, contract_of, magnitude, unpromised, y, err
+                program, i, index, contract_of, magnitude, kept, y, err, fp16_figures
             )
         if origins is not None:
             came = next(

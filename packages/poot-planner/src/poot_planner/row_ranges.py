@@ -48,7 +48,12 @@ ScaledSum(k), n terms  ``k n unit + gamma_n``, 0 (relative to the terms' magnitu
 anything else          no range (the analysis keeps its first-order bound)
 =====================  ========================================
 
-``u = 2^-24``. A narrowed plan (FP16) computes by other roundings: no range there.
+``u = 2^-24``. A narrowed plan (FP16) computes by other roundings: there a normalized row's
+steps give their FP16 lowering's figures instead (``row_range(..., narrowed=)``: one rounding
+``2^-11`` relative and ``2^-25`` absolute, FP32 accumulation and a pooled sum's two roundings
+besides, ``error_bounds._fp16_figures``), with the literals as FP16 holds them, and a mean's
+scale may precede its sum (``c d_j^2`` summed: a power-of-two scale moved into the sum); no
+softmax range there (the running analysis bounds a narrowed softmax by its steps' ranges).
 """
 
 from __future__ import annotations
@@ -74,7 +79,16 @@ from poot_ir import (
     Var,
 )
 
-__all__ = ["RowRange", "SquaresVariance", "max_shift_axes", "row_range", "squares_variance"]
+__all__ = [
+    "FiguresOf",
+    "HeldOf",
+    "RowRange",
+    "SquaresVariance",
+    "contract_figures",
+    "max_shift_axes",
+    "row_range",
+    "squares_variance",
+]
 
 U = 2.0**-24  # the unit roundoff of a correctly rounded F32 operation
 FLUSH = 2.0**-126  # a subnormal result, rounded or flushed to zero: its absolute error at most
@@ -94,6 +108,11 @@ class RowRange:
 
 #: the contract of an equation of the program (by index), None when it has none to rest on
 ContractOf = Callable[[int], Contract | None]
+#: a narrowed (FP16) device's figures of an equation (by index, with its primitive and the
+#: terms it sums): ``(rho, a)`` against exact arithmetic, None when it has none to rest on
+FiguresOf = Callable[[int, Prim, int], tuple[float, float] | None]
+#: the value a device holds for a literal (an FP16 device: its FP16 rounding)
+HeldOf = Callable[[Literal], float]
 
 
 def _gamma(n: int) -> float:
@@ -102,7 +121,7 @@ def _gamma(n: int) -> float:
     return nu / (1.0 - nu) if nu < 1.0 else math.inf
 
 
-def _figures(c: Contract | None, prim: Prim, terms: int = 1) -> tuple[float, float] | None:
+def contract_figures(c: Contract | None, prim: Prim, terms: int = 1) -> tuple[float, float] | None:
     """``(rho, a)`` of a step on non-negative operands, by the table in the module docstring."""
     if c is None:
         return None
@@ -122,8 +141,10 @@ def _figures(c: Contract | None, prim: Prim, terms: int = 1) -> tuple[float, flo
     return (rel, a + FLUSH) if rel < 1.0 else None
 
 
-def _literal(a: object) -> float | None:
-    return a.as_float() if isinstance(a, Literal) else None
+def _literal(a: object, held: HeldOf | None = None) -> float | None:
+    if not isinstance(a, Literal):
+        return None
+    return a.as_float() if held is None else held(a)
 
 
 def _back(
@@ -271,11 +292,14 @@ def row_range(
     producer: Mapping[int, int],
     contract_of: ContractOf,
     magnitude: Callable[[Var], float] | None = None,
+    narrowed: tuple[FiguresOf, HeldOf] | None = None,
 ) -> RowRange | None:
     """The range of equation ``i``'s device value when it is a normalized row or a softmax
     (the module docstring), else None. ``producer``: the index of the equation making each
     var id; ``magnitude``: the largest magnitude the device's value of a var may have (a
-    softmax's row maximum; without it no softmax range)."""
+    softmax's row maximum; without it no softmax range). ``narrowed``: on an FP16 device, each
+    step's figures from its FP16 lowering and the literals as the device holds them, in place
+    of the contracts (a normalized row only)."""
     e = program.eqns[i]
     if e.prim is not Prim.DIV or e.out.dtype is not DType.F32:
         return None
@@ -284,11 +308,20 @@ def row_range(
         return None
     reduced, axes, moves = back
     n = math.prod(e.out.shape[a] for a in axes)
-    div = _figures(contract_of(i), Prim.DIV)
+
+    def figures(k: int, prim: Prim, terms: int = 1) -> tuple[float, float] | None:
+        if narrowed is not None:
+            return narrowed[0](k, prim, terms)
+        return contract_figures(contract_of(k), prim, terms)
+
+    div = figures(i, Prim.DIV)
     if div is None or n < 1:
         return None
     if (s := _made_by(program, producer, reduced, Prim.SQRT)) is not None:
-        return _normalized(program, i, producer, contract_of, num, axes, n, div, moves, s)
+        held = narrowed[1] if narrowed is not None else None
+        return _normalized(program, i, producer, figures, held, num, axes, n, div, moves, s)
+    if narrowed is not None:
+        return None
     if (s := _made_by(program, producer, reduced, Prim.REDUCE_SUM)) is not None:
         if magnitude is None:
             return None
@@ -300,7 +333,8 @@ def _normalized(
     program: Program,
     i: int,
     producer: Mapping[int, int],
-    contract_of: ContractOf,
+    figures: Callable[..., tuple[float, float] | None],
+    held: HeldOf | None,
     d: Var,
     axes: tuple[int, ...],
     n: int,
@@ -313,20 +347,20 @@ def _normalized(
     if added is None:
         return None
     ja, add = added
-    eps_at = [k for k, a in enumerate(add.inputs) if (_literal(a) or 0.0) > 0.0]
+    eps_at = [k for k, a in enumerate(add.inputs) if (_literal(a, held) or 0.0) > 0.0]
     if len(eps_at) != 1:
         return None  # no eps: a row of zeros divides zero by zero
-    eps = _literal(add.inputs[eps_at[0]]) or 0.0
+    eps = _literal(add.inputs[eps_at[0]], held) or 0.0
     scaled = add.inputs[1 - eps_at[0]]
     steps = [i, *moves, jq, ja]
-    c, figs = 1.0, [_figures(contract_of(jq), Prim.SQRT), _figures(contract_of(ja), Prim.ADD)]
+    c, figs = 1.0, [figures(jq, Prim.SQRT), figures(ja, Prim.ADD)]
     summed = _made_by(program, producer, scaled, Prim.REDUCE_SUM)
     if summed is None:  # a mean: the sum divided by, or multiplied by, a positive literal
         for prim in (Prim.DIV, Prim.MUL):
             if (m := _made_by(program, producer, scaled, prim)) is None:
                 continue
             jc, ec = m
-            k = [_literal(a) for a in ec.inputs]
+            k = [_literal(a, held) for a in ec.inputs]
             if prim is Prim.DIV and k[1] is not None and k[1] > 0.0:
                 c, summed = 1.0 / k[1], _made_by(program, producer, ec.inputs[0], Prim.REDUCE_SUM)
             elif prim is Prim.MUL and k[0] is None and k[1] is not None and k[1] > 0.0:
@@ -336,7 +370,7 @@ def _normalized(
             else:
                 return None
             steps.append(jc)
-            figs.append(_figures(contract_of(jc), prim))
+            figs.append(figures(jc, prim))
             break
     if summed is None or not isinstance(sv := summed[1].inputs[0], Var):
         return None
@@ -344,11 +378,19 @@ def _normalized(
     if not _reduces(sum_e, sv, axes) or sv.shape != d.shape:
         return None
     square = _made_by(program, producer, sv, Prim.MUL)
+    if square is not None and c == 1.0:  # the mean's scale moved into the sum: c d_j^2 summed
+        k = [_literal(a, held) for a in square[1].inputs]
+        inner = square[1].inputs[1 if k[0] is not None else 0]
+        scale = k[0] if k[0] is not None else k[1]
+        if scale is not None and scale > 0.0 and isinstance(inner, Var):
+            steps.append(square[0])
+            figs.append(figures(square[0], Prim.MUL))
+            c, square = scale, _made_by(program, producer, inner, Prim.MUL)
     if square is None or any(not isinstance(a, Var) or a.id != d.id for a in square[1].inputs):
         return None  # the sum of squares of the very values divided
     jm = square[0]
     steps += [js, jm]
-    figs += [_figures(contract_of(js), Prim.REDUCE_SUM, n), _figures(contract_of(jm), Prim.MUL)]
+    figs += [figures(js, Prim.REDUCE_SUM, n), figures(jm, Prim.MUL)]
     if any(f is None for f in figs):
         return None
     (rq, aq), *rest = [f for f in figs if f is not None]
@@ -407,7 +449,10 @@ def _softmax(
             z = k * unit * magnitude(m)
         case _:
             return None
-    fe, fs = _figures(contract_of(je), Prim.EXP), _figures(contract_of(js), Prim.REDUCE_SUM, n)
+    fe, fs = (
+        contract_figures(contract_of(je), Prim.EXP),
+        contract_figures(contract_of(js), Prim.REDUCE_SUM, n),
+    )
     if fe is None or fs is None or not math.isfinite(z):
         return None
     (re_, ae), (rs, as_), (rd, ad) = fe, fs, div

@@ -27,7 +27,14 @@ function a step's), so the contract is derived for the inputs at hand, element b
   the exact value;
 - **saturation is overflow**: an element that may reach 65504 is promised nothing (the DPU
   saturates there, a SHAVE kernel gives infinity; the in-graph guard and the host check refuse
-  it as an overflow), so its bound is infinite.
+  it as an overflow), so its bound is infinite, unless the device checks it
+  (``overflow_checked``): a value the in-graph guard checks on every element (an
+  intermediate) is finite and within +-65504 on every step the device returns (else the
+  step is refused, and no bound is checked), so its rounding is at most
+  65504's and its bound at most the reach of that range from the oracle's value, whatever
+  its operands' bounds (a quotient by a difference its inputs' rounding may move by its whole
+  value; a deep stack whose first-order carry passes 65504). The bound is stated for the
+  steps the device returns, which is where it is checked.
 
 Where no finite bound can come out for any input, the plan says so per result
 (``unbounded_results``): a saturated mask sentinel (a literal beyond FP16's range, carried as
@@ -54,6 +61,7 @@ from poot_ir import (
 from poot_ir.core import COMPARISONS, EXACT_ARITHMETIC, MOVEMENT
 from poot_ir.numerics import NarrowStorage, Unbounded, UnboundedBy, accumulated, summands
 
+from poot_planner.fp16.checks import GuardKind, analyse
 from poot_planner.fp16.saturation import pooled_summands
 
 __all__ = [
@@ -65,6 +73,7 @@ __all__ = [
     "F16Lowering",
     "contract_form",
     "lowering",
+    "overflow_checked",
     "own_rounding",
     "stored",
     "stored_literal",
@@ -93,7 +102,9 @@ DERIVED_RULE = (
     "equation's own FP16 rounding as the NPU compiler lowers it (rounded once; FP32 "
     "accumulation rounded once for matmul, conv, window sums and channel reductions; AvgPool "
     "then x N, two roundings, for other reductions), an element that may reach 65504 promised "
-    "nothing (overflow). An element the analysis cannot bound is promised nothing and the "
+    "nothing (overflow) unless the in-graph guard checks it: such an intermediate is within "
+    "+-65504 on every step the device returns, its bound at most that range's reach from the "
+    "oracle's value (a clamp or softmax after it bounds it again). An element the analysis cannot bound is promised nothing and the "
     "check names the equation that made it so; a result a saturated sentinel reaches is named "
     "in the plan. The normwise figure above is the design figure poot acceptance measures on "
     "hardware, not a step's contract."
@@ -159,15 +170,21 @@ def _accumulation(e: Eqn, ops: list[Array]) -> Array:
     return 2.0 * _F32_ACCUMULATION * accumulated(e, ops)
 
 
-def own_rounding(e: Eqn, ops: list[Array], y: Array, carried: Array) -> Array:
+def own_rounding(
+    e: Eqn, ops: list[Array], y: Array, carried: Array, checked: bool = False
+) -> Array:
     """The error equation ``e``'s FP16 lowering adds (see the module) at the oracle's result
     ``y``, given its operands' errors carried to the result (``carried``); inf where the result
-    may reach 65504 (an overflow, promised nothing)."""
+    may reach 65504 (an overflow, promised nothing), unless ``checked``: a step the device
+    returns holds this equation's value finite (``overflow_checked``), so its rounding is at
+    most that of 65504."""
     if not e.out.dtype.is_float:
         return np.zeros(np.shape(y))
     y64 = np.abs(np.asarray(y, np.float64))
     with np.errstate(all="ignore"):
         held = y64 + carried
+        if checked:  # the device's value is at most 65504 in magnitude (an inf carry too)
+            held = np.fmin(held, LIMIT)
         oracle = F32_ORACLE * y64
         match lowering(e):
             case F16Lowering.EXACT:
@@ -184,7 +201,23 @@ def own_rounding(e: Eqn, ops: list[Array], y: Array, carried: Array) -> Array:
                 assert_never(other)
         own = own + oracle
         over = ~(held + own < LIMIT)  # NaN (undefined) and past the range alike
+        if checked:
+            over = np.zeros(np.shape(over), bool)
     return np.where(over & ~np.isnan(y64), np.inf, np.where(np.isnan(y64), 0.0, own))
+
+
+def overflow_checked(
+    program: Program, limit: float, scores: frozenset[int] = frozenset()
+) -> frozenset[int]:
+    """The equations of ``program`` (the legalized program of a narrowed plan, as the device
+    lowers it) whose value a step the device returns holds finite, within +-``limit``: those the
+    in-graph guard checks for overflow on every element (``fp16.checks``, not ``fresh``: an
+    infinity or NaN there refuses the step). ``scores``: the plan's ``score_bound``, which the
+    device's guards are analysed with. An F32 result is range-checked on the host too, but a
+    result bounded only by that range is promised nothing (the equation that made it so is
+    named), not a figure as large as the range."""
+    found = analyse(program, limit, scores).guards
+    return frozenset(g.eqn for g in found if g.kind is GuardKind.OVERFLOW and not g.fresh)
 
 
 def unbounded_results(program: Program) -> tuple[Unbounded, ...]:
