@@ -289,7 +289,7 @@ def lower(
             raise NoLowering(TARGET, i, e.prim.value, "a gather from an empty table")
         name = f"e{i}:{e.prim.value}"
         xs = [g.atom(a, f"{name}:lit{k}") for k, a in enumerate(e.inputs)]
-        if g.spread and e.prim in _BROADCASTING:
+        if g.spread and e.prim in _BROADCASTING and e.out.type.size > 0:
             xs = g.implicit(e, xs)
         out = _empty(g, e, name) if e.out.type.size == 0 else rule(g, e, xs, name)
         if g.emulated(e.out.dtype) or g.npu_f32(e.out.dtype):

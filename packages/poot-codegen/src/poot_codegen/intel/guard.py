@@ -229,7 +229,14 @@ def guard_result(
     flags: list[Node] = []
     labels: list[str] = []
     if checks and carrier is np.float32:  # the stand-in: one NaN test of every check's sum
-        sums = [_nan_flag(g, e, out, xs, f"guard.{g.label}") for g, e, out, xs in checks]
+        # a zero-size value has nothing to check (and a sum over it crashed the CPU plugin's
+        # compile: memory corruption, ONNX's reduce_log_sum_exp_empty_set)
+        sums = [
+            _nan_flag(g, e, out, xs, f"guard.{g.label}")
+            if e.out.type.size > 0
+            else ops.constant(np.zeros(1, np.float32), name=f"guard.{g.label}.empty")
+            for g, e, out, xs in checks
+        ]
         total = sums[0] if len(sums) == 1 else ops.concat(sums, 0, name="guard.sums")
         flags.append(ops.not_equal(total, total, name="guard.checks"))
         labels.extend(g.label for g, _, _, _ in checks)
