@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 from poot_engine import Engine
+from poot_engine.run import host_only_weights
 from poot_ir import PootError, Storage, Var
 from poot_npu.registry import make_device
 from poot_planner import plan
@@ -88,9 +89,7 @@ def report(m: RealModel, files: list[Path]) -> None:
         tempfile.TemporaryDirectory() as tmp,
         Engine(make_device("vpu-cpu"), cache_dir=Path(tmp)) as engine,
     ):
-        # weights the plan refused for their range run on the host spans only (as poot run)
-        host_only = {str(n) for r in p.refusals if (n := r.fact("constant")) is not None}
-        handle = engine.load_weights(weights, host_only=host_only)
+        handle = engine.load_weights(weights, host_only=host_only_weights(p))  # as poot run
         entry = engine.add_partitioned(p, handle, states)
         joints: dict[int, object] = {}
         for j, feed in enumerate(feeds):

@@ -26,7 +26,7 @@ from poot_engine.device import Device
 from poot_engine.engine import DEFAULT_DEADLINE_S, Engine
 from poot_engine.verify import StepCheck, check_results, check_spans, step_joint
 
-__all__ = ["RunReport", "StepCheck", "run_program"]
+__all__ = ["RunReport", "StepCheck", "host_only_weights", "run_program"]
 
 
 @dataclass(slots=True)
@@ -49,6 +49,12 @@ class RunReport:
     @property
     def ok(self) -> bool:
         return (self.plan.admitted or bool(self.spans)) and all(s.ok for s in self.steps)
+
+
+def host_only_weights(p: Plan) -> set[str]:
+    """The weights ``p`` refused for their value (a constant the device cannot hold): a
+    partitioned entry loads them for its host spans alone (``Engine.load_weights``)."""
+    return {str(n) for r in p.refusals if (n := r.fact("constant")) is not None}
 
 
 def run_program(
@@ -96,8 +102,7 @@ def run_program(
     weights = {n: v for n, v in first.items() if storage[n] is Storage.WEIGHT}
     states = {n: v for n, v in first.items() if storage[n] is Storage.STATE}
     engine = Engine(device, cache_dir=cache_dir, host=host, deadline_s=deadline_s)
-    # weights the plan refused for their range run on the host spans alone (partitioned)
-    host_only = {str(n) for r in p.refusals if (n := r.fact("constant")) is not None}
+    host_only = host_only_weights(p)
     try:
         handle = engine.load_weights(weights, host_only=host_only if partition else ())
         add = engine.add_partitioned if partition else engine.add_entry
