@@ -402,6 +402,12 @@ class Program:
             (u.state, u.var) for u in self.updates
         )
 
+    def next_var_id(self) -> int:
+        """The first var id no argument or equation output uses: where a rewrite of this
+        program numbers the values it adds."""
+        ids = [a.var.id for a in self.args] + [o.id for e in self.eqns for o in e.outputs]
+        return 1 + max(ids, default=-1)
+
     def live_equations(self) -> frozenset[int]:
         """The equations a result or a state update reads, directly or through others (one
         reverse scan): another one's value is never observed."""

@@ -242,7 +242,7 @@ def _narrow(program: Program, contract: NarrowingContract) -> tuple[Program, dic
     """The narrowed program and, for each source equation it keeps, its index there."""
     wide, narrow = DType.F32, contract.device_dtype
     at: dict[int, int] = {}
-    next_id = 1 + max([a.var.id for a in program.args] + [e.out.id for e in program.eqns] + [-1])
+    next_id = program.next_var_id()
     eqns: list[Eqn] = []
     env: dict[int, Atom] = {}
 

@@ -191,6 +191,24 @@ class MaskRewrite:
     scores: dict[int, frozenset[int]]
 
 
+def _readers(program: Program) -> tuple[dict[int, int], RuleContext]:
+    """Which equation makes each value of ``program``, and the rule context of its readers (the
+    equations reading each value, and its results), which both mask rewrites walk."""
+    consumers: dict[int, list[Eqn]] = {}
+    maker: dict[int, int] = {}
+    for i, e in enumerate(program.eqns):
+        for v in e.outputs:
+            maker[v.id] = i
+        for a in e.inputs:
+            if isinstance(a, Var):
+                consumers.setdefault(a.id, []).append(e)
+    ctx = RuleContext(
+        consumers={k: tuple(v) for k, v in consumers.items()},
+        results=frozenset(v.id for _, v in program.results()),
+    )
+    return maker, ctx
+
+
 def mask_sentinels(
     program: Program,
     eqns: tuple[int, ...],
@@ -204,20 +222,9 @@ def mask_sentinels(
     mask is rewritten only where every score it is added to is proven bounded by
     ``SCORE_BOUND`` in them (``_Proof``) or, when ``checked`` (the device checks a plan's
     ``score_bound``), is made by a narrowed device span that then checks it at run time."""
-    consumers: dict[int, list[Eqn]] = {}
-    maker: dict[int, int] = {}
-    for i, e in enumerate(program.eqns):
-        for v in e.outputs:
-            maker[v.id] = i
-        for a in e.inputs:
-            if isinstance(a, Var):
-                consumers.setdefault(a.id, []).append(e)
-    ctx = RuleContext(
-        consumers={k: tuple(v) for k, v in consumers.items()},
-        results=frozenset(v.id for _, v in program.results()),
-    )
+    maker, ctx = _readers(program)
     proof = _Proof(program, maker, devices)
-    next_id = 1 + max([a.var.id for a in program.args] + [e.out.id for e in program.eqns])
+    next_id = program.next_var_id()
     out: dict[int, tuple[Eqn, ...]] = {}
     scores: dict[int, set[int]] = {}
     for i in eqns:
@@ -249,20 +256,9 @@ def f32_mask_sentinels(
     the scores (module docstring): each one whose every read (an add, or ``mask - s``) is an
     equation of a device span; ``scores`` names, per span, the score operands it must check
     against ``F32_SCORE_BOUND``."""
-    consumers: dict[int, list[Eqn]] = {}
-    maker: dict[int, int] = {}
-    for i, e in enumerate(program.eqns):
-        for v in e.outputs:
-            maker[v.id] = i
-        for a in e.inputs:
-            if isinstance(a, Var):
-                consumers.setdefault(a.id, []).append(e)
-    ctx = RuleContext(
-        consumers={k: tuple(v) for k, v in consumers.items()},
-        results=frozenset(v.id for _, v in program.results()),
-    )
+    maker, ctx = _readers(program)
     span = {i: k for k, (run, _) in enumerate(devices) for i in run}
-    next_id = 1 + max([a.var.id for a in program.args] + [e.out.id for e in program.eqns])
+    next_id = program.next_var_id()
     out: dict[int, tuple[Eqn, ...]] = {}
     scores: dict[int, set[int]] = {}
     for i in eqns:

@@ -143,7 +143,7 @@ def legalize(program: Program, t: Target, memo: PlanMemo | None = None) -> Legal
         return Legalized(program, (), tuple(range(n)))
     index = {e.out.id: i for i, e in enumerate(program.eqns)}
     ctx = _context(program, t)
-    next_id = 1 + max([a.var.id for a in program.args] + [e.out.id for e in program.eqns] + [-1])
+    next_id = program.next_var_id()
     eqns: list[Eqn] = []
     origin: list[int] = []
     rewrites: list[Rewrite] = []
