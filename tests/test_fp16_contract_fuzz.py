@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from poot_engine import Engine
 from poot_ir import Builder, DType, PootError, Program, Var
 from poot_npu.registry import make_device
-from poot_planner import plan
+from poot_planner import Plan, plan
 from poot_planner.error_bounds import result_bounds
 from poot_planner.refusal import RefusalKind
 
@@ -156,6 +156,32 @@ def _plan_refusal_justified(r: object, lit: float) -> bool:
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     with Engine(make_device("vpu-cpu"), cache_dir=tmp_path_factory.mktemp("fp16")) as e:
         yield e
+
+
+def _one_step(engine: Engine, p: Plan, feed: dict[str, Array]) -> dict[str, Array]:
+    """One step of the admitted plan ``p`` on vpu-cpu (no weights), as float64."""
+    assert p.admitted, [str(r) for r in p.refusals]
+    entry = engine.add_entry(p, engine.load_weights({}))
+    try:
+        return {k: v.astype(np.float64) for k, v in engine.step(entry, feed).items()}
+    finally:
+        engine.remove_entry(entry)
+
+
+def _r16(v: Array) -> Array:
+    """``v`` as FP16 holds it, in float64 (overflows infinite)."""
+    with np.errstate(all="ignore"):
+        return np.asarray(v, np.float64).astype(np.float16).astype(np.float64)
+
+
+def _within(bound: Array, want: Array, what: object, **values: Array) -> None:
+    """Each of ``values`` (the device's, or a float64 evaluation of the FP16-rounded inputs: a
+    legal device) within ``bound`` of ``want``, a float64 evaluation of the inputs as given,
+    with the F32 oracle's last rounding as slack."""
+    slack = 2.0**-24 * np.abs(want)
+    for name, v in values.items():
+        err = np.abs(np.asarray(v, np.float64) - want)
+        assert np.all(err <= bound + slack), (what, name, err, bound)
 
 
 @given(
@@ -505,24 +531,14 @@ def test_a_softmax_and_an_exp_of_minus_abs_are_bounded_by_their_ranges(
     x = np.array([SOFTMAX_ROWS[r][0] for r in rows], np.float32)
     z = np.array([SOFTMAX_ROWS[r][1] for r in rows], np.float32)
     p = plan(_softmax_and_sigmoid_tail(), "intel-npu4")
-    assert p.admitted, [str(r) for r in p.refusals]
-    entry = engine.add_entry(p, engine.load_weights({}))
-    try:
-        got = engine.step(entry, {"x": x, "z": z})
-    finally:
-        engine.remove_entry(entry)
+    got = _one_step(engine, p, {"x": x, "z": z})
     want = _softmax_and_sigmoid_tail64(x.astype(np.float64), z.astype(np.float64))
-    held = _softmax_and_sigmoid_tail64(
-        x.astype(np.float16).astype(np.float64), z.astype(np.float16).astype(np.float64)
-    )
+    held = _softmax_and_sigmoid_tail64(_r16(x), _r16(z))
     bounds = result_bounds(p, {"x": x, "z": z})
     for name, bound in bounds.items():
         assert np.all(np.isfinite(bound)), (name, rows, bound)
         assert np.all(bound <= 1.0 + 2.0**-7), (name, rows, bound)  # within the ranges' reach
-        slack = 2.0**-24 * np.abs(want[name])
-        err = np.abs(got[name].astype(np.float64) - want[name])
-        assert np.all(err <= bound + slack), (name, rows, err, bound)
-        assert np.all(np.abs(held[name] - want[name]) <= bound + slack), (name, rows)
+        _within(bound, want[name], (name, rows), device=got[name], held=held[name])
 
 
 def _stable_sigmoid() -> Program:
@@ -551,25 +567,15 @@ def test_a_legalized_stable_sigmoid_keeps_its_steps_ranges(engine: Engine, rows:
     x = np.array([SOFTMAX_ROWS[r][0] for r in rows], np.float32)
     z = np.array([SOFTMAX_ROWS[r][1] for r in rows], np.float32)
     p = plan(_stable_sigmoid(), "intel-npu4")
-    assert p.admitted, [str(r) for r in p.refusals]
-    entry = engine.add_entry(p, engine.load_weights({}))
-    try:
-        got = engine.step(entry, {"x": x, "z": z})["s"].astype(np.float64)
-    finally:
-        engine.remove_entry(entry)
+    got = _one_step(engine, p, {"x": x, "z": z})["s"]
 
     def sigmoid64(a: Array, b: Array) -> Array:
         return np.asarray(1.0 / (1.0 + np.exp(-(a - b))))
 
     want = sigmoid64(x.astype(np.float64), z.astype(np.float64))
-    held = sigmoid64(
-        x.astype(np.float16).astype(np.float64), z.astype(np.float16).astype(np.float64)
-    )
     bound = result_bounds(p, {"x": x, "z": z})["s"]
     assert np.all(bound <= 2.0 + 2.0**-5), (rows, bound)
-    slack = 2.0**-24 * np.abs(want)
-    assert np.all(np.abs(got - want) <= bound + slack), (rows, got, want, bound)
-    assert np.all(np.abs(held - want) <= bound + slack), (rows, held, want, bound)
+    _within(bound, want, rows, device=got, held=sigmoid64(_r16(x), _r16(z)))
 
 
 def _offset_layer_norm() -> Program:
@@ -605,12 +611,7 @@ def test_a_variance_by_squares_is_carried_as_one_function(engine: Engine) -> Non
     a = np.array([aligned, 1000.1 + row - 5.0, 1000.1 + 2 * row - 9.0], np.float32)
     z = np.full((3, WIDTH), 1000.0, np.float32)
     p = plan(_offset_layer_norm(), "intel-npu4")
-    assert p.admitted, [str(r) for r in p.refusals]
-    entry = engine.add_entry(p, engine.load_weights({}))
-    try:
-        got = engine.step(entry, {"a": a, "z": z})
-    finally:
-        engine.remove_entry(entry)
+    got = _one_step(engine, p, {"a": a, "z": z})
 
     def norm64(a64: Array, z64: Array) -> dict[str, Array]:
         x = a64 - z64
@@ -619,15 +620,12 @@ def test_a_variance_by_squares_is_carried_as_one_function(engine: Engine) -> Non
         return {"var": np.broadcast_to(var, x.shape), "y": (x - m) / np.sqrt(var + 1e-5)}
 
     want = norm64(a.astype(np.float64), z.astype(np.float64))
-    held = norm64(a.astype(np.float16).astype(np.float64), z.astype(np.float16).astype(np.float64))
+    held = norm64(_r16(a), _r16(z))
     bounds = result_bounds(p, {"a": a, "z": z})
     assert np.all(bounds["var"] < want["var"] / 2), (bounds["var"][:, 0], want["var"][:, 0])
     for name, bound in bounds.items():
         assert np.all(np.isfinite(bound)), name
-        slack = 2.0**-24 * np.abs(want[name])
-        err = np.abs(got[name].astype(np.float64) - want[name])
-        assert np.all(err <= bound + slack), (name, err, bound)
-        assert np.all(np.abs(held[name] - want[name]) <= bound + slack), name
+        _within(bound, want[name], name, device=got[name], held=held[name])
 
 
 def test_a_carried_tanh_and_erf_stay_in_their_range(engine: Engine) -> None:
@@ -642,27 +640,18 @@ def test_a_carried_tanh_and_erf_stay_in_their_range(engine: Engine) -> None:
     b.output("t", b.tanh(d))
     b.output("e", b.erf(d))
     p = plan(b.build(), "intel-npu4")
-    assert p.admitted, [str(r) for r in p.refusals]
     feed = {
         "x": np.array([SOFTMAX_ROWS["rounded"][0], [1e-4, -0.5, 3.0, -2.0]], np.float32),
         "z": np.array([SOFTMAX_ROWS["rounded"][1], [0.0, 0.0, 0.0, 0.0]], np.float32),
     }
-    entry = engine.add_entry(p, engine.load_weights({}))
-    try:
-        got = engine.step(entry, feed)
-    finally:
-        engine.remove_entry(entry)
+    got = _one_step(engine, p, feed)
     d64 = feed["x"].astype(np.float64) - feed["z"].astype(np.float64)
-    d16 = feed["x"].astype(np.float16).astype(np.float64) - feed["z"].astype(np.float16).astype(
-        np.float64
-    )
+    d16 = _r16(feed["x"]) - _r16(feed["z"])
     bounds = result_bounds(p, feed)
     for name, fn in (("t", np.tanh), ("e", _erf)):
         want, bound = fn(d64), bounds[name]
         assert np.all(bound <= 2.0 + 2.0**-6), (name, bound)
-        slack = 2.0**-24 * np.abs(want)
-        assert np.all(np.abs(got[name].astype(np.float64) - want) <= bound + slack), name
-        assert np.all(np.abs(fn(d16) - want) <= bound + slack), name
+        _within(bound, want, name, device=got[name], held=fn(d16))
 
 
 def _past_the_first_order() -> Program:
@@ -681,14 +670,10 @@ def _past_the_first_order16(feed: dict[str, Array]) -> dict[str, Array]:
     """``_past_the_first_order`` in float64 on the inputs FP16 holds, each step's result
     rounded to FP16 (a device with no error but its roundings)."""
 
-    def r16(v: Array) -> Array:
-        with np.errstate(all="ignore"):
-            return np.asarray(v, np.float64).astype(np.float16).astype(np.float64)
-
-    x, z, a = (r16(feed[n]) for n in ("x", "z", "a"))
+    x, z, a = (_r16(feed[n]) for n in ("x", "z", "a"))
     with np.errstate(divide="ignore"):
-        q = r16(1.0 / r16(x - z))
-    return {"y": np.clip(q, -6.0, 6.0), "r": r16(r16(a * 300.0) * 0.5)}
+        q = _r16(1.0 / _r16(x - z))
+    return {"y": np.clip(q, -6.0, 6.0), "r": _r16(_r16(a * 300.0) * 0.5)}
 
 
 def test_a_value_the_guard_checks_is_bounded_by_its_range(engine: Engine) -> None:
@@ -724,10 +709,7 @@ def test_a_value_the_guard_checks_is_bounded_by_its_range(engine: Engine) -> Non
     assert np.all(bounds["r"] <= 64.0), bounds["r"]  # 15 carried, 65504's roundings
     assert abs(float(got["y"][0]) - want["y"][0]) >= 1.0  # the device really moved
     for name in ("y", "r"):
-        slack = 2.0**-24 * np.abs(want[name])
-        err = np.abs(got[name].astype(np.float64) - want[name])
-        assert np.all(err <= bounds[name] + slack), (name, err, bounds[name])
-        assert np.all(np.abs(held[name] - want[name]) <= bounds[name] + slack), name
+        _within(bounds[name], want[name], name, device=got[name], held=held[name])
 
 
 def test_a_normalized_row_keeps_its_range_where_its_divisor_is_lost(engine: Engine) -> None:
@@ -744,18 +726,10 @@ def test_a_normalized_row_keeps_its_range_where_its_divisor_is_lost(engine: Engi
     var = b.mul(b.reduce_sum(b.mul(d, d), 1), 1.0 / WIDTH)
     b.output("y", b.div(d, b.broadcast_in_dim(b.sqrt(b.add(var, 1e-5)), (ROWS, WIDTH), (0,))))
     p = plan(b.build(), "intel-npu4")
-    assert p.admitted, [str(r) for r in p.refusals]
     base = np.array([0.1, 0.3, 0.2, 0.0, 0.25, 0.05, 0.15, 0.3])
     x = np.array([1000.0 + base, 1000.0 - base, 999.9 + base[::-1], 1000.0 + 2 * base], np.float32)
-    entry = engine.add_entry(p, engine.load_weights({}))
-    try:
-        got = engine.step(entry, {"x": x})["y"].astype(np.float64)
-    finally:
-        engine.remove_entry(entry)
-
-    def r16(v: Array) -> Array:
-        return np.asarray(v, np.float64).astype(np.float16).astype(np.float64)
-
+    got = _one_step(engine, p, {"x": x})["y"]
+    r16 = _r16
     want = _layer_norm64(x.astype(np.float64), False)
     x16 = r16(x)
     m16 = r16(r16(np.sum(x16, axis=1, keepdims=True)) * r16(1.0 / WIDTH))
@@ -766,6 +740,4 @@ def test_a_normalized_row_keeps_its_range_where_its_divisor_is_lost(engine: Engi
     assert np.all(np.isfinite(bound)), bound
     reach = math.sqrt(WIDTH) * (1.0 + 2.0**-6)  # the row's range, its roundings with room
     assert np.all(bound <= reach + np.abs(want)), (bound, want)
-    slack = 2.0**-24 * np.abs(want)
-    assert np.all(np.abs(got - want) <= bound + slack), (got, want, bound)
-    assert np.all(np.abs(held - want) <= bound + slack), (held, want, bound)
+    _within(bound, want, "y", device=got, held=held)
