@@ -62,11 +62,13 @@ def trace(m: RealModel, blow: float, every_line: bool) -> None:
             ]
     print(f"=== {m.name}")
     for k, sp, sfeed in runs:
+        legal = sp.legalized
+        if sp.narrowing is None:  # no F32 value to narrow (sklearn_mlp's label gather, i32)
+            print(f"-- span {k}: {len(legal.eqns)} equations, none narrowed")
+            continue
         values, _ = joint_values(joint_program(sp), sfeed)
         bounds: dict[int, np.ndarray] = {}
         result_bounds(sp, sfeed, values, every=bounds)
-        legal = sp.legalized
-        assert sp.narrowing is not None
         narrowed, at = _narrow(legal, sp.narrowing)
         with np.errstate(all="ignore"):
             emulated = evaluate(_everything(narrowed), sfeed)
