@@ -87,12 +87,15 @@ def pooled(e: Eqn) -> int | None:
 
 
 class Scalars:
-    """The f32 scalar constants of one graph's FP16 emulation, each made once (named
-    ``f16:<role>``) and shared by every rounding. A constant per rounding made the emulated
-    graph a third constants, each one more node for every pass of the CPU plugin's compile."""
+    """The f32 scalar constants of one graph's FP16 emulation and of its stand-in guard (and
+    their int64 axes and shapes), each made once (named ``f16:<role>``) and shared by every
+    rounding and check. A constant per rounding made the emulated graph a third constants, and
+    a guard's per check a sixth of MobileNetV3-small's, each one more node for every pass of
+    the CPU plugin's compile."""
 
     def __init__(self) -> None:
         self._made: dict[str, tuple[float, Node]] = {}
+        self._vectors: dict[str, Node] = {}
 
     def __call__(self, value: float, role: str) -> Node:
         made = self._made.get(role)
@@ -102,6 +105,15 @@ class Scalars:
         # one role, one value: a role reused for another value would share the wrong constant
         assert made[0] == value or (np.isnan(made[0]) and np.isnan(value)), role
         return made[1]
+
+    def i64(self, values: tuple[int, ...], role: str) -> Node:
+        """An int64 vector of ``values`` (axes, a shape), made once per graph like a scalar."""
+        key = f"{role}{values}"
+        made = self._vectors.get(key)
+        if made is None:
+            made = ops.constant(np.array(values, np.int64).reshape(-1), name=f"f16:{key}")
+            self._vectors[key] = made
+        return made
 
 
 def round_result(

@@ -324,7 +324,7 @@ def lower(
     if checks or keep or domain_flags:
         carrier = np.float32 if emulate_f16 else np.float16
         nodes = [(label, g.env[v.id]) for label, v in keep]
-        results.append(intel_guard.guard_result(checks, carrier, nodes, domain_flags))
+        results.append(intel_guard.guard_result(checks, carrier, nodes, domain_flags, g.scalars))
     return ov.Model(results, params, program.name)
 
 

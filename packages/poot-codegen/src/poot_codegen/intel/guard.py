@@ -41,6 +41,7 @@ from poot_planner.fp16.checks import GuardKind, RangeCheck
 from poot_planner.fp16.prelude import SCORE_BOUND
 from poot_planner.fp16.saturation import saturates
 
+from poot_codegen.intel.f16 import Scalars
 from poot_codegen.intel.quiet import opset16 as ops
 from poot_codegen.intel.quiet import ov
 
@@ -155,7 +156,7 @@ def _flag(g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node], carrier: type, n
     return ops.logical_not(_all(ok, f"{name}.ok"), name=f"{name}.bad")
 
 
-def _nan_flag(g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node], name: str) -> Node:
+def _nan_flag(g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node], name: str, c: Scalars) -> Node:
     """``_flag`` on the stand-in (FP16 carried in f32), as a vector of one f32 that is NaN
     exactly when ``_flag`` is set: each element's check a root (``_roots``: the square root of
     a difference that is negative exactly where the element fails, every end at least 1 in
@@ -165,20 +166,22 @@ def _nan_flag(g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node], name: str) -
     blocked layout) and reduce it with a slow kernel: half of MobileNetV3-small's step."""
     _float(out, name)
     if g.kind is GuardKind.SCORE:
-        root = _roots(out, -SCORE_BOUND, SCORE_BOUND, name)
+        root = _roots(out, -SCORE_BOUND, SCORE_BOUND, name, c)
     elif g.kind is GuardKind.SENTINEL:
         edge = g.side * _FP16_MAX
         root = (
-            _roots(out, edge, math.inf, name) if g.side > 0 else _roots(out, -math.inf, edge, name)
+            _roots(out, edge, math.inf, name, c)
+            if g.side > 0
+            else _roots(out, -math.inf, edge, name, c)
         )
     else:
         strict = saturates(e)
         top = _BELOW_SATURATION if strict else _FP16_MAX
-        root = _roots(out, -top, top, f"{name}.finite")
-        zero = ops.constant(np.float32(0.0), name=f"{name}.zero")
+        root = _roots(out, -top, top, f"{name}.finite", c)
+        zero = c(0.0, "guard.zero")
         elementwise = e.prim.is_unary or e.prim.is_binary
         if strict and e.prim.is_binary:  # a sentinel carried (|x| >= 65504): excused
-            edge = ops.constant(np.float32(_FP16_MAX), name=f"{name}.edge")
+            edge = c(_FP16_MAX, "guard.fp16_max")
             for k, a in enumerate(e.inputs):
                 if isinstance(a, Var):
                     size = ops.abs(xs[k], name=f"{name}.held{k}.abs")
@@ -202,15 +205,15 @@ def _nan_flag(g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node], name: str) -
                     finite = _finite(x, np.float32, f"{name}.in{k}")
                     root = ops.select(finite, root, zero, name=f"{name}.or{k}").output(0)
                 else:  # inherited somewhere: the check is off for the whole value
-                    fin = _roots(x, -_FP16_MAX, _FP16_MAX, f"{name}.in{k}")
-                    inherited.append(_summed(fin, f"{name}.in{k}"))
+                    fin = _roots(x, -_FP16_MAX, _FP16_MAX, f"{name}.in{k}", c)
+                    inherited.append(_summed(fin, f"{name}.in{k}", c))
         if inherited:
-            total = _summed(root, name)
+            total = _summed(root, name, c)
             for k, s in enumerate(inherited):
                 off = ops.not_equal(s, s, name=f"{name}.inh{k}")
                 total = ops.select(off, zero, total, name=f"{name}.or{k}").output(0)
             return total
-    return _summed(root, name)
+    return _summed(root, name, c)
 
 
 def guard_result(
@@ -218,6 +221,7 @@ def guard_result(
     carrier: type,
     keep: Sequence[tuple[str, Node]] = (),
     domains: Sequence[tuple[str, Node, DomainBounds]] = (),
+    scalars: Scalars | None = None,
 ) -> Node:
     """The guard result: ``checks`` holds each guard with the narrowed equation it checks, the
     equation's value and its operands as the graph holds them; ``carrier`` is the numpy type
@@ -225,14 +229,16 @@ def guard_result(
     (a label ``<eqn>.<prim>.keep`` and a value) adds a flag the device ignores, computed from
     the value only to give it one more use (``clamped_divisors``). Each of ``domains`` (a label
     ``<eqn>.<prim>.domain<operand>``, the F32 value and its domain's bounds) is a device-site
-    domain guard (``domain_flags``)."""
+    domain guard (``domain_flags``). ``scalars``: the graph's shared constants (None: the
+    guard's own), which the stand-in's checks take theirs from."""
+    c = scalars if scalars is not None else Scalars()
     flags: list[Node] = []
     labels: list[str] = []
     if checks and carrier is np.float32:  # the stand-in: one NaN test of every check's sum
         # a zero-size value has nothing to check (and a sum over it crashed the CPU plugin's
         # compile: memory corruption, ONNX's reduce_log_sum_exp_empty_set)
         sums = [
-            _nan_flag(g, e, out, xs, f"guard.{g.label}")
+            _nan_flag(g, e, out, xs, f"guard.{g.label}", c)
             if e.out.type.size > 0
             else ops.constant(np.zeros(1, np.float32), name=f"guard.{g.label}.empty")
             for g, e, out, xs in checks
@@ -253,7 +259,7 @@ def guard_result(
         used = ops.logical_not(finite, name=f"{name}.used")  # false as a rule: no work on the host
         flags.append(ops.reshape(used, one, False, name=name))
         labels.append(label)
-    for named, flag in domain_flags(domains):
+    for named, flag in domain_flags(domains, c):
         flags.append(flag)
         labels.extend(named)
     tensor = GUARD_PREFIX + ",".join(labels)
@@ -266,7 +272,7 @@ def guard_result(
 
 
 def domain_flags(
-    domains: Sequence[tuple[str, Node, DomainBounds]],
+    domains: Sequence[tuple[str, Node, DomainBounds]], scalars: Scalars | None = None
 ) -> list[tuple[tuple[str, ...], Node]]:
     """Device-site domain guards computed in the graph, for the compiled host device, which
     counts nothing of its own while it runs: for each (label, F32 value, bounds), a flag set
@@ -279,7 +285,9 @@ def domain_flags(
     when one is; the guards' sums are tested together, as one vector. Measured on ocr_cls (65
     guards), the step's CPU time was 3.2x ONNX Runtime's with two compares, their AND and a
     boolean reduction of a plain copy per guard, 2.1x with three reductions per guard (sum,
-    maximum, minimum), 1.0x with no guard at all. Elsewhere each element is compared."""
+    maximum, minimum), 1.0x with no guard at all. Elsewhere each element is compared.
+    ``scalars``: the graph's shared constants (None: their own)."""
+    c = scalars if scalars is not None else Scalars()
     for label, v, _ in domains:
         _check_f32(v, f"a domain guard {label}")
     found: list[tuple[tuple[str, ...], Node]] = [
@@ -289,7 +297,7 @@ def domain_flags(
     if not fast:
         return found
     name = "guard.domain"
-    sums = [_root_sum(v, b, f"guard.{label}") for label, v, b in fast]
+    sums = [_root_sum(v, b, f"guard.{label}", c) for label, v, b in fast]
     total = ops.concat(sums, 0, name=f"{name}.sums")
     flags = ops.not_equal(total, total, name=name)
     found.append((tuple(label for label, _, _ in fast), flags))
@@ -307,26 +315,25 @@ def _by_roots(bounds: DomainBounds) -> bool:
     return not bounds.nan and bool(ends) and all(abs(e) >= 1.0 for e in ends)
 
 
-def _root_sum(value: Node, bounds: DomainBounds, name: str) -> Node:
+def _root_sum(value: Node, bounds: DomainBounds, name: str, c: Scalars) -> Node:
     """The sum of ``_roots(value)`` over every axis, as a vector of one (``_summed``)."""
-    return _summed(_roots(value, bounds.lo, bounds.hi, name), name)
+    return _summed(_roots(value, bounds.lo, bounds.hi, name, c), name, c)
 
 
-def _summed(roots: Node, name: str) -> Node:
+def _summed(roots: Node, name: str, c: Scalars) -> Node:
     """The sum of ``roots`` over every axis, as a vector of one: NaN exactly when a root is (a
     sum of values at or above 0, infinities among them, is never NaN otherwise)."""
     rank = len(roots.get_partial_shape())
     if rank == 0:
-        shape = ops.constant(np.array([1], np.int64), name=f"{name}.rank1.shape")
-        roots = ops.reshape(roots, shape, False, name=f"{name}.rank1").output(0)
+        roots = ops.reshape(roots, c.i64((1,), "guard.shape"), False, name=f"{name}.rank1")
+        roots = roots.output(0)
         rank = 1
-    axes = ops.constant(np.arange(rank, dtype=np.int64), name=f"{name}.axes")
+    axes = c.i64(tuple(range(rank)), "guard.axes")
     total = ops.reduce_sum(roots, axes, False, name=f"{name}.sum")
-    one = ops.constant(np.array([1], np.int64), name=f"{name}.one")
-    return ops.reshape(total, one, False, name=f"{name}.sum1")
+    return ops.reshape(total, c.i64((1,), "guard.shape"), False, name=f"{name}.sum1")
 
 
-def _roots(value: Node, lo: float, hi: float, name: str) -> Node:
+def _roots(value: Node, lo: float, hi: float, name: str, c: Scalars) -> Node:
     """``sqrt(hi - x) + sqrt(x - lo)`` over each finite end (``sqrt(hi - |x|)`` for ``[-hi,
     hi]``): NaN exactly where ``x`` is outside (``_by_roots``): the square root of a negative
     difference is NaN, a NaN ``x`` stays NaN, and an infinity past a finite end gives an
@@ -334,16 +341,16 @@ def _roots(value: Node, lo: float, hi: float, name: str) -> Node:
     at an infinite end: ``hi - (-inf)``). Pure F32 arithmetic, which the CPU plugin runs as one
     fused elementwise kernel on the value's own layout."""
     if lo == -hi:
-        top = ops.constant(np.float32(hi), name=f"{name}.hi")
+        top = c(hi, f"guard.end{hi!r}")
         size = ops.abs(value, name=f"{name}.abs")
         return ops.sqrt(ops.subtract(top, size, name=f"{name}.room"), name=f"{name}.root").output(0)
     terms = []
     if not math.isinf(hi):
-        top = ops.constant(np.float32(hi), name=f"{name}.hi")
+        top = c(hi, f"guard.end{hi!r}")
         room = ops.subtract(top, value, name=f"{name}.room_hi")
         terms.append(ops.sqrt(room, name=f"{name}.root_hi"))
     if not math.isinf(lo):
-        bottom = ops.constant(np.float32(lo), name=f"{name}.lo")
+        bottom = c(lo, f"guard.end{lo!r}")
         room = ops.subtract(value, bottom, name=f"{name}.room_lo")
         terms.append(ops.sqrt(room, name=f"{name}.root_lo"))
     if len(terms) == 1:
