@@ -335,6 +335,7 @@ class _Graph:
         self.emulate_f16 = emulate_f16
         self.env: dict[int, Node] = {}
         self.scalars = intel_f16.Scalars()  # the emulation's constants, shared by every rounding
+        self.literals: dict[tuple[DType, int], Node] = {}  # each literal's constant (``atom``)
         # in emulation, each broadcast's operand with unit axes, by the broadcast's Var.id: an
         # elementwise equation reads it and broadcasts itself (``implicit``)
         self.spread: dict[int, Node] = {}
@@ -376,11 +377,19 @@ class _Graph:
         return DType.F32 if self.emulated(dtype) else dtype
 
     def atom(self, a: Var | PootLiteral, name: str) -> Node:
+        """A value of the graph, or a literal's constant: one per literal (its dtype and bits)
+        in the graph, shared by every equation that reads it (MobileNetV3-small reads its
+        hard-swish's 0, 3 and 6 about 130 times)."""
         if isinstance(a, Var):
             return self.env[a.id]
-        if self.emulated(a.dtype) or self.npu_f32(a.dtype):
-            return _const(_fp16_splat(a.as_float(), a.dtype), name)
-        return _bits_const(a.bits, a.dtype, name)
+        made = self.literals.get((a.dtype, a.bits))
+        if made is None:
+            if self.emulated(a.dtype) or self.npu_f32(a.dtype):
+                made = _const(_fp16_splat(a.as_float(), a.dtype), name)
+            else:
+                made = _bits_const(a.bits, a.dtype, name)
+            self.literals[(a.dtype, a.bits)] = made
+        return made
 
     def array_const(self, values: np.ndarray[Any, Any], dtype: DType, name: str) -> Node:
         """A constant of ``values`` rounded to ``dtype`` as numpy rounds, carried as the graph
