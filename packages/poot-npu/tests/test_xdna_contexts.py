@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import xdna_cases as cases
 from poot_engine import Engine
-from poot_ir import BlobRefused, evaluate
+from poot_ir import BlobRefused, DeviceFailed, evaluate
 from poot_npu import xdna as xdna_module
 from poot_npu import xdna_contexts
 from poot_npu.xdna import NODE, XdnaDevice
@@ -143,6 +143,24 @@ def test_two_engines_share_the_devices_limit(
         assert _contexts_made() == made == 16
         a.remove_entry(held[0])
         b.step(b.add_entry(TWO), cases.uniform_inputs(TWO, 0))
+
+
+def test_contexts_another_process_holds_are_device_failed_not_blob_refused(
+    fake: ModuleType, tmp_path: Path
+) -> None:
+    """The driver's limit is the device's (amd/xdna-driver ``hwctx_limit``): another process
+    holding 15 of the 16 leaves one, so XRT refuses this process's second context although the
+    process's own count admitted it. That is the device failing, not the blob (a
+    ``BlobRefused`` would have the engine recompile the artifact for nothing), and the
+    reservation is given back."""
+    fake_pyxrt.STATE.contexts = fake_pyxrt.CONTEXT_LIMIT - 1  # another process's contexts
+    device = XdnaDevice(fake_pyxrt.fake_toolchain(tmp_path / "tools"))
+    blob = device.compile(device.lower(plan(TWO, "xdna2").check()))
+    with pytest.raises(DeviceFailed, match="hardware context") as err:
+        device.load(blob)
+    assert not isinstance(err.value, BlobRefused)
+    assert _contexts_made() == 1
+    assert xdna_contexts.held(NODE) == 0
 
 
 def test_the_registry_never_overbooks_under_threads() -> None:

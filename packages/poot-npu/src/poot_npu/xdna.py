@@ -28,7 +28,10 @@ xclbin on its context with their own instruction buffer, ``poot_codegen.xdna.reu
   ``bo(device, nbytes, bo.cacheable, kernel.group_id(1))``, written and synced to the device.
   The arenas, shared by every region (a value crossing regions goes through its scratch slot),
   are ``bo(device, nbytes, bo.host_only, kernel.group_id(3 + i))``. XRT refusing any of it is
-  ``BlobRefused``. The signature is read back from the design's layout.
+  ``BlobRefused``, except a hardware context XRT will not make: the driver's limit is the
+  device's, so contexts other processes hold leave fewer than this process counted, and that
+  is ``DeviceFailed`` (the blob is not at fault). The signature is read back from the design's
+  layout.
 
 Buffers are host numpy arrays. A dispatch checks its command first (``check_dispatch``: another
 device's or an unloaded artifact, a buffer not allocated here or not the artifact's ABI is
@@ -306,6 +309,9 @@ class XdnaDevice(HostMemory):
         except RuntimeError as err:
             contexts.release(NODE, k)
             raise BlobRefused(self._name, f"XRT refused it: {err}") from None
+        except DeviceFailed:
+            contexts.release(NODE, k)
+            raise
         layout = design.layout
         written = {layout.slot(b.value).arena for b in layout.arguments}
         # synced back after each run: the results and the flag words (the flags arena), and
@@ -335,7 +341,18 @@ class XdnaDevice(HostMemory):
             path.write_bytes(xclbin)
             xb = xrt.xclbin(str(path))  # read whole here: the file may go
         device.register_xclbin(xb)
-        context = xrt.hw_context(device, xb.get_uuid())
+        try:
+            context = xrt.hw_context(device, xb.get_uuid())
+        except RuntimeError as err:
+            # the driver's context limit is the device's (amd/xdna-driver ``hwctx_limit``, 16
+            # on npu4), and other processes' contexts count against it, which this process's
+            # registry cannot see: the device has none free, the blob is not at fault (a
+            # BlobRefused would have the engine recompile it for nothing)
+            raise DeviceFailed(
+                f"{self._name}: XRT made no hardware context for region {region.index} "
+                f"({contexts.held(NODE)} held in this process; other processes' contexts count "
+                f"against the device's limit too): {err}"
+            ) from None
         return _Artifact(xb, context, xrt.kernel(context, KERNEL))
 
     def _load_region(self, region: RegionDesign, art: _Artifact, insts: bytes) -> _Region:

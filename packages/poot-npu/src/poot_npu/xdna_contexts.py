@@ -6,7 +6,9 @@ The count. The driver's limit (16 on Strix-class NPUs, amd/xdna-driver ``npu4_re
 the contexts held are kept here, in one registry per process keyed by the device (``node``),
 under a lock, and every ``XdnaDevice`` reserves its artifact's contexts here before XRT makes
 any (``reserve``) and gives them back on unload and close (``release``). A load past the limit
-is ``ContextLimit`` naming it, before XRT would refuse the context as something else. An artifact
+is ``ContextLimit`` naming it, before XRT would refuse the context as something else. Contexts
+other processes hold count against the same limit but not here (this registry is the process's):
+XRT refusing a context this count admitted is ``DeviceFailed`` (``XdnaDevice.load``). An artifact
 holds one context per distinct region artifact, not per region: regions reused across identical
 layers run one artifact's context (``poot_codegen.xdna.reuse``), so both the limit and the
 allowance below count distinct artifacts.
