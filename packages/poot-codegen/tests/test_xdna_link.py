@@ -328,7 +328,7 @@ def test_a_module_the_driver_imports_missing_is_unavailable_naming_it(tmp_path: 
 def test_host_and_core_builds_agree_on_contraction_and_cores_link_only_their_kernel() -> None:
     """The same kernel C computes the same bits on host and core only if neither side fuses a
     multiply-add; each core keeps only its own kernel only if every function has its own
-    section for aiecc's --gc-sections; aiecc's stack check needs .stack_sizes."""
+    section for aiecc's --gc-sections; each function's frame size is in .stack_sizes."""
     from poot_codegen.xdna.hostbuild import HOST_CFLAGS
 
     contraction = [f for f in PEANO_FLAGS if f.startswith("-ffp-contract=")]

@@ -30,9 +30,14 @@ import every module the manifest lists for the driver (everything
 
 Each region's kernels are one object, but compiled with ``-ffunction-sections
 -fdata-sections``: aiecc links every core with ``--gc-sections``, so each core keeps only its
-own kernel and what it calls (16 KiB of program memory per core). ``-fstack-size-section`` gives
-aiecc's stack check real figures, and ``-ffp-contract=off`` matches the host build
-(``hostbuild.HOST_CFLAGS``): no fused multiply-add on either side, so both compute the same bits.
+own kernel and what it calls (16 KiB of program memory per core). ``-fstack-size-section``
+records each function's frame size in ``.stack_sizes``, which aiecc's linker script keeps
+(mlir-aie lib/Targets/AIETargetLdScript.cpp names the section, so ``--orphan-handling=error``
+accepts it): the figures to hold against the core's 1 KiB stack. Nothing in the pinned toolchain
+reads them: mlir-aie 1.1.4's aiecc is the Python driver (python/compiler/aiecc/), which has no
+stack check (only the later C++ driver has one), so a core overflowing its stack is not caught
+at link time. ``-ffp-contract=off`` matches the host build (``hostbuild.HOST_CFLAGS``): no fused
+multiply-add on either side, so both compute the same bits.
 
 aiecc finds ``region<N>.o`` (the ``link_with`` of the MLIR) in its working directory, and
 writes the xclbin and the instruction stream (little-endian uint32 words) there. aiecc runs
@@ -107,7 +112,7 @@ PEANO_FLAGS: Final = (
     "-DNDEBUG",
     "-ffunction-sections",  # with aiecc's --gc-sections: each core links only its own kernel
     "-fdata-sections",
-    "-fstack-size-section",  # aiecc's stack check reads .stack_sizes
+    "-fstack-size-section",  # frame sizes in .stack_sizes; aiecc 1.1.4 checks none (module)
     "-ffp-contract=off",  # as the host build: the same bits on host and core
 )
 XCLBIN_NAME: Final = "final.xclbin"
