@@ -209,9 +209,25 @@ def test_command_lines_are_exactly_as_documented() -> None:
         "--aie-generate-npu-insts",
         "--xclbin-name=final.xclbin",
         "--npu-insts-name=insts.bin",
+        "--alloc-scheme=basic-sequential",
         "aie.mlir",
     )
     assert cmds[1].outputs == ("final.xclbin", "insts.bin")
+
+
+def test_every_aiecc_run_packs_buffers_as_the_tile_model_counts() -> None:
+    """The tile model (``RegionLimits.tile_bytes``) sums a core's buffers up from its stack and
+    keeps the link's data sections after them: mlir-aie's basic-sequential allocator. aiecc's
+    default is bank-aware (round robin over four 16 KiB banks, lib/Dialect/AIE/Transforms/
+    AIEAssignBuffers.cpp), whose highest buffer can end near 64 KiB although the sum is far
+    below, leaving the linker script's data region (after the highest buffer) no room for the
+    guard word. So every aiecc run, an instruction-only one too, names the scheme."""
+    tc = LinkTools(Path("/peano/bin/clang++"), ("/aie/bin/aiecc.py",), Path("/aie"))
+    runs = [c for c in link_commands(_plan(), tc) if c.stage == "aiecc"]
+    assert runs
+    for c in runs:
+        assert "--alloc-scheme=basic-sequential" in c.argv
+    assert "--alloc-scheme=basic-sequential" in xlink.insts_only_flags(1)
 
 
 # -- identity ---------------------------------------------------------------------------------

@@ -86,8 +86,10 @@ class RegionLimits:
     #: Tile bytes the link puts in the core's data memory after its buffers. aiecc's linker
     #: script (mlir-aie lib/Targets/AIETargetLdScript.cpp, ``AIETranslateToLdScript``) starts
     #: the ``data`` region at the end of the tile's highest buffer (``origin = base + max``,
-    #: ``length = getLocalMemorySize() - max``) and places there ``.data`` and ``.rodata`` of
-    #: every object linked, then ``.bss``: the 32-bit ``poot_guard_word`` each kernel object
+    #: ``length = getLocalMemorySize() - max``; the link asks for basic-sequential allocation,
+    #: so that is the stack plus every buffer, packed: ``poot_codegen.xdna.link``) and places
+    #: there ``.data`` and ``.rodata`` of every object linked, then ``.bss``: the 32-bit
+    #: ``poot_guard_word`` each kernel object
     #: defines (``poot_codegen.xdna.guards.GUARD_PRELUDE``), and whatever the kernel object,
     #: compiler-rt's soft-float routines and crt0 bring, with their alignment. 4 bytes of guard
     #: word and an UNMEASURED reserve of 252 bytes for the rest (poot's kernels define no other

@@ -8,7 +8,12 @@ For region ``N`` with an artifact of its own, in its own work directory ``region
         -ffunction-sections -fdata-sections -fstack-size-section -ffp-contract=off
         -I<csrc> -I $MLIR_AIE_DIR/include -c region<N>.cc -o region<N>.o
     <aiecc> --no-xchesscc --no-xbridge --aie-generate-xclbin --aie-generate-npu-insts
-        --xclbin-name=final.xclbin --npu-insts-name=insts.bin aie.mlir
+        --xclbin-name=final.xclbin --npu-insts-name=insts.bin
+        --alloc-scheme=basic-sequential aie.mlir
+
+``--alloc-scheme=basic-sequential``: each core's buffers packed up from its stack, the layout the
+planner's tile model counts (``toolchain.json`` ``aiecc.alloc_scheme_why``); aiecc's default,
+bank-aware, can leave the linker script no room after the highest buffer for the data sections.
 
 A region ``M`` that runs region ``N``'s artifact (``reuse``: identical layers) has no kernels or
 xclbin of its own: in ``region<N>/`` it takes one run, ``<aiecc> <options without the xclbin>
