@@ -7,7 +7,8 @@ On vpu-cpu (the stand-in saturates as the DPU does) and, marked ``npu_intel``, o
 itself (skipped with "hardware unavailable" without one): an overflowing add, matmul and
 reduce_sum over each axis refused with ``NarrowingRangeIntermediate``; and the reduce_sum over
 both axes measured on values where one FP16 rounding and AvgPool-then-Multiply's two differ, so
-the first hardware run says which the compiler does on each axis."""
+the first hardware run says which the compiler does on each axis; and a NaN intermediate (0/0)
+refused, which on the NPU shows whether its LessEqual kernel flags NaN."""
 
 from __future__ import annotations
 
@@ -151,3 +152,20 @@ def test_an_f16_programs_saturated_result_is_refused(engine: Engine, kind: str) 
     with pytest.raises(NarrowingRangeResult) as err:
         engine.step(entry, feed)
     assert err.value.argument == "y" and abs(err.value.value) == 65504.0
+
+
+def test_a_nan_intermediate_is_flagged(engine: Engine) -> None:
+    """The overflow check flags NaN only if ``abs(v) <= limit`` is false for it, which on the
+    NPU is the SHAVE ``eltwise_less_equal`` kernel (a prebuilt binary) and the PPE's handling
+    of NaN, neither of which upstream documents. ``(a - c) / (a - c)`` at a = c is 0/0 from
+    finite operands: NaN, which must be refused, not returned. The divisor has a second use
+    (the numerator), so the compiler puts no epsilon clamp in front of it."""
+    b = Builder("zero_over_zero")
+    z = b.sub(b.slot("a", F32, (4, 8)), b.slot("c", F32, (4, 8)))
+    b.output("y", b.mul(b.div(z, z), 0.75))
+    entry = engine.add_entry(b.build())
+    same = np.full((4, 8), 3.0, np.float32)
+    with pytest.raises(NarrowingRangeIntermediate, match="div"):
+        engine.step(entry, {"a": same, "c": same})
+    got = engine.step(entry, {"a": same * 2, "c": same})["y"]
+    np.testing.assert_array_equal(got, np.full((4, 8), 0.75, np.float32))  # 3/3, exact
