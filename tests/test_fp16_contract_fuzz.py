@@ -741,3 +741,45 @@ def test_a_normalized_row_keeps_its_range_where_its_divisor_is_lost(engine: Engi
     reach = math.sqrt(WIDTH) * (1.0 + 2.0**-6)  # the row's range, its roundings with room
     assert np.all(bound <= reach + np.abs(want)), (bound, want)
     _within(bound, want, "y", device=got, held=held)
+
+
+def test_a_normalized_row_whose_eps_flushes_keeps_its_range(engine: Engine) -> None:
+    """MiniLM's LayerNorm: ``d / sqrt(sum(d * d) / n + 1e-12)``, whose eps FP16 flushes to 0,
+    scaled by 0.5 (read by a further step, so the in-graph guard checks the quotient).
+    The range rule resting on eps had nothing to rest on, so the bound was the in-graph
+    guard's reach (about 65504, before). The device refuses a step whose quotient is not
+    finite, so on a step it returns the divisor is a positive FP16 value, at least 2^-24, and
+    one term of the sum of squares, the element's own, bounds the rest: ``|o| <= sqrt(n (1 +
+    A 2^24))`` with ``A`` the steps' absolute parts, each half the smallest subnormal: here
+    11 of them (the mean's power-of-two scale is moved into the sum, so each of the 8 scaled
+    squares rounds on its own; the square, the sum and the add once), ``A`` about 5.5 2^-24:
+    ``|o|`` under ``2.6 sqrt(n)``, ``|y|`` under ``1.3 sqrt(n)`` (1.5 with room).
+    Rows of ordinary values, of values whose squares are FP16 subnormals (near the floor) and
+    of one dominant element; the device, and a float64 evaluation of the FP16-rounded program
+    written here, within the bound of the float64 result of the inputs as given."""
+    b = Builder("row_norm_flushed_eps")
+    xv = b.slot("x", DType.F32, (ROWS, WIDTH))
+    mean = b.div(b.reduce_sum(xv, 1), float(WIDTH))
+    d = b.sub(xv, b.broadcast_in_dim(mean, (ROWS, WIDTH), (0,)))
+    var = b.div(b.reduce_sum(b.mul(d, d), 1), float(WIDTH))
+    o = b.div(d, b.broadcast_in_dim(b.sqrt(b.add(var, 1e-12)), (ROWS, WIDTH), (0,)))
+    b.output("y", b.mul(o, 0.5))  # read by a further step, as a LayerNorm's scale: checked
+    p = plan(b.build(), "intel-npu4")
+    base = np.array([0.5, -1.25, 3.5, 0.0, -0.75, 2.0, 1.0, -3.0])
+    x = np.array(
+        [base, base * 5e-4, np.eye(1, WIDTH, 3)[0] * 7.0 - 1.0, base[::-1] * 3e-4 + 0.25],
+        np.float32,
+    )
+    got = _one_step(engine, p, {"x": x})["y"]
+    x64 = x.astype(np.float64)
+    d64 = x64 - x64.mean(axis=1, keepdims=True)
+    want = 0.5 * d64 / np.sqrt((d64 * d64).mean(axis=1, keepdims=True) + 1e-12)
+    x16 = _r16(x)
+    d16 = _r16(x16 - _r16(_r16(np.sum(x16, axis=1, keepdims=True)) / WIDTH))
+    var16 = _r16(_r16(np.sum(_r16(d16 * d16), axis=1, keepdims=True)) / WIDTH)
+    assert _r16(1e-12) == 0.0  # FP16 holds the eps as 0
+    held = _r16(0.5 * _r16(d16 / _r16(np.sqrt(var16))))
+    bound = result_bounds(p, {"x": x})["y"]
+    assert np.all(np.isfinite(bound)), bound
+    assert np.all(bound <= 1.5 * math.sqrt(WIDTH) + np.abs(want)), (bound, want)
+    _within(bound, want, "y", device=got, held=held)

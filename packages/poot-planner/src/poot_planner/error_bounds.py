@@ -135,6 +135,7 @@ __all__ = ["legalized_values", "result_bounds"]
 
 Array = np.ndarray
 _ERF_SLOPE = 2.0 / np.sqrt(np.pi)  # the largest derivative of erf
+_FP16_TINY = 2.0**-24  # the smallest positive FP16 value (a subnormal)
 
 
 def _everything(program: Program) -> Program:
@@ -902,16 +903,20 @@ def _within_range(
     y: Array,
     err: Mapping[int, Array],
     narrowed: FiguresOf | None = None,
+    checked: bool = False,
 ) -> Array:
     """Equation ``i``'s bound, or where smaller, the distance from the oracle's value to the
     far end of the range the device's value lies in (``row_ranges``: a normalized row, a
     softmax), when every step that range rests on is kept. ``narrowed``: an FP16 device's
-    figures (``_fp16_figures``), a normalized row only."""
+    figures (``_fp16_figures``), a normalized row only; ``checked``: the device refuses a step
+    where this quotient is not finite (``fp16.contract.overflow_checked``), so on a returned
+    step its divisor is a positive FP16 value, at least 2^-24 (``row_range``'s ``floor``)."""
     bound = err[program.eqns[i].out.id]
     if narrowed is None:
         rng = row_range(program, i, index, contract_of, magnitude)
     else:
-        rng = row_range(program, i, index, contract_of, None, (narrowed, _held_literal))
+        floor = _FP16_TINY if checked else 0.0
+        rng = row_range(program, i, index, contract_of, None, (narrowed, _held_literal), floor)
     if rng is None or any(k in unpromised for k in rng.steps):
         return bound
     y64 = np.asarray(y, np.float64)
@@ -1171,7 +1176,7 @@ def result_bounds(
             # an FP16 device's figures are its steps' lowering, a scale moved into a sum's too
             kept = unpromised - scaled.keys() if narrow else unpromised
             err[e.out.id] = _within_range(
-                program, i, index, contract_of, magnitude, kept, y, err, fp16_figures
+                program, i, index, contract_of, magnitude, kept, y, err, fp16_figures, i in checked
             )
         if origins is not None:
             came = next(

@@ -24,6 +24,19 @@ add and ``A`` their absolute parts (each subnormal result flushed or rounded: ``
 about ``sqrt(n)`` for a mean: whatever ``d`` the device holds (its mean may be far off), one
 term of a sum of squares bounds the square of its own element.
 
+Without an eps to rest on (FP16 flushes MiniLM's 1e-12 to 0, or ``K eps <= A``), ``w`` has a
+floor of its own where the device refuses a step whose quotient is not finite (the in-graph
+guard checks it): on a returned step ``w`` is a positive FP16 value, ``w >= 2^-24 = f``. Then
+``w >= max(f, K c d_i^2 - A)``, and ``|o_i|`` grows with ``|d_i|`` while ``w`` is at its floor
+and falls after, so (``_floor_range``)::
+
+    |o_i| <= (1 + rho_div) t / ((1 - rho_sqrt) sqrt(f) - a_sqrt) + a_div,
+    t = sqrt((f + A) / (K c))                                                   (= hi = -lo)
+
+about ``sqrt(n (1 + A / f))``: ``A`` counts each step's absolute part as often, and at the
+scale, it reaches ``w`` (each square's once per term, times ``c``; a scale moved into the sum,
+once per term).
+
 Softmax ``o = e / sum(e)``, ``e = exp(x - max(x))`` over the same axes: each device ``e_j`` is
 at least ``-a_exp`` (its contract's absolute part), and the element at the row's maximum is
 ``exp(z)`` with ``|z| <= ulps * unit * |max|`` (the device's ``x - x``, its subtraction's
@@ -293,13 +306,16 @@ def row_range(
     contract_of: ContractOf,
     magnitude: Callable[[Var], float] | None = None,
     narrowed: tuple[FiguresOf, HeldOf] | None = None,
+    floor: float = 0.0,
 ) -> RowRange | None:
     """The range of equation ``i``'s device value when it is a normalized row or a softmax
     (the module docstring), else None. ``producer``: the index of the equation making each
     var id; ``magnitude``: the largest magnitude the device's value of a var may have (a
     softmax's row maximum; without it no softmax range). ``narrowed``: on an FP16 device, each
     step's figures from its FP16 lowering and the literals as the device holds them, in place
-    of the contracts (a normalized row only)."""
+    of the contracts (a normalized row only). ``floor``: the least divisor ``w`` a returned
+    step can have, where the device refuses a step whose quotient is not finite (the smallest
+    positive value of its type: ``w`` is then positive), else 0 (a normalized row only)."""
     e = program.eqns[i]
     if e.prim is not Prim.DIV or e.out.dtype is not DType.F32:
         return None
@@ -319,7 +335,7 @@ def row_range(
         return None
     if (s := _made_by(program, producer, reduced, Prim.SQRT)) is not None:
         held = narrowed[1] if narrowed is not None else None
-        return _normalized(program, i, producer, figures, held, num, axes, n, div, moves, s)
+        return _normalized(program, i, producer, figures, held, num, axes, n, div, moves, s, floor)
     if narrowed is not None:
         return None
     if (s := _made_by(program, producer, reduced, Prim.REDUCE_SUM)) is not None:
@@ -341,19 +357,24 @@ def _normalized(
     div: tuple[float, float],
     moves: list[int],
     root: tuple[int, Eqn],
+    floor: float,
 ) -> RowRange | None:
     jq, sq = root
     added = _made_by(program, producer, sq.inputs[0], Prim.ADD)
     if added is None:
         return None
     ja, add = added
-    eps_at = [k for k, a in enumerate(add.inputs) if (_literal(a, held) or 0.0) > 0.0]
-    if len(eps_at) != 1:
-        return None  # no eps: a row of zeros divides zero by zero
-    eps = _literal(add.inputs[eps_at[0]], held) or 0.0
+    eps_at = [k for k, a in enumerate(add.inputs) if isinstance(a, Literal)]
+    eps = _literal(add.inputs[eps_at[0]], held) if len(eps_at) == 1 else None
+    if eps is None or eps < 0.0 or (eps == 0.0 and floor <= 0.0):
+        return None  # no eps (or one held as 0) and no floor: a row of zeros divides 0 by 0
     scaled = add.inputs[1 - eps_at[0]]
     steps = [i, *moves, jq, ja]
     c, figs = 1.0, [figures(jq, Prim.SQRT), figures(ja, Prim.ADD)]
+    # how many times, and at what scale, each step's absolute part after the square root's
+    # reaches w (``_floor_range``): the add's once
+    times = [1.0]
+    after = False  # the mean's scale applied after the sum
     summed = _made_by(program, producer, scaled, Prim.REDUCE_SUM)
     if summed is None:  # a mean: the sum divided by, or multiplied by, a positive literal
         for prim in (Prim.DIV, Prim.MUL):
@@ -371,6 +392,8 @@ def _normalized(
                 return None
             steps.append(jc)
             figs.append(figures(jc, prim))
+            times.append(1.0)
+            after = True
             break
     if summed is None or not isinstance(sv := summed[1].inputs[0], Var):
         return None
@@ -385,25 +408,57 @@ def _normalized(
         if scale is not None and scale > 0.0 and isinstance(inner, Var):
             steps.append(square[0])
             figs.append(figures(square[0], Prim.MUL))
+            times.append(float(n))  # the scale of each of the n terms
             c, square = scale, _made_by(program, producer, inner, Prim.MUL)
     if square is None or any(not isinstance(a, Var) or a.id != d.id for a in square[1].inputs):
         return None  # the sum of squares of the very values divided
     jm = square[0]
     steps += [js, jm]
     figs += [figures(js, Prim.REDUCE_SUM, n), figures(jm, Prim.MUL)]
+    times += [c if after else 1.0, n * c]  # the sum's part, then each term's square's
     if any(f is None for f in figs):
         return None
     (rq, aq), *rest = [f for f in figs if f is not None]
     k_ = math.prod(1.0 - r for r, _ in rest)
+    if k_ <= 0.0:
+        return None
+    rd, ad = div
+    his = []
     # every absolute part reaches w scaled at most by c per term of the sum (and 1 after it)
     big = max(c, 1.0) * (n + 1)
     w_floor = k_ * eps - big * sum(a for _, a in rest)
-    if k_ <= 0.0 or w_floor <= 0.0 or (1.0 - rq) * math.sqrt(w_floor) <= aq:
+    if w_floor > 0.0 and (1.0 - rq) * math.sqrt(w_floor) > aq:
+        shrink = 1.0 - aq / ((1.0 - rq) * math.sqrt(w_floor))
+        his.append((1.0 + rd) / ((1.0 - rq) * math.sqrt(k_ * c) * shrink) + ad)
+    if floor > 0.0:
+        grow = math.prod(1.0 + r for r, _ in rest)
+        absolute = grow * sum(t * a for t, (_, a) in zip(times, rest, strict=True))
+        his.extend(_floor_range(k_, c, k_ * eps - absolute, floor, (rq, aq), div))
+    if not his:
         return None
-    rd, ad = div
-    shrink = 1.0 - aq / ((1.0 - rq) * math.sqrt(w_floor))
-    hi = (1.0 + rd) / ((1.0 - rq) * math.sqrt(k_ * c) * shrink) + ad
+    hi = min(his)
     return RowRange(i, "normalized", -hi, hi, tuple(sorted(steps)))
+
+
+def _floor_range(
+    k: float, c: float, w0: float, floor: float, sqrt: tuple[float, float], div: tuple[float, float]
+) -> list[float]:
+    """The normalized row's bound where the divisor is at least ``floor`` on a returned step
+    (``row_range``): ``w >= max(floor, K c t^2 + W0)`` for an element of magnitude ``t``
+    (``W0 = K eps - A``, the absolute parts ``A`` each counted as often and at the scale it
+    reaches ``w``), so ``|o| <= (1 + rho_div) t / ((1 - rho_sqrt) sqrt(w) - a_sqrt) + a_div``
+    grows with ``t`` while ``w`` is at its floor and falls after (``W0 <= 0``: one term of the
+    sum of squares, its own, cannot fall below the floor): its largest value is at ``t* =
+    sqrt((floor - W0) / (K c))``. With an eps FP16 flushes to 0 (MiniLM's 1e-12) this is the
+    only bound: about ``sqrt(n (1 + A / floor))``. A positive ``W0`` is dropped (a smaller
+    ``w``, a larger bound), which keeps the function's shape. Empty where it gives none."""
+    (rq, aq), (rd, ad) = sqrt, div
+    w0 = min(w0, 0.0)
+    root = (1.0 - rq) * math.sqrt(floor) - aq
+    if root <= 0.0 or k * c <= 0.0:
+        return []
+    t = math.sqrt((floor - w0) / (k * c))
+    return [(1.0 + rd) * t / root + ad]
 
 
 def _softmax(
