@@ -15,8 +15,9 @@ The artifact:
 - ``load``: ``import_model``; a blob the runtime refuses is ``BlobRefused`` (the engine then
   recompiles). The blob ``compile`` has just returned loads as the compiled model it was
   exported from, without importing it again (MobileNetV3-small on the stand-in: 1.5 s of its
-  first step); every other blob, a cached one above all, goes through ``import_model``. The compiled model's ports (names, order, direction, extents, element type) are
-  read back as the artifact's signature: the runtime converts a retyped input silently and runs
+  first step); every other blob, a cached one above all, goes through ``import_model``. The
+  compiled model's ports (names, order, direction, extents, element type) are read back as
+  the artifact's signature: the runtime converts a retyped input silently and runs
   a missing one on stale memory, so only this comparison catches a compiler that changed one.
   A port no poot type can describe is ``SignatureMismatch`` here.
 

@@ -89,9 +89,9 @@ class RegionLimits:
     #: ``length = getLocalMemorySize() - max``; the link asks for basic-sequential allocation,
     #: so that is the stack plus every buffer, packed: ``poot_codegen.xdna.link``) and places
     #: there ``.data`` and ``.rodata`` of every object linked, then ``.bss``: the 32-bit
-    #: ``poot_guard_word`` each kernel object
-    #: defines (``poot_codegen.xdna.guards.GUARD_PRELUDE``), and whatever the kernel object,
-    #: compiler-rt's soft-float routines and crt0 bring, with their alignment. 4 bytes of guard
+    #: ``poot_guard_word`` each kernel object defines (``poot_codegen.xdna.guards.
+    #: GUARD_PRELUDE``), and whatever the kernel object, compiler-rt's soft-float routines and
+    #: crt0 bring, with their alignment. 4 bytes of guard
     #: word and an UNMEASURED reserve of 252 bytes for the rest (poot's kernels define no other
     #: data; a jump table or a literal pool would land in ``.rodata``): the ``xdna`` hardware
     #: test measures every linked core's data sections against this figure.

@@ -135,7 +135,7 @@ __all__ = ["legalized_values", "result_bounds"]
 
 Array = np.ndarray
 _ERF_SLOPE = 2.0 / np.sqrt(np.pi)  # the largest derivative of erf
-_FP16_TINY = 2.0**-24  # the smallest positive FP16 value (a subnormal)
+_FP16_TINY = 2.0 * HALF_TINY  # the smallest positive FP16 value (a subnormal)
 
 
 def _everything(program: Program) -> Program:

@@ -366,7 +366,7 @@ def _normalized(
     ja, add = added
     eps_at = [k for k, a in enumerate(add.inputs) if isinstance(a, Literal)]
     eps = _literal(add.inputs[eps_at[0]], held) if len(eps_at) == 1 else None
-    if eps is None or eps < 0.0 or (eps == 0.0 and floor <= 0.0):
+    if eps is None or not eps >= 0.0 or (eps == 0.0 and floor <= 0.0):
         return None  # no eps (or one held as 0) and no floor: a row of zeros divides 0 by 0
     scaled = add.inputs[1 - eps_at[0]]
     steps = [i, *moves, jq, ja]
@@ -433,7 +433,8 @@ def _normalized(
     if floor > 0.0:
         grow = math.prod(1.0 + r for r, _ in rest)
         absolute = grow * sum(t * a for t, (_, a) in zip(times, rest, strict=True))
-        his.extend(_floor_range(k_, c, k_ * eps - absolute, floor, (rq, aq), div))
+        if (at_floor := _floor_range(k_, c, k_ * eps - absolute, floor, (rq, aq), div)) is not None:
+            his.append(at_floor)
     if not his:
         return None
     hi = min(his)
@@ -442,7 +443,7 @@ def _normalized(
 
 def _floor_range(
     k: float, c: float, w0: float, floor: float, sqrt: tuple[float, float], div: tuple[float, float]
-) -> list[float]:
+) -> float | None:
     """The normalized row's bound where the divisor is at least ``floor`` on a returned step
     (``row_range``): ``w >= max(floor, K c t^2 + W0)`` for an element of magnitude ``t``
     (``W0 = K eps - A``, the absolute parts ``A`` each counted as often and at the scale it
@@ -451,14 +452,14 @@ def _floor_range(
     sum of squares, its own, cannot fall below the floor): its largest value is at ``t* =
     sqrt((floor - W0) / (K c))``. With an eps FP16 flushes to 0 (MiniLM's 1e-12) this is the
     only bound: about ``sqrt(n (1 + A / floor))``. A positive ``W0`` is dropped (a smaller
-    ``w``, a larger bound), which keeps the function's shape. Empty where it gives none."""
+    ``w``, a larger bound), which keeps the function's shape. None where it gives none."""
     (rq, aq), (rd, ad) = sqrt, div
     w0 = min(w0, 0.0)
     root = (1.0 - rq) * math.sqrt(floor) - aq
     if root <= 0.0 or k * c <= 0.0:
-        return []
+        return None
     t = math.sqrt((floor - w0) / (k * c))
-    return [(1.0 + rd) * t / root + ad]
+    return (1.0 + rd) * t / root + ad
 
 
 def _softmax(
