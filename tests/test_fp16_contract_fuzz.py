@@ -783,3 +783,53 @@ def test_a_normalized_row_whose_eps_flushes_keeps_its_range(engine: Engine) -> N
     assert np.all(np.isfinite(bound)), bound
     assert np.all(bound <= 1.5 * math.sqrt(WIDTH) + np.abs(want)), (bound, want)
     _within(bound, want, "y", device=got, held=held)
+
+
+def test_a_select_on_a_mask_that_may_flip_is_held_to_either_branch(engine: Engine) -> None:
+    """``select(d >= 0, 100 + d, 100 - d)`` (``100 + |d|``) with ``d = a - b`` a cancellation
+    of inputs near 1000, where FP16's input rounding (a spacing of 0.5) may flip the sign
+    test. intel-npu4 legalizes the select as ``x m + y (1 - m)`` on a 0/1 mask, whose steps
+    first-order carrying bounds by ``|x| + |y|`` (about 200) wherever the mask may flip. The
+    device's mask is 0 or 1 exactly, so its value is one branch, each within its bound and
+    apart from the other by ``2|d|`` there: a bound of a few of ``d``'s, which the device and
+    a float64 evaluation of the FP16-rounded program keep (before: 200 and more)."""
+    b = Builder("select_may_flip")
+    a, c = b.slot("a", DType.F32, (8,)), b.slot("b", DType.F32, (8,))
+    d = b.sub(a, c)
+    b.output("y", b.select(b.ge(d, 0.0), b.add(d, 100.0), b.sub(100.0, d)))
+    p = plan(b.build(), "intel-npu4")
+    assert any(rw.rule.name == "select on a comparison's mask" for rw in p.rewrites)
+    av = np.array([1000.0, 1000.2, 999.9, 1000.3, 1024.0, -1000.1, 0.0, 2.0**-20], np.float32)
+    bv = np.array([1000.1, 1000.0, 1000.0, 1000.4, 1023.9, -1000.0, 0.0, -(2.0**-20)], np.float32)
+    got = _one_step(engine, p, {"a": av, "b": bv})["y"]
+    d64 = av.astype(np.float64) - bv.astype(np.float64)
+    want = 100.0 + np.abs(d64)
+    d16 = _r16(_r16(av) - _r16(bv))
+    held = np.where(d16 >= 0, _r16(d16 + 100.0), _r16(100.0 - d16))
+    bound = result_bounds(p, {"a": av, "b": bv})["y"]
+    assert np.all(np.isfinite(bound)), bound
+    assert np.all(bound <= 4.0), bound  # d's bound is at most 0.75 (two roundings near 1024)
+    _within(bound, want, "y", device=got, held=held)
+
+
+def test_a_sign_test_of_a_value_the_guard_holds_near_65504_is_bounded(engine: Engine) -> None:
+    """``select(x >= 0, x 0 + 2, -2)``, ``x = a c`` near 65504: the product's bound passes
+    FP16's range, so the in-graph guard's check holds it (within +-65504 on every step the
+    device returns). The sign test was legalized on ``0 - x``, a rounded step whose range
+    passes FP16's edge, so the mask was promised nothing and the select held to either branch
+    (4 here; ddddocr's LSTM gates, every element). On ``-x``, an exact step, the range follows:
+    the sign is sure wherever ``|x|`` passes its bound, and at ``x = 0`` (the product's
+    absolute floor, 2^-25, reaches past it) either branch is held."""
+    b = Builder("sign_near_65504")
+    a, c = b.slot("a", DType.F32, (4,)), b.slot("c", DType.F32, (4,))
+    x = b.mul(a, c)
+    b.output("y", b.select(b.ge(x, 0.0), b.add(b.mul(x, 0.0), 2.0), -2.0))
+    p = plan(b.build(), "intel-npu4")
+    av = np.array([255.5, -255.5, 1.0, 0.0], np.float32)
+    cv = np.array([256.25, 256.25, 1.0, 5.0], np.float32)
+    got = _one_step(engine, p, {"a": av, "c": cv})["y"]
+    want = np.where(av.astype(np.float64) * cv >= 0, 2.0, -2.0)
+    bound = result_bounds(p, {"a": av, "c": cv})["y"]
+    assert np.all(np.isfinite(bound)), bound
+    assert np.all(bound[:3] <= 2.0**-7) and bound[3] <= 4.0 + 2.0**-7, bound
+    _within(bound, want, "y", device=got)

@@ -117,6 +117,7 @@ from poot_planner.fp16.contract import (
     stored_literal,
 )
 from poot_planner.fp16.narrowing import operating_dtype
+from poot_planner.legalize.expanders import expand_select
 from poot_planner.legalize.logarithm import operand_of_softplus
 from poot_planner.legalize.rewrite import Rewrite
 from poot_planner.legalize.rules import Numerics
@@ -843,6 +844,67 @@ def _function_range(
     return ends, np.broadcast_to(np.isfinite(err[x.id]), shape)
 
 
+def _blend(
+    program: Program,
+    index: Mapping[int, int],
+    i: int,
+    val: Mapping[int, Array],
+    err: Mapping[int, Array],
+    y: Array,
+    narrow: bool,
+) -> Array | None:
+    """The bound of a select legalized on a comparison's mask (``legalize.expanders.
+    expand_select``), ``x m + y (1 - m)`` at equation ``i``, as a select: the device's mask
+    ``m'`` is 0 or 1 exactly (clamped steps of FP16 values, ``legalize.steps``) wherever it
+    is finite, so each product is exact (``x' * 1``, a zero) and so is the sum: the device's
+    value is ``x'`` or ``y'``, each within its bound of the oracle's branch. Where the mask is
+    sure (bound 0 on a 0 or 1) that is the chosen branch; elsewhere either branch, at its
+    bound plus its distance from the oracle's blend ``v``::
+
+        |v' - v| <= max(E_x + |x - v|, E_y + |y - v|)
+
+    First-order carrying gives ``|x| E_m + |y| E_m`` instead, about ``|x| + |y|`` wherever the
+    mask may flip, where the branches meet (a sigmoid's two halves at 0). Infinite where a
+    branch or the mask is promised nothing (a NaN or infinite branch times 0 is NaN). None
+    when equation ``i`` is not of that shape."""
+    e = program.eqns[i]
+    made = [
+        program.eqns[index[a.id]] if isinstance(a, Var) and a.id in index else None
+        for a in e.inputs
+    ]
+    if e.prim is not Prim.ADD or any(p is None or p.prim is not Prim.MUL for p in made):
+        return None
+    (bx, m), (by, n) = made[0].inputs, made[1].inputs  # type: ignore[union-attr]
+    flip = program.eqns[index[n.id]] if isinstance(n, Var) and n.id in index else None
+    if not (
+        isinstance(m, Var)
+        and flip is not None
+        and flip.prim is Prim.SUB
+        and flip.inputs[1] == m
+        and isinstance(flip.inputs[0], Literal)
+        and flip.inputs[0].as_float() == 1.0
+    ):
+        return None
+
+    def branch(a: Atom) -> tuple[Array, Array]:
+        if isinstance(a, Var):
+            return np.asarray(val[a.id], np.float64), err[a.id]
+        held = stored_literal(a) if narrow and a.dtype is DType.F32 else 0.0
+        return np.asarray(a.value, np.float64), np.asarray(held)
+
+    (x, ex), (z, ez) = branch(bx), branch(by)
+    mv, em = np.asarray(val[m.id], np.float64), err[m.id]
+    v = np.asarray(y, np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        to_x, to_z = ex + np.abs(x - v), ez + np.abs(z - v)
+        sure = (em == 0) & ((mv == 0) | (mv == 1))
+        out = np.where(sure, np.where(mv == 1, to_x, to_z), np.maximum(to_x, to_z))
+        out = out + 2.0**-52 * (np.abs(x) + np.abs(z) + np.abs(v))  # float64's own
+        finite = np.isfinite(em) & np.isfinite(ex) & np.isfinite(ez)
+        out = np.where(finite & ~np.isnan(out), out, np.inf)
+    return np.asarray(np.broadcast_to(out, np.shape(y)), np.float64)
+
+
 def _kind(rw: Rewrite) -> str:
     """The function a rewrite is carried as (``_CARRIED``): the rule's ``carried``, or a
     piecewise rule's odd function (erf, tanh), whose derived bound is absolute plus relative
@@ -1026,6 +1088,8 @@ def result_bounds(
     # a range-reduced rewrite is carried as one step: its derived bound, and its operand's error
     # through the source primitive (its steps' own errors are inside that bound)
     whole = {rw.last: rw for rw in plan.rewrites if _kind(rw)}
+    # a select on a comparison's mask is one of its branches on the device (``_blend``)
+    blends = {rw.last for rw in plan.rewrites if rw.rule.expand is expand_select}
     producer = {e.out.id: e for e in plan.source.eqns}
     device = plan.narrowing.device_dtype if plan.narrowing is not None else None
     if values is None:
@@ -1168,6 +1232,12 @@ def result_bounds(
                     ok = np.all(np.isfinite(terms.hi - terms.lo), axis=axes)
                     finite = ok & (sums.lo > -LIMIT) & (sums.hi < LIMIT)
             rng[e.out.id], err[e.out.id] = _DeviceRange.within(sums, y, total, finite)
+        if i in blends and (b := _blend(program, index, i, val, err, y, narrow)) is not None:
+            if i in approximation:
+                b = b + gap
+            rng[e.out.id], err[e.out.id] = _DeviceRange.within(
+                rng.get(e.out.id), y, np.minimum(err[e.out.id], b)
+            )
         if i in checked and y.dtype.kind == "f":
             held = _held_finite(rng.get(e.out.id), y, err[e.out.id])
             if held is not None:
