@@ -121,7 +121,7 @@ from poot_planner.legalize.expanders import expand_select
 from poot_planner.legalize.logarithm import operand_of_softplus
 from poot_planner.legalize.rewrite import Rewrite
 from poot_planner.legalize.rules import Numerics
-from poot_planner.legalize.steps import sigmoid_operand
+from poot_planner.legalize.steps import TINY_F16, sigmoid_operand
 from poot_planner.plan import Plan
 from poot_planner.row_ranges import (
     FiguresOf,
@@ -136,7 +136,6 @@ __all__ = ["legalized_values", "result_bounds"]
 
 Array = np.ndarray
 _ERF_SLOPE = 2.0 / np.sqrt(np.pi)  # the largest derivative of erf
-_FP16_TINY = 2.0 * HALF_TINY  # the smallest positive FP16 value (a subnormal)
 
 
 def _everything(program: Program) -> Program:
@@ -878,6 +877,7 @@ def _blend(
     flip = program.eqns[index[n.id]] if isinstance(n, Var) and n.id in index else None
     if not (
         isinstance(m, Var)
+        and (narrow or m.dtype is DType.F16)  # the steps' 0/1 rests on FP16 (>= 2^-24 or 0)
         and flip is not None
         and flip.prim is Prim.SUB
         and flip.inputs[1] == m
@@ -977,7 +977,7 @@ def _within_range(
     if narrowed is None:
         rng = row_range(program, i, index, contract_of, magnitude)
     else:
-        floor = _FP16_TINY if checked else 0.0
+        floor = TINY_F16 if checked else 0.0
         rng = row_range(program, i, index, contract_of, None, (narrowed, _held_literal), floor)
     if rng is None or any(k in unpromised for k in rng.steps):
         return bound

@@ -39,6 +39,7 @@ import math
 from poot_ir import DType, Eqn, Literal, Prim, Var
 
 from poot_planner.emit import Emit, RuleContext
+from poot_planner.legalize.steps import TINY_F16
 
 __all__ = [
     "K_RANGE",
@@ -64,7 +65,6 @@ K_RANGE = (-24, 16)
 _STAGES = (16, 8, 4, 2, 1)  # halving while x >= M_LO 2^s, then doubling while x < M_LO 2^(1-s)
 #: the kept series 1 + u^2/3 + u^4/5, by Horner in u^2
 _SERIES = (1.0 / 5.0, 1.0 / 3.0, 1.0)
-_TINY = 2.0**-24  # FP16's smallest subnormal
 _AMP = 4096.0  # 2^12: twice, 2^-24 to exactly 1
 
 
@@ -72,7 +72,7 @@ def below(em: Emit, x: Var, c: float) -> Var:
     """Exactly 1 where the F16 ``x < c``, else 0: ``d = c - x`` has the exact difference's sign
     and is 0 or at least 2^-24 in magnitude, so ``min(max(d, 0), 2^-24)`` is 0 or 2^-24, and
     two products by 2^12 make it 0 or 1 (exact: powers of two, subnormal operand included)."""
-    g = em.min(em.max(em.sub(c, x), 0.0), _TINY)
+    g = em.min(em.max(em.sub(c, x), 0.0), TINY_F16)
     return em.mul(em.mul(g, _AMP), _AMP)
 
 
