@@ -833,3 +833,30 @@ def test_a_sign_test_of_a_value_the_guard_holds_near_65504_is_bounded(engine: En
     assert np.all(np.isfinite(bound)), bound
     assert np.all(bound[:3] <= 2.0**-7) and bound[3] <= 4.0 + 2.0**-7, bound
     _within(bound, want, "y", device=got)
+
+
+def test_a_subtraction_from_a_literal_zero_is_exact_in_fp16(engine: Engine) -> None:
+    """``0 - x`` of an FP16 value is ``-x`` exactly (so are ``x - 0`` and ``x + 0``): it
+    rounds nothing, and its range is ``x``'s negated, not widened past FP16's edge by a
+    rounding. ``x = a c = 65471.875`` (both FP16 values) holds 65472 (half an ulp, 32, is its
+    bound), so ``z = (0 - x) 0.5`` is within 32 (its own rounding 16 and ``x``'s 16, halved);
+    with ``0 - x`` rounded it was 48. And ``0 - x >= 0`` at ``x = 0`` (its absolute floor
+    reaches past zero) is held to either branch, 2 apart: it was 4."""
+    b = Builder("zero_minus_x")
+    a, c = b.slot("a", DType.F32, (3,)), b.slot("c", DType.F32, (3,))
+    x = b.mul(a, c)
+    nx = b.sub(0.0, x)
+    b.output("z", b.mul(nx, 0.5))
+    b.output("y", b.select(b.ge(nx, 0.0), b.add(b.mul(x, 0.0), 2.0), -2.0))
+    p = plan(b.build(), "intel-npu4")
+    feed = {
+        "a": np.array([255.5, -255.5, 0.0], np.float32),
+        "c": np.array([256.25, 256.25, 5.0], np.float32),
+    }
+    got = _one_step(engine, p, feed)
+    x64 = feed["a"].astype(np.float64) * feed["c"]
+    bound = result_bounds(p, feed)
+    assert np.all(bound["z"][:2] <= 32.0 + 2.0**-7), bound["z"]
+    assert bound["y"][2] <= 2.0 + 2.0**-7, bound["y"]
+    _within(bound["z"], -x64 * 0.5, "z", device=got["z"])
+    _within(bound["y"], np.where(-x64 >= 0, 2.0, -2.0), "y", device=got["y"])

@@ -115,6 +115,7 @@ from poot_planner.fp16.contract import (
     own_rounding,
     stored,
     stored_literal,
+    zero_operand,
 )
 from poot_planner.fp16.narrowing import operating_dtype
 from poot_planner.legalize.expanders import expand_select
@@ -539,6 +540,10 @@ def _ruled(
                 return _DeviceRange(np.minimum(lo[0], lo[1]) - own, np.minimum(hi[0], hi[1]) + own)
             case Prim.NEG:
                 return _DeviceRange(-hi[0] - own, -lo[0] + own)
+            case Prim.ADD | Prim.SUB if narrowed and (z := zero_operand(e)) is not None:
+                if e.prim is Prim.SUB and z == 0:  # 0 - x: -x, exactly (``fp16.contract``)
+                    return _DeviceRange(-hi[1] - own, -lo[1] + own)
+                return _DeviceRange(lo[1 - z] - own, hi[1 - z] + own)
             case Prim.ADD if narrowed:
                 return _rounded(lo[0] + lo[1], hi[0] + hi[1], contract)
             case Prim.SUB if narrowed:

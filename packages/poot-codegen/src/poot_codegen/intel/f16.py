@@ -12,7 +12,8 @@ value (all of that is ``intel.graph``'s), and after every equation that computes
 |x| >= 65520 to infinity, subnormals to multiples of 2^-24, signs of zeros kept, NaN stays NaN
 (its payload is not promised). The tests prove this rounding bit for bit on the compiled CPU
 graph over 2^20 random f32 bit patterns and every FP16 boundary, tie and neighbour. Exact F16
-equations (neg, abs, max, min, select, comparisons, reduce_max, data movement) are not rounded.
+equations (neg, abs, max, min, select, comparisons, reduce_max, data movement, and an add or a
+subtraction of a literal zero: ``x``, ``-x``) are not rounded.
 
 What emulation proves: for add, sub, mul, div and sqrt of FP16 operands, the f32 result rounded
 once equals the correctly rounded FP16 result (f32 has at least 2 * 11 + 2 bits), so those
@@ -49,6 +50,7 @@ from typing import Any, Final, TypeAlias
 import numpy as np
 from poot_ir.core import EXACT_ARITHMETIC, MOVEMENT, Eqn, Prim
 from poot_ir.dtypes import DType
+from poot_planner.fp16.contract import zero_operand
 from poot_planner.fp16.saturation import pooled_summands, saturates
 
 from poot_codegen.intel.quiet import opset16 as ops
@@ -76,6 +78,8 @@ def computes_f16(e: Eqn, f32_is_fp16: bool = False) -> bool:
     if e.prim is Prim.CONVERT:
         exact = (DType.F16, DType.F32) if f32_is_fp16 else (DType.F16,)
         return e.inputs[0].dtype not in exact
+    if zero_operand(e) is not None:  # x + 0, x - 0, 0 - x of an FP16 value: one already
+        return False
     return e.prim not in _EXACT_F16
 
 

@@ -78,6 +78,7 @@ __all__ = [
     "stored",
     "stored_literal",
     "unbounded_results",
+    "zero_operand",
 ]
 
 Array = np.ndarray
@@ -124,6 +125,8 @@ def lowering(e: Eqn) -> F16Lowering:
     """The lowering of equation ``e`` of an F32 program narrowed to FP16."""
     if e.prim in MOVEMENT or e.prim in EXACT_ARITHMETIC or e.prim in COMPARISONS:
         return F16Lowering.EXACT
+    if zero_operand(e) is not None:  # x + 0, x - 0, 0 - x: an FP16 value or its negation
+        return F16Lowering.EXACT
     match e.prim:
         case Prim.IOTA | Prim.REDUCE_WINDOW_MAX | Prim.REDUCE_MAX | Prim.SELECT:
             return F16Lowering.EXACT
@@ -136,6 +139,18 @@ def lowering(e: Eqn) -> F16Lowering:
             return F16Lowering.ROUNDED if e.out.dtype.is_float else F16Lowering.EXACT
         case _:
             return F16Lowering.ROUNDED
+
+
+def zero_operand(e: Eqn) -> int | None:
+    """For an add or a subtraction with a literal zero operand (of either sign), which operand
+    is the zero: its FP16 result is the other operand's value (``0 - x``: negated), exactly
+    but for the sign of a zero result, so it rounds nothing. None for every other equation."""
+    if e.prim not in (Prim.ADD, Prim.SUB):
+        return None
+    return next(
+        (k for k, a in enumerate(e.inputs) if isinstance(a, Literal) and a.as_float() == 0.0),
+        None,
+    )
 
 
 def stored(x: Any) -> Array:
