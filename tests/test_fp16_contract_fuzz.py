@@ -44,10 +44,10 @@ REGIMES = {
     "cancellation": [1000.0, 1000.1, -1000.1, 999.9, 1000.05],
     "overflow": [32752.0, 40000.0, 65504.0, -65504.0, 30000.0],
 }
-LITERALS = (0.5, 2.0, 1000.0, 0.1, 1e-30, 3e-4, -1000.1)
+LITERALS = (0.5, 2.0, 1000.0, 0.1, 1e-30, 3e-4, -1000.1, 0.0, -0.0)
 UNARY = ("exp", "sqrt", "log", "tanh", "erf", "recip", "abs", "neg")
 BINARY = ("add", "sub", "mul", "div", "max", "min")
-OTHER = ("sum_rows", "sum_channels", "matmul", "lit_add", "lit_mul", "select")
+OTHER = ("sum_rows", "sum_channels", "matmul", "lit_add", "lit_sub", "lit_mul", "select")
 STEPS = UNARY + BINARY + OTHER
 
 Array = np.ndarray
@@ -86,6 +86,8 @@ def _f64(step: str, y: Array, z: Array, w: Array, lit: float) -> Array:
                 return y @ w
             case "lit_add":
                 return y + lit
+            case "lit_sub":  # the literal first: 0 - y is -y, exactly
+                return lit - y
             case "lit_mul":
                 return y * lit
             case "select":
@@ -104,6 +106,8 @@ def _emit(b: Builder, step: str, y: Var, z: Var, w: Var, lit: float) -> Var:
             return b.matmul(y, w)
         case "lit_add":
             return b.add(y, lit)
+        case "lit_sub":
+            return b.sub(lit, y)
         case "lit_mul":
             return b.mul(y, lit)
         case "select":
@@ -198,6 +202,35 @@ def _within(bound: Array, want: Array, what: object, **values: Array) -> None:
 def test_fp16_programs_on_vpu_cpu_within_their_derived_contract(
     engine: Engine, steps: list[str], lit: float, data: st.DataObject
 ) -> None:
+    _within_derived_contract(engine, steps, lit, data)
+
+
+@given(
+    around=st.lists(st.sampled_from(STEPS), min_size=2, max_size=2),
+    zero=st.sampled_from(["lit_add", "lit_sub"]),
+    lit=st.sampled_from([0.0, -0.0]),
+    data=st.data(),
+)
+@settings(
+    derandomize=True,
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+def test_an_add_or_subtraction_of_a_literal_zero_within_its_derived_contract(
+    engine: Engine, around: list[str], zero: str, lit: float, data: st.DataObject
+) -> None:
+    """``x + 0``, ``0 - x`` (either zero) between two random steps: lowered exact, neither
+    rounded nor its range widened (``fp16.contract.zero_operand``), at every regime's edges."""
+    _within_derived_contract(engine, [around[0], zero, around[1]], lit, data)
+
+
+def _within_derived_contract(
+    engine: Engine, steps: list[str], lit: float, data: st.DataObject
+) -> None:
+    """One step of ``steps`` on vpu-cpu, on inputs drawn from one or two regimes: within the
+    derived bound of the float64 judge (and of the judge on the FP16-rounded inputs), or a
+    refusal the judge justifies."""
     names = data.draw(st.lists(st.sampled_from(sorted(REGIMES)), min_size=1, max_size=2))
     edges = [float(v) for n in names for v in REGIMES[n]]
     pick = st.lists(st.sampled_from(edges), min_size=32, max_size=32)
