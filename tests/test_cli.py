@@ -289,6 +289,26 @@ def test_plan_says_how_each_gather_keeps_its_indices_in_the_axis(
     assert "gather at equation 0: indices checked on the host before each run" in out
 
 
+def test_plan_shows_a_rewrite_made_at_many_equations_once(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # three tanh steps and one erf on intel-npu4: one tanh line naming its equations, the
+    # erf's whole (its equation and its length); each tanh's own line with --guards
+    lines = ["program few", "  slot x %0: f32[4,8]"]
+    lines += [f"  %{i + 1}: f32[4,8] = tanh %{i}" for i in range(3)]
+    lines += ["  %4: f32[4,8] = erf %3", "  output y = %4", "end", ""]
+    path = tmp_path / "few.poot"
+    path.write_text("\n".join(lines))
+    code, out, _ = _run(capsys, "plan", str(path), "--target", "intel-npu4")
+    assert code == 0
+    flat = " ".join(out.replace("│", " ").split())
+    assert flat.count("legalized: tanh") == 1 and "(equations 0, 1, 2)" in flat
+    assert flat.count("legalized: erf") == 1 and "(equation 3:" in flat
+    code, every, _ = _run(capsys, "plan", str(path), "--target", "intel-npu4", "--guards")
+    assert code == 0
+    assert " ".join(every.replace("│", " ").split()).count("legalized: tanh") == 3
+
+
 @pytest.mark.slow
 def test_plan_of_a_long_program_summarises_its_rewrites_and_guards(
     capsys: pytest.CaptureFixture[str], tmp_path: Path

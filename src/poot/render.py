@@ -18,6 +18,7 @@ from rich.text import Text
 if TYPE_CHECKING:
     from poot_engine.blob_cache import CacheEntry
     from poot_npu.registry import DeviceInfo
+    from poot_planner.legalize.rewrite import Rewrite
 
 __all__ = ["cache_table", "demo_table", "devices_table", "plan_panel", "run_report"]
 
@@ -100,8 +101,8 @@ def _eqns(eqns: Sequence[int]) -> str:
 
 def plan_panel(p: Plan, spans: tuple[Span, ...] = (), *, every: bool = False) -> Panel:
     """The plan; a refused one with its partition (``spans`` when the caller has them, so
-    nothing is planned again). More than ``SUMMARY_ROWS`` rewrites or guards are summarised
-    one per kind unless ``every``."""
+    nothing is planned again). A rewrite made at several equations is one line, and more than
+    ``SUMMARY_ROWS`` guards are summarised one row per kind, unless ``every``."""
     head = Text.assemble(
         (f"{p.source.name}", "bold"),
         f" on {p.target.name}: ",
@@ -112,16 +113,20 @@ def plan_panel(p: Plan, spans: tuple[Span, ...] = (), *, every: bool = False) ->
         f"; numerics {_numerics(p)}" if p.admitted else "",
     )
     parts: list[object] = [head]
-    if every or len(p.rewrites) <= SUMMARY_ROWS:
-        parts.extend(Text(f"legalized: {rw.describe()}") for rw in p.rewrites)
-    else:
-        kinds: dict[tuple[str, str, str], list[int]] = {}
-        for rw in p.rewrites:
-            kind = (rw.primitive, rw.rule.decomposition, rw.derivation.describe())
-            kinds.setdefault(kind, []).append(rw.eqn)
-        for (prim, decomposition, derived), at in kinds.items():
-            line = f"legalized: {prim} -> {decomposition}, bound {derived} (equations {_eqns(at)})"
-            parts.append(Text(line))
+    # a rewrite made once is shown whole; one made at many equations (a clamp per activation)
+    # is one line with its equations, unless ``every``
+    kinds: dict[tuple[str, str, str], list[Rewrite]] = {}
+    for rw in p.rewrites:
+        kind = (rw.primitive, rw.rule.decomposition, rw.derivation.describe())
+        kinds.setdefault(kind, []).append(rw)
+    for (prim, decomposition, derived), made in kinds.items():
+        if every or len(made) == 1:
+            parts.extend(Text(f"legalized: {rw.describe()}") for rw in made)
+        else:
+            at = _eqns([rw.eqn for rw in made])
+            parts.append(
+                Text(f"legalized: {prim} -> {decomposition}, bound {derived} (equations {at})")
+            )
     if not p.admitted and p.source.eqns:
         spans = spans or partition(p.source, p.target, p)
         parts.append(Text(f"partitioned: {summarize(spans, p.target).describe()}"))
