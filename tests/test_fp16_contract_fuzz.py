@@ -51,6 +51,11 @@ OTHER = ("sum_rows", "sum_channels", "matmul", "lit_add", "lit_sub", "lit_mul", 
 STEPS = UNARY + BINARY + OTHER
 
 Array = np.ndarray
+#: a derandomized fuzz drawing around the module's one engine (a fixture per test, not per
+#: example: every example adds and removes its entry)
+ENGINE_FUZZ = settings(
+    derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
@@ -193,12 +198,7 @@ def _within(bound: Array, want: Array, what: object, **values: Array) -> None:
     lit=st.sampled_from(LITERALS),
     data=st.data(),
 )
-@settings(
-    derandomize=True,
-    max_examples=24,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@settings(ENGINE_FUZZ, max_examples=24)
 def test_fp16_programs_on_vpu_cpu_within_their_derived_contract(
     engine: Engine, steps: list[str], lit: float, data: st.DataObject
 ) -> None:
@@ -211,12 +211,7 @@ def test_fp16_programs_on_vpu_cpu_within_their_derived_contract(
     lit=st.sampled_from([0.0, -0.0]),
     data=st.data(),
 )
-@settings(
-    derandomize=True,
-    max_examples=12,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@settings(ENGINE_FUZZ, max_examples=12)
 def test_an_add_or_subtraction_of_a_literal_zero_within_its_derived_contract(
     engine: Engine, around: list[str], zero: str, lit: float, data: st.DataObject
 ) -> None:
@@ -447,12 +442,7 @@ def _deep_conv(scale: float) -> Program:
     scale=st.sampled_from([1.0, 3.0, 1000.0]),
     data=st.data(),
 )
-@settings(
-    derandomize=True,
-    max_examples=8,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@settings(ENGINE_FUZZ, max_examples=8)
 def test_a_deep_clamped_conv_stack_is_within_its_derived_contract(
     engine: Engine, regime: str, scale: float, data: st.DataObject
 ) -> None:
