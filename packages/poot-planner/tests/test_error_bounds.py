@@ -242,7 +242,7 @@ def test_each_carry_rule_against_the_worst_perturbation(prim: str) -> None:
     """A rule alone, on errors far above rounding: the carried error covers the worst the
     operands' errors can do (every sign combination at the ends of each error; the functions
     are monotone on each interval) and is at most twice it."""
-    from poot_planner.error_bounds import _propagated
+    from poot_planner.error_bounds.steps import _propagated
 
     rng = np.random.default_rng(5)
     f = _F64[prim]
@@ -266,7 +266,7 @@ def test_each_carry_rule_against_the_worst_perturbation(prim: str) -> None:
 
 
 def test_a_sum_carries_the_sum_of_its_terms_errors() -> None:
-    from poot_planner.error_bounds import _propagated
+    from poot_planner.error_bounds.steps import _propagated
 
     b = Builder("sum")
     b.output("y", b.reduce_sum(b.slot("x", F32, (3, 5)), axes=-1))
@@ -322,7 +322,7 @@ def test_window_primitives_carry_their_operands_errors(window: str) -> None:
 
     moved = np.abs(apply(worst) - apply(e))
     if window != "max":  # a rounding step reading operands that carry an error: one ulp more
-        # (``error_bounds._rerounded``: the two roundings of neighbouring sums can part by it)
+        # (``error_bounds.steps._rerounded``: the two roundings of neighbouring sums can part by it)
         y = evaluate(program, inputs)["y"]
         moved = moved + np.spacing(np.abs(y)).astype(np.float64)
     # tight, not just sound (to the float32 rounding of the oracle's exp the bound reads)
@@ -335,7 +335,7 @@ def test_a_softmax_shift_floor_holds_for_every_device_row() -> None:
     clears every other's high end is its row's maximum (0), a tie at the top is not."""
     from itertools import product
 
-    from poot_planner.error_bounds import _shift_floor
+    from poot_planner.error_bounds.ranges import _shift_floor
 
     rng = np.random.default_rng(7)
     cases = [
@@ -361,7 +361,7 @@ def test_a_softmax_denominator_is_at_least_the_maximums_own_term() -> None:
     """Terms in ``[lo, hi]`` with one per row at least ``peak`` (the maximum's exp(0)): the range
     ``_denominator`` gives holds every device sum of them (exact sum within the FP16 lowering's
     rounding), its floor near the peak even where the terms' ranges reach 0."""
-    from poot_planner.error_bounds import _denominator, _DeviceRange
+    from poot_planner.error_bounds.ranges import _denominator, _DeviceRange
 
     b = Builder("den")
     b.output("s", b.reduce_sum(b.slot("e", F32, (2, 4)), 1))

@@ -68,7 +68,7 @@ def _device(program: Program, x: np.ndarray) -> np.ndarray:
 
 def _rounding(y: np.ndarray) -> np.ndarray:
     """One FP16 ulp of the result and half the smallest subnormal: what the two roundings of
-    values the derived bound keeps apart can add (``error_bounds._scaled_sums``)."""
+    values the derived bound keeps apart can add (``error_bounds.rewrites._scaled_sums``)."""
     with np.errstate(all="ignore"):
         return np.spacing(np.abs(y).astype(np.float16)).astype(np.float64) + 2.0**-25
 

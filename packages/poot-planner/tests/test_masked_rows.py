@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 from poot_ir import Builder, DType, Eqn
-from poot_planner.error_bounds import _max_carry, _rerounded
+from poot_planner.error_bounds.steps import _max_carry, _rerounded
 
 F32 = DType.F32
 LOWEST = float(np.finfo(np.float32).min)

@@ -64,7 +64,7 @@ anything else          no range (the analysis keeps its first-order bound)
 ``u = 2^-24``. A narrowed plan (FP16) computes by other roundings: there a normalized row's
 steps give their FP16 lowering's figures instead (``row_range(..., narrowed=)``: one rounding
 ``2^-11`` relative and ``2^-25`` absolute, FP32 accumulation and a pooled sum's two roundings
-besides, ``error_bounds._fp16_figures``), with the literals as FP16 holds them, and a mean's
+besides, ``error_bounds.rows._fp16_figures``), with the literals as FP16 holds them, and a mean's
 scale may precede its sum (``c d_j^2`` summed: a power-of-two scale moved into the sum); no
 softmax range there (the running analysis bounds a narrowed softmax by its steps' ranges).
 """
