@@ -152,7 +152,10 @@ class _Domain:
         mask = np.ones(shape, dtype=bool)
         for op in operands:
             x = np.asarray(op)
-            mask &= _to_result(self.bounds(x.dtype).contains(_f64(x)), shape)
+            bounds = self.bounds(x.dtype)
+            if bounds.anything:  # every value, NaN included: nothing to test (or to widen)
+                continue
+            mask &= _to_result(bounds.contains(_f64(x)), shape)
         if self.on_result:
             r = np.asarray(result)
             y = _f64(r)
