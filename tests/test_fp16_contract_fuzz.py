@@ -838,11 +838,12 @@ def test_a_select_on_a_mask_that_may_flip_is_held_to_either_branch(engine: Engin
 def test_a_sign_test_of_a_value_the_guard_holds_near_65504_is_bounded(engine: Engine) -> None:
     """``select(x >= 0, x 0 + 2, -2)``, ``x = a c`` near 65504: the product's bound passes
     FP16's range, so the in-graph guard's check holds it (within +-65504 on every step the
-    device returns). The sign test was legalized on ``0 - x``, a rounded step whose range
-    passes FP16's edge, so the mask was promised nothing and the select held to either branch
-    (4 here; ddddocr's LSTM gates, every element). On ``-x``, an exact step, the range follows:
-    the sign is sure wherever ``|x|`` passes its bound, and at ``x = 0`` (the product's
-    absolute floor, 2^-25, reaches past it) either branch is held."""
+    device returns). The sign test is legalized on ``0 - x``; analysed as a rounded step its
+    range passed FP16's edge, so the mask was promised nothing and the select held to either
+    branch (4 here; ddddocr's LSTM gates, every element). As the exact step it is on FP16
+    (``fp16.contract.zero_operand``: ``-x``) the range follows: the sign is sure wherever
+    ``|x|`` passes its bound, and at ``x = 0`` (the product's absolute floor, 2^-25, reaches
+    past it) either branch is held."""
     b = Builder("sign_near_65504")
     a, c = b.slot("a", DType.F32, (4,)), b.slot("c", DType.F32, (4,))
     x = b.mul(a, c)

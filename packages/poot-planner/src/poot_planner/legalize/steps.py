@@ -81,35 +81,11 @@ def mask_of(em: Emit, pred: Var, ctx: RuleContext) -> Var | None:
         return None
     match e.prim:
         case Prim.GT:  # a > b  <=>  a - b > 0
-            return step(em, _difference(em, a, b, negate=False))
+            return step(em, em.sub(a, b))
         case Prim.GE:  # a >= b  <=>  not (b - a > 0)
-            return em.sub(1.0, step(em, _difference(em, b, a, negate=True)))
+            return em.sub(1.0, step(em, em.sub(b, a)))
         case _:  # a == b  <=>  not (|a - b| > 0)
-            return em.sub(1.0, nonzero(em, _difference(em, a, b, negate=True)))
-
-
-def _difference(em: Emit, a: Atom, b: Atom, negate: bool) -> Var:
-    """``a - b`` for a comparison's mask, with a literal zero taken out: ``a - (+0)`` is ``a``
-    and ``(-0) - b`` is ``-b`` for every ``a`` and ``b``; with ``negate`` so is ``(+0) - b``,
-    which differs from ``-b`` at ``b = +0`` only, in the sign of a zero that the masks it is
-    set for lose (``1 - step``, ``1 - nonzero``). Each is an exact step where the FP16
-    subtraction is a rounded one, and the derived contract follows an exact step's range end
-    by end, while the rounded difference of an ``x`` in [-65504, 65504] (a value the overflow
-    guard holds) may pass FP16's range, so it promised nothing there (the sign test of every
-    sigmoid over a guarded matmul: ddddocr's LSTM gates)."""
-    if isinstance(a, Var) and _zero(b, negative=False):
-        return a
-    if isinstance(b, Var) and (_zero(a, negative=True) or (negate and _zero(a, negative=False))):
-        return em.neg(b)
-    return em.sub(a, b)
-
-
-def _zero(a: Atom, negative: bool) -> bool:
-    return (
-        isinstance(a, Literal)
-        and a.as_float() == 0.0
-        and math.copysign(1.0, a.as_float()) == (-1.0 if negative else 1.0)
-    )
+            return em.sub(1.0, nonzero(em, em.sub(a, b)))
 
 
 def predicate_and_literal(e: Eqn) -> tuple[Var, bool] | None:
