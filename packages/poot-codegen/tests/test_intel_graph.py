@@ -19,6 +19,7 @@ import numpy as np
 import openvino as ov
 import pytest
 from numpy.typing import NDArray
+from poot_codegen.intel import f16 as intel_f16
 from poot_codegen.intel import graph as intel_graph
 from poot_codegen.intel.graph import (
     CPU_STANDIN_CONFIG,
@@ -29,6 +30,7 @@ from poot_codegen.intel.graph import (
     serialize,
     signature,
 )
+from poot_codegen.intel.quiet import opset16 as opset
 from poot_ir import (
     Builder,
     DType,
@@ -597,6 +599,29 @@ def test_f16_rounding_matches_numpy_astype() -> None:
     got = run(b.build(), {"x": xs}, emulate=True)["h"]
     with np.errstate(over="ignore", invalid="ignore"):
         want = xs.astype(np.float16)
+    assert_bits(got, want, any_nan=True)
+    assert np.array_equal(np.isnan(got), np.isnan(xs))
+
+
+def test_saturating_f16_rounding_clamps_numbers_and_keeps_nan() -> None:
+    """The rounding of a DPU task's output (the PPE clamp): ``astype(np.float16)`` clamped to
+    +-65504, infinities included, on the compiled CPU graph over the same values; a NaN stays
+    NaN. The CPU plugin's GreaterEqual is true at a NaN, which once sent a NaN through the
+    clamp, where it became -65504."""
+    rng = np.random.default_rng(RNG_SEED)
+    xs = np.concatenate(
+        [edge_f32(), rng.integers(0, 2**32, 2**16, dtype=np.uint32).view(np.float32)]
+    )
+    x = opset.parameter([xs.size], np.float32, name="x")
+    rounded = intel_f16.round_to_f16(x, "r", saturate=True)
+    model = ov.Model([opset.result(rounded)], [x])
+    got = (
+        CORE.compile_model(model, "CPU", CPU_STANDIN_CONFIG)
+        .create_infer_request()
+        .infer({0: xs})[0]
+    )
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = np.clip(xs.astype(np.float16).astype(np.float32), -65504, 65504)
     assert_bits(got, want, any_nan=True)
     assert np.array_equal(np.isnan(got), np.isnan(xs))
 

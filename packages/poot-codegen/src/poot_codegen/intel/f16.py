@@ -163,7 +163,7 @@ def round_to_f16(
     significant bits, ties to even. Subnormal range: ``round_half_even(x * 2^24) * 2^-24``
     (powers of two are exact; Round keeps the sign of a zero). |x| >= 65520 becomes ``x * inf``
     (a signed infinity), or with ``saturate`` ``clamp(x, -65504, 65504)``. A NaN takes the
-    subnormal branch and stays NaN (it is never "big", so the clamp, which makes a NaN -65504
+    normal branch and stays NaN (it is never "big", so the clamp, which makes a NaN -65504
     on the CPU plugin, never chooses it). Twelve ops, every one an elementwise op the CPU
     plugin fuses into one snippet (a Sign op, which it does not fuse, split the snippets and
     put a layout reorder on each side of every saturating rounding).
@@ -177,7 +177,10 @@ def round_to_f16(
     sub = ops.multiply(rounded, c(2.0**-24, "down"), name=f"{name}.sub")
     tiny = ops.less(a, c(2.0**-14, "min_normal"), name=f"{name}.is_sub")
     r = ops.select(tiny, sub, normal, name=f"{name}.finite")
-    big = ops.greater_equal(a, c(65520.0, "overflow"), name=f"{name}.is_inf")
+    # 65520 <= |x|, not |x| >= 65520: the CPU plugin's Greater and GreaterEqual are true
+    # where an operand is NaN (its Less and LessEqual false, as IEEE has it), which made a NaN
+    # "big" and a saturating rounding of it -65504
+    big = ops.less_equal(c(65520.0, "overflow"), a, name=f"{name}.is_inf")
     if saturate:
         inf = ops.clamp(x, -65504.0, 65504.0, name=f"{name}.sat")
     else:

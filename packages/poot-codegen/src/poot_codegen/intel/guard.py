@@ -15,10 +15,14 @@ already rounded to FP16 by ``intel.f16``, so infinities appear where the NPU's w
 - ``SCORE``: set when an element is not within +-``SCORE_BOUND`` (beyond it, or NaN): the
   precondition of the prelude's -2^15 mask (``poot_planner.fp16.prelude``).
 
+Every order test is a LessEqual or Less (``65504 <= |x|``, not ``|x| >= 65504``): the CPU
+plugin's Greater and GreaterEqual are true where an operand is NaN, its Less and LessEqual
+false as IEEE has it, so a NaN is never taken for a value at FP16's edge.
+
 Each flag is reduced to one boolean, the flags are concatenated into one ``boolean[n]`` result,
 appended after the program's results and named ``poot:guard:<label>,<label>,...`` (each
 ``RangeCheck.label``), so the device that loads the blob knows which equation each flag names. Every
-op used is in ``compiler_ops.ACCEPTED`` (Abs, LessEqual, GreaterEqual, LogicalNot,
+op used is in ``compiler_ops.ACCEPTED`` (Abs, LessEqual, LogicalNot,
 LogicalOr, LogicalAnd, ReduceLogicalAnd, Reshape, Concat); the compiled host device's domain
 flags (``domain_flags``, in no NPU graph) also use Subtract, Sqrt, Add, ReduceSum and NotEqual,
 and so do the vpu-cpu stand-in's checks (``_nan_flag``: the same flags, each check summed where
@@ -121,8 +125,8 @@ def _flag(g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node], carrier: type, n
         ok = ops.less_equal(ops.abs(out, name=f"{name}.abs"), bound, name=f"{name}.bounded")
     elif g.kind is GuardKind.SENTINEL:
         edge = ops.constant(np.array(g.side * _FP16_MAX, carrier), name=f"{name}.edge")
-        fn = ops.greater_equal if g.side > 0 else ops.less_equal
-        ok = fn(out, edge, name=f"{name}.dominated")
+        low, high = (edge, out) if g.side > 0 else (out, edge)
+        ok = ops.less_equal(low, high, name=f"{name}.dominated")
     else:
         # from a DPU task, 65504 itself is a saturated overflow (the PPE clamp), unless an
         # operand is already at +-65504 there (a sentinel carried: -65504 + 0); an operand is
@@ -134,7 +138,7 @@ def _flag(g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node], carrier: type, n
             for k, a in enumerate(e.inputs):
                 if isinstance(a, Var):
                     held = ops.abs(xs[k], name=f"{name}.held{k}.abs")
-                    at = ops.greater_equal(held, edge, name=f"{name}.held{k}")
+                    at = ops.less_equal(edge, held, name=f"{name}.held{k}")
                     ok = ops.logical_or(ok, at, name=f"{name}.carried{k}")
         if g.fresh:
             # float operands only: a select's predicate is boolean (no infinity to inherit)
@@ -191,7 +195,7 @@ def _nan_flag(g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node], name: str, c
                         inside = ops.less(size, edge, name=f"{name}.held{k}")
                         root = ops.select(inside, root, zero, name=f"{name}.or{k}").output(0)
                         continue
-                    at = ops.greater_equal(size, edge, name=f"{name}.held{k}")
+                    at = ops.less_equal(edge, size, name=f"{name}.held{k}")
                     root = ops.select(at, zero, root, name=f"{name}.carried{k}").output(0)
         inherited = []
         if g.fresh and not (strict and e.prim.is_binary):
@@ -373,7 +377,7 @@ def _compared(value: Node, bounds: DomainBounds, label: str) -> Node:
     name = f"guard.{label}"
     lo = ops.constant(np.array([bounds.lo], np.float32), name=f"{name}.lo")
     hi = ops.constant(np.array([bounds.hi], np.float32), name=f"{name}.hi")
-    ge = ops.greater_equal(value, lo, name=f"{name}.ge")
+    ge = ops.less_equal(lo, value, name=f"{name}.ge")
     inside = ops.logical_and(ge, ops.less_equal(value, hi, name=f"{name}.le"), name=f"{name}.in")
     if bounds.nan:
         nan = ops.not_equal(value, value, name=f"{name}.nan")
