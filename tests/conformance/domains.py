@@ -4,7 +4,10 @@ Each domain gets a mixture: a moderate bulk, the domain's limits, zeros of both 
 extreme finite values of the dtype where the domain allows them: ``poot_ir.edges``, which
 ``poot acceptance`` shares. An argument that indexes (a gather index, a dynamic_update_slice
 start) is drawn from its valid range instead. Where a target promises bit-exactness only on
-integer-valued inputs (the Intel NPU's FP16 arithmetic), the inputs are whole numbers.
+integer-valued inputs (the Intel NPU's FP16 arithmetic), the inputs are whole numbers (ties
+and small values), with the domain's edges planted among them where the result is a
+comparison's boolean or the device computes in F32 as the oracle does (the host's graph ops:
+NaN, infinities, subnormals and the largest values, where ``bit exact`` holds too).
 """
 
 from __future__ import annotations
@@ -28,14 +31,19 @@ _ARITHMETIC = (
 )
 
 
-def _floats(cap: Capability, t: TensorType, rng: np.random.Generator) -> np.ndarray:
+def _floats(cap: Capability, t: TensorType, rng: np.random.Generator, narrowed: bool) -> np.ndarray:
     arithmetic = cap.prim.is_unary or cap.prim.is_binary or cap.prim in _ARITHMETIC
     if (
         cap.kernel is KernelClass.GRAPH_OP
         and arithmetic
         and isinstance(cap.contract.bound, BitExact)
     ):
-        return rng.integers(-64, 65, size=t.shape).astype(t.dtype.numpy)  # integer-valued
+        x = rng.integers(-64, 65, size=t.shape).astype(t.dtype.numpy)  # integer-valued
+        if cap.prim.is_comparison or not narrowed:  # exact whatever the operands: edges too
+            edges = edge_sample(cap.contract.domain, t.dtype, t.shape, rng)
+            planted = rng.random(t.shape) < 0.5
+            x = np.where(planted, edges, x)
+        return x
     return edge_sample(cap.contract.domain, t.dtype, t.shape, rng)
 
 
@@ -50,14 +58,20 @@ def sample_domain(
     """An input of type ``t`` for a program exercising ``cap``. ``limit``: the largest F32
     magnitude a narrowing device accepts (it refuses NaN and anything beyond, as it must), so
     F32 values are kept within it."""
-    x = _sample(cap, t, rng, program, name)
+    narrowed = limit is not None or t.dtype is DType.F16
+    x = _sample(cap, t, rng, program, name, narrowed)
     if limit is not None and t.dtype is DType.F32:
         x = np.nan_to_num(np.clip(x, -limit, limit), nan=0.0).astype(np.float32)
     return x
 
 
 def _sample(
-    cap: Capability, t: TensorType, rng: np.random.Generator, program: Program, name: str | None
+    cap: Capability,
+    t: TensorType,
+    rng: np.random.Generator,
+    program: Program,
+    name: str | None,
+    narrowed: bool,
 ) -> np.ndarray:
     ranges = index_ranges(program)
     arg = next(
@@ -67,7 +81,7 @@ def _sample(
         lo, hi = ranges[arg.var.id]
         return rng.integers(lo, hi + 1, size=t.shape).astype(np.int32)
     if t.dtype.is_float:
-        return _floats(cap, t, rng)
+        return _floats(cap, t, rng, narrowed)
     if t.dtype is DType.BOOL:
         return rng.integers(0, 2, size=t.shape).astype(np.bool_)
     info = np.iinfo(np.int32)

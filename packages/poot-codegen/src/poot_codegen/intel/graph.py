@@ -18,7 +18,7 @@ neg exp log tanh       negative exp log tanh erf sqrt abs
 erf sqrt abs
 recip                  divide(1, x)
 add sub mul div        add subtract multiply divide (I32 divide truncates: m_pythondiv off)
-max min ge gt eq       maximum minimum greater_equal greater equal
+max min ge gt eq       maximum minimum less_equal(y, x) less(y, x) equal
 select convert         select convert
 reduce_sum/max         reduce_sum/reduce_max, keep_dims False (no axes: an identity convert,
                        the CPU plugin rejects an empty axes list)
@@ -492,8 +492,10 @@ _BINARY: Final[dict[Prim, Callable[..., Node]]] = {
     Prim.DIV: ops.divide,
     Prim.MAX: ops.maximum,
     Prim.MIN: ops.minimum,
-    Prim.GE: ops.greater_equal,
-    Prim.GT: ops.greater,
+    # x >= y as y <= x and x > y as y < x: the CPU plugin's GreaterEqual and Greater are true
+    # where an operand is NaN, its LessEqual and Less false, as IEEE and the oracle have it
+    Prim.GE: lambda x, y, name: ops.less_equal(y, x, name=name),
+    Prim.GT: lambda x, y, name: ops.less(y, x, name=name),
     Prim.EQ: ops.equal,
 }
 
