@@ -11,7 +11,8 @@ value (all of that is ``intel.graph``'s), and after every equation that computes
 ``numpy.astype(np.float16)`` rounds: to nearest even, 65504 < |x| < 65520 to 65504 and
 |x| >= 65520 to infinity, subnormals to multiples of 2^-24, signs of zeros kept, NaN stays NaN
 (its payload is not promised). The tests prove this rounding bit for bit on the compiled CPU
-graph over 2^20 random f32 bit patterns and every FP16 boundary, tie and neighbour. Exact F16
+graph over 2^20 random f32 bit patterns and every FP16 boundary, tie and neighbour, and the
+saturating one (below) clamped to +-65504, NaN kept, over the same edges. Exact F16
 equations (neg, abs, max, min, select, comparisons, reduce_max, data movement, and an add or a
 subtraction of a literal zero: ``x``, ``-x``) are not rounded.
 
