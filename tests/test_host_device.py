@@ -357,6 +357,61 @@ def test_a_computed_operand_outside_its_domain_is_refused_not_returned(tmp_path:
         assert np.array_equal(engine.step(entry, {"x": inside})["y"], got)
 
 
+def _nans_computed() -> Program:
+    """``x / x`` (NaN where x is 0, an operand the host checks only for finiteness) into each
+    maximum and minimum there is: elementwise against a literal and against another NaN
+    carrier, over a row, and over a window."""
+    b = Builder("nan_extrema")
+    x, w = b.slot("x", F32, (1, 2, 4, 4)), b.slot("w", F32, (1, 2, 4, 4))
+    u, v = b.div(x, x), b.div(w, w)
+    b.output("relu", b.max(u, 0.0))
+    b.output("cap", b.min(6.0, u))
+    b.output("both", b.max(v, u))
+    b.output("low", b.min(u, v))
+    b.output("row", b.reduce_max(u, (3,)))
+    b.output("pool", b.reduce_window_max(u, (1, 1, 2, 2), (1, 1, 2, 2)))
+    return b.build()
+
+
+@pytest.mark.parametrize(
+    ("x_zeros", "w_zeros"), [((), ()), (((0, 0, 0, 3),), ()), ((), ((0, 1, 2, 0), (0, 0, 3, 3)))]
+)
+def test_a_computed_nan_into_a_maximum_is_refused_not_returned(
+    x_zeros: tuple[tuple[int, ...], ...], w_zeros: tuple[tuple[int, ...], ...], tmp_path: Path
+) -> None:
+    """The CPU plugin's Maximum and Minimum return their second operand where either is NaN,
+    and its ReduceMax (TopK) and MaxPool drop a NaN: a ReLU of 0 / 0 came back 0, a pooled
+    window 1, where the oracle gives NaN, with no error (their rows' ``operands not NaN`` was
+    not guarded on computed values here). Now an operand the plan does not prove free of NaN
+    is checked in the graph, and a NaN refuses the step, naming each equation that read one;
+    without a NaN the step is the oracle's."""
+    program = _nans_computed()
+    p = plan(program, "host-cpu")
+    made = {e.out.id: i for i, e in enumerate(p.program.eqns)}
+    at = {name: made[v.id] for name, v in p.program.results()}
+    reads = {  # the extrema reading x / x, and w / w
+        "x": {at[n] for n in ("relu", "cap", "both", "low", "row", "pool")},
+        "w": {at["both"], at["low"]},
+    }
+    rng = np.random.default_rng(len(x_zeros) + 2 * len(w_zeros))
+    feed = {k: rng.integers(1, 9, (1, 2, 4, 4)).astype(np.float32) for k in ("x", "w")}
+    for where in x_zeros:
+        feed["x"][where] = 0.0
+    for where in w_zeros:
+        feed["w"][where] = 0.0
+    with Engine(_open("host"), cache_dir=tmp_path) as engine:
+        entry = engine.add_entry(p, engine.load_weights({}))
+        if not x_zeros and not w_zeros:
+            got, want = engine.step(entry, feed), evaluate(program, feed)
+            for name in want:
+                assert compare(got[name], want[name], BitExact(signed_zero=False)).ok, name
+            return
+        with pytest.raises(DomainFlagged) as err:
+            engine.step(entry, feed)
+    flagged = (reads["x"] if x_zeros else set()) | (reads["w"] if w_zeros else set())
+    assert flagged and set(err.value.eqns) == flagged, (err.value.eqns, reads)
+
+
 def test_the_host_device_bakes_weights_into_the_blob_and_its_cache_key(tmp_path: Path) -> None:
     """As vpu-cpu: an entry's weights are constants of its graph, so two weight sets of one
     program are two blobs (a cached blob is never run with other weights), each result within

@@ -27,8 +27,8 @@ from poot_codegen.intel import graph as intel_graph
 from poot_codegen.intel.quiet import opset1, ov
 from poot_codegen.intel.quiet import opset16 as ops
 from poot_engine.device import ArtifactSource, DeviceTraits
-from poot_ir import DeviceUnavailable, UnsupportedDevice
-from poot_ir.domains import Interval
+from poot_ir import DeviceUnavailable, DType, UnsupportedDevice
+from poot_ir.domains import Interval, NotNaN
 from poot_planner.guards import RESULT, Site
 
 from poot_npu import vpu_identity
@@ -162,15 +162,27 @@ class HostDevice(OpenVinoDevice):
         # device has no flag word, and past such a row's domain the plugin's result is not the
         # oracle's (exp overflows from 88, below F32's 88.72; a sum past 2^50, a convert past
         # I32 are unmeasured), so a computed operand outside is refused, not returned. A row
-        # whose domain only leaves out IEEE specials (finite operands, not NaN, positive) is not
-        # guarded on computed values: the plugin carries infinities and NaNs as IEEE does, the
-        # oracle too (a NaN's payload aside, which no row promises)
+        # whose domain only leaves out infinities or a negative (finite operands, positive) is
+        # not guarded on computed values: the plugin carries infinities and NaNs as IEEE does,
+        # the oracle too (a NaN's payload aside, which no row promises). One that leaves out
+        # NaN is (max, min, reduce_max, reduce_window_max: the plugin's Maximum and Minimum
+        # return their second operand where either is NaN, its TopK and MaxPool drop one;
+        # measured on 2026.4.1), on an F32 operand the plan does not prove free of NaN
         # (an operand's: a result guard is the XDNA2 kernels' count of a non-finite row sum;
         # the host's accumulation bound holds on operands inside, whatever the sum's size)
+        eqns = plan.program.eqns
         device_guards = [
             d
             for d in plan.guards
-            if d.site is Site.DEVICE and isinstance(d.domain, Interval) and d.operand != RESULT
+            if d.site is Site.DEVICE
+            and d.operand != RESULT
+            and (
+                isinstance(d.domain, Interval)
+                or (
+                    isinstance(d.domain, NotNaN)
+                    and eqns[d.eqn].inputs[d.operand].dtype is DType.F32
+                )
+            )
         ]
         model = intel_graph.lower(
             plan.program, emulate_f16=False, domain_guards=device_guards, constants=weights
