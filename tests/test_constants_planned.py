@@ -271,3 +271,59 @@ def test_two_operands_at_the_largest_magnitude_are_refused_on_xdna2_when_they_ov
             )  # fmt: skip
     finally:
         dev.close()
+
+
+def _anchor_model() -> onnx.ModelProto:
+    """YOLOv8's anchor grid over a dynamic width: ``Range(0, W, 1) + 0.5``, added to ``x``."""
+    i64, f32 = TensorProto.INT64, TensorProto.FLOAT
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "three"], ["w"], axis=0),
+        helper.make_node("Cast", ["w"], ["wf"], to=f32),
+        helper.make_node("Range", ["zero", "wf", "one"], ["k"]),
+        helper.make_node("Add", ["k", "half"], ["anchor"]),
+        helper.make_node("Add", ["x", "anchor"], ["y"]),
+    ]
+    inits = [
+        helper.make_tensor("three", i64, [], [3]),
+        helper.make_tensor("zero", f32, [], [0.0]),
+        helper.make_tensor("one", f32, [], [1.0]),
+        helper.make_tensor("half", f32, [], [0.5]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "anchors",
+        [helper.make_tensor_value_info("x", f32, [1, 2, 4, "W"])],
+        [helper.make_tensor_value_info("y", f32, None)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("width", [40, 2049])
+def test_a_range_over_fixed_shapes_runs_on_the_fp16_device(width: int, tmp_path: Path) -> None:
+    # the counter is F32 in the model and FP16 on the device, exact to 2048: admitted whole (a
+    # detector's head was cut into four device graphs around it), and the step matches ONNX
+    # Runtime's under the derived contract; one count past 2048 is refused, typed
+    imp = import_model(_anchor_model(), shapes={"W": width})
+    assert plan(imp.program, "intel-npu4").admitted
+    x = np.random.default_rng(3).integers(-8, 9, (1, 2, 4, width)).astype(np.float32)
+    dev = make_device("vpu-cpu")
+    try:
+        report = run_program(
+            imp.program, dev, "vpu-cpu", inputs=[{imp.inputs["x"]: x}], cache_dir=tmp_path
+        )
+    finally:
+        dev.close()
+    assert report.ok
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(_anchor_model().SerializeToString())
+    (want,) = sess.run(None, {"x": x})
+    # whole numbers and halves: FP16 holds every one below 1024 (above, its step is 1), so
+    # where the anchor and the sum are below it the device is exact; beyond, the derived
+    # contract (report.ok) holds it. The counter itself is exact to 2048 (test_narrowing)
+    got = report.outputs[0][imp.outputs["y"]]
+    exact = (np.arange(width) + 0.5 < 1024) & (np.abs(want) < 1024)
+    np.testing.assert_array_equal(got[exact], want[exact])
+    (r,) = plan(import_model(_anchor_model(), shapes={"W": 2050}).program, "intel-npu4").refusals
+    assert (r.kind, r.primitive) == (RefusalKind.NARROWING_RANGE, "iota")

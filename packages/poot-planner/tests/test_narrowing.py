@@ -354,6 +354,35 @@ def test_integer_to_float_is_refused_in_a_narrowed_program() -> None:
     assert r.facts == (("from", "i32"), ("to", "f32"), ("exact_up_to", 2048))
 
 
+def _anchors(n: int) -> Program:
+    """A detector's anchor grid as the importer writes ONNX's Range: ``(k + 0.5) * 8``."""
+    b = Builder("anchors")
+    x = b.slot("x", F32, (n,))
+    k = b.iota((n,), F32, 0)
+    b.output("k", k)
+    b.output("y", b.add(b.mul(b.add(k, 0.5), 8.0), x))
+    return b.build()
+
+
+@pytest.mark.parametrize("n", [1, 40, 2049])
+def test_an_f32_counter_that_fp16_holds_becomes_an_fp16_counter(n: int) -> None:
+    p = intel(_anchors(n))
+    assert p.admitted, p.refusals
+    (iota,) = [e for e in p.program.eqns if e.prim is Prim.IOTA]
+    assert iota.out.dtype is F16
+    # every count FP16 holds (the last is 2048): the narrowed program's counter is the source's
+    x = {"x": np.zeros(n, np.float32)}
+    want = np.arange(n, dtype=np.float64)
+    np.testing.assert_array_equal(evaluate(p.program, x)["k"], want)
+    np.testing.assert_array_equal(evaluate(p.source, x)["k"], want)
+
+
+def test_an_f32_counter_past_2048_is_refused_naming_its_last_count() -> None:
+    (r,) = intel(_anchors(2050)).refusals
+    assert (r.kind, r.eqn, r.primitive) == (RefusalKind.NARROWING_RANGE, 0, "iota")
+    assert r.facts == (("counts_to", 2049), ("exact_up_to", 2048))
+
+
 # -- in-graph guards and the sentinel rule (fp16.checks) -------------------------------------
 
 

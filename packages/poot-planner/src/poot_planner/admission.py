@@ -7,9 +7,23 @@ lookup every target shares.
 
 from __future__ import annotations
 
-from poot_ir import ConvParams, DType, Eqn, Prim, Program, ReduceParams, ReduceWindowParams
+from poot_ir import (
+    ConvParams,
+    DType,
+    Eqn,
+    IotaParams,
+    Prim,
+    Program,
+    ReduceParams,
+    ReduceWindowParams,
+)
 
-from poot_planner.fp16.narrowing import ARITHMETIC, literal_refusals, operating_dtype
+from poot_planner.fp16.narrowing import (
+    ARITHMETIC,
+    EXACT_INTEGERS,
+    literal_refusals,
+    operating_dtype,
+)
 from poot_planner.refusal import Refusal, RefusalKind
 from poot_planner.target import AxisRule, Capability, KernelClass, NarrowingContract, Target
 
@@ -77,8 +91,15 @@ def admit(i: int, e: Eqn, target: Target) -> Capability | Refusal:
             RefusalKind.INTEGER_TO_FLOAT,
             i,
             prim,
-            (("from", dtype.value), ("to", e.out.dtype.value), ("exact_up_to", 2048)),
+            (("from", dtype.value), ("to", e.out.dtype.value), ("exact_up_to", EXACT_INTEGERS)),
         )
+    if e.prim is Prim.IOTA and dtype is DType.F32 and target.narrowing is not None:
+        # narrowed to an FP16 counter (fp16.narrowing), exact only up to 2048
+        last = e.out.shape[e.params.axis] - 1 if isinstance(e.params, IotaParams) else 0
+        if last > EXACT_INTEGERS:
+            counts = (("counts_to", last), ("exact_up_to", EXACT_INTEGERS))
+            return Refusal(RefusalKind.NARROWING_RANGE, i, prim, counts)
+        dtype = target.narrowing.device_dtype
     if fp16_device and e.prim in ARITHMETIC and dtype in (DType.F32, DType.BF16):
         if dtype is DType.F32 and target.narrowing is not None:
             dtype = target.narrowing.device_dtype

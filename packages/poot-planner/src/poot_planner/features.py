@@ -32,7 +32,7 @@ from poot_planner.emit import Emit
 from poot_planner.fp16.checks import OVERFLOW_RULE, SCORE_RULE, SENTINEL_RULE
 from poot_planner.fp16.constants import CONSTANT_RULE
 from poot_planner.fp16.contract import DERIVED_RULE
-from poot_planner.fp16.narrowing import INPUT_EDGE_RULE, LITERAL_EDGE_RULE
+from poot_planner.fp16.narrowing import COUNTER_RULE, INPUT_EDGE_RULE, LITERAL_EDGE_RULE
 from poot_planner.legalize.bounds import derive
 from poot_planner.legalize.rules import RULES, Rule, RuleContext
 from poot_planner.plan import plan
@@ -279,6 +279,7 @@ def _target_section(t: Target) -> list[str]:
                 ["intermediate guard", OVERFLOW_RULE],
                 ["sentinel rule", SENTINEL_RULE],
                 ["literal edges", LITERAL_EDGE_RULE],
+                ["counters", COUNTER_RULE],
                 ["input edges", INPUT_EDGE_RULE],
                 ["constants", CONSTANT_RULE],
                 ["score guard", SCORE_RULE],

@@ -222,8 +222,10 @@ def _peak_of(e: Eqn, peaks: Mapping[int, tuple[tuple[int, ...], float]]) -> floa
     """A softmax's denominator: a reduce_sum of a narrowed softmax's exp (``peaks``) over its
     shift's axes, each row holding the maximum's own element; its least value there, else
     None."""
+    if e.prim is not Prim.REDUCE_SUM:  # an iota has no operand
+        return None
     src = e.inputs[0]
-    if e.prim is not Prim.REDUCE_SUM or not isinstance(src, Var) or src.id not in peaks:
+    if not isinstance(src, Var) or src.id not in peaks:
         return None
     axes, peak = peaks[src.id]
     p = e.params

@@ -29,7 +29,11 @@ The literal rules (``literal_refusals``), exactly as the specification states th
   operand equal to that value compares otherwise than in F32 (``ge x 0.1`` at x = 0.0999755859375,
   FP16's 0.1);
 - an integer converted to a float is refused (``INTEGER_TO_FLOAT``: FP16 holds integers
-  exactly only up to 2048), and a convert through BF16 or to an integer is unsupported.
+  exactly only up to 2048), and a convert through BF16 or to an integer is unsupported;
+- an F32 counter (``iota``, as the importer writes ONNX's Range over fixed shapes: a detector's
+  anchor grid) becomes an FP16 counter when it counts to at most 2048, every value exact; a
+  longer one is refused (``NARROWING_RANGE``, naming its last value), since FP16 would round
+  the values past 2048 that F32 holds (admission's, ``poot_planner.admission``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from poot_ir import (
     ConvertParams,
     DType,
     Eqn,
+    IotaParams,
     Literal,
     Output,
     Prim,
@@ -60,6 +65,8 @@ from poot_planner.refusal import Refusal, RefusalKind
 
 __all__ = [
     "ARITHMETIC",
+    "COUNTER_RULE",
+    "EXACT_INTEGERS",
     "F16_SPLATS_CLAMPED",
     "INPUT_EDGE_RULE",
     "LITERAL_EDGE_RULE",
@@ -70,6 +77,15 @@ __all__ = [
     "operating_dtype",
     "splat_refusals",
 ]
+
+#: FP16 holds every integer of magnitude up to 2048 exactly
+EXACT_INTEGERS = 2048
+
+COUNTER_RULE = (
+    f"An F32 counter (iota: ONNX's Range over fixed shapes) computes in FP16 when it counts to at "
+    f"most {EXACT_INTEGERS}, every value exact; a longer one is refused when planning (narrowing "
+    "range, naming its last value)."
+)
 
 LITERAL_EDGE_RULE = (
     "A non-zero F32 literal FP16 flushes to zero (magnitude at most 2^-25, half its smallest "
@@ -274,6 +290,8 @@ def _narrow(program: Program, contract: NarrowingContract) -> tuple[Program, dic
                 env[e.out.id] = ins[0]
                 continue
             params = ConvertParams(dst)
+        if isinstance(params, IotaParams) and params.dtype is wide:  # admitted: exact in FP16
+            params = IotaParams(params.shape, narrow, params.axis)
         at[i] = len(eqns)
         env[e.out.id] = emit(e.prim, ins, params)
 

@@ -9,9 +9,9 @@ import math
 from poot_ir import Atom, BroadcastParams, ConvertParams, DType, Eqn, IotaParams, Literal, Prim, Var
 
 from poot_planner.emit import Emit, RuleContext
+from poot_planner.fp16.narrowing import EXACT_INTEGERS
 
 __all__ = [
-    "EXACT_INTEGERS",
     "TINY_F16",
     "exact_float",
     "float_operands",
@@ -120,10 +120,6 @@ def multiplicand(em: Emit, v: Var | Literal, ctx: RuleContext) -> Var | Literal 
     if limit is not None and abs(x) > limit:
         return em.lit(math.copysign(limit, x))
     return None if math.isinf(x) else v
-
-
-#: FP16 holds every integer of magnitude up to 2048 exactly
-EXACT_INTEGERS = 2048
 
 
 def exact_float(em: Emit, a: Atom, ctx: RuleContext) -> Atom | None:
