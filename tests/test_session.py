@@ -318,6 +318,9 @@ def test_bad_output_names_and_arguments_are_typed() -> None:
         poot.InferenceSession(ids_model(), object())  # type: ignore[arg-type]
     with pytest.raises(UnsupportedOnnx, match="cannot be read"):
         poot.InferenceSession(b"not a model")
+    # a script catches every one of them by poot's own name, as ONNX Runtime's by its module's
+    with pytest.raises(poot.PootError):
+        poot.InferenceSession(b"not a model")
 
 
 def test_partition_false_refuses_what_the_target_refuses_and_an_unknown_device_is_typed(
