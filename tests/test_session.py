@@ -388,3 +388,15 @@ def test_an_skl2onnx_pipeline_through_a_session_matches_onnx_runtime(
         got = sess.run(None, {"X": x})
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_allclose(got[1], want[1], **_tolerance(device))
+
+
+def test_the_summary_states_a_refusal_of_the_whole_program_with_its_figures() -> None:
+    # a context limit is the program's (equation -1, no primitive): the summary reads it as the
+    # plan does, with what was needed and what the target has, not as an empty kind of node
+    from poot_planner import plan
+    from poot_planner.xdna2 import probes
+
+    p = plan(probes.marked_chain(16 * 32 + 1, 32, (4, 64)), "xdna2")
+    text = str(poot.SessionPlan("chain", "xdna-host", p, (), {}))
+    assert "  refused: program: context limit: limit=contexts, needed=17, available=16" in text
+    assert "refused:  " not in text, text

@@ -117,6 +117,9 @@ class SessionPlan:
             # one line per kind of refusal, with how many and the ONNX nodes they came from
             kinds: dict[tuple[str, str], list[int]] = {}
             for r in p.refusals:
+                if r.eqn < 0:  # the program's, not an equation's (a context limit): as it reads
+                    lines.append(f"  refused: {r}")
+                    continue
                 kinds.setdefault((r.primitive, r.kind.name), []).append(r.eqn)
             for (prim, kind), eqns in kinds.items():
                 nodes = [n for n in dict.fromkeys(self.origins.get(k, "") for k in eqns) if n]
