@@ -333,3 +333,32 @@ def test_plan_of_a_long_program_summarises_its_rewrites_and_guards(
     assert every_flat.count("legalized: tanh") == 80
     rows = [ln for ln in every.splitlines() if ln.strip("│ ").split(" ")[0].isdigit()]
     assert len(rows) >= len(p.guards)
+
+
+def test_a_summarised_plan_checks_every_argument_in_one_row(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # a model's weights are each checked on the host before the run: summarised, that is one
+    # kind of guard whichever argument (each weight was a row of its own, hundreds for a
+    # detector); --guards names each
+    n = 50
+    lines = ["program weights", "  slot x %0: f32[4,8]"]
+    lines += [f"  weight w{i} %{i + 1}: f32[4,8]" for i in range(n)]
+    acc = 0
+    for i in range(n):
+        lines.append(f"  %{n + 1 + i}: f32[4,8] = exp %{i + 1}")
+        lines.append(f"  %{2 * n + 1 + i}: f32[4,8] = add %{acc} %{n + 1 + i}")
+        acc = 2 * n + 1 + i
+    path = tmp_path / "weights.poot"
+    path.write_text("\n".join([*lines, f"  output y = %{acc}", "end", ""]))
+    p = plan(parse_program(path.read_text()), "intel-npu4")
+    hosted = [g for g in p.guards if g.argument is not None]
+    assert len(hosted) >= n and len(p.guards) > 40
+    code, out, _ = _run(capsys, "plan", str(path), "--target", "intel-npu4")
+    assert code == 0
+    flat = " ".join(out.replace("│", " ").split())
+    assert flat.count("host: an argument, before the run") == 1, flat
+    assert "'w7'" not in flat
+    code, every, _ = _run(capsys, "plan", str(path), "--target", "intel-npu4", "--guards")
+    flat = " ".join(every.replace("│", " ").split())
+    assert all(f"host: argument 'w{i}', before the run" in flat for i in range(n))

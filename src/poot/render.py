@@ -209,18 +209,21 @@ def plan_panel(p: Plan, spans: tuple[Span, ...] = (), *, every: bool = False) ->
 def guards_table(p: Plan, placed: Sequence[DomainGuard], *, every: bool = False) -> Table:
     """Where each equation's domain is enforced (``Plan.guards``): a row per guard, or, for
     more than ``SUMMARY_ROWS`` unless ``every``, a row per kind of guard with its equations."""
+    summarised = not every and len(placed) > SUMMARY_ROWS
     cells: list[tuple[str, str, str, str]] = []
     for g in placed:
         operand = "result" if g.operand == RESULT else str(g.operand)
+        # summarised, an argument's check is one kind whichever argument (each of a model's
+        # weights was a row of its own: hundreds)
+        argument = "an argument" if summarised else f"argument {g.argument!r}"
         where = {
-            Site.HOST: f"host: argument {g.argument!r}, before the run",
+            Site.HOST: f"host: {argument}, before the run",
             Site.DEVICE: "device: counted in the region's flag word"
             if p.target.name == "xdna2"
             else "device",
             Site.PROVEN: f"none: {g.why}",
         }[g.site]
         cells.append((g.primitive.value, operand, g.domain.describe(), where))
-    summarised = not every and len(placed) > SUMMARY_ROWS
     title = "domain guards"
     if summarised:
         title += f" ({len(placed)}, one row per kind; poot plan --guards lists each)"
