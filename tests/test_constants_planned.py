@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
-from poot_engine.run import run_program
+from poot_engine.run import RunReport, run_program
 from poot_ir import Builder, DType, NarrowingRangeUpload, Prim, Program, ops
 from poot_npu.registry import make_device
 from poot_onnx import import_model
@@ -117,19 +117,22 @@ def _maxpool_model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _on_vpu_cpu(program: Program, inputs: dict[str, np.ndarray], tmp: Path) -> RunReport:
+    """One checked step of ``program`` on the FP16 stand-in."""
+    dev = make_device("vpu-cpu")
+    try:
+        return run_program(program, dev, "vpu-cpu", inputs=[inputs], cache_dir=tmp)
+    finally:
+        dev.close()
+
+
 def test_a_padded_maxpool_has_no_infinite_weight(tmp_path: Path) -> None:
     imp = import_model(_maxpool_model(), shapes={"x": (1, 2, 9, 9)})
     assert not imp.weights  # the -inf padding is reduce_window_max's, not a materialised fill
     assert [e.prim for e in imp.program.eqns] == [Prim.REDUCE_WINDOW_MAX]
     assert plan(imp.program, "intel-npu4", constants=imp.weights).admitted
     x = np.random.default_rng(2).uniform(-3, -1, (1, 2, 9, 9)).astype(np.float32)  # all < 0
-    dev = make_device("vpu-cpu")
-    try:
-        report = run_program(
-            imp.program, dev, "vpu-cpu", inputs=[{imp.inputs["x"]: x}], cache_dir=tmp_path
-        )
-    finally:
-        dev.close()
+    report = _on_vpu_cpu(imp.program, {imp.inputs["x"]: x}, tmp_path)
     assert report.ok and np.isfinite(report.outputs[0][imp.outputs["y"]]).all()
 
 
@@ -308,13 +311,7 @@ def test_a_range_over_fixed_shapes_runs_on_the_fp16_device(width: int, tmp_path:
     imp = import_model(_anchor_model(), shapes={"W": width})
     assert plan(imp.program, "intel-npu4").admitted
     x = np.random.default_rng(3).integers(-8, 9, (1, 2, 4, width)).astype(np.float32)
-    dev = make_device("vpu-cpu")
-    try:
-        report = run_program(
-            imp.program, dev, "vpu-cpu", inputs=[{imp.inputs["x"]: x}], cache_dir=tmp_path
-        )
-    finally:
-        dev.close()
+    report = _on_vpu_cpu(imp.program, {imp.inputs["x"]: x}, tmp_path)
     assert report.ok
     ort = pytest.importorskip("onnxruntime")
     sess = ort.InferenceSession(_anchor_model().SerializeToString())
