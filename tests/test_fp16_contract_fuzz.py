@@ -12,9 +12,10 @@ rounding of the inputs alone does (the same float64 evaluation of the FP16-round
 Edges drawn: values FP16 flushes (3e-8, 1e-9), resolution near 1 (1 +- 2^-11, 1.0001),
 cancellation (1000.1 - 1000), sums and products that reach 65504 exactly or overflow (32752 +
 32752, 40000 + 40000), literals FP16 flushes (1e-30: refused when planning), every legalized
-rule near zero (erf, tanh, log, recip, min, abs from 1e-6), a reduce_sum over the channel axis and
-over the other (AvgPool x N on the NPU: two roundings). Every refusal must be justified: a plan
-refusal names a literal FP16 flushes, moves under a comparison or cannot hold; a run refusal
+rule near zero (erf, tanh, log, recip, min, abs from 1e-6), a reduce_sum over the channel axis
+and over the other (AvgPool x N on the NPU: two roundings), an F32 counter (an FP16 one on the
+device). Every refusal must be justified: a plan refusal names a literal FP16 flushes, moves
+under a comparison or cannot hold; a run refusal
 (typed: an FP16 overflow, a value crossing a domain edge) must be real on the float64
 evaluation (an intermediate at or beyond 65504, or a NaN / infinity)."""
 
@@ -47,7 +48,7 @@ REGIMES = {
 LITERALS = (0.5, 2.0, 1000.0, 0.1, 1e-30, 3e-4, -1000.1, 0.0, -0.0)
 UNARY = ("exp", "sqrt", "log", "tanh", "erf", "recip", "abs", "neg")
 BINARY = ("add", "sub", "mul", "div", "max", "min")
-OTHER = ("sum_rows", "sum_channels", "matmul", "lit_add", "lit_sub", "lit_mul", "select")
+OTHER = ("sum_rows", "sum_channels", "matmul", "lit_add", "lit_sub", "lit_mul", "select", "counter")
 STEPS = UNARY + BINARY + OTHER
 
 Array = np.ndarray
@@ -97,6 +98,8 @@ def _f64(step: str, y: Array, z: Array, w: Array, lit: float) -> Array:
                 return y * lit
             case "select":
                 return np.where(y >= z, y, z * 0.5)
+            case "counter":
+                return y + np.arange(SHAPE[1])
             case _:
                 raise AssertionError(step)
 
@@ -117,6 +120,8 @@ def _emit(b: Builder, step: str, y: Var, z: Var, w: Var, lit: float) -> Var:
             return b.mul(y, lit)
         case "select":
             return b.select(b.ge(y, z), y, b.mul(z, 0.5))
+        case "counter":  # an F32 iota (ONNX's Range): an FP16 counter on the device
+            return b.add(y, b.iota(SHAPE, DType.F32, 1))
         case _ if step in UNARY:
             fn: Callable[[Var], Var] = getattr(b, step)
             return fn(y)
