@@ -1,8 +1,8 @@
 """The bound of a legalized equation, derived from the contracts of the steps it became.
 
 An ``IDENTITY`` rule is its steps' contracts: exact when every step is bit exact, else the one
-approximate step's contract when it is the last step (nothing after it to amplify it); any
-other chain has no derived bound and is not rewritten.
+approximate step's contract when only data movement follows it (nothing after it to amplify
+it); any other chain has no derived bound and is not rewritten.
 
 A ``PIECEWISE`` rule (erf, tanh) is derived on each of its pieces alone (``_piecewise``).
 
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from poot_ir import DType, Eqn, Literal, Prim, ReduceParams, TensorType, Var
+from poot_ir.core import MOVEMENT
 from poot_ir.numerics import (
     AbsRel,
     BitExact,
@@ -65,8 +66,10 @@ class Derivation:
                 return "exact"
             case AbsRel(abs=a, rel=r):
                 return f"abs {a:.3g}" + (f" + rel {r:.3g}" if r else "")
-            case other:
-                return repr(other)
+            case other:  # as the feature matrix states it (which imports this module)
+                from poot_planner.features import render_bound
+
+                return render_bound(other)
 
 
 #: Derivations by rule, target, device dtype and the chain's structure (``_chain_key``): a rule
@@ -151,9 +154,11 @@ def _identity(eqns: list[Eqn], target: Target) -> Derivation:
             approx.append((k, cap.contract.bound))
     if not approx:
         return Derivation(BitExact(signed_zero=False))
-    if len(approx) == 1 and approx[0][0] == len(eqns) - 1:
-        return Derivation(approx[0][1])
-    return Derivation(None, "more than one approximate step, or one not last")
+    # data movement after it moves each element's error with the element, amplifying nothing
+    (k, bound), *others = approx
+    if not others and all(e.prim in MOVEMENT for e in eqns[k + 1 :]):
+        return Derivation(bound)
+    return Derivation(None, "more than one approximate step, or one with arithmetic after it")
 
 
 #: half the smallest subnormal: the most a product by a power of two below 1 loses when it

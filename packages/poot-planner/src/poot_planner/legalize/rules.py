@@ -60,6 +60,7 @@ from poot_planner.legalize.expanders import (
     expand_mask_scale,
     expand_min,
     expand_nan_guard,
+    expand_pointwise_conv,
     expand_predicate_eq,
     expand_recip,
     expand_scaled_sum,
@@ -276,6 +277,15 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(Prim.MIN, XDNA, "min via max", "-max(-a, -b)", _I, expand_min),
     Rule(Prim.ABS, XDNA, "abs via max", "max(x, -x)", _I, expand_abs),
+    Rule(
+        Prim.CONV,
+        XDNA,
+        "a pointwise convolution as a matmul",
+        "1x1, one group, unit strides, no padding: x with its features last as (N H W, C) rows "
+        "@ the kernel as a (C, O) matrix, the rows back to [N, O, H, W] (the same terms)",
+        _I,
+        expand_pointwise_conv,
+    ),
 )
 
 
