@@ -10,24 +10,12 @@ follow the IR's primitive and dtype order and targets follow the registry.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from typing import assert_never
 
 from poot_ir import Builder, DType, Prim, Var, ops
-from poot_ir.numerics import (
-    AbsRel,
-    BitExact,
-    Bound,
-    Derived,
-    LargerOperandUlps,
-    Normwise,
-    ProductSum,
-    Relative,
-    RoundedTwice,
-    ScaledSum,
-)
+from poot_ir.numerics import Normwise
 
+from poot_planner.bound_text import figure, render_bound
 from poot_planner.emit import Emit
 from poot_planner.fp16.checks import OVERFLOW_RULE, SCORE_RULE, SENTINEL_RULE
 from poot_planner.fp16.constants import CONSTANT_RULE
@@ -44,45 +32,6 @@ __all__ = ["feature_matrix", "render_bound"]
 _NONE = "—"
 #: Row length at which the fused norm's derived bound is published (the seed's figure).
 _NORM_COLS = 64
-
-
-def _num(x: float) -> str:
-    """A figure as people write it: small powers of two as ``2^-k``, the rest with ``%g``."""
-    if x > 0 and math.isfinite(x):
-        m, e = math.frexp(x)
-        if m == 0.5 and (e - 1 <= -8 or e - 1 >= 20):
-            return f"2^{e - 1}"
-    return f"{x:g}"
-
-
-def render_bound(b: Bound) -> str:
-    """One bound as a phrase (``within 2 x 2^-23 of the larger operand``)."""
-    match b:
-        case BitExact(signed_zero=True):
-            return "bit exact"
-        case BitExact():
-            return "bit exact (sign of zero not promised)"
-        case LargerOperandUlps(ulps=u, unit=unit):
-            return f"within {_num(u)} x {_num(unit)} of the larger operand"
-        case AbsRel(abs=a, rel=r):
-            return f"abs {_num(a)} + rel {_num(r)}"
-        case Relative(rel=r):
-            return f"rel {_num(r)}"
-        case ScaledSum(ulps_per_term=u, unit=unit):
-            return f"within {_num(u)} x n x {_num(unit)} of the sum of the n terms' magnitudes"
-        case RoundedTwice(rel=r, floor=f):
-            return f"rel {_num(r)} + (N + 2) x {_num(f)}, N summands (rounded twice)"
-        case Normwise(rel=r, floor=f):
-            return f"normwise rel {_num(r)}" + (f" + {_num(f)} per element" if f else "")
-        case Derived():
-            return "a bound derived per input by a running error analysis"
-        case ProductSum(operand_unit=uo, unit=unit):
-            return (
-                f"operands rounded at {_num(uo)}, products exact, summed in order at "
-                f"{_num(unit)}: (2 x {_num(uo)} + K x {_num(unit)}) of the sum of |a||b|"
-            )
-        case _:
-            assert_never(b)
 
 
 def _dtypes(ds: frozenset[DType]) -> str:
@@ -273,7 +222,7 @@ def _target_section(t: Target) -> list[str]:
                 ["device dtype", n.device_dtype.value],
                 ["normwise bound", render_bound(Normwise(n.normwise, n.floor))],
                 ["step contract", DERIVED_RULE],
-                ["largest magnitude", _num(n.max_magnitude)],
+                ["largest magnitude", figure(n.max_magnitude)],
                 ["measured on", n.measured_on],
                 ["F32 data", "every F32 argument or result is narrowed (FP16 inside the graph)"],
                 ["intermediate guard", OVERFLOW_RULE],

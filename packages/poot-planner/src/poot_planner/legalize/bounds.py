@@ -40,6 +40,7 @@ from poot_ir.numerics import (
     RoundedTwice,
 )
 
+from poot_planner.bound_text import render_bound
 from poot_planner.emit import Emit
 from poot_planner.legalize import logarithm, logistic
 from poot_planner.legalize.intervals import Enclosure, chain_error, chain_value, device_value
@@ -66,9 +67,7 @@ class Derivation:
                 return "exact"
             case AbsRel(abs=a, rel=r):
                 return f"abs {a:.3g}" + (f" + rel {r:.3g}" if r else "")
-            case other:  # as the feature matrix states it (which imports this module)
-                from poot_planner.features import render_bound
-
+            case other:  # as the feature matrix states it
                 return render_bound(other)
 
 
