@@ -15,9 +15,9 @@ cancellation (1000.1 - 1000), sums and products that reach 65504 exactly or over
 rule near zero (erf, tanh, log, recip, min, abs from 1e-6), a reduce_sum over the channel axis
 and over the other (AvgPool x N on the NPU: two roundings), an F32 counter (an FP16 one on the
 device). Every refusal must be justified: a plan refusal names a literal FP16 flushes, moves
-under a comparison or cannot hold; a run refusal
-(typed: an FP16 overflow, a value crossing a domain edge) must be real on the float64
-evaluation (an intermediate at or beyond 65504, or a NaN / infinity)."""
+under a comparison or cannot hold; a run refusal (typed: an FP16 overflow, a value crossing a
+domain edge) must be real on the float64 evaluation (an intermediate at or beyond 65504, or a
+NaN / infinity)."""
 
 from __future__ import annotations
 
