@@ -157,3 +157,36 @@ def test_a_wide_slot_stays_wide_in_its_spans() -> None:
     assert [s.device for s in spans] == [True, False, True]
     first = spans[0].program
     assert [(a.name, a.wide) for a in first.args] == [("ids", True), ("t", False)]
+
+
+def test_the_context_budget_keeps_the_spans_with_the_most_work() -> None:
+    from poot_planner.partition import _fitting
+
+    # in program order the first span (10 contexts, little work) took the budget of 16
+    assert _fitting({0: 10, 2: 8, 4: 8}, {0: 5, 2: 100, 4: 100}, 16) == {2, 4}
+    assert _fitting({0: 10, 2: 8, 4: 8}, {0: 500, 2: 100, 4: 100}, 16) == {0}
+    assert _fitting({0: 1, 2: 1}, {0: 7, 2: 7}, 1) == {0}  # a tie: the earlier span
+    # a span with no NPU work (no context) or past the whole budget is never kept
+    assert _fitting({0: 0, 1: 17, 2: 3}, {0: 9, 1: 9, 2: 1}, 16) == {2}
+
+
+def test_the_work_of_an_equation_counts_its_multiply_adds() -> None:
+    from poot_ir import Builder, DType
+    from poot_planner.partition import arithmetic
+
+    b = Builder("work")
+    a, w = b.slot("a", DType.F32, (6, 5)), b.slot("w", DType.F32, (5, 7))
+    x, k = b.slot("x", DType.F32, (2, 4, 9, 9)), b.slot("k", DType.F32, (8, 2, 3, 3))
+    b.output("m", b.matmul(a, w))  # 6 x 7 outputs of 5 terms
+    b.output("c", b.conv(x, k, groups=2))  # 2 x 8 x 7 x 7 outputs of 2 x 3 x 3 terms
+    b.output("p", b.reduce_window_max(x, (1, 1, 2, 2), (1, 1, 2, 2)))  # 2x4x4x4 windows of 4
+    b.output("s", b.reduce_sum(x, (3,)))  # every element read once
+    b.output("e", b.exp(x))
+    m, c, p, s, e = b.build().eqns
+    assert [arithmetic(q) for q in (m, c, p, s, e)] == [
+        6 * 7 * 5,
+        2 * 8 * 7 * 7 * 2 * 9,
+        2 * 4 * 4 * 4 * 4,
+        2 * 4 * 9 * 9,
+        2 * 4 * 9 * 9,
+    ]

@@ -30,7 +30,10 @@ The rules:
   oracle's exp made subnormals that the device's divide flagged as an underflow, so ``poot run``
   refused what ``poot plan`` admitted.
 - The device spans together use at most the target's hardware contexts (XDNA2: 16, one per
-  region): a device span past that budget, in program order, goes to the oracle.
+  region): of the candidate spans, those kept on the device are the ones with the most
+  arithmetic together that fit the budget (``arithmetic``: a knapsack over their contexts,
+  ties to the earlier spans); the others go to the oracle. Kept in program order instead, the
+  first spans took the budget, whatever they did.
 - On XDNA2 a device span with no region (only host relayouts: no work for the NPU) goes to
   the oracle, which does the same relayout on the host without a dispatch of its own; a whole
   admitted program stays one device span whatever it holds.
@@ -57,10 +60,22 @@ value has the same name in the span that makes it and in every span that reads i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from poot_ir import Arg, Eqn, Output, Program, Storage, Var, validate
+from poot_ir import (
+    Arg,
+    Eqn,
+    Output,
+    Prim,
+    Program,
+    ReduceParams,
+    ReduceWindowParams,
+    Storage,
+    Var,
+    validate,
+)
 
 from poot_planner.fp16.prelude import (
     MaskRewrite,
@@ -72,7 +87,7 @@ from poot_planner.plan import Plan, plan, with_score_bound
 from poot_planner.target import Target
 from poot_planner.targets import get_target
 
-__all__ = ["PartitionSummary", "Span", "partition", "summarize", "value_names"]
+__all__ = ["PartitionSummary", "Span", "arithmetic", "partition", "summarize", "value_names"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,15 +201,13 @@ def partition(
             pieces.append((False, run))
     pieces = _merge_devices(pieces, plan_run)
     budget = t.region_limits.contexts if t.region_limits is not None else None
-    used = 0
+    if budget is not None:
+        costs = {k: plan_run(run).contexts for k, (d, run) in enumerate(pieces) if d}
+        work = {k: sum(arithmetic(program.eqns[i]) for i in pieces[k][1]) for k in costs}
+        kept = _fitting(costs, work, budget)
+        pieces = [(d and k in kept, run) for k, (d, run) in enumerate(pieces)]
     merged: list[tuple[bool, tuple[int, ...]]] = []
     for device, run in pieces:
-        if device and budget is not None:
-            contexts = plan_run(run).contexts
-            if contexts == 0 or used + contexts > budget:  # no NPU work, or past the budget
-                device = False
-            else:
-                used += contexts
         if not device and merged and not merged[-1][0]:
             # ascending is program order: a prelude equation reads nothing made after it
             merged[-1] = (False, tuple(sorted(merged[-1][1] + run)))
@@ -223,6 +236,42 @@ def partition(
         out.append(Span(True, run, p.source, p))
         k += 1
     return tuple(out)
+
+
+def arithmetic(e: Eqn) -> int:
+    """The operations equation ``e`` does, as the partition weighs a span: a multiply-add per
+    term of a matmul or a convolution (``K`` per output element; the group's input channels
+    times the kernel's taps), a step per element of each window or reduced row, and one per
+    element of any other result (data movement too: a relayout is work the host would do)."""
+    p = e.params
+    if e.prim is Prim.MATMUL:
+        return e.out.type.size * e.inputs[0].type.shape[-1]
+    if e.prim is Prim.CONV:
+        return e.out.type.size * math.prod(e.inputs[1].type.shape[1:])
+    if isinstance(p, ReduceWindowParams):
+        return e.out.type.size * math.prod(p.window)
+    if isinstance(p, ReduceParams):
+        return e.inputs[0].type.size
+    return e.out.type.size
+
+
+def _fitting(costs: dict[int, int], values: dict[int, int], budget: int) -> set[int]:
+    """The pieces (by index) with the most value together whose costs sum to at most
+    ``budget``: a 0/1 knapsack over the contexts each takes (a budget of 16, a few dozen
+    pieces), ties to the earlier pieces. A piece that takes no context (no NPU work) is never
+    kept."""
+    # best[c]: (value, the pieces) using at most c contexts; pieces in program order, so an
+    # equal value keeps the choice made of earlier pieces
+    best: list[tuple[int, tuple[int, ...]]] = [(0, ())] * (budget + 1)
+    for k in sorted(costs):
+        cost = costs[k]
+        if cost == 0 or cost > budget:
+            continue
+        for c in range(budget, cost - 1, -1):
+            value, chosen = best[c - cost]
+            if value + values[k] > best[c][0]:
+                best[c] = (value + values[k], (*chosen, k))
+    return set(best[budget][1])
 
 
 def _whole_groups(program: Program, t: Target, refused: set[int]) -> set[int]:
