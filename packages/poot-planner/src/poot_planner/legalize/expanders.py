@@ -14,6 +14,7 @@ from poot_ir import (
     Literal,
     Prim,
     ReshapeParams,
+    SliceParams,
     TransposeParams,
     Var,
 )
@@ -235,32 +236,36 @@ def expand_scaled_sum(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
 
 
 def expand_pointwise_conv(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
-    # a 1x1 convolution (one group, unit strides, no padding or input dilation) is a matmul of
-    # the pixels by the kernel: y[n, o, s] = sum_c x[n, c, s] w[o, c]. With the features last,
-    # x is (N S, C) rows and w the (C, O) matrix; the result's rows go back to [N, O, *S].
-    # The terms and their count are the convolution's (the oracle sums both exactly and rounds
-    # once), and the transposes and reshapes move bits only
+    # a 1x1 convolution (one group, no padding or input dilation) is a matmul of the pixels by
+    # the kernel: y[n, o, s] = sum_c x[n, c, s * stride] w[o, c]. With the features last, the
+    # (strided: sliced) pixels are (N S, C) rows and w the (C, O) matrix; the result's rows go
+    # back to [N, O, *S]. The terms and their count are the convolution's (the oracle sums
+    # both exactly and rounds once), and the slices, transposes and reshapes move bits only
     x, w = e.inputs
     p = e.params
     if not (isinstance(x, Var) and isinstance(w, Var) and isinstance(p, ConvParams)):
         return False
     spatial = len(p.strides)
-    kernel = w.type.shape[2:]
     if (
         not em.dtype.is_float
         or p.groups != 1
-        or any(k != 1 for k in kernel)
-        or any(s != 1 for s in (*p.strides, *p.lhs_dilation))
+        or any(k != 1 for k in w.type.shape[2:])
+        or any(d != 1 for d in p.lhs_dilation)
         or any(p.padding_lo)
         or any(p.padding_hi)
     ):
         return False
-    n, c, *space = x.type.shape
+    n, c = x.type.shape[:2]
+    space = e.out.type.shape[2:]
     o = w.type.shape[0]
-    rows = n * math.prod(space)
+    pixels: Var = x
+    if any(s != 1 for s in p.strides):  # every stride-th pixel: the windows' one tap
+        full = x.type.shape
+        step = SliceParams((0,) * len(full), full, (1, 1, *p.strides))
+        pixels = em.op(Prim.SLICE, x, params=step)
     last = (0, *range(2, 2 + spatial), 1)  # [N, *S, C]
-    pixels = em.op(Prim.TRANSPOSE, x, params=TransposeParams(last))
-    pixels = em.op(Prim.RESHAPE, pixels, params=ReshapeParams((rows, c)))
+    pixels = em.op(Prim.TRANSPOSE, pixels, params=TransposeParams(last))
+    pixels = em.op(Prim.RESHAPE, pixels, params=ReshapeParams((n * math.prod(space), c)))
     kernel_matrix = em.op(Prim.RESHAPE, w, params=ReshapeParams((o, c)))
     kernel_matrix = em.op(Prim.TRANSPOSE, kernel_matrix, params=TransposeParams((1, 0)))
     y = em.op(Prim.MATMUL, pixels, kernel_matrix)

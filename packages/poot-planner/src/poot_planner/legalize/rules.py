@@ -281,8 +281,9 @@ RULES: tuple[Rule, ...] = (
         Prim.CONV,
         XDNA,
         "a pointwise convolution as a matmul",
-        "1x1, one group, unit strides, no padding: x with its features last as (N H W, C) rows "
-        "@ the kernel as a (C, O) matrix, the rows back to [N, O, H, W] (the same terms)",
+        "1x1, one group, no padding: x (every stride-th pixel) with its features last as "
+        "(N H W, C) rows @ the kernel as a (C, O) matrix, the rows back to [N, O, H, W] (the "
+        "same terms)",
         _I,
         expand_pointwise_conv,
     ),
