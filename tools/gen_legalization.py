@@ -1,7 +1,7 @@
 """Write docs/legalization.md: for each real model of the ``models`` suite (``models.catalog``,
 imported as shipped), the equations each NPU target admits before and after legalization, the
 rewrites made, and the partition after legalization (device spans, graphs, compiles and host
-round trips per step). Needs ``uv sync --group models``; run ``uv run python
+round trips per step, and the share of the model's arithmetic the device spans do). Needs ``uv sync --group models``; run ``uv run python
 tools/gen_legalization.py > docs/legalization.md``. Planning only: nothing is run here (the
 suite's ``models/test_legalization.py`` runs the models on the stand-ins).
 """
@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from poot_ir import Program
 from poot_onnx import import_model
 from poot_planner import partition, plan, summarize
+from poot_planner.partition import arithmetic
 
 from models.catalog import MODELS, RealModel, available
 
@@ -39,8 +40,8 @@ def _top(kinds: Counter[str], k: int = 4) -> str:
 def rows(models: tuple[RealModel, ...] = MODELS) -> list[str]:
     out = [
         "| model | equations | target | admitted before | admitted after | rewrites | "
-        "refused after (by primitive) | partition after legalization |",
-        "|---|---|---|---|---|---|---|---|",
+        "refused after (by primitive) | partition after legalization | arithmetic on the device |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for m in models:
         program = import_model(m.model(), shapes=m.shapes, constants=m.constants).program
@@ -50,10 +51,13 @@ def rows(models: tuple[RealModel, ...] = MODELS) -> list[str]:
             after, kinds = _refused(program, target, True)
             p = plan(program, target)
             rules = Counter(rw.rule.name for rw in p.rewrites)
-            spans = summarize(partition(program, target, p), target).describe()
+            cut = partition(program, target, p)
+            spans = summarize(cut, target).describe()
+            total = sum(arithmetic(e) for e in program.eqns)
+            on = sum(arithmetic(program.eqns[i]) for s in cut if s.device for i in s.eqns)
             out.append(
                 f"| {m.name} | {n} | {target} | {n - before} | {n - after} | "
-                f"{_top(rules)} | {_top(kinds)} | {spans} |"
+                f"{_top(rules)} | {_top(kinds)} | {spans} | {on / max(total, 1):.3f} |"
             )
     return out
 
@@ -67,7 +71,11 @@ def main() -> None:
         "Each model of `models/catalog.py` imported as shipped, at the catalog's shapes. "
         "*Admitted* counts source equations the target's plan does not refuse (a rewritten "
         "equation counts as admitted once every equation it became is). The partition is "
-        "`poot_planner.partition` after legalization; on xdna2 every region is a graph.\n"
+        "`poot_planner.partition` after legalization; on xdna2 every region is a graph, and "
+        "the device spans are the ones with the most arithmetic that fit its 16 hardware "
+        "contexts. *Arithmetic on the device* is the device spans' share of the model's "
+        "(`poot_planner.partition.arithmetic`: a multiply-add per matmul or convolution "
+        "term, one step per element otherwise).\n"
     )
     print("\n".join(rows()))
 
