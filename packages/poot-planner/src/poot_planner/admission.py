@@ -21,6 +21,7 @@ from poot_ir import (
 from poot_planner.fp16.narrowing import (
     ARITHMETIC,
     EXACT_INTEGERS,
+    last_count,
     literal_refusals,
     operating_dtype,
 )
@@ -95,7 +96,7 @@ def admit(i: int, e: Eqn, target: Target) -> Capability | Refusal:
         )
     if e.prim is Prim.IOTA and dtype is DType.F32 and target.narrowing is not None:
         # narrowed to an FP16 counter (fp16.narrowing), exact only up to 2048
-        last = e.out.shape[e.params.axis] - 1 if isinstance(e.params, IotaParams) else 0
+        last = last_count(e.params) if isinstance(e.params, IotaParams) else 0
         if last > EXACT_INTEGERS:
             counts = (("counts_to", last), ("exact_up_to", EXACT_INTEGERS))
             return Refusal(RefusalKind.NARROWING_RANGE, i, prim, counts)

@@ -71,6 +71,7 @@ __all__ = [
     "INPUT_EDGE_RULE",
     "LITERAL_EDGE_RULE",
     "intermediate_guards",
+    "last_count",
     "literal_refusals",
     "narrow_to_device_precision",
     "needs_narrowing",
@@ -80,6 +81,13 @@ __all__ = [
 
 #: FP16 holds every integer of magnitude up to 2048 exactly
 EXACT_INTEGERS = 2048
+
+
+def last_count(p: IotaParams) -> int:
+    """The largest value a counter holds (-1 for an empty one): FP16 holds it exactly up to
+    ``EXACT_INTEGERS``."""
+    return p.shape[p.axis] - 1
+
 
 COUNTER_RULE = (
     f"An F32 counter (iota: ONNX's Range over fixed shapes) computes in FP16 when it counts to at "

@@ -9,7 +9,7 @@ import math
 from poot_ir import Atom, BroadcastParams, ConvertParams, DType, Eqn, IotaParams, Literal, Prim, Var
 
 from poot_planner.emit import Emit, RuleContext
-from poot_planner.fp16.narrowing import EXACT_INTEGERS
+from poot_planner.fp16.narrowing import EXACT_INTEGERS, last_count
 
 __all__ = [
     "TINY_F16",
@@ -136,7 +136,7 @@ def exact_float(em: Emit, a: Atom, ctx: RuleContext) -> Atom | None:
         inner = exact_float(em, e.inputs[0], ctx)
         return None if inner is None else em.op(Prim.BROADCAST_IN_DIM, inner, params=e.params)
     if e.prim is Prim.IOTA and isinstance(e.params, IotaParams):
-        if e.params.shape[e.params.axis] - 1 > EXACT_INTEGERS:
+        if last_count(e.params) > EXACT_INTEGERS:
             return None
         # made in F16 (the counter the NPU has), then widened to the operating dtype: a
         # convert the narrowing pass removes again
