@@ -1,5 +1,5 @@
 """Host relayouts between XDNA2 regions (reshape: an alias; transpose, slice, concat: one host
-copy), run through the real ``Engine`` on the host stand-in and through XRT (the fake
+copy; iota: a counter the host writes), run through the real ``Engine`` on the host stand-in and through XRT (the fake
 ``pyxrt``: a missing or misdirected sync gives wrong results there), bit exact against the
 oracle; and a region's flag word still refuses a run across relayouts."""
 
@@ -69,8 +69,17 @@ def _only_relayouts(b: Builder) -> None:  # no region at all: the relayouts run 
     b.output("c", b.concat([b.slice(x, (0, 0), (3, 4), (1, 3)), x], 1))
 
 
+def _counters(b: Builder) -> None:  # counters the host writes from nothing (no source slot)
+    x = b.slot("x", F32, (3, 4))
+    b.output("m", b.mul(x, b.iota((3, 4), F32, 1)))  # read by a region
+    b.output("i", b.iota((2, 5), I32, 0))  # returned as it is
+    zeros = b.reshape(b.iota((1, 3, 2), F32, 0), (3, 2))  # a convolution's zero padding
+    b.output("padded", b.neg(b.concat([zeros, x, zeros], 1)))
+
+
 PROGRAMS: dict[str, Body] = {
     "only_relayouts": _only_relayouts,
+    "counters": _counters,
     "between": _between,
     "transpose_between": _transpose_between,
     "argument_and_result": _argument_and_result,

@@ -97,10 +97,10 @@ def test_xdna2_gather_any_axis_f32_or_i32(table: DType, axis: int) -> None:
         (lambda b: b.gt(x(b), 0.0), "gt"),
         (lambda b: b.eq(x(b), 0.0), "eq"),
         (lambda b: b.select(x(b, BOOL), x(b, name="z"), 0.0), "select"),
-        # reshape, transpose, slice and concat are host relayouts (test_host_relayouts.py);
-        # matmul and broadcast_in_dim run on tiles (test_xdna2_matmul.py)
+        # reshape, transpose, slice, concat and iota are host relayouts
+        # (test_host_relayouts.py); matmul and broadcast_in_dim run on tiles
+        # (test_xdna2_matmul.py)
         (lambda b: b.convert(x(b), F16), "convert"),
-        (lambda b: b.iota((4, 64), F32, 1), "iota"),
         (
             lambda b: b.dynamic_update_slice(x(b), x(b, shape=(1, 64), name="u"), [0, 0]),
             "dynamic_update_slice",

@@ -1,4 +1,5 @@
-"""XDNA2 host relayouts in the planner: reshape, transpose, slice and concat admitted from the
+"""XDNA2 host relayouts in the planner: reshape, transpose, slice, concat and iota (a counter
+written from nothing) admitted from the
 capability table as ``KernelClass.HOST_RELAYOUT``, placed between regions (no tile, no
 context), their operands streamed out by the regions that make them (counted in the bounds),
 and partitioning keeping such programs as one device span."""
@@ -27,6 +28,25 @@ def _one(name: str, dtype: DType) -> Program:
     b = Builder(f"{name}_{dtype.value}")
     b.output("y", RELAYOUTS[name](b, b.slot("x", dtype, (4, 6))))
     return b.build()
+
+
+@pytest.mark.parametrize("dtype", [F32, I32], ids=lambda d: d.value)
+def test_a_counter_is_a_host_relayout_of_nothing(dtype: DType) -> None:
+    b = Builder("counter")
+    b.output("y", b.iota((4, 6), dtype, 1))
+    p = plan(b.build(), "xdna2")
+    assert p.admitted, p.refusals
+    (a,) = p.admissions
+    assert a.kernel is KernelClass.HOST_RELAYOUT and p.contexts == 0
+    (h,) = p.relayouts
+    assert (h.eqn, h.prim.value, h.inputs, h.alias) == (0, "iota", (), False)
+
+
+def test_a_counter_of_a_dtype_no_tile_computes_is_refused() -> None:
+    b = Builder("counter")
+    b.output("y", b.iota((4, 6), F16, 1))
+    (r,) = plan(b.build(), "xdna2").refusals
+    assert r.kind is RefusalKind.UNSUPPORTED_DTYPE
 
 
 @pytest.mark.parametrize("name", sorted(RELAYOUTS))

@@ -202,7 +202,7 @@ def test_xdna2_table_is_the_verified_list() -> None:
         Prim.SQRT: (Relative(4e-7), PositiveNormal()),
         Prim.REDUCE_SUM: (ScaledSum(2), FiniteInputs()),
     }
-    relayouts = {Prim.RESHAPE, Prim.TRANSPOSE, Prim.SLICE, Prim.CONCAT}
+    relayouts = {Prim.RESHAPE, Prim.TRANSPOSE, Prim.SLICE, Prim.CONCAT, Prim.IOTA}
     tiles = {Prim.MAX, Prim.REDUCE_MAX, Prim.GATHER, Prim.MATMUL, Prim.BROADCAST_IN_DIM}
     assert set(rows) == {*expected, *tiles, *relayouts}
     # matmul narrows its operands to bf16 (upstream aie2p mm.cc's arithmetic): ProductSum
@@ -306,12 +306,19 @@ def _pooled(lhs_dilation: int = 1, window_dilation: int = 1, conv_stride: int = 
     return b
 
 
-def test_xdna2_refuses_conv_and_window_reductions_typed() -> None:
-    # no XDNA2 lowering yet (issue 28): each is refused by name, so --partition routes around it
+def test_xdna2_refuses_window_reductions_and_transposed_convs_typed() -> None:
+    # no XDNA2 lowering of a window reduction, nor of a convolution's input dilation (the rule
+    # that makes a convolution the tiles' matmul takes strided slices, which cannot insert
+    # zeros): each is refused by name, so --partition routes around it
+    windows = {Prim.REDUCE_WINDOW_MAX, Prim.REDUCE_WINDOW_SUM}
     p = plan(_pooled().build(), "xdna2")
     assert {(r.kind, r.primitive) for r in p.refusals} == {
-        (RefusalKind.UNSUPPORTED_PRIMITIVE, prim.value)
-        for prim in (Prim.CONV, Prim.REDUCE_WINDOW_MAX, Prim.REDUCE_WINDOW_SUM)
+        (RefusalKind.UNSUPPORTED_PRIMITIVE, prim.value) for prim in windows
+    }
+    assert [rw.rule.name for rw in p.rewrites] == ["a convolution as a matmul of its windows"]
+    p = plan(_pooled(lhs_dilation=2).build(), "xdna2")
+    assert {(r.kind, r.primitive) for r in p.refusals} == {
+        (RefusalKind.UNSUPPORTED_PRIMITIVE, prim.value) for prim in (Prim.CONV, *windows)
     }
 
 

@@ -119,6 +119,7 @@ __all__ = [
     "check_gather_indices",
     "evaluate",
     "exact_array",
+    "iota_values",
 ]
 
 Array = np.ndarray[Any, np.dtype[Any]]
@@ -458,8 +459,10 @@ def _dynamic_update_slice(eqn: Eqn, index: int) -> Kernel:
     return kernel
 
 
-def _iota(eqn: Eqn, _: int) -> Kernel:
-    p = cast(IotaParams, eqn.params)
+def iota_values(p: IotaParams) -> Array:
+    """``iota``'s value: the count along ``p.axis`` at every element, in ``p.dtype`` (a float
+    count rounded to it once, as every float result; a read-only broadcast view). What a host
+    stage that writes a counter writes too (``poot_codegen.xdna``'s counter relayout)."""
     expanded = [1] * len(p.shape)
     expanded[p.axis] = p.shape[p.axis]
     counts = np.arange(p.shape[p.axis], dtype=_I64).reshape(expanded)
@@ -467,7 +470,11 @@ def _iota(eqn: Eqn, _: int) -> Kernel:
         values = counts.astype(np.int32)
     else:
         values = _round(counts.astype(_F64), p.dtype)
-    full = np.broadcast_to(values, p.shape)
+    return np.broadcast_to(values, p.shape)
+
+
+def _iota(eqn: Eqn, _: int) -> Kernel:
+    full = iota_values(cast(IotaParams, eqn.params))
     return lambda: full
 
 

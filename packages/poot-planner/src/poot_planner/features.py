@@ -160,7 +160,8 @@ def _target_section(t: Target) -> list[str]:
             "reads host values (an argument, a value a region streams out, counted in that "
             "region's bounds, or another relayout's output) and closes the region that makes "
             "its operand. A reshape is an alias (the same arena bytes read with its shape, "
-            "zero copies); the others one host copy, arena to arena.",
+            "zero copies); an iota reads nothing (the host writes its counter); the others "
+            "one host copy, arena to arena.",
             "",
         ]
     if t.region_limits is not None:

@@ -434,6 +434,7 @@ class RelayoutKind(Enum):
     TRANSPOSE = "transpose"
     SLICE = "slice"
     CONCAT = "concat"
+    COUNTER = "counter"  # iota: written from nothing (a convolution's zero padding, say)
 
 
 @dataclass(frozen=True, slots=True)
@@ -441,7 +442,8 @@ class Relayout:
     """One host stage between region runs: equation ``eqn`` of the planned program, from the
     slots of ``sources`` (value ids) to the slot of ``target``, before region ``after`` runs
     (after the last region when ``after`` is their count). ``perm`` (transpose), ``start``,
-    ``limit``, ``strides`` (slice) and ``axis`` (concat) are the equation's parameters."""
+    ``limit``, ``strides`` (slice), ``axis`` (concat; a counter's axis) and ``shape`` and
+    ``dtype`` (a counter, which has no sources) are the equation's parameters."""
 
     eqn: int
     kind: RelayoutKind
@@ -453,6 +455,8 @@ class Relayout:
     limit: tuple[int, ...] = ()
     strides: tuple[int, ...] = ()
     axis: int = 0
+    shape: tuple[int, ...] = ()
+    dtype: DType = DType.F32
 
 
 @dataclass(frozen=True, slots=True)

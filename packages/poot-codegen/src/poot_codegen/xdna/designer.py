@@ -21,6 +21,7 @@ from dataclasses import replace
 from poot_ir import (
     ConcatParams,
     GatherParams,
+    IotaParams,
     Prim,
     Program,
     SliceParams,
@@ -114,6 +115,7 @@ _KINDS = {
     Prim.TRANSPOSE: RelayoutKind.TRANSPOSE,
     Prim.SLICE: RelayoutKind.SLICE,
     Prim.CONCAT: RelayoutKind.CONCAT,
+    Prim.IOTA: RelayoutKind.COUNTER,
 }
 
 
@@ -132,6 +134,8 @@ def _relayout(h: HostRelayout, program: Program) -> Relayout:
             return replace(r, start=start, limit=limit, strides=strides)
         case ConcatParams(axis=axis):
             return replace(r, axis=axis)
+        case IotaParams(shape=shape, dtype=dtype, axis=axis):
+            return replace(r, shape=shape, dtype=dtype, axis=axis)
     return r
 
 

@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from poot_ir.oracle import check_gather_indices
+from poot_ir import IotaParams
+from poot_ir.oracle import check_gather_indices, iota_values
 from poot_planner import IndexGuard, Plan
 from poot_planner.xdna2.regions import in_step_order
 
@@ -146,6 +147,8 @@ def relayout(h: Relayout, sources: Sequence[np.ndarray]) -> np.ndarray:
             out = sources[0][index]
         case RelayoutKind.CONCAT:
             out = np.concatenate(list(sources), axis=h.axis)
+        case RelayoutKind.COUNTER:
+            out = iota_values(IotaParams(h.shape, h.dtype, h.axis))
         case RelayoutKind.ALIAS:
             out = sources[0]  # moves nothing: the caller reads the root's bytes
     return np.ascontiguousarray(out)

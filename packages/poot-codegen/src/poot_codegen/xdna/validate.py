@@ -96,17 +96,19 @@ def validate_relayouts(design: ProgramDesign) -> None:
         where = f"relayout at equation {h.eqn}"
         _check(after <= h.after <= n, "a relayout out of step order", where, h.after, n)
         after = h.after
-        _check(bool(h.sources), "a relayout of nothing", where)
+        counter = h.kind is RelayoutKind.COUNTER  # the one relayout written from nothing
+        _check(bool(h.sources) != counter, f"a {h.kind.value} of {len(h.sources)} operands", where)
         _check(
-            h.kind is RelayoutKind.CONCAT or len(h.sources) == 1,
-            f"a {h.kind.name.lower()} of {len(h.sources)} operands (one expected)",
+            h.kind is RelayoutKind.CONCAT or len(h.sources) <= 1,
+            f"a {h.kind.value} of {len(h.sources)} operands (one expected)",
             where,
         )
         for v in (*h.sources, h.target):
             _check(layout.has_slot(v), f"%{v} has no host slot", where)
         src = [layout.slot(v) for v in h.sources]
         out = layout.slot(h.target)
-        _check(all(s.dtype is out.dtype for s in src), "a relayout that changes the dtype", where)
+        dtypes = [s.dtype for s in src] if src else [h.dtype]
+        _check(all(d is out.dtype for d in dtypes), "a relayout that changes the dtype", where)
         shape = _relayout_shape(h, [s.shape for s in src], where)
         alias = h.kind is RelayoutKind.ALIAS
         if alias:  # the same elements, row-major, read with another shape
@@ -126,6 +128,9 @@ def _root(layout: HostLayout, value: int) -> int:
 def _relayout_shape(h: Relayout, shapes: list[tuple[int, ...]], where: str) -> tuple[int, ...]:
     """The shape ``h`` makes of its sources' ``shapes`` (``DesignError`` when its parameters
     do not fit them)."""
+    if h.kind is RelayoutKind.COUNTER:
+        _check(0 <= h.axis < len(h.shape), "a counter's axis", where)
+        return h.shape
     first = shapes[0]
     match h.kind:
         case RelayoutKind.ALIAS:

@@ -13,12 +13,8 @@ from poot_ir import (
     Eqn,
     Literal,
     Prim,
-    ReshapeParams,
-    SliceParams,
-    TransposeParams,
     Var,
 )
-from poot_ir.window import ConvParams
 
 from poot_planner.emit import Emit, RuleContext, readers_through_movement
 from poot_planner.legalize.steps import (
@@ -41,7 +37,6 @@ __all__ = [
     "expand_mask_scale",
     "expand_min",
     "expand_nan_guard",
-    "expand_pointwise_conv",
     "expand_predicate_eq",
     "expand_recip",
     "expand_scaled_sum",
@@ -232,44 +227,4 @@ def expand_scaled_sum(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
         return False
     em.absorb(readers[0])
     em.op(Prim.REDUCE_SUM, em.mul(x, c), params=e.params, out=readers[0].out)
-    return True
-
-
-def expand_pointwise_conv(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
-    # a 1x1 convolution (one group, no padding or input dilation) is a matmul of the pixels by
-    # the kernel: y[n, o, s] = sum_c x[n, c, s * stride] w[o, c]. With the features last, the
-    # (strided: sliced) pixels are (N S, C) rows and w the (C, O) matrix; the result's rows go
-    # back to [N, O, *S]. The terms and their count are the convolution's (the oracle sums
-    # both exactly and rounds once), and the slices, transposes and reshapes move bits only
-    x, w = e.inputs
-    p = e.params
-    if not (isinstance(x, Var) and isinstance(w, Var) and isinstance(p, ConvParams)):
-        return False
-    spatial = len(p.strides)
-    if (
-        not em.dtype.is_float
-        or p.groups != 1
-        or any(k != 1 for k in w.type.shape[2:])
-        or any(d != 1 for d in p.lhs_dilation)
-        or any(p.padding_lo)
-        or any(p.padding_hi)
-    ):
-        return False
-    n, c = x.type.shape[:2]
-    space = e.out.type.shape[2:]
-    o = w.type.shape[0]
-    pixels: Var = x
-    if any(s != 1 for s in p.strides):  # every stride-th pixel: the windows' one tap
-        full = x.type.shape
-        step = SliceParams((0,) * len(full), full, (1, 1, *p.strides))
-        pixels = em.op(Prim.SLICE, x, params=step)
-    last = (0, *range(2, 2 + spatial), 1)  # [N, *S, C]
-    pixels = em.op(Prim.TRANSPOSE, pixels, params=TransposeParams(last))
-    pixels = em.op(Prim.RESHAPE, pixels, params=ReshapeParams((n * math.prod(space), c)))
-    kernel_matrix = em.op(Prim.RESHAPE, w, params=ReshapeParams((o, c)))
-    kernel_matrix = em.op(Prim.TRANSPOSE, kernel_matrix, params=TransposeParams((1, 0)))
-    y = em.op(Prim.MATMUL, pixels, kernel_matrix)
-    y = em.op(Prim.RESHAPE, y, params=ReshapeParams((n, *space, o)))
-    back = (0, 1 + spatial, *range(1, 1 + spatial))  # [N, O, *S]
-    em.op(Prim.TRANSPOSE, y, params=TransposeParams(back), out=e.out)
     return True

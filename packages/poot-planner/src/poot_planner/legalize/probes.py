@@ -184,20 +184,22 @@ def _xdna2() -> tuple[Probe, ...]:
             {"a NaN guard on a value the device proves not NaN"},
             *_unary("nan_guard", _nan_guard, line),
         ),
-        probe({"a pointwise convolution as a matmul"}, *_pointwise(line)),
+        probe({"a convolution as a matmul of its windows"}, *_convolution(line)),
     )
 
 
-def _pointwise(line: Array) -> tuple[Program, dict[str, Array]]:
-    """A 1x1 convolution of two channels (the line and bf16's subnormals, and their reverse)
-    into three, by a kernel of mixed signs and scales, so each output sums terms that cancel.
-    Up to 1e30: a sum of terms near F32's largest value may overflow, where nothing is
-    promised, and bf16 rounds F32's largest value itself to infinity (outside the domain)."""
+def _convolution(line: Array) -> tuple[Program, dict[str, Array]]:
+    """A 3-tap convolution of two channels (the line and bf16's subnormals, and their reverse)
+    into three, padded by one on each side (so the end taps read the padding's zeros), by a
+    kernel of mixed signs and scales, so each output sums terms that cancel. Up to 1e30: a
+    sum of terms near F32's largest value may overflow, where nothing is promised, and bf16
+    rounds F32's largest value itself to infinity (outside the domain)."""
     line = _values(line[np.abs(line) <= 1e30], np.array([9.2e-41, -9.2e-41, 1e-40]))
-    b = Builder("probe_pointwise_conv")
-    x, w = b.slot("x", F32, (1, 2, line.size)), b.slot("w", F32, (3, 2, 1))
-    b.output("y", b.conv(x, w))
-    kernel = np.array([[1.0, -1.0], [0.5, 2.0], [1e-3, 1.0]], np.float32).reshape(3, 2, 1)
+    b = Builder("probe_conv")
+    x, w = b.slot("x", F32, (1, 2, line.size)), b.slot("w", F32, (3, 2, 3))
+    b.output("y", b.conv(x, w, padding=((1, 1),)))
+    taps = np.array([[1.0, -1.0], [0.5, 2.0], [1e-3, 1.0]], np.float32)
+    kernel = np.stack([taps, -0.25 * taps, taps[::-1]], axis=-1)  # [3, 2, 3]: o, c, tap
     return b.build(), {"x": np.stack([line, line[::-1]])[None].copy(), "w": kernel}
 
 

@@ -50,6 +50,7 @@ from enum import Enum
 from poot_ir import Eqn, Prim
 
 from poot_planner.emit import Emit, RuleContext
+from poot_planner.legalize.convolution import expand_conv_as_matmul
 from poot_planner.legalize.expanders import (
     expand_abs,
     expand_convert,
@@ -60,7 +61,6 @@ from poot_planner.legalize.expanders import (
     expand_mask_scale,
     expand_min,
     expand_nan_guard,
-    expand_pointwise_conv,
     expand_predicate_eq,
     expand_recip,
     expand_scaled_sum,
@@ -280,12 +280,12 @@ RULES: tuple[Rule, ...] = (
     Rule(
         Prim.CONV,
         XDNA,
-        "a pointwise convolution as a matmul",
-        "1x1, one group, no padding: x (every stride-th pixel) with its features last as "
-        "(N H W, C) rows @ the kernel as a (C, O) matrix, the rows back to [N, O, H, W] (the "
-        "same terms)",
+        "a convolution as a matmul of its windows",
+        "each kernel tap's pixels a strided slice of the zero-padded input, side by side: "
+        "(N H W, T C/G) rows @ the kernel as a (T C/G, O/G) matrix per group (a batched "
+        "matmul), the rows back to [N, O, H, W] (the same terms); not input dilation",
         _I,
-        expand_pointwise_conv,
+        expand_conv_as_matmul,
     ),
 )
 

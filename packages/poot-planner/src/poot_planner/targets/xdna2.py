@@ -186,6 +186,7 @@ TARGET = Target(
         _relayout(Prim.TRANSPOSE, "one host copy, arena to arena, between region runs"),
         _relayout(Prim.SLICE, "one host copy, arena to arena, between region runs"),
         _relayout(Prim.CONCAT, "one host copy of each operand, arena to arena"),
+        _relayout(Prim.IOTA, "the host writes the counter into its arena slot"),
     ),
     region_limits=RegionLimits(
         compute_tiles=32,
