@@ -190,3 +190,27 @@ def test_the_work_of_an_equation_counts_its_multiply_adds() -> None:
         2 * 4 * 9 * 9,
         2 * 4 * 9 * 9,
     ]
+
+
+def test_a_run_past_the_context_budget_is_halved_until_its_pieces_fit() -> None:
+    """40 regions in one run, none refused alone: the whole plan is refused (a context limit),
+    so the run is halved until each piece fits, and the budget keeps the pieces doing the most
+    work. Sent to the oracle whole, a run of convolutions legalized on xdna2 took everything."""
+    from poot_ir import Builder, DType
+
+    b = Builder("chain40")
+    v: Var = b.slot("x", DType.F32, (4, 4))
+    for k in range(40):  # a factor of its own in each region: identical ones would share one
+        v = b.transpose(b.mul(v, float(k + 2)), (1, 0))
+    b.output("y", v)
+    program = b.build()
+    (r,) = plan(program, "xdna2").refusals
+    assert (r.fact("needed"), r.fact("available")) == (40, 16)
+    spans = partition(program, "xdna2")
+    _check_structure(program, spans, "xdna2")
+    device = [s for s in spans if s.device]
+    assert device and all(s.plan is not None and s.plan.admitted for s in device)
+    assert sum(s.plan.contexts for s in device if s.plan is not None) == 16
+    x = np.random.default_rng(3).normal(size=(4, 4)).astype(np.float32)
+    got, want = _compose(program, spans, {"x": x}), evaluate(program, {"x": x})
+    assert got["y"].tobytes() == want["y"].tobytes()

@@ -23,7 +23,10 @@ The rules:
   target (its own facts, row kernels, narrowing and regions). If that plan refuses some of its
   equations, those become oracle equations and the rest of the run is tried again, piece by
   piece (an XDNA2 row kernel split by a refused equation in the middle is refused here); if it
-  is refused as a whole (a context limit), the run goes to the oracle.
+  is refused as a whole (a context limit: a run of convolutions on XDNA2 needs more regions
+  than it has contexts), it is cut after its longest prefix that fits a piece's share of the
+  contexts, and both parts are tried the same way (an equation refused as a whole alone goes
+  to the oracle).
 - A group the target runs whole (``Claim.wholes``: an XDNA2 row kernel) is never cut: one
   refused equation of it sends all of it to the oracle. A softmax refused as a row kernel (its
   exp has no derived bound there) then runs its exp and its divide in one oracle span; cut, the
@@ -33,7 +36,11 @@ The rules:
   region): of the candidate spans, those kept on the device are the ones with the most
   arithmetic together that fit the budget (``arithmetic``: a knapsack over their contexts,
   ties to the earlier spans); the others go to the oracle. Kept in program order instead, the
-  first spans took the budget, whatever they did.
+  first spans took the budget, whatever they did. How finely a run past the budget is cut
+  decides which of its regions can be kept together, so it is cut three ways, into pieces of
+  at most the whole budget, half of it and a quarter, and the way whose kept pieces do the
+  most work wins (ties to the coarser); its adjacent kept pieces merge where their union's
+  plan is admitted within the same contexts.
 - On XDNA2 a device span with no region (only host relayouts: no work for the NPU) goes to
   the oracle, which does the same relayout on the host without a dispatch of its own; a whole
   admitted program stays one device span whatever it holds.
@@ -193,19 +200,31 @@ def partition(
     refused = _whole_groups(program, t, {r.eqn for r in whole.refusals if r.eqn >= 0})
     prelude = host_prelude(program, refused)
     hoisted = set(prelude)
-    pieces: list[tuple[bool, tuple[int, ...]]] = [(False, prelude)] if prelude else []
-    for device, run in _runs(tuple(i for i in range(n) if i not in hoisted), refused):
-        if device:
-            pieces.extend(_device_pieces(run, plan_run))
-        else:
-            pieces.append((False, run))
-    pieces = _merge_devices(pieces, plan_run)
+    runs = _runs(tuple(i for i in range(n) if i not in hoisted), refused)
     budget = t.region_limits.contexts if t.region_limits is not None else None
-    if budget is not None:
+
+    def cut(most: int) -> tuple[list[tuple[bool, tuple[int, ...]]], int]:
+        """The pieces, a run refused as a whole cut into pieces of at most ``most`` contexts,
+        the ones the budget keeps on the device, and the arithmetic they do."""
+        pieces: list[tuple[bool, tuple[int, ...]]] = [(False, prelude)] if prelude else []
+        for device, run in runs:
+            pieces.extend(_device_pieces(run, plan_run, most) if device else [(False, run)])
+        pieces = _merge_devices(pieces, plan_run)
+        if budget is None:
+            return pieces, 0
         costs = {k: plan_run(run).contexts for k, (d, run) in enumerate(pieces) if d}
         work = {k: sum(arithmetic(program.eqns[i]) for i in pieces[k][1]) for k in costs}
         kept = _fitting(costs, work, budget)
-        pieces = [(d and k in kept, run) for k, (d, run) in enumerate(pieces)]
+        chosen = [(d and k in kept, run) for k, (d, run) in enumerate(pieces)]
+        joined = _merge_devices(chosen, plan_run)
+        if sum(plan_run(run).contexts for d, run in joined if d) > budget:
+            joined = chosen  # a union's regions formed otherwise, past the budget: kept apart
+        return joined, sum(work[k] for k in kept)
+
+    # the module docstring: cut three ways, the one doing the most work on the device kept
+    sizes = (budget, budget // 2, budget // 4) if budget else (0,)
+    cuts = [cut(most) for most in dict.fromkeys(max(m, 1) for m in sizes)]
+    pieces = max(cuts, key=lambda c: c[1])[0]
     merged: list[tuple[bool, tuple[int, ...]]] = []
     for device, run in pieces:
         if not device and merged and not merged[-1][0]:
@@ -315,19 +334,47 @@ def _runs(eqns: tuple[int, ...], refused: set[int]) -> list[tuple[bool, tuple[in
 
 
 def _device_pieces(
-    run: tuple[int, ...], plan_run: Callable[[tuple[int, ...]], Plan]
+    run: tuple[int, ...], plan_run: Callable[[tuple[int, ...]], Plan], most: int
 ) -> list[tuple[bool, tuple[int, ...]]]:
     """``run`` as device pieces whose own plans are admitted, and oracle pieces."""
     p = plan_run(run)
     if p.admitted:
         return [(True, run)]
     refused = {run[r.eqn] for r in p.refusals if r.eqn >= 0}
-    if not refused:  # refused as a whole (a context limit): no simple split helps
-        return [(False, run)]
+    if not refused:  # refused as a whole (a context limit): cut into pieces of ``most``
+        k = _longest_prefix(run, plan_run, most)
+        if k == 0:  # its first equation alone is refused as a whole
+            rest = _device_pieces(run[1:], plan_run, most) if len(run) > 1 else []
+            return [(False, run[:1]), *rest]
+        head = _device_pieces(run[:k], plan_run, most)
+        return [*head, *_device_pieces(run[k:], plan_run, most)]
     out: list[tuple[bool, tuple[int, ...]]] = []
     for device, piece in _runs(run, refused):
-        out.extend(_device_pieces(piece, plan_run) if device else [(False, piece)])
+        out.extend(_device_pieces(piece, plan_run, most) if device else [(False, piece)])
     return out
+
+
+def _longest_prefix(
+    run: tuple[int, ...], plan_run: Callable[[tuple[int, ...]], Plan], most: int
+) -> int:
+    """The length of the longest prefix of ``run`` whose plan is neither refused as a whole nor
+    admitted on more than ``most`` contexts (a binary search: a longer prefix needs at least
+    the contexts of a shorter one); 0 when even the first equation alone is."""
+
+    def too_big(k: int) -> bool:
+        p = plan_run(run[:k])
+        if p.admitted:
+            return p.contexts > most
+        return not any(r.eqn >= 0 for r in p.refusals)
+
+    lo, hi = 0, len(run) - 1  # run[:lo] fits (or lo = 0); run[:hi + 1] does not
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if too_big(mid):
+            hi = mid - 1
+        else:
+            lo = mid
+    return lo
 
 
 def _sub_program(
