@@ -362,3 +362,27 @@ def test_a_summarised_plan_checks_every_argument_in_one_row(
     code, every, _ = _run(capsys, "plan", str(path), "--target", "intel-npu4", "--guards")
     flat = " ".join(every.replace("│", " ").split())
     assert all(f"host: argument 'w{i}', before the run" in flat for i in range(n))
+
+
+def test_a_long_programs_host_relayouts_are_summarised(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # 50 transposes between negations: 50 host relayouts on xdna2, one row per kind (a
+    # detector's convolutions, a slice per kernel tap, printed 265 rows); --guards lists each
+    lines = ["program relayouts", "  slot x %0: f32[4,4]"]
+    for i in range(50):
+        lines.append(f"  %{2 * i + 1}: f32[4,4] = neg %{2 * i}")
+        lines.append(f"  %{2 * i + 2}: f32[4,4] = transpose %{2 * i + 1} {{perm=(1,0)}}")
+    path = tmp_path / "relayouts.poot"
+    path.write_text("\n".join([*lines, "  output y = %100", "end", ""]))
+    p = plan(parse_program(path.read_text()), "xdna2")
+    assert p.admitted and len(p.relayouts) == 50
+    code, out, _ = _run(capsys, "plan", str(path), "--target", "xdna2")
+    assert code == 0
+    flat = " ".join(out.replace("│", " ").split())
+    assert "host relayouts (no tile, no hardware context) (50, one row per kind" in flat
+    assert flat.count("transpose") == 1 and "(50)" in flat  # one row: the relayouts' only kind
+    code, every, _ = _run(capsys, "plan", str(path), "--target", "xdna2", "--guards")
+    assert code == 0
+    every_flat = " ".join(every.replace("│", " ").split())
+    assert every_flat.count("transpose") == 50

@@ -169,8 +169,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--guards",
         action="store_true",
-        help="list every rewrite and domain guard (a rewrite made at several equations is one "
-        "line, a long program's guards one row per kind)",
+        help="list every rewrite, domain guard and host relayout (a rewrite made at several "
+        "equations is one line, a long program's guards and relayouts one row per kind)",
     )
     r = sub.add_parser("run", help="run a program on a device, checked against the oracle")
     r.add_argument("file")

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from poot_engine.run import RunReport
+from poot_ir import Prim
 from poot_ir.numerics import NarrowStorage
 from poot_planner import Plan, Span, partition, summarize
 from poot_planner.fp16.contract import contract_form
@@ -183,27 +184,53 @@ def plan_panel(p: Plan, spans: tuple[Span, ...] = (), *, every: bool = False) ->
             )
         parts.append(reg)
     if p.relayouts:  # the relayouts the host arenas absorb between the region runs
-        rel = Table(
-            "eqn",
-            "primitive",
-            "how",
-            "runs",
-            title="host relayouts (no tile, no hardware context)",
-            title_justify="left",
-        )
-        for h in p.relayouts:
-            when = (
-                f"before region {h.after}" if h.after < len(p.regions) else "after the last region"
-            )
-            how = "alias (same bytes, new shape)" if h.alias else "host copy, arena to arena"
-            rel.add_row(str(h.eqn), h.prim.value, how, when if p.regions else "on the host")
-        parts.append(rel)
+        parts.append(_relayouts_table(p, every=every))
     for t in p.tiles:  # how each gather keeps its indices inside the axis
         if t.index_guard is not None:
             parts.append(Text(f"gather at equation {t.eqns[0]}: indices {t.index_guard.value}"))
     if p.admitted and p.guards:
         parts.append(guards_table(p, p.guards, every=every))
     return Panel(Group(*parts), title=f"plan: {p.target.name}", title_align="left")  # type: ignore[arg-type]
+
+
+def _relayouts_table(p: Plan, *, every: bool = False) -> Table:
+    """The host relayouts between region runs: a row each, or, for more than
+    ``SUMMARY_ROWS`` unless ``every`` (a convolution's windows are a slice per kernel tap),
+    a row per kind with its equations."""
+    summarised = not every and len(p.relayouts) > SUMMARY_ROWS
+    title = "host relayouts (no tile, no hardware context)"
+    if summarised:
+        title += f" ({len(p.relayouts)}, one row per kind; poot plan --guards lists each)"
+    t = Table("eqn", "primitive", "how", "runs", title=title, title_justify="left")
+    rows: list[tuple[int, tuple[str, ...]]] = []
+    for h in p.relayouts:
+        if summarised:
+            when = "between region runs" if p.regions else "on the host"
+        elif not p.regions:
+            when = "on the host"
+        else:
+            last = h.after >= len(p.regions)
+            when = "after the last region" if last else f"before region {h.after}"
+        how = "alias (same bytes, new shape)" if h.alias else "host copy, arena to arena"
+        if h.prim is Prim.IOTA:
+            how = "written by the host (a counter)"
+        rows.append((h.eqn, (h.prim.value, how, when)))
+    _add_rows(t, rows, summarised)
+    return t
+
+
+def _add_rows(t: Table, rows: list[tuple[int, tuple[str, ...]]], by_kind: bool) -> None:
+    """``rows`` (an equation and its cells) into ``t``: each, or one per distinct cells with
+    their equations (``by_kind``)."""
+    if not by_kind:
+        for eqn, cells in rows:
+            t.add_row(str(eqn), *cells)
+        return
+    kinds: dict[tuple[str, ...], list[int]] = {}
+    for eqn, cells in rows:
+        kinds.setdefault(cells, []).append(eqn)
+    for cells, at in kinds.items():
+        t.add_row(_eqns(at), *cells)
 
 
 def guards_table(p: Plan, placed: Sequence[DomainGuard], *, every: bool = False) -> Table:
@@ -228,15 +255,7 @@ def guards_table(p: Plan, placed: Sequence[DomainGuard], *, every: bool = False)
     if summarised:
         title += f" ({len(placed)}, one row per kind; poot plan --guards lists each)"
     t = Table("eqn", "primitive", "operand", "domain", "guard", title=title, title_justify="left")
-    if not summarised:
-        for g, row in zip(placed, cells, strict=True):
-            t.add_row(str(g.eqn), *row)
-        return t
-    kinds: dict[tuple[str, str, str, str], list[int]] = {}
-    for g, row in zip(placed, cells, strict=True):
-        kinds.setdefault(row, []).append(g.eqn)
-    for row, at in kinds.items():
-        t.add_row(_eqns(at), *row)
+    _add_rows(t, [(g.eqn, row) for g, row in zip(placed, cells, strict=True)], summarised)
     return t
 
 
