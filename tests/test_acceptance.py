@@ -148,6 +148,8 @@ def test_the_legalized_xdna2_rules_on_xdna_host(tmp_path: Path) -> None:
         "legalized near zero and at the edges: min via max",
         "legalized near zero and at the edges: a NaN guard on a value the device proves not NaN",
         "legalized near zero and at the edges: a convolution as a matmul of its windows",
+        "legalized near zero and at the edges: a window sum as a sum of its windows",
+        "legalized near zero and at the edges: a window maximum as a maximum of its windows",
     ]
     assert all(c.passed and c.figure is not None and c.figure <= 1.0 for c in probed), [
         c.detail for c in probed

@@ -185,7 +185,26 @@ def _xdna2() -> tuple[Probe, ...]:
             *_unary("nan_guard", _nan_guard, line),
         ),
         probe({"a convolution as a matmul of its windows"}, *_convolution(line)),
+        probe(
+            {"a window sum as a sum of its windows"},
+            *_unary("window_sum", _pooled(Builder.reduce_window_sum), line[np.abs(line) <= 1e30]),
+        ),
+        probe(
+            {"a window maximum as a maximum of its windows"},
+            *_unary("window_max", _pooled(Builder.reduce_window_max), line),
+        ),
     )
+
+
+def _pooled(reduce: Callable[..., Var]) -> Callable[[Builder, Var], Var]:
+    """A 3-wide window at stride 2 over the line, padded by one on each side (the padding's
+    zeros, or the edge element standing in for -inf, in the end windows). A sum up to 1e30:
+    three terms near F32's largest value may overflow, where nothing is promised."""
+
+    def pooled(b: Builder, x: Var) -> Var:
+        return reduce(b, x, (3,), (2,), ((1, 1),))
+
+    return pooled
 
 
 def _convolution(line: Array) -> tuple[Program, dict[str, Array]]:

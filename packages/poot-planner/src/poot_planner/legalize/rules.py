@@ -50,7 +50,6 @@ from enum import Enum
 from poot_ir import Eqn, Prim
 
 from poot_planner.emit import Emit, RuleContext
-from poot_planner.legalize.convolution import expand_conv_as_matmul
 from poot_planner.legalize.expanders import (
     expand_abs,
     expand_convert,
@@ -74,6 +73,7 @@ from poot_planner.legalize.logarithm import (
 )
 from poot_planner.legalize.logistic import expand_sigmoid_select
 from poot_planner.legalize.odd import ERF, TANH, OddFunction, expand_erf, expand_tanh
+from poot_planner.legalize.windows import expand_conv_as_matmul, expand_window_reduction
 
 __all__ = ["RULES", "Numerics", "Rule", "RuleContext", "rules_for"]
 
@@ -286,6 +286,25 @@ RULES: tuple[Rule, ...] = (
         "matmul), the rows back to [N, O, H, W] (the same terms); not input dilation",
         _I,
         expand_conv_as_matmul,
+    ),
+    Rule(
+        Prim.REDUCE_WINDOW_SUM,
+        XDNA,
+        "a window sum as a sum of its windows",
+        "each window tap's elements a strided slice of the zero-padded input, stacked on a new "
+        "axis and reduce_sum over it (the same terms)",
+        _I,
+        expand_window_reduction,
+    ),
+    Rule(
+        Prim.REDUCE_WINDOW_MAX,
+        XDNA,
+        "a window maximum as a maximum of its windows",
+        "each window tap's elements a strided slice of the input padded with its edge elements "
+        "(every window of unit dilation holds the edge it reaches past), stacked on a new axis "
+        "and reduce_max over it",
+        _I,
+        expand_window_reduction,
     ),
 )
 

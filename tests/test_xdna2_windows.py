@@ -1,10 +1,17 @@
-"""Convolutions on xdna2 (issue 28: xdna2 runs convolutions once its matmul lands): legalized
-into the matmul the tiles run (operands narrowed to bf16, FP32 accumulation) over the windows,
-the same terms as the convolution (``poot_planner.legalize.convolution``): pointwise, padded,
+"""Convolutions and window reductions on xdna2 (issue 28: xdna2 runs them once its matmul
+lands), as their windows (``poot_planner.legalize.windows``).
+
+Convolutions: legalized into the matmul the tiles run (operands narrowed to bf16, FP32
+accumulation) over the windows, the same terms as the convolution: pointwise, padded,
 strided, kernel-dilated, grouped and depthwise, in 1 to 3 spatial axes. Each is planned whole,
 equal to the convolution on the oracle, and run on the xdna-host stand-in within the matmul's
 contract of an independent float64 convolution at the operands' edges; an input-dilated
-(transposed) convolution stays refused, typed, and so does an operand bf16 cannot hold."""
+(transposed) convolution stays refused, typed, and so does an operand bf16 cannot hold.
+
+Window sums and maxima (pools): the windows stacked and reduced by the tiles' row reduction,
+equal on the oracle, exact (a maximum) or within the row sum's contract of numpy's sliding
+windows in float64 on xdna-host; a maximum whose padding no edge element can stand for stays
+refused, typed."""
 
 from __future__ import annotations
 
@@ -189,3 +196,132 @@ def test_an_operand_bf16_cannot_hold_is_refused_typed(tmp_path: Path) -> None:
         entry = engine.add_entry(plan(program, "xdna2"), engine.load_weights({"w": w}))
         with pytest.raises((DomainError, DomainFlagged)):
             engine.step(entry, {"x": x})
+
+
+# -- window sums and maxima -------------------------------------------------------------------
+
+
+class Pool:
+    """One window reduction: ``kind`` (sum or max), the operand's shape, and the window's
+    parameters over every axis (``Builder.reduce_window_sum``)."""
+
+    def __init__(
+        self,
+        kind: str,
+        shape: tuple[int, ...],
+        window: tuple[int, ...],
+        strides: tuple[int, ...] | None = None,
+        padding: tuple[tuple[int, int], ...] | None = None,
+        dilation: tuple[int, ...] | None = None,
+    ) -> None:
+        self.kind, self.shape, self.window = kind, shape, window
+        self.strides = strides or (1,) * len(shape)
+        self.padding = padding or ((0, 0),) * len(shape)
+        self.dilation = dilation or (1,) * len(shape)
+
+    def __repr__(self) -> str:
+        return f"{self.kind} {self.shape} {self.window} {self.strides} {self.padding}"
+
+    def program(self) -> Program:
+        b = Builder("pool")
+        x = b.slot("x", F32, self.shape)
+        f = b.reduce_window_max if self.kind == "max" else b.reduce_window_sum
+        b.output("y", f(x, self.window, self.strides, self.padding, self.dilation))
+        return b.build()
+
+    def windows64(self, x: Array) -> Array:
+        """Every window's elements in float64 (the last axes), written independently of the
+        rule: numpy's sliding windows over the input padded with the reduction's identity."""
+        fill = -np.inf if self.kind == "max" else 0.0
+        xp = np.pad(x.astype(np.float64), self.padding, constant_values=fill)
+        span = tuple((k - 1) * d + 1 for k, d in zip(self.window, self.dilation, strict=True))
+        views = np.lib.stride_tricks.sliding_window_view(xp, span)
+        pick = tuple(slice(None, None, s) for s in self.strides)
+        taps = tuple(slice(None, None, d) for d in self.dilation)
+        return np.asarray(views[pick][(..., *taps)])
+
+
+P0 = ((0, 0), (0, 0))
+POOLS = [
+    Pool("max", (1, 3, 8, 8), (1, 1, 2, 2), (1, 1, 2, 2)),  # a plain 2x2 pool
+    Pool("max", (1, 3, 9, 9), (1, 1, 5, 5), None, (*P0, (2, 2), (2, 2))),  # YOLOv8's SPPF
+    Pool("max", (1, 3, 7, 7), (1, 1, 3, 3), (1, 1, 2, 2), (*P0, (1, 1), (1, 1))),  # ResNet's
+    Pool("max", (2, 2, 8, 7), (1, 1, 3, 3), (1, 1, 2, 2), (*P0, (0, 1), (0, 2))),  # ceil mode
+    Pool("max", (1, 2, 9), (1, 1, 3), (1, 1, 1), None, (1, 1, 2)),  # dilated, unpadded
+    Pool("sum", (1, 16, 7, 7), (1, 1, 7, 7)),  # a global pool: reduced whole, no taps
+    Pool("sum", (1, 3, 8, 8), (1, 1, 3, 3), None, (*P0, (1, 1), (1, 1))),
+    Pool("sum", (2, 4, 9), (1, 1, 3), (1, 1, 2), (*P0, (1, 0))),
+    Pool("sum", (1, 2, 6, 5), (1, 1, 2, 2), (1, 1, 1, 1), None, (1, 1, 2, 1)),
+]
+
+
+@pytest.mark.parametrize("pool", POOLS, ids=repr)
+def test_a_window_reduction_is_a_reduction_of_its_windows(pool: Pool) -> None:
+    source = pool.program()
+    p = plan(source, "xdna2")
+    assert p.admitted, [str(r) for r in p.refusals]
+    (rw,) = p.rewrites
+    reduce = Prim.REDUCE_MAX if pool.kind == "max" else Prim.REDUCE_SUM
+    # the reduction's own contract: exact for a maximum, the row sum's for a sum
+    assert rw.derivation.bound == p.target.capability(reduce, F32).contract.bound  # type: ignore[union-attr]
+    assert [e.prim for e in p.legalized.eqns].count(reduce) == 1
+    assert not {Prim.REDUCE_WINDOW_MAX, Prim.REDUCE_WINDOW_SUM} & {e.prim for e in p.legalized.eqns}
+    x = np.random.default_rng(1).integers(-9, 10, pool.shape).astype(np.float32)
+    np.testing.assert_array_equal(
+        evaluate(p.legalized, {"x": x})["y"], evaluate(source, {"x": x})["y"]
+    )
+
+
+@pytest.mark.parametrize(
+    "pool",
+    [
+        # a window wholly in the padding (its maximum is -inf) and a dilated padded one (its
+        # window may skip the edge element): no edge can stand in for -inf there
+        Pool("max", (1, 1, 6, 6), (1, 1, 3, 3), None, (*P0, (3, 3), (1, 1))),
+        Pool("max", (1, 1, 9, 9), (1, 1, 3, 3), None, (*P0, (2, 2), (2, 2)), (1, 1, 2, 2)),
+    ],
+    ids=["wholly padded", "dilated padded"],
+)
+def test_a_maximum_no_edge_can_pad_stays_refused_typed(pool: Pool) -> None:
+    (r,) = plan(pool.program(), "xdna2").refusals
+    assert (r.kind, r.primitive) == (RefusalKind.UNSUPPORTED_PRIMITIVE, "reduce_window_max")
+
+
+#: window reductions' edges: signed zeros, the smallest subnormal and normal, sums that cancel;
+#: and, drawn in half the examples, the extremes (a sum near them overflows: refused) and, for
+#: a maximum, the infinities (its domain is "not NaN")
+POOL_EDGES = [0.0, -0.0, 1.0, -1.0, 1e-45, 2.0**-126, 1e30, -1e30]
+EXTREMES = {"sum": [3.4e38, -3.4e38], "max": [3.4e38, -3.4e38, np.inf, -np.inf]}
+
+
+@settings(derandomize=True, max_examples=24, deadline=None, database=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from(range(len(POOLS))), st.booleans())
+def test_on_xdna_host_within_the_reductions_contract_of_float64(
+    seed: int, which: int, extreme: bool
+) -> None:
+    pool = POOLS[which]
+    rng = np.random.default_rng(seed)
+    edges = POOL_EDGES + (EXTREMES[pool.kind] if extreme else [])
+    x = np.where(
+        rng.random(pool.shape) < 0.3, rng.choice(edges, pool.shape), rng.normal(size=pool.shape)
+    )
+    x = x.astype(np.float32)
+    windows = pool.windows64(x)
+    axes = tuple(range(-len(pool.shape), 0))
+    with tempfile.TemporaryDirectory() as cache, Engine(make_device("xdna-host"), cache) as engine:
+        entry = engine.add_entry(plan(pool.program(), "xdna2"))
+        try:
+            got = engine.step(entry, {"x": x})["y"].astype(np.float64)
+        except DomainFlagged:
+            # a sum the row kernel saw overflow: only where its terms reach F32's largest value
+            assert pool.kind == "sum" and np.abs(windows).sum(axis=axes).max() >= 3.4e38
+            return
+    if pool.kind == "max":  # exact: the same elements' maximum (zeros' signs not promised)
+        np.testing.assert_array_equal(got, windows.max(axis=axes))
+        return
+    want = windows.sum(axis=axes)
+    n = math.prod(pool.window)
+    magnitudes = np.abs(windows).sum(axis=axes)
+    allowed = 2 * n * 2.0**-24 * magnitudes + 2.0**-24 * np.abs(want)  # ScaledSum(2), rounding
+    finite = magnitudes < 3.4e38
+    assert np.all(np.abs(got - want)[finite] <= allowed[finite])
