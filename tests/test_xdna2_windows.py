@@ -29,7 +29,8 @@ from poot_engine import Engine
 from poot_ir import Builder, DType, Prim, Program, evaluate
 from poot_ir.errors import DomainError, DomainFlagged
 from poot_npu.registry import make_device
-from poot_planner import RefusalKind, plan
+from poot_planner import Plan, RefusalKind, plan
+from poot_planner.legalize.rewrite import Rewrite
 from poot_planner.targets.xdna2 import MATMUL_CONTRACT
 
 F32 = DType.F32
@@ -84,12 +85,18 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=repr)
-def test_a_convolution_is_a_matmul_of_its_windows(case: Case) -> None:
-    source = case.program()
+def _rewritten(source: Program) -> tuple[Plan, Rewrite]:
+    """``source``'s xdna2 plan, admitted, and the one rewrite it made."""
     p = plan(source, "xdna2")
     assert p.admitted, [str(r) for r in p.refusals]
     (rw,) = p.rewrites
+    return p, rw
+
+
+@pytest.mark.parametrize("case", CASES, ids=repr)
+def test_a_convolution_is_a_matmul_of_its_windows(case: Case) -> None:
+    source = case.program()
+    p, rw = _rewritten(source)
     assert rw.rule.name == "a convolution as a matmul of its windows"
     assert rw.derivation.bound == MATMUL_CONTRACT.bound  # the matmul's: moves around it only
     assert [e.prim for e in p.legalized.eqns].count(Prim.MATMUL) == 1
@@ -258,9 +265,7 @@ POOLS = [
 @pytest.mark.parametrize("pool", POOLS, ids=repr)
 def test_a_window_reduction_is_a_reduction_of_its_windows(pool: Pool) -> None:
     source = pool.program()
-    p = plan(source, "xdna2")
-    assert p.admitted, [str(r) for r in p.refusals]
-    (rw,) = p.rewrites
+    p, rw = _rewritten(source)
     reduce = Prim.REDUCE_MAX if pool.kind == "max" else Prim.REDUCE_SUM
     # the reduction's own contract: exact for a maximum, the row sum's for a sum
     assert rw.derivation.bound == p.target.capability(reduce, F32).contract.bound  # type: ignore[union-attr]
