@@ -7,14 +7,7 @@ from __future__ import annotations
 
 import math
 
-from poot_ir import (
-    ConvertParams,
-    DType,
-    Eqn,
-    Literal,
-    Prim,
-    Var,
-)
+from poot_ir import ConvertParams, DType, Eqn, Literal, Prim, Var
 
 from poot_planner.emit import Emit, RuleContext, readers_through_movement
 from poot_planner.legalize.steps import (

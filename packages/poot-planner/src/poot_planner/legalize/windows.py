@@ -3,7 +3,7 @@ by: its tiles have a matmul (bf16 operands, FP32 accumulation) and row reduction
 convolution or pooling.
 
 The windows: each tap of a window reads, for every output position, one strided slice of the
-padded input (``tap_slices``), so the windows are those slices side by side.
+padded input (``_tap_slices``), so the windows are those slices side by side.
 
 - A convolution (``expand_conv_as_matmul``): output pixel ``p`` of group ``g`` sums
   ``x[n, g Cg + c, p s + t d - lo] w[g Og + o, c, t]`` over the input features ``c < Cg`` of
@@ -47,7 +47,7 @@ from poot_ir.window import ConvParams, ReduceWindowParams
 
 from poot_planner.emit import Emit, RuleContext
 
-__all__ = ["expand_conv_as_matmul", "expand_window_reduction", "tap_slices"]
+__all__ = ["expand_conv_as_matmul", "expand_window_reduction"]
 
 
 def expand_conv_as_matmul(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
@@ -69,7 +69,7 @@ def expand_conv_as_matmul(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
     batch = (g,) if g > 1 else ()  # one group: a plain matmul
     # the taps over the spatial axes only, every batch and feature taken whole
     padded = _padded(em, x, ((0, 0), (0, 0), *p.padding), _zeros)
-    slices = tap_slices(
+    slices = _tap_slices(
         em, padded, (1, 1, *kernel), (1, 1, *p.strides), (1, 1, *p.rhs_dilation), (n, c, *space)
     )
     windows = _side_by_side(em, slices, 1)  # [N, T C, *S]: tap-major
@@ -112,7 +112,7 @@ def expand_window_reduction(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
     )
     window = tuple(1 if a in whole else k for a, k in enumerate(p.window))
     out = tuple(shape[a] if a in whole else n for a, n in enumerate(e.out.type.shape))
-    slices = tap_slices(em, padded, window, p.strides, p.dilation, out)
+    slices = _tap_slices(em, padded, window, p.strides, p.dilation, out)
     if len(slices) == 1:  # no taps: the whole axes alone
         reduced = em.op(reduce, slices[0], params=ReduceParams(whole))
     else:
@@ -124,7 +124,7 @@ def expand_window_reduction(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
     return True
 
 
-def tap_slices(
+def _tap_slices(
     em: Emit,
     x: Var,
     window: tuple[int, ...],
