@@ -27,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from poot_engine import Engine
 from poot_ir import Builder, DType, Prim, Program, evaluate
+from poot_ir.budget import BudgetExceeded, budget_set
 from poot_ir.errors import DomainError, DomainFlagged
 from poot_ir.numerics import ScaledSum
 from poot_npu.registry import make_device
@@ -337,3 +338,17 @@ def test_on_xdna_host_within_the_reductions_contract_of_float64(
     allowed = bound.ulps_per_term * n * bound.unit * magnitudes + 2.0**-24 * np.abs(want)
     finite = magnitudes < 3.4e38
     assert np.all(np.abs(got - want)[finite] <= allowed[finite])
+
+
+def test_host_arenas_past_the_memory_budget_are_refused_before_loading(tmp_path: Path) -> None:
+    # a 9x9 convolution's windows are 81 times its input: the arenas are sized by the program,
+    # so a design over the budget is refused typed, before its kernels build, not a MemoryError
+    case = Case(1, 4, 4, (64, 64), (9, 9), padding=((4, 4), (4, 4)))
+    w = np.ones(case.w_shape, np.float32)
+    with Engine(make_device("xdna-host"), cache_dir=tmp_path) as engine:
+        handle = engine.load_weights({"w": w})
+        with budget_set(4 << 20), pytest.raises(BudgetExceeded, match="host arenas"):
+            engine.add_entry(plan(case.program(), "xdna2"), handle)
+        entry = engine.add_entry(plan(case.program(), "xdna2"), handle)  # the default budget
+        x = np.ones(case.x_shape, np.float32)
+        assert engine.step(entry, {"x": x})["y"].shape == (1, 4, 64, 64)

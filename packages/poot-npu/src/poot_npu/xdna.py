@@ -82,7 +82,9 @@ from poot_codegen.xdna import (
 from poot_codegen.xdna import link as xlink
 from poot_codegen.xdna.design import FLAG_WORD, Relayout, RelayoutKind
 from poot_codegen.xdna.execute import (
+    check_arena_budget,
     check_indices,
+    new_arenas,
     read_results,
     relayout,
     run_relayout,
@@ -287,6 +289,7 @@ class XdnaDevice(HostMemory):
             design = decode_design(raw)
         except ValueError as err:
             raise BlobRefused(self._name, str(err)) from None
+        check_arena_budget(design.layout)  # before any context is reserved
         owners = artifact_regions(design)
         n, k = len(design.regions), len(owners)
         xclbins, insts = parts[:k], parts[k:]
@@ -328,7 +331,7 @@ class XdnaDevice(HostMemory):
             arenas,
             tuple(sorted(written)),
             tuple(sorted(back)),
-            [] if regions else [np.zeros(a.nbytes, np.uint8) for a in layout.arenas],
+            [] if regions else new_arenas(layout),
             k,
         )
         return artifact

@@ -57,6 +57,7 @@ import numpy as np
 from poot_codegen.xdna import ProgramDesign, Relayout, TransferDirection, lower_program
 from poot_codegen.xdna.execute import (
     Bytes,
+    check_arena_budget,
     check_indices,
     flag_word,
     new_arenas,
@@ -269,6 +270,7 @@ class XdnaHostDevice(HostMemory):
             texts = [c.decode() for c in sources]
         except (ValueError, UnicodeDecodeError) as err:
             raise BlobRefused(self._name, str(err)) from None
+        check_arena_budget(design.layout)
         owners = artifact_regions(design)
         try:
             built = [load_library(t, self.cache, compiler=self._compiler) for t in texts]

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 from poot_ir import IotaParams
+from poot_ir.budget import check_alloc
 from poot_ir.oracle import check_gather_indices, iota_values
 from poot_planner import IndexGuard, Plan
 from poot_planner.xdna2.regions import in_step_order
@@ -46,6 +47,7 @@ from poot_codegen.xdna.kernels import region_source
 
 __all__ = [
     "Bytes",
+    "check_arena_budget",
     "check_indices",
     "flag_word",
     "load_region_libraries",
@@ -70,8 +72,17 @@ def load_region_libraries(plan: Plan, cache: LibraryCache) -> tuple[ctypes.CDLL,
     )
 
 
+def check_arena_budget(layout: HostLayout) -> None:
+    """Refuse (``BudgetExceeded``) a design whose host arenas together are over the memory
+    budget, before anything is built or reserved: they are sized by the program (a
+    convolution's windows are its input times its kernel's taps), and host memory on either
+    device (XRT's arenas are host-only buffer objects)."""
+    total = sum(a.nbytes for a in layout.arenas)
+    check_alloc(f"the {len(layout.arenas)} host arenas of a region design", total)
+
+
 def new_arenas(layout: HostLayout) -> list[Bytes]:
-    """Zero-filled arenas of ``layout``, in index order."""
+    """Zero-filled arenas of ``layout``, in index order (``check_arena_budget`` first)."""
     return [np.zeros(a.nbytes, np.uint8) for a in layout.arenas]
 
 
