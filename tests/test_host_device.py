@@ -654,10 +654,64 @@ def test_a_constant_of_either_zero_on_either_side_keeps_a_zeros_sign(
     for name, y in (("xl", op(v, lit)), ("lx", op(lit, v)), ("xw", op(v, w)), ("wx", op(w, v))):
         b.output(name, y)
     program = b.build()
-    feed = {"x": _ZERO_EDGES[: shape[0]], "w": np.full(shape, c, np.float32)}
-    want = evaluate(program, feed)
+    w = np.full(shape, c, np.float32)
+    # a value of one element is each edge in turn, zeros of both signs among them
+    feeds = [_ZERO_EDGES[k : k + shape[0]] for k in range(0, len(_ZERO_EDGES), shape[0])]
     with Engine(_open("host"), cache_dir=tmp_path, verify="off") as engine:
-        entry = engine.add_entry(program, engine.load_weights({"w": feed["w"]}))
-        got = engine.step(entry, {"x": feed["x"]})
-    for name, y in want.items():
-        assert got[name].tobytes() == y.tobytes(), (name, got[name], y)
+        entry = engine.add_entry(program, engine.load_weights({"w": w}))
+        for x in feeds:
+            got = engine.step(entry, {"x": x})
+            for name, y in evaluate(program, {"x": x, "w": w}).items():
+                assert got[name].tobytes() == y.tobytes(), (name, x, got[name], y)
+
+
+def _hard_swish(b: Builder, x):  # type: ignore[no-untyped-def]
+    """PyTorch's export of ``nn.Hardswish``, as ocr_det and MobileNetV3 hold it."""
+    return b.div(b.mul(x, b.min(b.max(b.add(x, 3.0), 0.0), 6.0)), 6.0)
+
+
+#: activations written out in ops that OpenVINO's common transformations fuse into one kernel
+#: of their own (``poot_npu.host._one_element_constants``), by the patterns' forms
+_WRITTEN_OUT = {
+    "hard_swish": _hard_swish,
+    "hard_swish_by_a_sixth": lambda b, x: b.mul(
+        b.mul(x, b.min(b.max(b.add(x, 3.0), 0.0), 6.0)), 1 / 6
+    ),
+    "hard_sigmoid": lambda b, x: b.div(b.min(b.max(b.add(x, 3.0), 0.0), 6.0), 6.0),
+    "softplus": lambda b, x: b.log(b.add(b.exp(x), 1.0)),
+    "mish": lambda b, x: b.mul(x, b.tanh(b.log(b.add(b.exp(x), 1.0)))),
+    "minus_three_off": lambda b, x: b.div(b.mul(x, b.min(b.max(b.sub(x, -3.0), 0.0), 6.0)), 6.0),
+}
+#: where the fused kernels and the ops part: around -3 (``x + 3`` exact, ``x / 6 + 1 / 2``
+#: not), the clamps' ends, large negatives (``exp(x) + 1`` is 1), zeros of both signs
+_ACTIVATION_EDGES = np.array([-3.0, -2.99585, 3.0, -6.0, 6.0, -30.0, -87.0, 0.0, -0.0, 20.0])
+
+
+@settings(derandomize=True, max_examples=12, deadline=None, database=None)
+@given(
+    st.sampled_from(sorted(_WRITTEN_OUT)),
+    st.sampled_from([(512,), (1,)]),
+    st.integers(0, 2**32 - 1),
+)
+def test_an_activation_written_out_in_ops_is_within_the_ops_contract(
+    name: str, shape: tuple[int, ...], seed: int
+) -> None:
+    """Fails before: the CPU plugin fused ``x * min(max(x + 3, 0), 6) / 6`` into its HSwish
+    kernel (9.4e-4 relative off the oracle near -3, against a bound the ops compose of
+    3.9e-11 there) and ``log(exp(x) + 1)`` into SoftPlus (-1.9e-6 where the ops give 0), so a
+    host span ending in one (ocr_det's) was refused by its check, and returned unchecked.
+    Every step is checked against the oracle under the host plan's contract (``verify``); a
+    one-element value takes the pair path."""
+    rng = np.random.default_rng(seed)
+    near = rng.uniform(-3.01, -2.99, shape)
+    wide = rng.normal(0.0, 4.0, shape)
+    edge = rng.choice(_ACTIVATION_EDGES, shape)
+    pick = rng.integers(0, 3, shape)
+    x = np.choose(pick, [near, wide, edge]).astype(np.float32)
+    b = Builder(name)
+    b.output("out", _WRITTEN_OUT[name](b, b.slot("x", F32, shape)))
+    program = b.build()
+    with Engine(_DEVICE.get(), verify="always") as engine:
+        got = engine.step(engine.add_entry(program), {"x": x})["out"]
+        assert engine.stats().verified_steps == 1
+    assert got.shape == shape

@@ -42,8 +42,8 @@ __all__ = ["HOST_CONFIG", "TARGET", "HostDevice"]
 _NONCONVERTIBLE_DIVIDE: Final = "nonconvertable_divide_0"  # sic: OpenVINO's spelling
 _PREPARE: Final = (
     "divides nonconvertible but a mean's; implicit broadcasts; f32 maxima keep -inf; "
-    "booleans selected; products by one element, sums with a zero, -0 - x and negations keep a "
-    "zero's sign"
+    "booleans selected; no product, sum or difference by a one-element constant (zeros keep "
+    "their sign, no activation fused), -0 - x negated"
 )
 
 TARGET: Final = "host-cpu"
@@ -126,12 +126,13 @@ class HostDevice(OpenVinoDevice):
 
         And a boolean converted to F32 is selected instead (``_selected_booleans``).
 
-        And a product by a one-element constant and a negation keep a zero's sign
-        (``_signed_zero_products``)."""
+        And no product, sum or difference has a one-element constant, so a negation and a
+        product keep a zero's sign and no activation written out in ops is fused into a kernel
+        that rounds otherwise (``_one_element_constants``)."""
         _implicit_broadcasts(model)
         _maxima_keep_minus_inf(model)
         _selected_booleans(model)
-        _signed_zero_products(model)
+        _one_element_constants(model)
         for op in model.get_ops():
             if op.get_type_name() == "Divide" and not _mean(op):
                 op.get_rt_info()[_NONCONVERTIBLE_DIVIDE] = ""
@@ -345,23 +346,31 @@ _NOT_POWER_STATIC: Final = frozenset(
 _SCALAR_OPS: Final = frozenset({"Multiply", "Negative", "Add", "Subtract"})
 
 
-def _signed_zero_products(model: Any) -> None:
+def _one_element_constants(model: Any) -> None:
     """Each F32 multiply by a one-element constant that the CPU plugin would make its
-    PowerStatic node, each sum or difference with a one-element zero it would, and each F32
+    PowerStatic node, each sum or difference with a one-element constant, and each F32
     Negative (which the plugin first makes a multiply by -1) take a constant of more than one
-    element instead (``_row``; a product of one element: ``_pair``; a sum of one element with
-    +0 is ``select(x == 0, +0, x)``), which the plugin leaves an ordinary elementwise op: the
-    IEEE result, a zero's sign included.
+    element instead (``_row``; a value of one element: ``_pair``), which the plugin leaves an
+    ordinary elementwise op: the IEEE result, a zero's sign included, op by op.
 
-    PowerStatic computes ``x * scale + shift`` as one fused multiply-add (openvino src/plugins/
-    intel_cpu/src/transformations/cpu_opset/common/pass/convert_to_power_static.cpp, which
-    takes an op whose constant has one element; ``jit_power_static_emitter``). A multiply's
-    shift is +0, and ``-0 + 0`` is +0: every product that is -0 came back +0
-    (``convert(false) * -2``, ``0 * -0.5``, an underflow to -0, ``neg(0)``). A sum with +0 (a
-    difference with -0) has scale 1 and shift 0, which the emitter skips: ``-0 + 0`` came back
-    -0. Otherwise the shift is exact to add, and ``x * 1 + c`` and ``x * -1 + c`` are the IEEE
-    sum and difference, so a nonzero one-element constant stays (and ``x + -0``, ``x - 0``,
-    which are ``x``, and ``0 - x``, which the plugin's ``-x + 0`` is).
+    A product: PowerStatic computes ``x * scale + shift`` as one fused multiply-add (openvino
+    src/plugins/intel_cpu/src/transformations/cpu_opset/common/pass/convert_to_power_static.cpp,
+    which takes an op whose constant has one element; ``jit_power_static_emitter``). A
+    multiply's shift is +0, and ``-0 + 0`` is +0: every product that is -0 came back +0
+    (``convert(false) * -2``, ``0 * -0.5``, an underflow to -0, ``neg(0)``).
+
+    A sum or difference: the common transformations fuse an activation written out in ops
+    into one kernel of its own, matching its constants with ``has_constant_value``, which
+    takes a constant of one element only (openvino src/common/transformations/include/
+    transformations/utils/utils.hpp): ``x * min(max(x + 3, 0), 6) / 6`` becomes HSwish and
+    ``min(max(x + 3, 0), 6) / 6`` HSigmoid (common_optimizations/hswish_fusion.cpp,
+    hsigmoid_fusion.cpp), ``log(exp(x) + 1)`` SoftPlus (softplus_fusion.cpp). Those kernels
+    round otherwise than the ops, past the contract the ops compose: measured on 2026.4, a
+    hard-swish 9.4e-4 relative off the oracle near -3, where ``x + 3`` is exact and the fused
+    kernel's ``x / 6 + 1 / 2`` is not; a softplus -1.9e-6 where the ops give 0. Every such
+    pattern has its sum's constant, so with none of one element none is fused. (A sum with a
+    one-element zero was PowerStatic's too, whose emitter skips ``x * 1 + 0``: ``-0 + 0`` came
+    back -0.)
 
     And ``-0 - x`` by a constant of -0s of any size (a literal, a baked weight), which the
     plugin computes as ``-x + 0`` (+0 for ``x = 0``), becomes ``x * -1`` as a Negative does:
@@ -372,6 +381,8 @@ def _signed_zero_products(model: Any) -> None:
             continue
         out = op.output(0)
         shape, name = [int(d) for d in out.get_shape()], op.get_friendly_name()
+        if 0 in shape:
+            continue  # nothing to compute; a row added to an empty value aborts the compile
         if kind == "Negative":
             x = op.input_value(0)
             _replace(out, list(out.get_target_inputs()), _scaled(x, np.float32(-1), shape, name))
@@ -387,20 +398,24 @@ def _signed_zero_products(model: Any) -> None:
                     out, list(out.get_target_inputs()), _scaled(x, np.float32(-1), shape, name)
                 )
             continue
-        if const is None or const.size != 1 or x.get_node().get_type_name() in _NOT_POWER_STATIC:
+        if const is None or const.size != 1:
             continue
+        if kind == "Multiply" and x.get_node().get_type_name() in _NOT_POWER_STATIC:
+            continue  # a post-op of its producer, not PowerStatic (a sum is fused either way)
         c = np.float32(const.ravel()[0])
         if kind == "Multiply" and c == 1:
             continue  # x * 1 + 0 is skipped as x, which it is (a rewrite the plugin undoes)
-        if kind != "Multiply" and (c != 0 or np.signbit(c) != (kind == "Subtract")):
-            continue  # x * 1 + c, x * -1 + c: the IEEE sum or difference; x + -0 and x - 0: x
         row = _row(c, shape, name)
-        if row is None and kind == "Multiply":  # a value of one element
-            _replace(out, list(out.get_target_inputs()), _pair(x, at, c, shape, name))
-        elif row is None:  # x + 0 of one element: +0 where x is a zero, else x
-            zero = ops.constant(np.float32(0), name=f"{name}:zero")
-            picked = ops.select(ops.equal(x, zero), zero, x, name=name).output(0)
-            _replace(out, list(out.get_target_inputs()), picked)
+        if row is None and kind != "Multiply" and c == 0:
+            # of one element, which the plugin simplifies: x + -0, x - 0 (x) and 0 - x
+            # (-x + 0) are already its IEEE result; x + 0 is +0 where x is a zero, else x
+            plus_zero = bool(np.signbit(c)) == (kind == "Subtract") and (kind == "Add" or at == 1)
+            if plus_zero:
+                zero = ops.constant(np.float32(0), name=f"{name}:zero")
+                picked = ops.select(ops.equal(x, zero), zero, x, name=name).output(0)
+                _replace(out, list(out.get_target_inputs()), picked)
+        elif row is None:  # a value of one element
+            _replace(out, list(out.get_target_inputs()), _pair(x, at, c, kind, shape, name))
         else:
             op.input(at).replace_source_output(row)
 
@@ -426,17 +441,18 @@ def _scaled(x: Any, c: np.float32, shape: list[int], name: str) -> Any:
     """``x * c`` of ``shape`` (``x``'s) by a constant of more than one element."""
     row = _row(c, shape, name)
     if row is None:
-        return _pair(x, 1, c, shape, name)
+        return _pair(x, 1, c, "Multiply", shape, name)
     return ops.multiply(x, row, name=name).output(0)
 
 
-def _pair(x: Any, at: int, c: np.float32, shape: list[int], name: str) -> Any:
-    """The product of a one-element ``x`` and ``c`` (at operand ``at``), of ``shape``: two
-    copies of ``x`` by two of ``c``, the first kept."""
+def _pair(x: Any, at: int, c: np.float32, kind: str, shape: list[int], name: str) -> Any:
+    """The ``kind`` (Multiply, Add, Subtract) of a one-element ``x`` and ``c`` (at operand
+    ``at``), of ``shape``: two copies of ``x`` with two of ``c``, the first kept."""
     flat = ops.reshape(x, ops.constant(np.array([1], np.int64)), False, name=f"{name}:flat")
     pair = ops.concat([flat, flat], 0, name=f"{name}:pair").output(0)
     cs = ops.constant(np.full([2], c, np.float32), name=f"{name}:consts").output(0)
-    both = ops.multiply(cs, pair) if at == 0 else ops.multiply(pair, cs)
+    combine = {"Multiply": ops.multiply, "Add": ops.add, "Subtract": ops.subtract}[kind]
+    both = combine(cs, pair) if at == 0 else combine(pair, cs)
     first = ops.gather(both, ops.constant(np.array([0], np.int64)), ops.constant(np.int64(0)))
     return ops.reshape(first, ops.constant(np.array(shape, np.int64)), False, name=name).output(0)
 
