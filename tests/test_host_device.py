@@ -715,3 +715,36 @@ def test_an_activation_written_out_in_ops_is_within_the_ops_contract(
         got = engine.step(engine.add_entry(program), {"x": x})["out"]
         assert engine.stats().verified_steps == 1
     assert got.shape == shape
+
+
+@settings(derandomize=True, max_examples=30, deadline=None, database=None)
+@given(st.integers(0, 2**32 - 1))
+def test_a_chain_of_constant_sums_and_products_is_within_the_contract(seed: int) -> None:
+    """Fails before (14 of 60 such chains): the plugin regroups sums and products with
+    constants, ``(x + b) * c + d`` as ``x * c + (b * c + d)`` (a conv's bias then a folded
+    batch norm, ocr_det's host span 100..139), so where ``x + b`` cancels the result was off by
+    9x the bound the per-result rows composed. A chain of two to seven adds, subtracts and
+    multiplies by literals and by per-channel weights (baked into the graph), on either side,
+    after an add whose constant half of the inputs cancel; each step checked (``verify``)."""
+    rng = np.random.default_rng(seed)
+    b = Builder("chain")
+    x = b.slot("x", F32, (1, 16, 4, 4))
+    c0 = float(np.float32(rng.normal(0, 2)))
+    v = b.add(x, b.literal(c0, F32))
+    weights = {}
+    for k in range(int(rng.integers(1, 7))):
+        if rng.random() < 0.4:
+            c = b.literal(float(np.float32(rng.normal(0, 2))), F32)
+        else:
+            weights[f"w{k}"] = rng.normal(0, 2, 16).astype(np.float32)
+            c = b.broadcast_in_dim(b.weight(f"w{k}", F32, (16,)), (1, 16, 4, 4), (1,))
+        op = getattr(b, str(rng.choice(["add", "sub", "mul"])))
+        v = op(v, c) if rng.random() < 0.8 else op(c, v)
+    b.output("out", v)
+    xs = rng.normal(0, 2, (1, 16, 4, 4))
+    near = -c0 * (1 + rng.normal(0, 1e-5, xs.shape))  # x + c0 cancels to a few ulps
+    xs = np.where(rng.random(xs.shape) < 0.5, near, xs).astype(np.float32)
+    with Engine(_DEVICE.get(), verify="always") as engine:
+        entry = engine.add_entry(b.build(), engine.load_weights(weights) if weights else None)
+        engine.step(entry, {"x": xs})
+        assert engine.stats().verified_steps == 1
