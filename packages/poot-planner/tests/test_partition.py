@@ -214,3 +214,29 @@ def test_a_run_past_the_context_budget_is_halved_until_its_pieces_fit() -> None:
     x = np.random.default_rng(3).normal(size=(4, 4)).astype(np.float32)
     got, want = _compose(program, spans, {"x": x}), evaluate(program, {"x": x})
     assert got["y"].tobytes() == want["y"].tobytes()
+
+
+def test_the_budget_keeps_the_heaviest_regions_wherever_they_are() -> None:
+    """40 regions, every fourth a matmul (the most work): cut one context a piece, the budget
+    keeps all ten matmuls and six others; cut into pieces of the whole budget it kept 16
+    neighbouring regions, four of the matmuls."""
+    from poot_ir import Builder, DType
+
+    b = Builder("scattered")
+    v: Var = b.slot("x", DType.F32, (4, 4))
+    w = b.weight("w", DType.F32, (4, 4))
+    for k in range(40):
+        v = b.matmul(v, w) if k % 4 == 3 else b.mul(v, float(k + 2))
+        v = b.transpose(v, (1, 0))  # a relayout closes each region
+    b.output("y", v)
+    program = b.build()
+    spans = partition(program, "xdna2")
+    _check_structure(program, spans, "xdna2")
+    on_device = {i for s in spans if s.device for i in s.eqns}
+    matmuls = [i for i, e in enumerate(program.eqns) if e.prim.value == "matmul"]
+    assert len(matmuls) == 10 and set(matmuls) <= on_device
+    assert sum(s.plan.contexts for s in spans if s.device and s.plan is not None) <= 16
+    x = np.random.default_rng(5).normal(size=(4, 4)).astype(np.float32)
+    inputs = {"x": x, "w": np.eye(4, dtype=np.float32) * 0.5}
+    got, want = _compose(program, spans, inputs), evaluate(program, inputs)
+    assert got["y"].tobytes() == want["y"].tobytes()

@@ -99,6 +99,8 @@ class Plan:
     relayouts: tuple[HostRelayout, ...] = ()
     rewrites: tuple[Rewrite, ...] = ()
     legal: Program | None = None  # the legalized program when a rewrite was made
+    #: for each equation of ``legal``, the source equation it comes from (empty: no rewrite)
+    origin: tuple[int, ...] = ()
     #: var ids of ``legalized`` values the device must check against the attention-mask
     #: rewrite's score bound (``poot_planner.fp16.prelude``; set by ``partition`` only)
     score_bound: frozenset[int] = frozenset()
@@ -109,6 +111,10 @@ class Plan:
     def legalized(self) -> Program:
         """The program admission ran on: ``source`` with its rewrites made."""
         return self.source if self.legal is None else self.legal
+
+    def source_eqn(self, k: int) -> int:
+        """The source equation equation ``k`` of ``legalized`` comes from."""
+        return self.origin[k] if self.origin else k
 
     @property
     def admitted(self) -> bool:
@@ -219,6 +225,7 @@ def plan(
         relayouts=laid.relayouts,
         rewrites=legal.rewrites,
         legal=program if legal.rewrites else None,
+        origin=legal.origin if legal.rewrites else (),
     )
     made = replace(made, guards=place_guards(made))
     return _shared(made) if made.regions else made
