@@ -717,9 +717,11 @@ def _check_poisoned(engine: Engine, entry: Any, inputs: dict[str, np.ndarray]) -
 
 
 def test_a_tiny_deadline_on_a_big_graph_poisons(device: str, tmp_path: Path) -> None:
-    # six chained matmuls: ~0.35 GFLOP on the CPU stand-in, ~100 GFLOP on the NPU (>= 4 ms at
-    # its FP16 peak), against a deadline of 0.1 ms (waited for as 1 ms)
-    n = 384 if device == "CPU" else 2048
+    # six chained matmuls: ~13 GFLOP on the CPU stand-in, ~100 GFLOP on the NPU (>= 4 ms at
+    # its FP16 peak), against a deadline of 0.1 ms (waited for as 1 ms). On the CPU the run
+    # must outlast any pause of the waiting thread on a loaded machine (0.35 GFLOP finished
+    # before a descheduled wait began, and the step returned in time)
+    n = 1024 if device == "CPU" else 2048
     engine = Engine(VpuDevice(device), tmp_path / "cache", deadline_s=1e-4)
     entry = engine.add_entry(_big_matmuls(n))
     x = {"x": np.full((n, n), 0.01, np.float16)}
