@@ -225,10 +225,10 @@ def partition(
             joined = chosen  # a union's regions formed otherwise, past the budget: kept apart
         return joined, sum(work[k] for k in kept)
 
-    # the module docstring: cut two ways, the one doing the most work on the device kept
-    sizes = (budget, 1) if budget else (0,)
-    cuts = [cut(most) for most in dict.fromkeys(max(m, 1) for m in sizes)]
-    pieces = max(cuts, key=lambda c: c[1])[0]
+    # the module docstring: cut two ways, the one doing the most work on the device kept (with
+    # no context budget no run is refused for its contexts, so there is nothing to cut by)
+    sizes = dict.fromkeys((budget, 1) if budget else (1,))
+    pieces = max((cut(most) for most in sizes), key=lambda c: c[1])[0]
     merged: list[tuple[bool, tuple[int, ...]]] = []
     for device, run in pieces:
         if not device and merged and not merged[-1][0]:
