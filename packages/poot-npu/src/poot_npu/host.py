@@ -348,10 +348,11 @@ _SCALAR_OPS: Final = frozenset({"Multiply", "Negative", "Add", "Subtract"})
 
 def _one_element_constants(model: Any) -> None:
     """Each F32 multiply by a one-element constant that the CPU plugin would make its
-    PowerStatic node, each sum or difference with a one-element zero or with an Exp (below),
-    and each F32 Negative (which the plugin first makes a multiply by -1) take a constant of more than one
-    element instead (``_row``; a value of one element: ``_pair``), which the plugin leaves an
-    ordinary elementwise op: the IEEE result, a zero's sign included, op by op.
+    PowerStatic node, each sum with a one-element +0 (a difference with -0) or of an Exp and a
+    one-element constant (below), and each F32 Negative (which the plugin first makes a
+    multiply by -1) take a constant of more than one element instead (``_row``; a value of
+    one element: ``_pair``), which the plugin leaves an ordinary elementwise op: the IEEE
+    result, a zero's sign included, op by op.
 
     A product: PowerStatic computes ``x * scale + shift`` as one fused multiply-add (openvino
     src/plugins/intel_cpu/src/transformations/cpu_opset/common/pass/convert_to_power_static.cpp,
@@ -359,12 +360,15 @@ def _one_element_constants(model: Any) -> None:
     multiply's shift is +0, and ``-0 + 0`` is +0: every product that is -0 came back +0
     (``convert(false) * -2``, ``0 * -0.5``, an underflow to -0, ``neg(0)``).
 
-    A sum or difference with a one-element zero was PowerStatic's too, whose emitter skips
-    ``x * 1 + 0``: ``-0 + 0`` came back -0. And a sum of an Exp and a one-element constant: the
-    common transformations fuse ``log(exp(x) + 1)`` into their SoftPlus kernel
-    (common_optimizations/softplus_fusion.cpp, which takes a constant of one element only),
-    which is outside the contract the ops compose: measured on 2026.4, -1.9e-6 where the ops
-    give 0 (x about -20), 4x the bound. The hard-swish and hard-sigmoid they fuse from
+    A sum with +0 (a difference with -0) has scale 1 and shift 0, which the emitter skips:
+    ``-0 + 0`` came back -0. Otherwise the shift is exact to add, and ``x * 1 + c`` and
+    ``x * -1 + c`` are the IEEE sum and difference (and ``x + -0``, ``x - 0``, which are ``x``,
+    and ``0 - x``, which the plugin's ``-x + 0`` is).
+
+    A sum of an Exp and a one-element constant: the common transformations fuse
+    ``log(exp(x) + 1)`` into their SoftPlus kernel (common_optimizations/softplus_fusion.cpp,
+    which takes a constant of one element only), which is outside the contract the ops
+    compose: measured on 2026.4, -1.9e-6 where the ops give 0 (x about -20), 4x the bound. The hard-swish and hard-sigmoid they fuse from
     ``x + 3`` (hswish_fusion.cpp, hsigmoid_fusion.cpp) stay fused: their kernels round
     otherwise than the ops (9.4e-4 relative off the oracle near -3, where ``x + 3`` is exact
     and the kernel's ``x / 6 + 1 / 2`` is not), but within host-cpu's rows, where a sum is
@@ -397,24 +401,20 @@ def _one_element_constants(model: Any) -> None:
                     out, list(out.get_target_inputs()), _scaled(x, np.float32(-1), shape, name)
                 )
             continue
-        if const is None or const.size != 1:
+        if const is None or const.size != 1 or x.get_node().get_type_name() in _NOT_POWER_STATIC:
             continue
-        if kind == "Multiply" and x.get_node().get_type_name() in _NOT_POWER_STATIC:
-            continue  # a post-op of its producer, not PowerStatic (a sum is fused either way)
         c = np.float32(const.ravel()[0])
         if kind == "Multiply" and c == 1:
             continue  # x * 1 + 0 is skipped as x, which it is (a rewrite the plugin undoes)
-        if kind != "Multiply" and c != 0 and x.get_node().get_type_name() != "Exp":
-            continue  # x * 1 + c, x * -1 + c: the IEEE sum or difference
+        plus_zero = kind != "Multiply" and c == 0 and np.signbit(c) == (kind == "Subtract")
+        softplus = kind != "Multiply" and x.get_node().get_type_name() == "Exp"
+        if kind != "Multiply" and not (plus_zero or softplus):
+            continue  # x * 1 + c, x * -1 + c: the IEEE sum or difference; x + -0 and x - 0: x
         row = _row(c, shape, name)
-        if row is None and kind != "Multiply" and c == 0:
-            # of one element, which the plugin simplifies: x + -0, x - 0 (x) and 0 - x
-            # (-x + 0) are already its IEEE result; x + 0 is +0 where x is a zero, else x
-            plus_zero = bool(np.signbit(c)) == (kind == "Subtract") and (kind == "Add" or at == 1)
-            if plus_zero:
-                zero = ops.constant(np.float32(0), name=f"{name}:zero")
-                picked = ops.select(ops.equal(x, zero), zero, x, name=name).output(0)
-                _replace(out, list(out.get_target_inputs()), picked)
+        if row is None and plus_zero:  # x + 0 of one element: +0 where x is a zero, else x
+            zero = ops.constant(np.float32(0), name=f"{name}:zero")
+            picked = ops.select(ops.equal(x, zero), zero, x, name=name).output(0)
+            _replace(out, list(out.get_target_inputs()), picked)
         elif row is None:  # a value of one element
             _replace(out, list(out.get_target_inputs()), _pair(x, at, c, kind, shape, name))
         else:
