@@ -1,9 +1,10 @@
 """XDNA2 regions: hardware contexts, dispatches and host-boundary bytes per step; kernel builds.
 
-For every example program the xdna2 target admits (``src/poot/examples/*.poot``) and for a
+For every example program the xdna2 target admits (``src/poot/examples/*.poot``), for a
 64-equation pointwise chain (more tiles than one region holds, so it splits and its running
-value crosses to the next region through the scratch arena), each run on ``XdnaHostDevice``
-through the ``Engine``:
+value crosses to the next region through the scratch arena) and for a padded 3x3 convolution
+(run as a matmul of its windows: nine strided slices of the padded input, side by side, made
+by host copies), each run on ``XdnaHostDevice`` through the ``Engine``:
 
 - regions: one artifact, one hardware context and one kernel call per step each (the plan's
   ``contexts``, which the loaded design must agree with);
@@ -12,7 +13,8 @@ through the ``Engine``:
   the array, both ways, over each argument read once and each result written once. 1.0 means no
   intermediate value ever reaches host memory; a hand-off between regions costs its bytes twice,
   and an argument two regions read is read twice (the chain: its input, read by adds in both
-  regions, and its running value out to scratch and back: 5 tensors moved for 2, 2.5x).
+  regions, and its running value out to scratch and back: 5 tensors moved for 2, 2.5x; the
+  convolution: its windows, nine times its input, moved in place of the input).
 
 These figures are properties of the design, which the NPU runs as the stand-in does: they hold
 on the hardware. The stand-in's own times do not, so the only times reported are its kernel
@@ -58,13 +60,23 @@ def chain(n: int = CHAIN) -> Program:
     return b.build()
 
 
+def conv3x3(channels: int = 16, out: int = 32, size: int = 16) -> Program:
+    """A 3x3 convolution with one pixel of zero padding, ``channels`` to ``out`` features on a
+    ``size`` x ``size`` image: a layer of a small CNN."""
+    b = Builder("conv3x3")
+    x = b.slot("x", DType.F32, (1, channels, size, size))
+    w = b.weight("w", DType.F32, (out, channels, 3, 3))
+    b.output("y", b.conv(x, w, padding=((1, 1), (1, 1))))
+    return b.build()
+
+
 def programs() -> list[Program]:
     out = []
     for path in sorted(EXAMPLES.glob("*.poot")):
         p = parse_program(path.read_text())
         if plan(p, "xdna2").admitted:
             out.append(p)
-    return [*out, chain()]
+    return [*out, chain(), conv3x3()]
 
 
 def _regions(engine: Engine, device: XdnaHostDevice, program: Program) -> list[Figure]:

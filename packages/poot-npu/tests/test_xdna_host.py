@@ -535,6 +535,25 @@ def test_traffic_counts_each_pass_of_a_k_streamed_operand(kernels: Path) -> None
     assert t.host_bytes == once + (tile.n_chunks - 1) * 4 * k * n
 
 
+def test_traffic_of_a_convolution_counts_its_windows_past_the_minimum(kernels: Path) -> None:
+    """A padded 3x3 convolution runs as a matmul of its windows: the input reaches the region
+    only through host relayouts (nine strided slices of the padded input, side by side) and
+    the kernel as a matrix, and the region's product becomes the result through one more.
+    Fails before: no argument or result met a region's transfer, so the minimum was 0 and
+    the ratio reported 1.0. The minimum is x and w read once and y written once; the windows
+    move nine times x's pixels."""
+    c, o, hw = 4, 8, 6
+    b = Builder("conv")
+    x = b.slot("x", F32, (1, c, hw, hw))
+    w = b.weight("w", F32, (o, c, 3, 3))
+    b.output("y", b.conv(x, w, padding=((1, 1), (1, 1))))
+    pl = plan(b.build(), "xdna2").check()
+    t = traffic(design_program(pl))
+    pixels = hw * hw
+    assert t.min_host_bytes == 4 * (c * pixels + o * c * 9 + o * pixels)
+    assert t.host_bytes == 4 * (9 * c * pixels + o * c * 9 + o * pixels)
+
+
 FORGED_LIBRARY = """
 import sys
 from pathlib import Path

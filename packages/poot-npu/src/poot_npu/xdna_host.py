@@ -123,8 +123,8 @@ class RunStats:
     a hardware context of its artifact on the NPU, ``contexts`` of them). ``host_bytes``: bytes its transfers move between the
     host arenas and the array, both ways (a value crossing regions counts twice: out to the
     scratch arena, back in; a matmul's K-streamed operand once per pass, ``Transfer.repeats``).
-    ``min_host_bytes``: each argument a region reads moved in once and
-    each result a region writes moved out once."""
+    ``min_host_bytes``: each argument a region reads moved in once and each result a region
+    writes moved out once, through host relayouts or not (``traffic``)."""
 
     regions: int
     host_bytes: int
@@ -138,23 +138,29 @@ class RunStats:
 
 
 def traffic(design: ProgramDesign) -> RunStats:
-    """The ``RunStats`` of one dispatch of ``design`` (the same every dispatch)."""
+    """The ``RunStats`` of one dispatch of ``design`` (the same every dispatch). An argument
+    that reaches a region through host relayouts (a convolution's windows, a weight laid out
+    as a matrix) counts once in the minimum, as does a result a region's value becomes
+    through them: the host's copies between are what the design moves past the minimum."""
     layout = design.layout
-    arguments = {b.value for b in layout.arguments}
-    results = {b.value for b in layout.results}
     moved = 0
-    minimum: dict[tuple[int, TransferDirection], int] = {}
+    read: set[int] = set()
+    written: set[int] = set()
     for region in design.regions:
         for t in region.transfers:
             moved += t.nbytes * t.repeats  # a K-streamed operand: read once per pass
             value = region.fifo(t.fifo).value
-            if (t.direction is TransferDirection.TO_DEVICE and value in arguments) or (
-                t.direction is TransferDirection.FROM_DEVICE and value in results
-            ):
-                minimum.setdefault((value, t.direction), t.nbytes)
-    return RunStats(
-        len(design.regions), moved, sum(minimum.values()), len(artifact_regions(design))
-    )
+            (read if t.direction is TransferDirection.TO_DEVICE else written).add(value)
+    by_step = sorted(design.relayouts, key=lambda h: h.eqn)
+    for h in reversed(by_step):  # back from what regions read to the arguments it came from
+        if h.target in read:
+            read.update(h.sources)
+    for h in by_step:  # on from what regions wrote to the results it became
+        if any(v in written for v in h.sources):
+            written.add(h.target)
+    minimum = sum(layout.slot(b.value).nbytes for b in layout.arguments if b.value in read)
+    minimum += sum(layout.slot(b.value).nbytes for b in layout.results if b.value in written)
+    return RunStats(len(design.regions), moved, minimum, len(artifact_regions(design)))
 
 
 @dataclass(slots=True)
