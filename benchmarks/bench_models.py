@@ -42,6 +42,8 @@ BEFORE = {
 #: the models also timed on vpu-cpu (seconds each to compile; the OCR recognizer's minutes
 #: of partitioned spans stay out of a benchmark run)
 ON_VPU = ("mobilenet_v3_small", "detector", "gpt2_tiny", "ocr_cls", "magika")
+#: the convolutional models whose xdna2 designs are weighed for host traffic
+ON_XDNA = ("mobilenet_v3_small", "detector", "ocr_det", "ocr_cls")
 
 
 def run() -> list[Figure]:
@@ -83,7 +85,31 @@ def run() -> list[Figure]:
         )
         if m.name in ON_VPU:
             figures.extend(_on_vpu_cpu(m, imp))
+        if m.name in ON_XDNA:
+            figures.append(_xdna_traffic(m, imp))
     return figures
+
+
+def _xdna_traffic(m: RealModel, imp: Imported) -> Figure:
+    """The bytes one step of the model partitioned for xdna2 moves between host memory and the
+    array, over its device spans' designs (``poot_npu.xdna_host.traffic``: a property of the
+    design, which the NPU runs as the stand-in does), against each span's arguments read once
+    and results written once: what a convolution's windows, made by host copies, and values
+    handed between regions cost past the minimum. Designed, not run."""
+    from poot_codegen.xdna import design_program
+    from poot_npu.xdna_host import traffic
+    from poot_planner.partition import partition
+
+    spans = [s for s in partition(imp.program, "xdna2") if s.device and s.plan is not None]
+    stats = [traffic(design_program(s.plan)) for s in spans]
+    moved = sum(t.host_bytes for t in stats)
+    minimum = sum(t.min_host_bytes for t in stats)
+    return Figure(
+        f"{m.name}: xdna2 partition host bytes per step / minimum",
+        moved / minimum if minimum else 1.0,
+        "x",
+        note=f"{moved / 2**20:.1f} MiB vs {minimum / 2**20:.1f} MiB over {len(spans)} device spans",
+    )
 
 
 def _on_vpu_cpu(m: RealModel, imp: Imported) -> list[Figure]:
