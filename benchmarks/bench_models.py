@@ -100,15 +100,15 @@ def _xdna_traffic(m: RealModel, imp: Imported) -> Figure:
     from poot_npu.xdna_host import traffic
     from poot_planner.partition import partition
 
-    spans = [s for s in partition(imp.program, "xdna2") if s.device and s.plan is not None]
-    stats = [traffic(design_program(s.plan)) for s in spans]
+    plans = [s.plan for s in partition(imp.program, "xdna2") if s.device and s.plan is not None]
+    stats = [traffic(design_program(p)) for p in plans]
     moved = sum(t.host_bytes for t in stats)
     minimum = sum(t.min_host_bytes for t in stats)
     return Figure(
         f"{m.name}: xdna2 partition host bytes per step / minimum",
         moved / minimum if minimum else 1.0,
         "x",
-        note=f"{moved / 2**20:.1f} MiB vs {minimum / 2**20:.1f} MiB over {len(spans)} device spans",
+        note=f"{moved / 2**20:.1f} MiB vs {minimum / 2**20:.1f} MiB over {len(plans)} device spans",
     )
 
 
