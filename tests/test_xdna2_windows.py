@@ -25,6 +25,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from poot_codegen.xdna import design_program
+from poot_codegen.xdna.execute import new_arenas
 from poot_engine import Engine
 from poot_ir import Builder, DType, Prim, Program, evaluate
 from poot_ir.budget import BudgetExceeded, budget_set
@@ -352,3 +354,7 @@ def test_host_arenas_past_the_memory_budget_are_refused_before_loading(tmp_path:
         entry = engine.add_entry(plan(case.program(), "xdna2"), handle)  # the default budget
         x = np.ones(case.x_shape, np.float32)
         assert engine.step(entry, {"x": x})["y"].shape == (1, 4, 64, 64)
+    # and wherever arenas are made (``run_design``, which codegen's own tests run): the same
+    layout = design_program(plan(case.program(), "xdna2")).layout
+    with budget_set(4 << 20), pytest.raises(BudgetExceeded, match="host arenas"):
+        new_arenas(layout)

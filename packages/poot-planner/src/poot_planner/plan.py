@@ -113,7 +113,7 @@ class Plan:
         return self.source if self.legal is None else self.legal
 
     def source_eqn(self, k: int) -> int:
-        """The source equation equation ``k`` of ``legalized`` comes from."""
+        """The source equation that equation ``k`` of ``legalized`` comes from."""
         return self.origin[k] if self.origin else k
 
     @property

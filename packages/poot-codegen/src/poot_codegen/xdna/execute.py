@@ -82,7 +82,9 @@ def check_arena_budget(layout: HostLayout) -> None:
 
 
 def new_arenas(layout: HostLayout) -> list[Bytes]:
-    """Zero-filled arenas of ``layout``, in index order (``check_arena_budget`` first)."""
+    """Zero-filled arenas of ``layout``, in index order; ``BudgetExceeded`` past the memory
+    budget (``check_arena_budget``, which a device also calls before it builds anything)."""
+    check_arena_budget(layout)
     return [np.zeros(a.nbytes, np.uint8) for a in layout.arenas]
 
 

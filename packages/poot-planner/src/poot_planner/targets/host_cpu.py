@@ -67,8 +67,8 @@ _G = KernelClass.GRAPH_OP
 #: (measured). I32 wraps, exactly.
 _PRODUCT = AbsRel(2.0**-149, 2.0**-23)
 _SUM = LargerOperandUlps(3)
-_FMA_MUL = "bit exact alone; fused into a sum, regrouped with constants; i32 wraps"
-_FMA_ADD = "bit exact alone; regrouped with constants: of its larger operand; i32 wraps"
+_MUL_NOTE = "bit exact alone; fused into a sum, regrouped with constants; i32 wraps"
+_SUM_NOTE = "bit exact alone; regrouped with constants: of its larger operand; i32 wraps"
 #: log and tanh: at most 1 F32 ulp measured (relative 2^-23), promised 2 ulps, with an absolute
 #: floor at F32's smallest normal (the plugin flushes a subnormal result to zero)
 _SMOOTH = AbsRel(2.0**-126, 2.0**-22)
@@ -124,9 +124,9 @@ TARGET = Target(
     capabilities=(
         _op(Prim.NEG, NUMBERS, BitExact(), FiniteInputs(), "a multiply by -1, not PowerStatic"),
         _op(Prim.ABS, NUMBERS, BitExact(), FiniteInputs()),
-        _op(Prim.ADD, NUMBERS, _SUM, FiniteInputs(), _FMA_ADD),
-        _op(Prim.SUB, NUMBERS, _SUM, FiniteInputs(), _FMA_ADD),
-        _op(Prim.MUL, NUMBERS, _PRODUCT, FiniteInputs(), _FMA_MUL),
+        _op(Prim.ADD, NUMBERS, _SUM, FiniteInputs(), _SUM_NOTE),
+        _op(Prim.SUB, NUMBERS, _SUM, FiniteInputs(), _SUM_NOTE),
+        _op(Prim.MUL, NUMBERS, _PRODUCT, FiniteInputs(), _MUL_NOTE),
         _op(Prim.DIV, F32, _DIV, FiniteInputs(), "IEEE, but a mean's: x * (1 / c)"),
         _op(Prim.RECIP, F32, BitExact(), FiniteInputs()),
         _op(Prim.SQRT, F32, BitExact(), PositiveNormal()),
