@@ -580,6 +580,59 @@ def test_gather_narrows_int64_constant_indices_to_i32() -> None:
     np.testing.assert_array_equal(run(imp, table=table)["y"], table[[[1, -1], [9, 0]]])
 
 
+def _gathered_elements(data: np.ndarray, idx: np.ndarray, axis: int) -> np.ndarray:
+    """ONNX GatherElements element by element, as its definition reads: the output at each
+    position of ``idx`` is ``data`` there with the axis coordinate replaced by the index."""
+    out = np.empty(idx.shape, data.dtype)
+    for at in np.ndindex(*idx.shape):
+        k = int(idx[at])
+        src = list(at)
+        src[axis] = k + data.shape[axis] if k < 0 else k
+        out[at] = data[tuple(src)]
+    return out
+
+
+@pytest.mark.parametrize("axis_size", [3, 64, 65, 512])
+def test_gather_elements_along_a_long_axis(axis_size: int) -> None:
+    # BERT's token_type_ids: a constant buffer of 512 gathered to the sequence, folded at
+    # import; onnx's own evaluator picks with np.choose, which takes at most 64 choices
+    rng = np.random.default_rng(axis_size)
+    idx = rng.integers(-axis_size, axis_size, (2, 16)).astype(np.int64)
+    buffer = np.arange(2 * axis_size, dtype=np.int64).reshape(2, axis_size)
+    nodes = [
+        const("buffer", buffer, np.int64),
+        const("idx", idx, np.int64),
+        helper.make_node("GatherElements", ["buffer", "idx"], ["ids"], axis=1),
+        helper.make_node("GatherElements", ["x", "idx"], ["y"], axis=-1),
+    ]
+    imp = import_model(model(nodes, [vi("x", [2, axis_size])], ["ids", "y"]))
+    x = rand(2, axis_size)
+    got = run(imp, x=x)
+    np.testing.assert_array_equal(got["ids"], _gathered_elements(buffer, idx, 1))
+    np.testing.assert_array_equal(got["y"], _gathered_elements(x, idx, 1))
+
+
+def test_gather_elements_reads_the_leading_part_off_the_axis() -> None:
+    # indices shorter than the data off the axis: ONNX Runtime 1.x gives [[0, 4, 4], [6, 7, 8]]
+    idx = np.array([[0, 4, -1], [1, 2, 3]], np.int64)
+    nodes = [
+        const("idx", idx, np.int64),
+        helper.make_node("GatherElements", ["x", "idx"], ["y"], axis=1),
+    ]
+    imp = import_model(model(nodes, [vi("x", [4, 5])], ["y"]))
+    x = np.arange(20, dtype=np.float32).reshape(4, 5)
+    np.testing.assert_array_equal(run(imp, x=x)["y"], [[0, 4, 4], [6, 7, 8]])
+
+
+def test_gather_elements_outside_the_axis_is_refused() -> None:
+    nodes = [
+        const("idx", [[0, 5]], np.int64),
+        helper.make_node("GatherElements", ["x", "idx"], ["y"], axis=1, name="ge"),
+    ]
+    with pytest.raises(UnsupportedOnnx, match="ge"):
+        import_model(model(nodes, [vi("x", [1, 5])], ["y"]))
+
+
 def test_range_is_an_iota() -> None:
     nodes = [
         const("start", 1.0),

@@ -2,6 +2,11 @@
 reference evaluator (``onnx.reference.ReferenceEvaluator``), whatever its dtype: one semantics,
 maintained upstream, rather than a second implementation of each op on constants.
 
+One op is replaced (``GatherElements``, below). onnx's own (1.23) picks with ``np.choose``, which
+takes fewer than 64 choices, and its fallback for a longer axis takes one element per row, so
+BERT's ``token_type_ids`` (a buffer of 512 along axis 1, gathered to the sequence) could not
+fold; it also refused a negative axis, and indices shorter than the data off the axis.
+
 The node is evaluated alone, in a one-node model with the importing model's opsets. Every
 folded value is charged to the memory budget (``poot_ir.budget``): the importer holds each one
 until the import ends, so the charge is the running total of the import's folds
@@ -23,6 +28,7 @@ import numpy as np
 import onnx
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
+from onnx.reference.op_run import OpRun
 from poot_ir.budget import check_alloc
 
 from poot_onnx.context import Array, Lowering, Node
@@ -98,6 +104,26 @@ def estimate(node: Node, values: Sequence[Array | None]) -> int | None:
     return None
 
 
+class GatherElements(OpRun):
+    """ONNX GatherElements for the reference evaluator (replacing onnx's, see the module):
+    ``take_along_axis`` after negative indices count from the end. Off the axis the indices
+    may be shorter than the data (ONNX Runtime reads the leading part; onnx's refuses); an
+    index outside the axis is an error, as the operator says (onnx's wraps it around)."""
+
+    def _run(self, data: Array, indices: Array, axis: int = 0) -> tuple[Array]:
+        axis = axis + data.ndim if axis < 0 else axis
+        idx = np.asarray(indices, np.int64)
+        if idx.ndim != data.ndim or any(
+            k > d for a, (k, d) in enumerate(zip(idx.shape, data.shape, strict=True)) if a != axis
+        ):
+            raise ValueError(f"indices of shape {idx.shape} for data of shape {data.shape}")
+        n = data.shape[axis]
+        if idx.size and (int(idx.min()) < -n or int(idx.max()) >= n):
+            raise ValueError(f"an index outside [-{n}, {n - 1}] along axis {axis}")
+        lead = tuple(slice(None) if a == axis else slice(k) for a, k in enumerate(idx.shape))
+        return (np.take_along_axis(data[lead], np.where(idx < 0, idx + n, idx), axis),)
+
+
 def _itemsize(node: Node, values: Sequence[Array | None]) -> int:
     """The bytes per element of the node's output, as far as ``estimate`` needs it: the
     ``value`` of a ``ConstantOfShape`` (f32 by default), else the widest input."""
@@ -157,7 +183,8 @@ def evaluate_graph(
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            got: Any = ReferenceEvaluator(model).run(None, dict(inputs))
+            evaluator = ReferenceEvaluator(model, new_ops=[GatherElements])
+            got: Any = evaluator.run(None, dict(inputs))
     except Exception as err:  # the evaluator's own errors, whatever their type
         raise lo.fail("value", f"computing it from its constant inputs: {err}") from err
     out: list[Array] = []
