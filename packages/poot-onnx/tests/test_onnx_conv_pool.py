@@ -239,3 +239,96 @@ def test_lp_pool_of_another_p_is_refused_typed() -> None:
     node = helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2], p=3)
     with pytest.raises(UnsupportedOnnx, match="p=3"):
         import_model(_model(node, (1, 1, 4, 4), {}))
+
+
+# -- a Pad before a convolution (TF-style exports: MobileNetV2 pads every strided conv) --------
+
+
+def _padded_conv(
+    pads: list[int],
+    *,
+    value: float | None = None,
+    axes: list[int] | None = None,
+    conv: dict[str, object] | None = None,
+    also_out: bool = False,
+) -> ModelProto:
+    """x -> Pad(pads[, value][, axes]) -> Conv(w, b) -> y; ``also_out``: the padded value is a
+    graph output too."""
+    ins = ["x", "pads", "value" if value is not None else "", "axes" if axes is not None else ""]
+    while ins[-1] == "":
+        ins.pop()
+    nodes = [
+        helper.make_node("Pad", ins, ["p"], mode="constant"),
+        helper.make_node("Conv", ["p", "w", "b"], ["y"], **(conv or {})),
+    ]
+    rng = np.random.default_rng(3)
+    inits = {
+        "pads": np.array(pads, np.int64),
+        "w": rng.standard_normal((3, 4, 3, 2)).astype(np.float32),
+        "b": rng.standard_normal(3).astype(np.float32),
+    }
+    if value is not None:
+        inits["value"] = np.array(value, np.float32)
+    if axes is not None:
+        inits["axes"] = np.array(axes, np.int64)
+    outs = ["y", "p"] if also_out else ["y"]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2, 4, 7, 6))],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+_PADDED = [
+    # (pads, value, axes, conv attributes, folded into the conv's padding)
+    ([0, 0, 1, 0, 0, 0, 2, 1], None, None, {"strides": [2, 2]}, True),
+    ([0, 0, 1, 1, 0, 0, 1, 1], 0.0, None, {"pads": [1, 0, 0, 1]}, True),
+    ([1, 2, 0, 1], None, [2, -1], {}, True),
+    ([0, 0, 1, 1, 0, 0, 1, 1], -0.0, None, {}, False),  # -0 is not the conv's +0
+    ([0, 0, 1, 1, 0, 0, 1, 1], 2.5, None, {}, False),
+    ([0, 0, -1, 1, 0, 0, 2, -2], None, None, {}, True),  # a crop (a slice), then zeros
+    ([0, 0, 1, 0, 0, 0, 1, 0], None, None, {"auto_pad": "SAME_UPPER"}, False),
+]
+
+
+@pytest.mark.parametrize(("pads", "value", "axes", "conv", "folded"), _PADDED)
+def test_a_pad_before_a_conv_matches_the_reference(
+    pads: list[int],
+    value: float | None,
+    axes: list[int] | None,
+    conv: dict[str, object],
+    folded: bool,
+) -> None:
+    x = np.random.default_rng(4).standard_normal((2, 4, 7, 6)).astype(np.float32)
+    model = _padded_conv(pads, value=value, axes=axes, conv=conv)
+    # the reference: numpy pads (a negative width crops, which onnx.reference's Pad refuses),
+    # then onnx.reference's Conv alone
+    k = len(pads) // 2
+    widths = [(0, 0)] * 4
+    for i, a in enumerate(axes if axes is not None else range(4)):
+        widths[a] = (pads[i], pads[i + k])
+    crop = tuple(slice(max(-b, 0), d - max(-e, 0)) for d, (b, e) in zip(x.shape, widths))
+    grow = [(max(b, 0), max(e, 0)) for b, e in widths]
+    padded = np.pad(x[crop], grow, constant_values=0.0 if value is None else value)
+    alone = helper.make_node("Conv", ["x", "w", "b"], ["y"], **conv)
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    weights = {"w": inits["w"], "b": inits["b"]}
+    want = ReferenceEvaluator(_model(alone, padded.shape, weights)).run(None, {"x": padded})[0]
+    _check(model, x, want)
+    prims = [e.prim for e in import_model(model).program.eqns]
+    # the pad's concats and fills are gone when the conv pads by itself; never a gather
+    assert (Prim.CONCAT not in prims) is folded and Prim.GATHER not in prims
+
+
+def test_a_pad_read_elsewhere_too_stays() -> None:
+    x = np.random.default_rng(5).standard_normal((2, 4, 7, 6)).astype(np.float32)
+    model = _padded_conv([0, 0, 1, 1, 0, 0, 1, 1], also_out=True)
+    want = ReferenceEvaluator(model).run(None, {"x": x})
+    imported = import_model(model)
+    got = imported.results(evaluate(imported.program, dict(imported.weights) | {"x": x}))
+    np.testing.assert_allclose(got["y"], want[0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(got["p"], want[1])
+    assert Prim.CONCAT in [e.prim for e in imported.program.eqns]

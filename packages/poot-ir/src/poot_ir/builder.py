@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from numbers import Integral
 from typing import Any, TypeVar
 
@@ -116,6 +117,18 @@ class Builder:
                 tuple(self._updates),
             )
         )
+
+    def build_live(self) -> tuple[Program, tuple[int, ...]]:
+        """``build`` without the equations no result or state update reads
+        (``Program.live_equations``), and, for each kept one, its index in the order emitted:
+        a frontend renumbers what it recorded by equation index (an ONNX node, a JAX equation)
+        with it. A frontend leaves such equations behind when it decides something at import
+        (a ``where`` on a known mask, a zero ``Pad`` taken into a convolution's padding)."""
+        program = self.build()
+        kept = tuple(sorted(program.live_equations()))
+        if len(kept) == len(program.eqns):
+            return program, kept
+        return validate(replace(program, eqns=tuple(program.eqns[i] for i in kept))), kept
 
     def literal(self, value: float | int | bool, dtype: DType) -> Literal:
         if not isinstance(dtype, DType):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -34,7 +34,6 @@ import numpy as np
 from poot_ir.builder import Builder
 from poot_ir.core import Program, Var
 from poot_ir.errors import UnsupportedJax
-from poot_ir.typing_rules import validate
 
 from poot_jax.context import Ctx, Refuse, poot_dtype
 from poot_jax.table import CALLS, POISON, RULES, JaxLowering, is_poison
@@ -223,7 +222,9 @@ def _import(
         b.output(oname, var)
     if lo.blockers:
         return lo, None
-    program, origins = _live(b.build(), lo.origins)
+    # a ``where`` decided at import leaves its other case behind: a NaN the planner would see
+    program, kept = b.build_live()
+    origins = {new: lo.origins[old] for new, old in enumerate(kept) if old in lo.origins}
     return lo, ImportedFunction(
         program,
         dict(lo.cx.weights),
@@ -232,18 +233,6 @@ def _import(
         origins,
         jax.tree_util.tree_structure(out_shapes),
     )
-
-
-def _live(program: Program, origins: dict[int, str]) -> tuple[Program, dict[int, str]]:
-    """``program`` without the equations no output or update reads (a ``where`` decided at
-    import leaves its other case behind: a NaN the planner would otherwise see), and the
-    origins renumbered to match."""
-    kept = sorted(program.live_equations())
-    if len(kept) == len(program.eqns):
-        return program, origins
-    eqns = tuple(program.eqns[i] for i in kept)
-    renumbered = {new: origins[old] for new, old in enumerate(kept) if old in origins}
-    return validate(replace(program, eqns=eqns)), renumbered
 
 
 def _count(tree: Any) -> int:

@@ -215,8 +215,11 @@ def _import(
         outputs[vi.name] = out
     if lo.blockers:
         return lo, None
+    # a zero Pad taken into a convolution's padding (``nn``) leaves its own equations behind
+    program, kept = b.build_live()
+    origins = {new: lo.origins[old] for new, old in enumerate(kept) if old in lo.origins}
     imported = Imported(
-        b.build(), dict(lo.weights), inputs, outputs, dict(lo.origins), frozenset(int64_outputs)
+        program, dict(lo.weights), inputs, outputs, origins, frozenset(int64_outputs)
     )
     return lo, imported
 

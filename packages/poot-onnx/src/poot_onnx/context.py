@@ -173,6 +173,10 @@ class Lowering:
         #: How many function bodies were inlined (``poot_onnx.functions``): their prefix.
         self.expansions = 0
         self.weights: dict[str, Array] = {}
+        #: Values a constant ``Pad`` made by adding +0 around another value, by var id: that
+        #: value and each axis's (before, after) widths, so a convolution can take the zeros
+        #: into its own padding (``nn``) and the pad's equations go unread.
+        self.zero_padded: dict[int, tuple[Var, tuple[tuple[int, int], ...]]] = {}
         #: Bytes of every value folded so far (``poot_onnx.folding``), held until the end.
         self.folded_bytes = 0
         self._materialized: dict[str, Var] = {}

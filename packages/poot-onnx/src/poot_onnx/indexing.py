@@ -6,8 +6,12 @@ A movement op whose every input but the data is known at import is *traced*: onn
 evaluator runs the node on the element numbers of the data (``0 .. N-1`` in its shape), which
 says, for each output element, the input element it copies; the node becomes one ``gather`` of
 the flattened data by those numbers. So the semantics (negative indices, pad modes, the
-coordinate transforms of ``Resize``) are onnx's own; a constant ``Pad`` marks padding with -1
-and fills it with a ``select``.
+coordinate transforms of ``Resize``) are onnx's own. ``Pad`` in its other modes (edge, reflect,
+wrap) is traced too. In constant mode, the most common by far (a convolution's explicit
+padding, TF-style "SAME" exports), it keeps its structure instead: a slice where a width is
+negative, then per padded axis one ``concat`` of the fill broadcast before and after, with no
+index weight the size of the output; +0 padding is remembered (``Lowering.zero_padded``) so a
+``Conv`` that reads it pads by itself.
 """
 
 from __future__ import annotations
@@ -48,11 +52,8 @@ def _trace(lo: Lowering, n: Node, numbers_dtype: type = np.int64) -> Array:
     for i, name in enumerate(n.inputs[1:], start=1):
         if name and name not in feed:
             feed[name] = lo.const(i, "a parameter of the movement")
-    if n.op_type == "Pad":
-        if lo.opset < 11:
-            raise lo.fail("attribute", "Pad before opset 11 (pads as an attribute)")
-        if len(n.inputs) > 2 and n.inputs[2]:
-            feed[n.inputs[2]] = np.asarray(0, numbers_dtype)
+    if n.op_type == "Pad" and len(n.inputs) > 2 and n.inputs[2]:
+        feed[n.inputs[2]] = np.asarray(0, numbers_dtype)  # unread outside constant mode
     (out,) = evaluate_node(lo, n, feed)[:1]
     return np.asarray(out).astype(np.int64) - 1
 
@@ -63,7 +64,7 @@ def _moved(lo: Lowering, n: Node) -> None:
     _gather_numbers(lo, n, x, numbers)
 
 
-def _gather_numbers(lo: Lowering, n: Node, x: Var, numbers: Array, fill: Var | None = None) -> None:
+def _gather_numbers(lo: Lowering, n: Node, x: Var, numbers: Array) -> None:
     b = lo.b
     flat = b.reshape(x, (math.prod(x.shape),)) if x.type.rank != 1 else x
     pad = numbers < 0
@@ -71,24 +72,71 @@ def _gather_numbers(lo: Lowering, n: Node, x: Var, numbers: Array, fill: Var | N
     y = b.gather(flat, idx, 0)
     if np.any(pad):
         where = lo.weight(f"{n.outputs[0]}.padding", pad)
-        value = fill if fill is not None else b.literal(0, x.dtype)
-        y = b.select(where, value, y)
+        y = b.select(where, b.literal(0, x.dtype), y)  # CenterCropPad's zeros
     lo.set(0, y)
 
 
 def _pad(lo: Lowering, n: Node) -> None:
+    if lo.opset < 11:
+        raise lo.fail("attribute", "Pad before opset 11 (pads as an attribute)")
+    if (lo.attr("mode") or "constant") == "constant":
+        _pad_constant(lo, n)
+    else:  # edge, reflect, wrap: every output element copies one input element
+        _moved(lo, n)
+
+
+def _pad_constant(lo: Lowering, n: Node) -> None:
+    """``Pad`` in constant mode: a slice for the negative widths, then one ``concat`` per
+    padded axis with the fill (input 2, else 0) broadcast on either side."""
+    b = lo.b
     x = lo.var(0)
-    numbers = _trace(lo, n)
-    fill: Var | None = None
+    rank = x.type.rank
+    pads = lo.ints(1, "pads")
+    axes = tuple(range(rank))
+    if lo.has(3):
+        axes = tuple(norm_axis(lo, a, rank, "axes entry") for a in lo.ints(3, "axes"))
+    if len(pads) != 2 * len(axes) or len(set(axes)) != len(axes):
+        raise lo.fail("value", f"{len(pads)} pads for axes {list(axes)} of a rank-{rank} input")
+    widths = [(0, 0)] * rank
+    for k, a in enumerate(axes):
+        widths[a] = (pads[k], pads[k + len(axes)])
+    start = [max(-before, 0) for before, _ in widths]
+    limit = [d - max(-after, 0) for d, (_, after) in zip(x.shape, widths, strict=True)]
+    if any(hi < lo_ for lo_, hi in zip(start, limit, strict=True)):
+        raise lo.fail("value", f"pads {list(pads)} crop more than the input's {list(x.shape)}")
+    src = x if start == [0] * rank and limit == list(x.shape) else b.slice(x, start, limit)
+    grow = tuple((max(before, 0), max(after, 0)) for before, after in widths)
+    fill, zero = _fill(lo, n, src.dtype)
+    y = src
+    for a, (before, after) in enumerate(grow):
+        if before == after == 0:
+            continue
+        parts = []
+        for width, part in ((before, None), (0, y), (after, None)):
+            if part is not None:
+                parts.append(part)
+            elif width:
+                shape = (*y.shape[:a], width, *y.shape[a + 1 :])
+                parts.append(b.broadcast_in_dim(fill, shape, ()))
+        y = b.concat(parts, a)
+    if zero and y is not src:
+        lo.zero_padded[y.id] = (src, grow)
+    lo.set(0, y)
+
+
+def _fill(lo: Lowering, n: Node, dtype: DType) -> tuple[Var, bool]:
+    """A constant ``Pad``'s fill as a scalar value, and whether it is +0 (a float's +0, an
+    integer's or a boolean's 0): padding a convolution adds."""
     if lo.has(2):
         v = lo.value(2)
         if isinstance(v, Var):
-            fill = lo.b.broadcast_in_dim(lo.b.reshape(v, ()), numbers.shape, ())
-        else:
-            fill = lo.b.broadcast_in_dim(
-                lo.materialize(Const(v.name, v.value.reshape(()))), numbers.shape, ()
-            )
-    _gather_numbers(lo, n, x, numbers, fill)
+            return lo.b.reshape(v, ()), False
+        value = v.value.reshape(())
+        scalar = lo.materialize(Const(v.name, value))
+        negative = value.dtype.kind == "f" and bool(np.signbit(value))
+        return scalar, bool(value == 0) and not negative
+    zero = lo.materialize(Const(f"{n.outputs[0]}.fill", np.zeros((), dtype.numpy)))
+    return zero, True
 
 
 def _resize(lo: Lowering, n: Node) -> None:

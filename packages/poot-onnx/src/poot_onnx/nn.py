@@ -117,10 +117,28 @@ def _conv(lo: Lowering, n: Node) -> None:
     if groups <= 0 or c != cg * groups or m % groups or kernel != w.shape[2:]:
         raise lo.fail("model", f"{c} channels, kernel {w.type}, group {groups} do not agree")
     geo = _window(lo, x.shape[2:], kernel)
-    y = b.conv(x, w, geo.strides, geo.padding, None, geo.dilations, groups)
+    x, padding = _own_padding(lo, x, geo.padding)
+    y = b.conv(x, w, geo.strides, padding, None, geo.dilations, groups)
     if lo.has(2):
         y = b.add(y, b.broadcast_in_dim(lo.var(2), y.shape, (1,)))
     lo.set(0, y)
+
+
+def _own_padding(
+    lo: Lowering, x: Var, padding: list[tuple[int, int]]
+) -> tuple[Var, list[tuple[int, int]]]:
+    """A convolution's input and padding, with a zero ``Pad`` before it taken in: where ``x`` is
+    +0 added around a value on the spatial axes alone (``Lowering.zero_padded``; TF-style
+    exports pad explicitly), the value itself and its widths added to ``padding``, which pads
+    with the same +0. Exact either way; the pad's concats are then unread (``build_live``).
+    Not under ``auto_pad`` SAME: its padding follows from the padded input's extent."""
+    held = lo.zero_padded.get(x.id)
+    if held is None or (lo.attr("auto_pad") or "NOTSET") not in ("NOTSET", "VALID"):
+        return x, padding
+    src, grow = held
+    if any(w for pair in grow[:2] for w in pair):  # batch or channels: not a conv's padding
+        return x, padding
+    return src, [(b + lo_, e + hi) for (b, e), (lo_, hi) in zip(padding, grow[2:], strict=True)]
 
 
 def _conv_transpose(lo: Lowering, n: Node) -> None:
