@@ -109,6 +109,46 @@ def test_unpartitioned_the_plan_refuses_what_the_upload_would(tmp_path: Path) ->
         dev.close()
 
 
+def _selected(scale: float = 1.0) -> Program:
+    """GPT-2's and T5's masking by selection: ``select(keep, scores, finfo.min)`` (the minimum a
+    literal), then the softmax and a matmul; ``keep`` a cast to bool, which an FP16 device
+    cannot make, so the host runs the select."""
+    b = Builder("selected")
+    x = b.slot("x", F32, (H, S, S))
+    keep = b.convert(b.slot("mask", F32, (H, S, S)), DType.BOOL)  # ONNX's Cast to bool
+    probs = ops.softmax(b, b.select(keep, b.mul(x, scale), MIN), axis=-1)
+    b.output("y", b.matmul(probs, x))
+    return b.build()
+
+
+def test_a_sentinel_the_host_keeps_is_refused_with_the_softmax_it_reaches(tmp_path: Path) -> None:
+    # the select runs on the host (no select on the NPU), exactly: its finfo.min would reach
+    # the device span and be refused at run time by its input check; planned, the softmax's
+    # maximum, shift and exponent are refused with it, and the matmul after stays on the device
+    program = _selected()
+    p = plan(program, "intel-npu4")
+    hosted = {program.eqns[r.eqn].prim for r in p.refusals}
+    assert {Prim.SELECT, Prim.REDUCE_MAX, Prim.SUB, Prim.EXP} <= hosted
+    assert Prim.MATMUL not in hosted
+    sentinel = [r for r in p.refusals if r.fact("use") == "a sentinel the host keeps"]
+    assert sentinel and all(r.kind is RefusalKind.NARROWING_RANGE for r in sentinel)
+    rng = np.random.default_rng(2)
+    inputs = {
+        "x": rng.uniform(-4, 4, (H, S, S)).astype(np.float32),
+        "mask": (rng.uniform(0, 1, (H, S, S)) < 0.7).astype(np.float32),  # a masked key or more
+    }
+    inputs["mask"][:, :, 0] = 1.0  # every row keeps one key
+    dev = make_device("vpu-cpu")
+    try:
+        report = run_program(
+            program, dev, "vpu-cpu", inputs=[inputs], partition=True, cache_dir=tmp_path
+        )
+    finally:
+        dev.close()
+    assert report.ok, report.steps[0].worst if report.steps else "no step ran"
+    assert any(s.device for s in report.spans)
+
+
 def _maxpool_model() -> onnx.ModelProto:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 2, 9, 9))
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)

@@ -182,8 +182,10 @@ def plan(
     if t.narrowing is not None and needs_narrowing(program):
         refusals.extend(memo.literal_refusals(program, t.narrowing))
         narrowing = t.narrowing
-    if t.narrowing is not None and constants:
-        refusals.extend(constant_refusals(program, constants, t.narrowing.max_magnitude))
+    if t.narrowing is not None:  # known weights, and the sentinels the host will keep
+        refused = {r.eqn for r in refusals}
+        limit = t.narrowing.max_magnitude
+        refusals.extend(constant_refusals(program, constants or {}, limit, refused))
 
     laid = LaidOut()
     if claim is not None:

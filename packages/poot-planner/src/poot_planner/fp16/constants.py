@@ -22,6 +22,17 @@ read). An additive mask of ``-inf`` or ``finfo.min`` is thus refused with the
 softmax that reads it (the add, the row maximum, the shift and the exponent), and the rest of the
 layer stays on the device; without ``--partition`` the plan is refused, as the run would be.
 
+A mask sentinel (``fp16.checks``: an F32 literal beyond 65504, which the device saturates) is
+the same once its equation is refused for any reason: the host computes that equation exactly
+and hands the device a value beyond its range, which the device's input check would refuse at
+run time. So a refused equation that reads a float value and such a literal (``Where(keep,
+scores, finfo.min)``, GPT-2's and T5's masking by selection, on a target with no select) starts
+a value out of range like a constant, on the literal's side, and its readers are refused the
+same way until it is back in range (the softmax's shift and exponent): the partition keeps them
+on the host instead of handing the device what it must refuse. The prelude's
+``select(p, 0, -inf)`` reads no float and is not one of them: ``fp16.prelude`` rewrites its mask
+or leaves it to the input check.
+
 The prelude's ``-2^15`` mask (``fp16.prelude``) is not applied to a constant mask: it needs the
 scores it is added to proven or checked within a bound, which a constant mask's partition does
 not set up; the host runs those few equations exactly instead.
@@ -29,7 +40,8 @@ not set up; the host runs those few equations exactly instead.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Collection, Mapping
 
 import numpy as np
 from poot_ir import DType, Eqn, Literal, Prim, Program, Var
@@ -46,7 +58,10 @@ CONSTANT_RULE = (
     "reach until they provably return into FP16's range (data movement, max, neg, adds of "
     "in-range values keep them out; the softmax shift x - max(x) and then exp bring a - side "
     "back): an additive causal or padding mask of -inf or finfo.min runs on the host with its "
-    "softmax's add, maximum, shift and exponent under --partition, never refused at upload."
+    "softmax's add, maximum, shift and exponent under --partition, never refused at upload. "
+    "A refused equation reading a float value and a mask sentinel (an F32 literal beyond "
+    "65504: Where(keep, scores, finfo.min)) is followed the same way: the host keeps the "
+    "sentinel's exact value, which the device's input check would refuse."
 )
 
 
@@ -66,10 +81,14 @@ def out_of_range(value: np.ndarray, limit: float) -> tuple[tuple[int, ...], floa
 
 
 def constant_refusals(
-    program: Program, constants: Mapping[str, np.ndarray], limit: float
+    program: Program,
+    constants: Mapping[str, np.ndarray],
+    limit: float,
+    refused: Collection[int] = (),
 ) -> list[Refusal]:
     """The refusals of ``CONSTANT_RULE`` for the F32 arguments of ``program`` whose values
-    ``constants`` holds (by argument name; others are unknown until the run)."""
+    ``constants`` holds (by argument name; others are unknown until the run), and for the mask
+    sentinels of the equations ``refused`` already (by index; see the module)."""
     side: dict[int, int] = {}  # var id -> side of an out-of-range value (0: unknown)
     origin: dict[int, tuple[tuple[str, str | int | float], ...]] = {}
     for a in program.args:
@@ -80,7 +99,7 @@ def constant_refusals(
             where, value, s = found
             side[a.var.id] = s
             origin[a.var.id] = (("constant", a.name), ("element", str(where)), ("value", value))
-    if not side:
+    if not side and not refused:
         return []
     made: dict[int, Eqn] = {e.out.id: e for e in program.eqns}
     refusals: list[Refusal] = []
@@ -88,10 +107,15 @@ def constant_refusals(
     for vid in sorted(side.keys() - read):  # the device holds every weight of its program
         facts = origin[vid] + (("limit", limit), ("use", "unread, but uploaded whole"))
         refusals.append(Refusal(RefusalKind.NARROWING_RANGE, -1, "", facts))
+    on_host = set(refused)
     for i, e in enumerate(program.eqns):
         bad = [a for a in e.inputs if isinstance(a, Var) and a.id in side]
         if not bad:
+            held = _host_sentinel(e, limit) if i in on_host else None
+            if held is not None:
+                side[e.out.id], origin[e.out.id] = held[0], (("equation", i), *held[1])
             continue
+        on_host.add(i)
         facts = origin[bad[0].id] + (("limit", limit), ("use", "runs on the host (--partition)"))
         refusals.append(Refusal(RefusalKind.NARROWING_RANGE, i, e.prim.value, facts))
         out = _side(e, side, made)
@@ -99,6 +123,32 @@ def constant_refusals(
             side[e.out.id] = out
             origin[e.out.id] = origin[bad[0].id]
     return refusals
+
+
+def _host_sentinel(
+    e: Eqn, limit: float
+) -> tuple[int, tuple[tuple[str, str | int | float], ...]] | None:
+    """For an equation run on the host that reads a float value and an F32 literal beyond
+    ``limit`` (a mask sentinel), the side of its result's out-of-range elements (0: unknown)
+    and the facts naming the literal; None when it reads none, reads no float value (the
+    prelude's masks), or its result is back in range (``max`` with a - sentinel, ``min`` with
+    a + one)."""
+    if not any(isinstance(a, Var) and a.dtype.is_float for a in e.inputs):
+        return None
+    for k, a in enumerate(e.inputs):
+        if not (isinstance(a, Literal) and a.dtype is DType.F32):
+            continue
+        v = a.as_float()
+        if abs(v) <= limit or math.isnan(v):  # NaN: refused by the literal rule already
+            continue
+        sign = 1 if v > 0 else -1
+        if (e.prim is Prim.MAX and sign < 0) or (e.prim is Prim.MIN and sign > 0):
+            return None  # the in-range operand wins
+        if e.prim is Prim.SUB and k == 1:
+            sign = -sign
+        kept = e.prim in (Prim.SELECT, Prim.ADD, Prim.SUB, Prim.MAX, Prim.MIN)
+        return (sign if kept else 0), (("literal", repr(v)), ("use", "a sentinel the host keeps"))
+    return None
 
 
 def _side(e: Eqn, side: dict[int, int], made: dict[int, Eqn]) -> int | None:
