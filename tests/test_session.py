@@ -343,6 +343,53 @@ def test_partition_false_refuses_what_the_target_refuses_and_an_unknown_device_i
         poot.InferenceSession(ids_model(), device="nope")
 
 
+def mask_model(as_weight: bool) -> onnx.ModelProto:
+    """An attention mask as T5's and GPT-2's exports apply it: ``Where(keep, scores,
+    finfo(float32).min)``, then the softmax. The minimum is a row of them (a weight, as T5's
+    export has it) or one (a literal)."""
+    minimum = np.full((6,) if as_weight else (), np.finfo(np.float32).min, np.float32)
+    nodes = [
+        helper.make_node("Cast", ["mask"], ["keep"], to=TensorProto.BOOL, name="keep"),
+        helper.make_node("Where", ["keep", "scores", "min"], ["masked"], name="masked"),
+        helper.make_node("Softmax", ["masked"], ["prob"], axis=-1, name="softmax"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "masked_softmax",
+        [
+            helper.make_tensor_value_info("scores", F, [2, 6]),
+            helper.make_tensor_value_info("mask", F, [2, 6]),
+        ],
+        [helper.make_tensor_value_info("prob", F, [2, 6])],
+        [_init("min", minimum)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("as_weight", [True, False], ids=["weight", "literal"])
+def test_a_mask_minimum_the_device_cannot_hold_stays_on_the_host(
+    as_weight: bool, cache: Any
+) -> None:
+    # planned with its weights, as `poot plan` and `poot run` plan (before, a weight was
+    # refused at upload, NarrowingRangeUpload); and the host's exact finfo.min is kept from the
+    # device, its softmax's maximum, shift and exponent with it (before, the device span's
+    # input check refused the step at run time, NarrowingRangeInput)
+    m = mask_model(as_weight)
+    feeds = {
+        "scores": np.random.default_rng(8).normal(size=(2, 6)).astype(np.float32),
+        "mask": np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], np.float32),
+    }
+    (want,) = ReferenceEvaluator(m).run(None, feeds)
+    device = _device("vpu-cpu")
+    with poot.InferenceSession(m, device=device, verify="always", cache_dir=cache) as sess:
+        assert not sess.plan.whole and sess.plan.spans
+        (got,) = sess.run(None, feeds)
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=1e-6)
+    assert np.all(got[0, 4:] == 0.0)  # the masked keys, exactly
+    with pytest.raises(PlanRefused, match="intel-npu4 refuses"):
+        poot.InferenceSession(m, device=device, partition=False, cache_dir=cache)
+
+
 def test_a_model_path_and_its_bytes_make_the_same_session(tmp_path: Any) -> None:
     m = conv_model()
     path = tmp_path / "cnn.onnx"

@@ -10,8 +10,10 @@
     print(sess.plan)                                    # what runs where, and its numerics
 
 Making a session imports the model (``poot_onnx.import_model``, ``shapes=`` fixing its dynamic
-dims), plans it once for the device's target, uploads its weights once and adds one entry:
-partitioned where the target refuses (``partition=True``, the refused spans run on the compiled
+dims), plans it once for the device's target with its weights known (as ``poot plan`` and
+``poot run`` plan it: a weight the device cannot hold is refused when planning, and a partition
+keeps it on the host), uploads its weights once and adds one entry: partitioned where the
+target refuses (``partition=True``, the refused spans run on the compiled
 host device where host-cpu admits them, else, or with ``host="oracle"``, on the host oracle;
 ``Engine.add_partitioned``), whole otherwise. The first ``run`` records the step and
 every later one replays it (``poot_engine.Engine``). ``verify`` is the engine's
@@ -34,6 +36,7 @@ from typing import Any
 
 import numpy as np
 from poot_engine import Engine, HostSpans
+from poot_engine.run import host_only_weights
 from poot_engine.verify import VerifyMode
 from poot_ir import Program, StepInputError, Storage
 from poot_ir.dtypes import DType
@@ -137,7 +140,7 @@ class InferenceSession:
     ONNX Runtime call runs unchanged (the device is ``device``). Raises ``UnsupportedOnnx``
     for a model poot cannot import, ``DeviceUnavailable`` for a device not here, and what
     ``Engine.load_weights`` and ``Engine.add_partitioned`` raise (``PlanRefused`` with
-    ``partition=False``, ``NarrowingRangeUpload`` for a weight the device cannot hold)."""
+    ``partition=False``, a weight the device cannot hold among its refusals)."""
 
     def __init__(
         self,
@@ -174,8 +177,11 @@ class InferenceSession:
                 hosting.close()
             raise
         try:
-            planned = plan(program, self._device.target)
-            weights = self._engine.load_weights(self._imported.weights)
+            known = self._imported.weights
+            planned = plan(program, self._device.target, constants=known)
+            # a weight the plan refused for its value is read by the host spans alone (and
+            # without a partition, the plan's refusal is what stops the session, not the upload)
+            weights = self._engine.load_weights(known, host_only=host_only_weights(planned))
             add = self._engine.add_partitioned if partition else self._engine.add_entry
             self._entry = add(planned, weights)
         except BaseException:

@@ -310,7 +310,9 @@ def test_a_pad_before_a_conv_matches_the_reference(
     widths = [(0, 0)] * 4
     for i, a in enumerate(axes if axes is not None else range(4)):
         widths[a] = (pads[i], pads[i + k])
-    crop = tuple(slice(max(-b, 0), d - max(-e, 0)) for d, (b, e) in zip(x.shape, widths))
+    crop = tuple(
+        slice(max(-b, 0), d - max(-e, 0)) for d, (b, e) in zip(x.shape, widths, strict=True)
+    )
     grow = [(max(b, 0), max(e, 0)) for b, e in widths]
     padded = np.pad(x[crop], grow, constant_values=0.0 if value is None else value)
     alone = helper.make_node("Conv", ["x", "w", "b"], ["y"], **conv)

@@ -210,6 +210,7 @@ class Engine:
             raise UnsupportedDevice(
                 self.device.identity.part, "a plan whose score-bound guard it does not check"
             )
+        planned.check()  # a refused plan says so first, not the weight it refused
         for name, buf in wbufs.items():  # a weight left to the host: never a device's input
             if id(buf) in self._unchecked:
                 check_range(NarrowingRangeUpload, name, self.device.read(buf), self.limit)
