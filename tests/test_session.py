@@ -390,6 +390,50 @@ def test_a_mask_minimum_the_device_cannot_hold_stays_on_the_host(
         poot.InferenceSession(m, device=device, partition=False, cache_dir=cache)
 
 
+def branch_model() -> onnx.ModelProto:
+    """Silero VAD's shape of control flow: an int64 input (the sample rate) picks a branch of
+    an ``If`` that reads the audio."""
+    double = helper.make_graph(
+        [helper.make_node("Add", ["x", "x"], ["twice"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("twice", F, [3])],
+    )
+    shift = helper.make_graph(
+        [helper.make_node("Add", ["x", "one"], ["plus"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("plus", F, [3])],
+    )
+    nodes = [
+        helper.make_node("Equal", ["sr", "k16"], ["is16"]),
+        helper.make_node("If", ["is16"], ["y"], then_branch=double, else_branch=shift),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "branch",
+        [helper.make_tensor_value_info("x", F, [3]), helper.make_tensor_value_info("sr", I64, [])],
+        [helper.make_tensor_value_info("y", F, [3])],
+        [_init("k16", np.array(16000, np.int64)), _init("one", np.array(1.0, np.float32))],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_an_input_bound_at_import_picks_its_branch_and_must_be_fed_as_bound() -> None:
+    x = np.array([1.0, -2.0, 0.5], np.float32)
+    with pytest.raises(UnsupportedOnnx, match="constants="):  # the refusal says how
+        poot.InferenceSession(branch_model())
+    for sr, want in ((16000, x + x), (8000, x + 1)):
+        bound = np.array(sr, np.int64)
+        with poot.InferenceSession(branch_model(), constants={"sr": bound}) as sess:
+            assert [i.name for i in sess.get_inputs()] == ["x"]
+            np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)
+            # an ONNX Runtime script feeds it every call: the bound value is accepted
+            np.testing.assert_array_equal(sess.run(None, {"x": x, "sr": bound})[0], want)
+            with pytest.raises(StepInputError, match=r"sr.*bound at import"):
+                sess.run(None, {"x": x, "sr": np.array(sr + 1, np.int64)})
+
+
 def test_a_model_path_and_its_bytes_make_the_same_session(tmp_path: Any) -> None:
     m = conv_model()
     path = tmp_path / "cnn.onnx"

@@ -5,12 +5,15 @@
     import poot as ort                                  # was: import onnxruntime as ort
     sess = ort.InferenceSession("model.onnx")           # device="cpu" (the oracle) by default
     sess = poot.InferenceSession("model.onnx", device="vpu-cpu", shapes={"batch": 4})
+    sess = poot.InferenceSession("vad.onnx", constants={"sr": np.array(16000)})  # fixed inputs
     sess.get_inputs()[0].name, .shape, .type            # "x", (4, 3, 32, 32), "tensor(float)"
     (y,) = sess.run(None, {"x": x})                     # or run(["y"], {...})
     print(sess.plan)                                    # what runs where, and its numerics
 
 Making a session imports the model (``poot_onnx.import_model``, ``shapes=`` fixing its dynamic
-dims), plans it once for the device's target with its weights known (as ``poot plan`` and
+dims, ``constants=`` binding inputs that are fixed for the model's life, such as Silero VAD's
+sample rate, which picks a branch of an ``If``; a feed of one must repeat its bound value),
+plans it once for the device's target with its weights known (as ``poot plan`` and
 ``poot run`` plan it: a weight the device cannot hold is refused when planning, and a partition
 keeps it on the host), uploads its weights once and adds one entry: partitioned where the
 target refuses (``partition=True``, the refused spans run on the compiled
@@ -150,6 +153,7 @@ class InferenceSession:
         *,
         device: str = "cpu",
         shapes: Mapping[str, Sequence[int] | int] | None = None,
+        constants: Mapping[str, Any] | None = None,
         verify: VerifyMode = "off",
         partition: bool = True,
         cache_dir: Path | str | None = None,
@@ -160,7 +164,9 @@ class InferenceSession:
                 "sess_options", "poot has no SessionOptions: pass device=, shapes=, verify="
             )
         del providers  # the device is chosen by device=
-        self._imported = import_model(_model(path_or_model), shapes=shapes)
+        self._imported = import_model(_model(path_or_model), shapes=shapes, constants=constants)
+        # a bound input is a constant of the program now; a feed of it must repeat its value
+        self._bound = {k: np.asarray(v) for k, v in (constants or {}).items()}
         program = self._imported.program
         hosting = host_device(device_info(device).target, host) if partition else None
         try:
@@ -260,6 +266,17 @@ class InferenceSession:
         if not isinstance(given, Mapping):
             raise StepInputError(f"the feeds must map input names to arrays, got {given!r}")
         want = {a.name: a for a in self._inputs}
+        for name in set(given) & set(self._bound):  # as an ONNX Runtime script still feeds it
+            value, bound = given[name], self._bound[name]
+            if not (isinstance(value, np.ndarray) and value.shape == bound.shape) or not bool(
+                np.all(value == bound)
+            ):
+                raise StepInputError(
+                    f"bound at import to {bound.tolist()!r}: another value needs another "
+                    "session (constants=)",
+                    name,
+                )
+        given = {k: v for k, v in given.items() if k not in self._bound}
         if extra := sorted(set(given) - set(want)):
             raise StepInputError(
                 f"no input of the model is named so; it has {list(want)}", extra[0]
