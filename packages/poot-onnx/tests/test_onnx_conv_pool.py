@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from numpy.lib.stride_tricks import sliding_window_view
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
@@ -334,3 +336,55 @@ def test_a_pad_read_elsewhere_too_stays() -> None:
     np.testing.assert_allclose(got["y"], want[0], rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(got["p"], want[1])
     assert Prim.CONCAT in [e.prim for e in imported.program.eqns]
+
+
+_PAD_TYPES = [
+    (np.float32, TensorProto.FLOAT),
+    (np.int32, TensorProto.INT32),
+    (bool, TensorProto.BOOL),
+]
+
+
+@st.composite
+def _pads(draw: st.DrawFn) -> tuple[tuple[int, ...], list[tuple[int, int]], int, bool]:
+    """A shape (zero extents among them), per-axis widths that may crop the whole axis or
+    grow it, a dtype (by index) and whether the fill is given as input 2."""
+    shape = tuple(draw(st.lists(st.integers(0, 4), min_size=1, max_size=4)))
+    widths = []
+    for d in shape:
+        before = draw(st.integers(-d, 3))
+        widths.append((before, draw(st.integers(-(d + min(before, 0)), 3))))
+    return shape, widths, draw(st.integers(0, len(_PAD_TYPES) - 1)), draw(st.booleans())
+
+
+@settings(derandomize=True, max_examples=60, deadline=None)
+@given(case=_pads())
+def test_a_constant_pad_matches_numpy_at_the_edges(
+    case: tuple[tuple[int, ...], list[tuple[int, int]], int, bool],
+) -> None:
+    """Crops of a whole axis, zero extents, growth of an empty axis, every dtype, the fill
+    given or not: the oracle against numpy's crop and ``np.pad``."""
+    shape, widths, kind, given_fill = case
+    np_type, elem = _PAD_TYPES[kind]
+    fill = np.array(True if np_type is bool else -7, np_type) if given_fill else None
+    pads = [b for b, _ in widths] + [e for _, e in widths]
+    inits = [numpy_helper.from_array(np.array(pads, np.int64), "pads")]
+    ins = ["x", "pads"]
+    if fill is not None:
+        inits.append(numpy_helper.from_array(fill, "value"))
+        ins.append("value")
+    graph = helper.make_graph(
+        [helper.make_node("Pad", ins, ["y"], mode="constant")],
+        "pad",
+        [helper.make_tensor_value_info("x", elem, shape)],
+        [helper.make_tensor_value_info("y", elem, None)],
+        inits,
+    )
+    imported = import_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]))
+    x = np.random.default_rng(len(shape)).integers(-5, 5, shape).astype(np_type)
+    got = imported.results(evaluate(imported.program, dict(imported.weights) | {"x": x}))["y"]
+    crop = tuple(slice(max(-b, 0), d - max(-e, 0)) for d, (b, e) in zip(shape, widths, strict=True))
+    grow = [(max(b, 0), max(e, 0)) for b, e in widths]
+    want = np.pad(x[crop], grow, constant_values=fill if fill is not None else np_type(0))
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
