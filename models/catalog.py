@@ -165,6 +165,11 @@ class RealModel:
             return {"input": audio, "state": state}
         if self.name == "gpt2_tiny":  # token ids over the whole vocabulary
             return {"input_ids": rng.integers(0, 512, size=self.shapes["input_ids"])}
+        if self.name in ("bert_tiny", "t5_encoder"):  # the second sentence padded after 10
+            ids = rng.integers(0, 512, size=self.shapes["input_ids"])
+            mask = np.ones(self.shapes["attention_mask"], np.int64)
+            mask[1, 10:] = 0
+            return {"input_ids": ids, "attention_mask": mask}
         ((name, shape),) = self.shapes.items()
         if self.name == "detector":  # an ordinary [0, 1] image, as YOLO takes it
             return {name: rng.uniform(0.0, 1.0, size=shape).astype(np.float32)}
@@ -251,6 +256,36 @@ MODELS = (
         {"input_ids": (1, 16)},
         "GPT-2 decoder, no KV cache: int64 ids, causal mask folded to finfo(float32).min, "
         "attention, LayerNorm, tanh GELU, tied LM head",
+        exported=True,
+        export=EXPORT_MODELS_COMMAND,
+    ),
+    RealModel(
+        "mobilenet_v2_tf",
+        "transformers",
+        "model.onnx",
+        {"pixel_values": (1, 3, 96, 96)},
+        "transformers' MobileNetV2 with TF-style padding: an explicit Pad before each strided "
+        "convolution, ReLU6, inverted residuals",
+        exported=True,
+        export=EXPORT_MODELS_COMMAND,
+    ),
+    RealModel(
+        "bert_tiny",
+        "transformers",
+        "model.onnx",
+        {"input_ids": (2, 16), "attention_mask": (2, 16)},
+        "transformers' BERT: its token_type_ids buffer gathered by GatherElements along 512, "
+        "a padded attention mask, GELU",
+        exported=True,
+        export=EXPORT_MODELS_COMMAND,
+    ),
+    RealModel(
+        "t5_encoder",
+        "transformers",
+        "model.onnx",
+        {"input_ids": (2, 16), "attention_mask": (2, 16)},
+        "transformers' T5 encoder: relative position buckets, a padding mask applied by "
+        "Where(mask, 0, finfo.min), RMSNorm, ReLU feed-forward",
         exported=True,
         export=EXPORT_MODELS_COMMAND,
     ),

@@ -1,7 +1,10 @@
 """Export the real-model suite's seeded models to ONNX, offline: a MobileNetV3-small (a
 depthwise-separable classifier), a YOLOv8-shaped detector (its SPPF block: padded 5x5 max
-pools) and a GPT-2-style decoder without a KV cache (a causal mask that torch folds to a
-constant of ``finfo(float32).min``).
+pools), a GPT-2-style decoder without a KV cache (a causal mask that torch folds to a
+constant of ``finfo(float32).min``), and three ``transformers`` models as their exports write
+them: MobileNetV2 with TF-style padding (an explicit ``Pad`` before each strided convolution),
+BERT (its ``token_type_ids`` buffer gathered by ``GatherElements`` along 512) and T5's encoder
+(relative position buckets, and its padding mask applied by ``Where(mask, 0, finfo.min)``).
 
 No pretrained weights ship for these in a wheel the project can use, and nothing may be
 downloaded, so each is its architecture with random weights from a fixed seed (batch-norm
@@ -34,7 +37,14 @@ from export_minilm import PINS, ensure_venv, sha256
 from models.catalog import models_dir
 
 #: the models this tool makes (their catalog names)
-NAMES = ("mobilenet_v3_small", "detector", "gpt2_tiny")
+NAMES = (
+    "mobilenet_v3_small",
+    "detector",
+    "gpt2_tiny",
+    "mobilenet_v2_tf",
+    "bert_tiny",
+    "t5_encoder",
+)
 
 # Run inside the export venv: argv[1] is the models dir, the rest the names to export; prints
 # the versions as JSON.
@@ -162,6 +172,38 @@ if "gpt2_tiny" in which:
         def forward(self, input_ids):
             return self.m(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), use_cache=False).logits
     export(LM(lm), (torch.randint(0, 512, (1, 16)),), out / "gpt2_tiny" / "model.onnx", ["input_ids"], ["logits"])
+def torch_init(m):
+    # PyTorch's own default init for every conv and linear (transformers' vision models draw
+    # theirs at std 0.02, under which a MobileNetV2's logits vanish to 1e-25), then seeded BN
+    for mod in m.modules():
+        if isinstance(mod, (nn.Conv2d, nn.Linear)):
+            mod.reset_parameters()
+    return randomize_bn(m)
+
+class Out(nn.Module):  # a transformers model's one tensor: logits or the last hidden state
+    def __init__(self, m, field):
+        super().__init__()
+        self.m, self.field = m, field
+    def forward(self, *args):
+        names = ["pixel_values"] if len(args) == 1 else ["input_ids", "attention_mask"]
+        return getattr(self.m(**dict(zip(names, args))), self.field)
+
+if "mobilenet_v2_tf" in which:
+    from transformers import MobileNetV2Config, MobileNetV2ForImageClassification
+    cfg = MobileNetV2Config(depth_multiplier=0.5, image_size=96, num_labels=10)  # tf_padding
+    m = torch_init(MobileNetV2ForImageClassification(cfg))
+    export(Out(m, "logits"), (torch.rand(1, 3, 96, 96),), out / "mobilenet_v2_tf" / "model.onnx", ["pixel_values"], ["logits"])
+text = (torch.randint(0, 512, (2, 16)), torch.tensor([[1] * 16, [1] * 10 + [0] * 6]))
+if "bert_tiny" in which:
+    from transformers import BertConfig, BertModel
+    cfg = BertConfig(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+    cfg._attn_implementation = "eager"
+    export(Out(BertModel(cfg), "last_hidden_state"), text, out / "bert_tiny" / "model.onnx", ["input_ids", "attention_mask"], ["hidden"])
+if "t5_encoder" in which:
+    from transformers import T5Config, T5EncoderModel
+    cfg = T5Config(vocab_size=512, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4)
+    cfg._attn_implementation = "eager"
+    export(Out(T5EncoderModel(cfg), "last_hidden_state"), text, out / "t5_encoder" / "model.onnx", ["input_ids", "attention_mask"], ["hidden"])
 print(json.dumps(record))
 """
 
