@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from numpy.lib.stride_tricks import sliding_window_view
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-from poot_ir import Prim, evaluate
+from poot_ir import Prim, Var, evaluate
 from poot_onnx import import_model
 
 
@@ -322,9 +322,12 @@ def test_a_pad_before_a_conv_matches_the_reference(
     weights = {"w": inits["w"], "b": inits["b"]}
     want = ReferenceEvaluator(_model(alone, padded.shape, weights)).run(None, {"x": padded})[0]
     _check(model, x, want)
-    prims = [e.prim for e in import_model(model).program.eqns]
+    program = import_model(model).program
+    prims = [e.prim for e in program.eqns]
     # the pad's concats and fills are gone when the conv pads by itself; never a gather
     assert (Prim.CONCAT not in prims) is folded and Prim.GATHER not in prims
+    read = {a.id for e in program.eqns for a in e.inputs if isinstance(a, Var)}
+    assert all(a.var.id in read for a in program.args)  # no weight uploaded to sit unread
 
 
 def test_a_pad_read_elsewhere_too_stays() -> None:

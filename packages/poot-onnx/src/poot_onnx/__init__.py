@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import onnx
 from poot_ir.builder import Builder
-from poot_ir.core import Program, Var
+from poot_ir.core import Program, Storage, Var
 from poot_ir.errors import UnsupportedOnnx
+from poot_ir.typing_rules import validate
 
 from poot_onnx import reading
 from poot_onnx.context import Const, Lowering, identifier
@@ -215,13 +216,28 @@ def _import(
         outputs[vi.name] = out
     if lo.blockers:
         return lo, None
-    # a zero Pad taken into a convolution's padding (``nn``) leaves its own equations behind
+    # a zero Pad taken into a convolution's padding (``nn``) leaves its own equations behind,
+    # and its fill a weight nothing reads
     program, kept = b.build_live()
     origins = {new: lo.origins[old] for new, old in enumerate(kept) if old in lo.origins}
-    imported = Imported(
-        program, dict(lo.weights), inputs, outputs, origins, frozenset(int64_outputs)
-    )
+    program, weights = _read_weights(program, lo.weights)
+    imported = Imported(program, weights, inputs, outputs, origins, frozenset(int64_outputs))
     return lo, imported
+
+
+def _read_weights(
+    program: Program, weights: dict[str, np.ndarray]
+) -> tuple[Program, dict[str, np.ndarray]]:
+    """``program`` without the weight arguments no equation or result reads, and ``weights``
+    without their values: the device is handed every weight of its program."""
+    read = {a.id for e in program.eqns for a in e.inputs if isinstance(a, Var)}
+    read |= {v.id for _, v in program.results()}
+    unread = {a.name for a in program.args if a.storage is Storage.WEIGHT and a.var.id not in read}
+    if not unread:
+        return program, dict(weights)
+    args = tuple(a for a in program.args if a.name not in unread)
+    kept = {k: v for k, v in weights.items() if k not in unread}
+    return validate(replace(program, args=args)), kept
 
 
 def _mapping(given: object, what: str) -> Mapping[str, Any]:

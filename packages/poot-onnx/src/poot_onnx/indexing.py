@@ -106,22 +106,27 @@ def _pad_constant(lo: Lowering, n: Node) -> None:
         raise lo.fail("value", f"pads {list(pads)} crop more than the input's {list(x.shape)}")
     src = x if start == [0] * rank and limit == list(x.shape) else b.slice(x, start, limit)
     grow = tuple((max(before, 0), max(after, 0)) for before, after in widths)
+    if not any(w for pair in grow for w in pair):  # a crop alone
+        lo.set(0, src)
+        return
     fill, zero = _fill(lo, n, src.dtype)
     y = src
     for a, (before, after) in enumerate(grow):
-        if before == after == 0:
-            continue
-        parts = []
-        for width, part in ((before, None), (0, y), (after, None)):
-            if part is not None:
-                parts.append(part)
-            elif width:
-                shape = (*y.shape[:a], width, *y.shape[a + 1 :])
-                parts.append(b.broadcast_in_dim(fill, shape, ()))
-        y = b.concat(parts, a)
-    if zero and y is not src:
+        parts = [y]
+        if before:
+            parts.insert(0, b.broadcast_in_dim(fill, _widened(y.shape, a, before), ()))
+        if after:
+            parts.append(b.broadcast_in_dim(fill, _widened(y.shape, a, after), ()))
+        if len(parts) > 1:
+            y = b.concat(parts, a)
+    if zero:
         lo.zero_padded[y.id] = (src, grow)
     lo.set(0, y)
+
+
+def _widened(shape: tuple[int, ...], axis: int, width: int) -> tuple[int, ...]:
+    """``shape`` with ``axis`` ``width`` long: a block of fill beside the value."""
+    return (*shape[:axis], width, *shape[axis + 1 :])
 
 
 def _fill(lo: Lowering, n: Node, dtype: DType) -> tuple[Var, bool]:
