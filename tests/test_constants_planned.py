@@ -149,6 +149,22 @@ def test_a_sentinel_the_host_keeps_is_refused_with_the_softmax_it_reaches(tmp_pa
     assert any(s.device for s in report.spans)
 
 
+def test_a_comparison_with_a_sentinel_hands_on_nothing_out_of_range() -> None:
+    from poot_planner.fp16.constants import constant_refusals
+
+    b = Builder("compared")
+    x = b.slot("x", F32, (4,))
+    big = b.ge(x, 1e30)  # refused (a literal FP16 cannot hold), run on the host: a boolean
+    b.output("y", b.select(big, x, b.neg(x)))
+    program = b.build()
+    assert constant_refusals(program, {}, 65504.0, refused={0}) == []
+    sentinel = b.select(big, x, MIN)  # a float: beyond the range where chosen
+    b.output("z", b.exp(sentinel))
+    program = b.build()
+    refused = constant_refusals(program, {}, 65504.0, refused={0, 3})
+    assert [r.eqn for r in refused] == [4]  # the exp reading it, on the host too
+
+
 def _maxpool_model() -> onnx.ModelProto:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 2, 9, 9))
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)

@@ -132,8 +132,10 @@ def _host_sentinel(
     ``limit`` (a mask sentinel), the side of its result's out-of-range elements (0: unknown)
     and the facts naming the literal; None when it reads none, reads no float value (the
     prelude's masks), or its result is back in range (``max`` with a - sentinel, ``min`` with
-    a + one)."""
-    if not any(isinstance(a, Var) and a.dtype.is_float for a in e.inputs):
+    a + one, a comparison's boolean)."""
+    if not e.out.dtype.is_float or not any(
+        isinstance(a, Var) and a.dtype.is_float for a in e.inputs
+    ):
         return None
     for k, a in enumerate(e.inputs):
         if not (isinstance(a, Literal) and a.dtype is DType.F32):
