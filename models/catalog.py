@@ -177,6 +177,14 @@ class RealModel:
         return {name: image}
 
 
+def _seeded(name: str, package: str, shapes: dict[str, tuple[int, ...]], what: str) -> RealModel:
+    """A model ``tools/export_models.py`` exports with seeded weights (``package``: the library
+    whose architecture it is) to ``<models dir>/<name>/model.onnx``."""
+    return RealModel(
+        name, package, "model.onnx", shapes, what, exported=True, export=EXPORT_MODELS_COMMAND
+    )
+
+
 MODELS = (
     RealModel(
         "magika",
@@ -230,64 +238,46 @@ MODELS = (
         "LayerNorm, erf GELU",
         exported=True,
     ),
-    RealModel(
+    _seeded(
         "mobilenet_v3_small",
         "torch",
-        "model.onnx",
         {"x": (1, 3, 224, 224)},
         "depthwise-separable CNN: inverted residuals, depthwise convs, squeeze-excite, "
         "hard-swish, global pool, classifier",
-        exported=True,
-        export=EXPORT_MODELS_COMMAND,
     ),
-    RealModel(
+    _seeded(
         "detector",
         "torch",
-        "model.onnx",
         {"images": (1, 3, 128, 128)},
         "YOLOv8-shaped detector: conv-BN-SiLU, SPPF (padded 5x5 MaxPool), upsample, sigmoid head",
-        exported=True,
-        export=EXPORT_MODELS_COMMAND,
     ),
-    RealModel(
+    _seeded(
         "gpt2_tiny",
         "transformers",
-        "model.onnx",
         {"input_ids": (1, 16)},
         "GPT-2 decoder, no KV cache: int64 ids, causal mask folded to finfo(float32).min, "
         "attention, LayerNorm, tanh GELU, tied LM head",
-        exported=True,
-        export=EXPORT_MODELS_COMMAND,
     ),
-    RealModel(
+    _seeded(
         "mobilenet_v2_tf",
         "transformers",
-        "model.onnx",
         {"pixel_values": (1, 3, 96, 96)},
         "transformers' MobileNetV2 with TF-style padding: an explicit Pad before each strided "
         "convolution, ReLU6, inverted residuals",
-        exported=True,
-        export=EXPORT_MODELS_COMMAND,
     ),
-    RealModel(
+    _seeded(
         "bert_tiny",
         "transformers",
-        "model.onnx",
         {"input_ids": (2, 16), "attention_mask": (2, 16)},
         "transformers' BERT: its token_type_ids buffer gathered by GatherElements along 512, "
         "a padded attention mask, GELU",
-        exported=True,
-        export=EXPORT_MODELS_COMMAND,
     ),
-    RealModel(
+    _seeded(
         "t5_encoder",
         "transformers",
-        "model.onnx",
         {"input_ids": (2, 16), "attention_mask": (2, 16)},
         "transformers' T5 encoder: relative position buckets, a padding mask applied by "
         "Where(mask, 0, finfo.min), RMSNorm, ReLU feed-forward",
-        exported=True,
-        export=EXPORT_MODELS_COMMAND,
     ),
     RealModel(
         "sklearn_logistic",
