@@ -40,6 +40,8 @@ _SHAPE = (4, 33)
 #: (of a (3, 5, 16) operand), or a transposed convolution (input dilation)
 _LEADING_AXES = "axes02"
 _TRANSPOSED = "transposed"
+#: a window reduction of a channels-last value (Flax pools NHWC)
+_CHANNELS_LAST = "nhwc"
 
 
 def _program(cap: Capability, dtype: DType, variant: str = "") -> Program | None:
@@ -72,6 +74,10 @@ def _program(cap: Capability, dtype: DType, variant: str = "") -> Program | None
     elif p is Prim.CONV:  # grouped, strided, padded and dilated at once
         x, w = b.slot("x", dtype, (2, 4, 7, 6)), b.weight("w", dtype, (6, 2, 3, 2))
         out = b.conv(x, w, (2, 1), [(1, 2), (0, 1)], None, (1, 2), 2)
+    elif p in (Prim.REDUCE_WINDOW_SUM, Prim.REDUCE_WINDOW_MAX) and variant == _CHANNELS_LAST:
+        window, strides = (1, 3, 2, 1), (1, 2, 2, 1)
+        pads = [(0, 0), (1, 1), (0, 1), (0, 0)]
+        out = getattr(b, p.value)(b.slot("x", dtype, (2, 7, 6, 3)), window, strides, pads)
     elif p in (Prim.REDUCE_WINDOW_SUM, Prim.REDUCE_WINDOW_MAX):
         window, strides = (1, 1, 3, 2), (1, 1, 2, 2)
         pads = [(0, 0), (0, 0), (1, 1), (0, 1)]
@@ -111,11 +117,14 @@ def _variants(target: str, cap: Capability) -> list[str]:
     A reduction over any axes runs over a leading one too, on a device that does not narrow (a
     narrowing one refuses at run time a sum of edge values past FP16's range, which is not the
     row's to answer; its last-axis case covers the row); a graph op's convolution runs
-    transposed too (``(Group)ConvolutionBackpropData-1``: ``poot_planner.admission``)."""
+    transposed too (``(Group)ConvolutionBackpropData-1``: ``poot_planner.admission``); a window
+    reduction runs over a channels-last value too."""
     if cap.prim in (Prim.REDUCE_SUM, Prim.REDUCE_MAX) and cap.axes is AxisRule.ANY:
         return ["", _LEADING_AXES] if TARGETS[target].narrowing is None else [""]
     if cap.prim is Prim.CONV and cap.kernel is KernelClass.GRAPH_OP:
         return ["", _TRANSPOSED]
+    if cap.prim in (Prim.REDUCE_WINDOW_SUM, Prim.REDUCE_WINDOW_MAX):
+        return ["", _CHANNELS_LAST]  # intel-npu4's pools window NCHW: legalized by a transpose
     return [""]
 
 

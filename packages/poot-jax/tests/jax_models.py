@@ -1,5 +1,6 @@
 """The real models written in JAX that the tests and the benchmark share (random init, seeded):
-a Flax MLP, a Flax transformer encoder block and a ``softmax``/``layer_norm``/``gelu`` chain.
+a Flax MLP, a Flax transformer encoder block, a Flax CNN (channels-last convolutions and pools,
+as Flax writes them) and a ``softmax``/``layer_norm``/``gelu`` chain.
 Each is ``fn(params, x)`` with its ``params`` (bound as weights) and an example ``x``."""
 
 from __future__ import annotations
@@ -74,6 +75,26 @@ def encoder_block(seed: int = 0, shape: tuple[int, int, int] = (2, 8, 32)) -> Ja
     return JaxModel("flax_encoder_block", _apply(model), variables, x)
 
 
+def cnn(seed: int = 0) -> JaxModel:
+    """Flax's NHWC: a strided SAME convolution and batch norm, a depthwise one, a padded max
+    pool, a dilated convolution, an average pool, a global mean and a classifier."""
+    from flax import linen as nn
+
+    class CNN(nn.Module):  # type: ignore[misc]
+        @nn.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            x = nn.relu(nn.BatchNorm(use_running_average=True)(nn.Conv(16, (3, 3), 2)(x)))
+            x = nn.Conv(16, (3, 3), feature_group_count=16, padding=((1, 1), (1, 1)))(x)
+            x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+            y = nn.Conv(32, (3, 3), kernel_dilation=2)(nn.gelu(nn.Conv(32, (1, 1))(x)))
+            x = nn.avg_pool(y, (2, 2), strides=(2, 2)).mean(axis=(1, 2))
+            return nn.Dense(10)(x)
+
+    model = CNN()
+    x = np.random.default_rng(seed).standard_normal((2, 32, 32, 3)).astype(np.float32)
+    return JaxModel("flax_cnn", _apply(model), model.init(jax.random.key(seed), x), x)
+
+
 def _apply(model: Any) -> Callable[[Any, jax.Array], jax.Array]:
     """``model.apply`` with its data argument named ``x`` (the program's slot)."""
 
@@ -88,4 +109,5 @@ MODELS: dict[str, Callable[[], JaxModel]] = {
     "chain": chain,
     "flax_mlp": mlp,
     "flax_encoder_block": encoder_block,
+    "flax_cnn": cnn,
 }

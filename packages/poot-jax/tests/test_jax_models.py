@@ -1,5 +1,5 @@
 """The real models written in JAX (``jax_models``: a Flax MLP, a Flax transformer encoder block,
-a softmax/layer_norm/gelu chain): on the oracle against ``jax.jit`` on XLA:CPU, planned for both
+a Flax CNN, a softmax/layer_norm/gelu chain): on the oracle against ``jax.jit`` on XLA:CPU, planned for both
 NPU targets, and run partitioned on both stand-ins (xdna-host: xdna2; vpu-cpu: intel-npu4), each
 step checked against the oracle under the plan's contract (``poot_engine.run``)."""
 
@@ -58,3 +58,18 @@ def test_planned_and_run_partitioned_on_the_stand_in(
     )
     assert report.plan.admitted or any(s.device for s in report.spans), "nothing ran on the device"
     assert len(report.steps) == 2 and report.ok, report.steps
+
+
+def test_a_flax_cnn_keeps_its_structure_and_plans_whole_on_intel() -> None:
+    # Flax pools channels-last: intel-npu4's MaxPool and AvgPool window [N, C, spatial...],
+    # so each pool is transposed to channels-first and back (before, both were refused)
+    from poot_ir import Prim
+
+    imp, _ = _imported("flax_cnn")
+    prims = [e.prim for e in imp.program.eqns]
+    assert prims.count(Prim.CONV) == 4 and Prim.GATHER not in prims
+    assert {Prim.REDUCE_WINDOW_MAX, Prim.REDUCE_WINDOW_SUM} <= set(prims)
+    p = plan(imp.program, "intel-npu4", constants=imp.weights)
+    assert p.admitted, p.refusals
+    named = {rw.rule.name for rw in p.rewrites}
+    assert "a channels-last window, transposed to channels-first" in named

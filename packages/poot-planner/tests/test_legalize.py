@@ -227,12 +227,35 @@ def test_legalizing_twice_changes_nothing_and_refusals_name_source_equations() -
     assert again.rewrites == () and again.legalized == p.legalized
 
 
+@pytest.mark.parametrize("prim", [Prim.REDUCE_WINDOW_MAX, Prim.REDUCE_WINDOW_SUM])
+def test_a_channels_last_window_is_transposed_to_channels_first_exactly(prim: Prim) -> None:
+    # Flax's NHWC pools: a padded, strided 3x3 window over H and W of [N, H, W, C]
+    b = Builder("pool")
+    x = b.slot("x", F32, (2, 7, 6, 3))
+    window = b.reduce_window_max if prim is Prim.REDUCE_WINDOW_MAX else b.reduce_window_sum
+    b.output("y", window(x, (1, 3, 3, 1), (1, 2, 2, 1), ((0, 0), (1, 1), (0, 1), (0, 0))))
+    program = b.build()
+    assert not plan(program, INTEL, legalization=False).admitted  # MaxPool windows NCHW only
+    p = plan(program, INTEL)
+    assert p.admitted and [rw.rule.name for rw in p.rewrites] == [
+        "a channels-last window, transposed to channels-first"
+    ]
+    rng = np.random.default_rng(5)
+    v = rng.choice(EDGES, size=(2, 7, 6, 3)).astype(np.float32)
+    v[0, 0, 0] = [np.inf, -np.inf, np.nan]  # the edges of F32 too, where the window reaches
+    got = evaluate(p.legalized, {"x": v})["y"]
+    want = evaluate(program, {"x": v})["y"]
+    assert got.shape == want.shape == (2, 4, 3, 3)
+    np.testing.assert_array_equal(got, want)  # the same window: bit for bit, NaN where NaN
+
+
 def test_every_rule_is_a_row_of_the_tables_and_none_is_duplicated() -> None:
     assert {r.target for r in RULES} <= set(TARGETS)
     keys = [(r.target, r.prim, r.name) for r in RULES]
     assert len(keys) == len(set(keys))
     for r in RULES:
-        # a range rule rewrites an admitted primitive by design
+        # a range rule rewrites an admitted primitive by design, and so does one for a form
+        # of its parameters the target refuses (a channels-last window)
         assert (
             r.admitted_too
             or not TARGETS[r.target].admits_prim(r.prim)
@@ -241,6 +264,8 @@ def test_every_rule_is_a_row_of_the_tables_and_none_is_duplicated() -> None:
                 Prim.MUL,
                 Prim.CONVERT,
                 Prim.GE,
+                Prim.REDUCE_WINDOW_SUM,
+                Prim.REDUCE_WINDOW_MAX,
             )
         )
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from poot_ir import Builder, DType, Program, Var, ops
 
-from poot_planner.legalize.rules import INTEL, RULES, XDNA
+from poot_planner.legalize.rules import HOST, INTEL, RULES, XDNA
 
 __all__ = ["NEAR_ZERO", "Probe", "counters", "probes"]
 
@@ -167,7 +167,34 @@ def _intel() -> tuple[Probe, ...]:
                "integer gt of counters", "integer eq of counters", "select on a comparison's mask",
                "a comparison's predicate to float"}, *counters),
         probe({"power-of-two scale into the sum"}, *_mean(_values(NEAR_ZERO, FP16_EDGES[:-2]))),
+        *_channels_last_probes(probe, small[np.abs(small) <= 1000.0], small),
     )  # fmt: skip
+
+
+def _host() -> tuple[Probe, ...]:
+    line = _values(NEAR_ZERO, F32_EDGES)
+    return _channels_last_probes(_probe_maker(HOST), line[np.abs(line) <= 1e30], line)
+
+
+def _channels_last_probes(
+    probe: Callable[..., Probe], summed: Array, maxed: Array
+) -> tuple[Probe, ...]:
+    """The graph targets' pools of a channels-last value: the line as ``[1, n, 1]`` (N, W, C),
+    a 3-wide window at stride 2 padded by one over W. A sum's values kept small enough that
+    three of them stay in range (FP16's on intel-npu4: an overflow there is refused, typed)."""
+    name = "a channels-last window, transposed to channels-first"
+
+    def channels_last(reduce: Callable[..., Var]) -> Callable[[Builder, Var], Var]:
+        def pooled(b: Builder, x: Var) -> Var:
+            nwc = b.reshape(x, (1, x.type.shape[0], 1))
+            return reduce(b, nwc, (1, 3, 1), (1, 2, 1), ((0, 0), (1, 1), (0, 0)))
+
+        return pooled
+
+    return (
+        probe({name}, *_unary("nwc_sum", channels_last(Builder.reduce_window_sum), summed)),
+        probe({name}, *_unary("nwc_max", channels_last(Builder.reduce_window_max), maxed)),
+    )
 
 
 def _xdna2() -> tuple[Probe, ...]:
@@ -243,4 +270,4 @@ def probes(target: str) -> tuple[Probe, ...]:
     """Every probe of ``target``'s rules (none for a target without rules)."""
     if not any(r.target == target for r in RULES):
         return ()
-    return {INTEL: _intel, XDNA: _xdna2}[target]()
+    return {INTEL: _intel, XDNA: _xdna2, HOST: _host}[target]()

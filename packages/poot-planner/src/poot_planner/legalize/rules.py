@@ -73,7 +73,11 @@ from poot_planner.legalize.logarithm import (
 )
 from poot_planner.legalize.logistic import expand_sigmoid_select
 from poot_planner.legalize.odd import ERF, TANH, OddFunction, expand_erf, expand_tanh
-from poot_planner.legalize.windows import expand_conv_as_matmul, expand_window_reduction
+from poot_planner.legalize.windows import (
+    expand_conv_as_matmul,
+    expand_window_channels_first,
+    expand_window_reduction,
+)
 
 __all__ = ["RULES", "Numerics", "Rule", "RuleContext", "rules_for"]
 
@@ -128,7 +132,7 @@ class Rule:
 
 _I, _A, _S = Numerics.IDENTITY, Numerics.APPROXIMATION, Numerics.SENTINEL
 _R, _P = Numerics.REDUCED, Numerics.PIECEWISE
-INTEL, XDNA = "intel-npu4", "xdna2"
+INTEL, XDNA, HOST = "intel-npu4", "xdna2", "host-cpu"
 
 RULES: tuple[Rule, ...] = (
     Rule(
@@ -274,6 +278,19 @@ RULES: tuple[Rule, ...] = (
         "device guard refuses a NaN x (the comparisons feeding the select, unread then, go too)",
         _I,
         expand_nan_guard,
+    ),
+    *(  # the OpenVINO graph targets: MaxPool and AvgPool window [N, C, spatial...]
+        Rule(
+            prim,
+            target,
+            "a channels-last window, transposed to channels-first",
+            "transpose the window's two untouched axes first ([N, H, W, C] to [N, C, H, W]), "
+            "the same window over the rest, transpose back",
+            _I,
+            expand_window_channels_first,
+        )
+        for target in (INTEL, HOST)
+        for prim in (Prim.REDUCE_WINDOW_SUM, Prim.REDUCE_WINDOW_MAX)
     ),
     Rule(Prim.MIN, XDNA, "min via max", "-max(-a, -b)", _I, expand_min),
     Rule(Prim.ABS, XDNA, "abs via max", "max(x, -x)", _I, expand_abs),

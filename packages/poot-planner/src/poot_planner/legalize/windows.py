@@ -24,6 +24,11 @@ own contract (``legalize.bounds``). What is not covered: a convolution's input d
 transposed convolution's zeros between pixels) and negative padding (a crop). A window's ``T``
 taps make the windows ``T`` times the input, moved on the host between region runs on xdna2
 (``HOST_RELAYOUT``).
+
+And one rule for intel-npu4, whose MaxPool and AvgPool window the trailing axes of an
+``[N, C, spatial...]`` value (``expand_window_channels_first``): a window reduction of a
+channels-last value (Flax pools NHWC) is transposed so its two unwindowed axes lead, reduced
+with the same window, and transposed back. Transposes move bits, so the rewrite is exact.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from poot_ir.window import ConvParams, ReduceWindowParams
 
 from poot_planner.emit import Emit, RuleContext
 
-__all__ = ["expand_conv_as_matmul", "expand_window_reduction"]
+__all__ = ["expand_conv_as_matmul", "expand_window_channels_first", "expand_window_reduction"]
 
 
 def expand_conv_as_matmul(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
@@ -121,6 +126,38 @@ def expand_window_reduction(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
         stacked = em.op(Prim.CONCAT, *taps, params=ConcatParams(len(out)))  # [*out, T]
         reduced = em.op(reduce, stacked, params=ReduceParams((*whole, len(out))))
     em.op(Prim.RESHAPE, reduced, params=ReshapeParams(e.out.type.shape), out=e.out)
+    return True
+
+
+def expand_window_channels_first(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
+    """A window reduction whose first two axes the window does not touch only after a
+    transpose (a channels-last value): the two such axes moved first, in their order."""
+    (x,) = e.inputs
+    p = e.params
+    if not (isinstance(x, Var) and isinstance(p, ReduceWindowParams)):
+        return False
+    rank = len(p.window)
+    idle = [
+        a
+        for a in range(rank)
+        if p.window[a] == p.strides[a] == p.dilation[a] == 1
+        and p.padding_lo[a] == p.padding_hi[a] == 0
+    ]
+    if len(idle) < 2 or idle[:2] == [0, 1]:
+        return False  # nothing to move (a refusal for another reason stays one)
+    perm = (*idle[:2], *(a for a in range(rank) if a not in idle[:2]))
+
+    def moved(t: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(t[a] for a in perm)
+
+    q = ReduceWindowParams(
+        moved(p.window), moved(p.strides), moved(p.padding_lo), moved(p.padding_hi),
+        moved(p.dilation),
+    )  # fmt: skip
+    first = em.op(Prim.TRANSPOSE, x, params=TransposeParams(perm))
+    reduced = em.op(e.prim, first, params=q)
+    back = tuple(perm.index(a) for a in range(rank))
+    em.op(Prim.TRANSPOSE, reduced, params=TransposeParams(back), out=e.out)
     return True
 
 
