@@ -165,6 +165,27 @@ def test_a_comparison_with_a_sentinel_hands_on_nothing_out_of_range() -> None:
     assert [r.eqn for r in refused] == [4]  # the exp reading it, on the host too
 
 
+def test_a_softmax_shift_by_a_maximum_with_an_initial_value_brings_the_mask_back() -> None:
+    # JAX's softmax takes its row maximum with initial=-inf: max(-inf, reduce_max(x)), which
+    # only raises the maximum, so x minus it is still at most 0 and its exp back in range
+    from poot_planner.fp16.constants import constant_refusals
+
+    b = Builder("jax_softmax")
+    x = b.slot("x", F32, (S, S))
+    scores = b.add(x, b.weight("causal_mask", F32, (S, S)))
+    top = b.max(float("-inf"), b.reduce_max(scores, 1))
+    e = b.exp(b.sub(scores, b.broadcast_in_dim(top, (S, S), (0,))))
+    total = b.broadcast_in_dim(b.reduce_sum(e, 1), (S, S), (0,))
+    b.output("y", b.matmul(b.div(e, total), x))
+    program = b.build()
+    mask = np.triu(np.full((S, S), MIN, np.float32), k=1)
+    refused = {
+        program.eqns[r.eqn].prim for r in constant_refusals(program, {"causal_mask": mask}, 65504.0)
+    }
+    assert Prim.EXP in refused  # it reads the shifted scores, still out of range
+    assert not refused & {Prim.REDUCE_SUM, Prim.DIV, Prim.MATMUL}  # back in range after it
+
+
 def _maxpool_model() -> onnx.ModelProto:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 2, 9, 9))
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)

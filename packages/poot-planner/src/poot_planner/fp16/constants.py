@@ -198,14 +198,19 @@ def _sign(s: int | None) -> int | None:
 
 def _softmax_shift(e: Eqn, made: dict[int, Eqn]) -> bool:
     """``e`` is ``sub(x, m)`` with ``m`` the maximum of ``x`` over its last axis (through data
-    movement): every element is at most 0, or NaN where ``x`` is infinite throughout a row."""
+    movement, and through a ``max`` with a literal, which only raises it: JAX's softmax takes
+    its maximum with ``initial=-inf``): every element is at most 0, or NaN where ``x`` is
+    infinite throughout a row."""
     x, m = e.inputs
     if not (isinstance(x, Var) and isinstance(m, Var)):
         return False
     src = made.get(m.id)
-    while src is not None and src.prim in REARRANGEMENT:
-        first = src.inputs[0]
-        src = made.get(first.id) if isinstance(first, Var) else None
+    while src is not None and (
+        src.prim in REARRANGEMENT
+        or (src.prim is Prim.MAX and any(isinstance(a, Literal) for a in src.inputs))
+    ):
+        first = next((a for a in src.inputs if isinstance(a, Var)), None)
+        src = made.get(first.id) if first is not None else None
     if src is None or src.prim is not Prim.REDUCE_MAX:
         return False
     (inp,) = src.inputs
