@@ -115,3 +115,19 @@ def test_dims_past_any_target_are_refused_by_the_importer() -> None:
         m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
         with pytest.raises(PootError, match="no target holds"):
             import_model(m, shapes=shapes)
+
+
+def test_a_traced_pad_past_the_budget_is_refused_before_it_is_traced() -> None:
+    # a reflect Pad is traced on the element numbers: the traced output is the padded size,
+    # so a Pad of 2^40 more elements is refused by the budget, naming the node, not by numpy
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["y"], mode="reflect", name="mirror")]
+    inits = [_init("pads", [0, 1 << 40], np.int64)]
+    tracemalloc.start()
+    try:
+        with pytest.raises(BudgetExceeded, match="'mirror'") as info:
+            import_model(_model(nodes, ["y"], inits))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert info.value.size == 8 * (1 + (1 << 40))  # the int64 element numbers, by shape
+    assert peak < 64 << 20

@@ -11,7 +11,7 @@ The node is evaluated alone, in a one-node model with the importing model's opse
 folded value is charged to the memory budget (``poot_ir.budget``): the importer holds each one
 until the import ends, so the charge is the running total of the import's folds
 (``Lowering.folded_bytes``). Where a node's output size follows from its inputs before it is
-computed (``estimate``: ``ConstantOfShape``, ``Expand``, ``Tile``, ``Range``, broadcasting
+computed (``estimate``: ``ConstantOfShape``, ``Expand``, ``Tile``, ``Pad``, ``Range``, broadcasting
 elementwise ops, ``MatMul``), a fold over the budget is refused before the evaluator is asked,
 so it never allocates; any other result is charged as soon as it is computed. The refusal is
 ``BudgetExceeded`` naming the node, the value's size and the budget.
@@ -83,6 +83,16 @@ def estimate(node: Node, values: Sequence[Array | None]) -> int | None:
         return math.prod(max(x, y, 0) for x, y in zip(a, b, strict=True))
     if op == "Tile" and values[0] is not None:
         return int(values[0].size) * math.prod(max(r, 0) for r in ints(1))
+    if op == "Pad" and values[0] is not None:  # a traced Pad (edge, reflect, wrap) grows too
+        shape = list(values[0].shape)
+        pads = ints(1)
+        axes = [a % len(shape) for a in ints(3)] if shape else []
+        axes = axes or list(range(len(shape)))
+        if len(pads) != 2 * len(axes):
+            return None  # the evaluator refuses it
+        for k, a in enumerate(axes):
+            shape[a] += pads[k] + pads[k + len(axes)]
+        return math.prod(max(d, 0) for d in shape)
     if op == "Range" and all(v is not None for v in values[:3]):
         s, lim, d = (float(np.asarray(v).reshape(-1)[0]) for v in values[:3])
         if d == 0 or not all(math.isfinite(x) for x in (s, lim, d)):
