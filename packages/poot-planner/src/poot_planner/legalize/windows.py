@@ -25,10 +25,11 @@ transposed convolution's zeros between pixels) and negative padding (a crop). A 
 taps make the windows ``T`` times the input, moved on the host between region runs on xdna2
 (``HOST_RELAYOUT``).
 
-And one rule for intel-npu4, whose MaxPool and AvgPool window the trailing axes of an
-``[N, C, spatial...]`` value (``expand_window_channels_first``): a window reduction of a
-channels-last value (Flax pools NHWC) is transposed so its two unwindowed axes lead, reduced
-with the same window, and transposed back. Transposes move bits, so the rewrite is exact.
+And one rule for the OpenVINO graph targets (intel-npu4, host-cpu), whose MaxPool and AvgPool
+window the trailing axes of an ``[N, C, spatial...]`` value (``expand_window_channels_first``):
+a window reduction of a channels-last value (Flax pools NHWC) is transposed so its two
+unwindowed axes lead, reduced with the same window, and transposed back. Transposes move bits,
+so the rewrite is exact.
 """
 
 from __future__ import annotations
@@ -130,8 +131,10 @@ def expand_window_reduction(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
 
 
 def expand_window_channels_first(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
-    """A window reduction whose first two axes the window does not touch only after a
-    transpose (a channels-last value): the two such axes moved first, in their order."""
+    """A window reduction whose two axes the window leaves alone (window, stride and dilation
+    1, no padding) are not its first two (a channels-last value): those two moved first, in
+    their order, the reduction over the result, and its result moved back. Not applied when
+    the first two are already such axes: a refusal for another reason stays one."""
     (x,) = e.inputs
     p = e.params
     if not (isinstance(x, Var) and isinstance(p, ReduceWindowParams)):
@@ -144,7 +147,7 @@ def expand_window_channels_first(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
         and p.padding_lo[a] == p.padding_hi[a] == 0
     ]
     if len(idle) < 2 or idle[:2] == [0, 1]:
-        return False  # nothing to move (a refusal for another reason stays one)
+        return False
     perm = (*idle[:2], *(a for a in range(rank) if a not in idle[:2]))
 
     def moved(t: tuple[int, ...]) -> tuple[int, ...]:
