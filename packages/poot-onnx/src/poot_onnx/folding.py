@@ -86,12 +86,12 @@ def estimate(node: Node, values: Sequence[Array | None]) -> int | None:
     if op == "Pad" and values[0] is not None:  # a traced Pad (edge, reflect, wrap) grows too
         shape = list(values[0].shape)
         pads = ints(1)
-        axes = [a % len(shape) for a in ints(3)] if shape else []
+        axes = [ax % len(shape) for ax in ints(3)] if shape else []
         axes = axes or list(range(len(shape)))
         if len(pads) != 2 * len(axes):
             return None  # the evaluator refuses it
-        for k, a in enumerate(axes):
-            shape[a] += pads[k] + pads[k + len(axes)]
+        for i, ax in enumerate(axes):
+            shape[ax] += pads[i] + pads[i + len(axes)]
         return math.prod(max(d, 0) for d in shape)
     if op == "Range" and all(v is not None for v in values[:3]):
         s, lim, d = (float(np.asarray(v).reshape(-1)[0]) for v in values[:3])
