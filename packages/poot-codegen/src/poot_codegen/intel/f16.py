@@ -40,6 +40,10 @@ overflow), two roundings. Which axis the compiler takes for the channel is assum
 axis 1 of a value of rank 2 or more (NCHW's C; a rank-1 value is all channel), to be settled by the
 ``npu_intel`` measurement of both axes (``packages/poot-npu/tests/test_vpu_saturation.py``).
 
+A convolution the NPU compiler fuses with its bias add (``poot_planner.fp16.fusion``) is one
+DPU task there: ``intel.graph`` leaves the convolution's f32 result unrounded and rounds the
+add's once, saturating, as the PPE does after adding the bias to the FP32 accumulator.
+
 Every node added here is named ``<equation>:f16.<role>`` (``e7:f16.t``, ``e7:f16.tie.mid``),
 but the scalar constants, which a graph makes once and shares (``Scalars``: ``f16:k``).
 """

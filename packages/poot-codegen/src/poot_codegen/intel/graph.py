@@ -109,6 +109,7 @@ from poot_ir.domains import DomainBounds
 from poot_ir.dtypes import DType
 from poot_ir.errors import NoLowering, WeightMismatch
 from poot_planner.fp16.checks import RangeCheck
+from poot_planner.fp16.fusion import bias_fusions
 from poot_planner.guards import RESULT, DomainGuard
 
 from poot_codegen.intel import f16 as intel_f16
@@ -266,6 +267,7 @@ def lower(
     domain_flags: list[tuple[str, Node, DomainBounds]] = []
     checks: list[tuple[RangeCheck, Eqn, Node, list[Node]]] = []
     params = []
+    baked: set[str] = set()
     for a in program.args:
         p = ops.parameter(list(a.var.shape), _OV_TYPE[a.var.dtype], name=a.name)
         p.output(0).get_tensor().set_names({a.name})
@@ -273,12 +275,18 @@ def lower(
         node = p.output(0)
         if constants is not None and a.name in constants and _bakeable(g, a.var, constants[a.name]):
             g.env[a.var.id] = _baked(g, a.var, constants[a.name], f"in:{a.name}:const")
+            baked.add(a.name)
             continue
         if g.emulated(a.var.dtype):
             node = ops.convert(p, ov.Type.f32, name=f"in:{a.name}:f32").output(0)
         elif g.npu_f32(a.var.dtype):  # the NPU's F32 -> FP16 convert on entry
             node = intel_f16.round_to_f16(node, f"in:{a.name}:f16", scalars=g.scalars).output(0)
         g.env[a.var.id] = node
+    # a convolution and its bias add, one DPU task on the NPU (fp16.fusion): the convolution's
+    # FP16 value never exists there, so it is neither rounded nor checked; the add is, once
+    fusions = bias_fusions(program, baked)
+    unrounded = {f.conv for f in fusions}
+    fused_adds = {f.add: f for f in fusions}
     for i, e in enumerate(program.eqns):
         rule = _RULES.get(e.prim)
         if rule is None:
@@ -291,14 +299,22 @@ def lower(
         xs = [g.atom(a, f"{name}:lit{k}") for k, a in enumerate(e.inputs)]
         if g.spread and e.prim in _BROADCASTING and e.out.type.size > 0:
             xs = g.implicit(e, xs)
+        fused = fused_adds.get(i)
+        if fused is not None:
+            xs[fused.bias] = g.channel_bias(program.eqns[fused.broadcast], f"{name}:bias")
         out = _empty(g, e, name) if e.out.type.size == 0 else rule(g, e, xs, name)
-        if g.emulated(e.out.dtype) or g.npu_f32(e.out.dtype):
+        if (g.emulated(e.out.dtype) or g.npu_f32(e.out.dtype)) and i not in unrounded:
             out = intel_f16.round_result(
                 e, xs, out, name, f32_is_fp16=g.emulate_f16, scalars=g.scalars
             )
         g.env[e.out.id] = out.output(0) if hasattr(out, "output") else out
-        for guard in guarded.get(i, ()):
-            checks.append((guard, e, g.env[e.out.id], xs))
+        # the fused convolution's value is not the device's: no check reads it (a second use
+        # would also keep the compiler from fusing), nor excuses the add by it
+        operands: list[Node | None] = list(xs)
+        if fused is not None:
+            operands[fused.operand] = None
+        for guard in () if i in unrounded else guarded.get(i, ()):
+            checks.append((guard, e, g.env[e.out.id], operands))
         for dg in by_eqn.get(i, ()):
             held = e.out if dg.operand == RESULT else e.inputs[dg.operand]
             if not isinstance(held, Var):
@@ -307,14 +323,17 @@ def lower(
             bounds = dg.domain.bounds(held.dtype)
             domain_flags.append((label, g.env[held.id], bounds))
     results = []
-    claimed = {a.var.id for a in program.args}
+    # the values whose tensors have a name already (an argument's, a result's): a result that
+    # is one gets a copy of its own. By value, not by Var: an identity convert (``_convert``)
+    # gives two Vars one value
+    claimed = {g.env[a.var.id] for a in program.args}
     for rname, var in program.results():
-        node = g.env[var.id]
+        node = value = g.env[var.id]
         if g.emulated(var.dtype):
             node = ops.convert(node, ov.Type.f16, name=f"out:{rname}:f16")
-        elif var.id in claimed:
+        elif value in claimed:
             node = ops.convert(node, _OV_TYPE[var.dtype], name=f"out:{rname}:pass")
-        claimed.add(var.id)
+        claimed.add(value)
         tensor = result_tensor_name(rname)
         r = ops.result(node, name=tensor)
         r.output(0).get_tensor().set_names({tensor})
@@ -371,6 +390,18 @@ class _Graph:
             if all(j in anchors for j in range(len(e.inputs)) if j != k):
                 out[k] = self.spread[a.id]
         return out
+
+    def channel_bias(self, broadcast: Eqn, name: str) -> Node:
+        """A bias add's bias, ``broadcast`` (``fp16.fusion``: of a [C] value along axis 1), as
+        a [1, C, 1, 1] value: the shape the NPU compiler folds into a convolution as its bias
+        (``ConvertAddToScaleShift``). In emulation, the broadcast's own spread operand."""
+        spread = self.spread.get(broadcast.out.id)
+        if spread is not None:
+            return spread
+        unit = [1] * len(broadcast.out.shape)
+        unit[1] = broadcast.out.shape[1]
+        source = self.atom(broadcast.inputs[0], f"{name}:source")
+        return ops.reshape(source, _i64(unit, f"{name}:unit"), False, name=name).output(0)
 
     def carried(self, dtype: DType) -> DType:
         """The element type a value of ``dtype`` has inside the graph."""
@@ -521,7 +552,13 @@ def _select(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
 
 
 def _convert(g: _Graph, e: Eqn, xs: list[Node], name: str) -> Node:
+    """A Convert, or the value itself where the graph carries both dtypes alike (F32 and F16
+    in emulation, each already an FP16 value in f32: a narrowed program's every weight is
+    converted so). The CPU plugin would drop such a Convert anyway, after carrying it through
+    the IR and its first passes: MobileNetV3-small had 110 of them."""
     p = cast(ConvertParams, e.params)
+    if g.carried(p.dtype) is g.carried(e.inputs[0].dtype):
+        return xs[0]
     return ops.convert(xs[0], _OV_TYPE[g.carried(p.dtype)], name=name)
 
 

@@ -118,7 +118,9 @@ def _finite(x: Node, carrier: type, name: str, top: float = _FP16_MAX) -> Node:
     return ops.less_equal(ops.abs(x, name=f"{name}.abs"), edge, name=name)
 
 
-def _flag(g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node], carrier: type, name: str) -> Node:
+def _flag(
+    g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node | None], carrier: type, name: str
+) -> Node:
     """One boolean: the check of ``g`` failed somewhere."""
     if g.kind is GuardKind.SCORE:  # NaN compares false: flagged too
         bound = ops.constant(np.array(SCORE_BOUND, carrier), name=f"{name}.bound")
@@ -135,18 +137,13 @@ def _flag(g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node], carrier: type, n
         ok = _finite(out, carrier, f"{name}.finite", _BELOW_SATURATION if strict else _FP16_MAX)
         if strict and e.prim.is_binary:
             edge = ops.constant(np.array(_FP16_MAX, carrier), name=f"{name}.edge")
-            for k, a in enumerate(e.inputs):
-                if isinstance(a, Var):
-                    held = ops.abs(xs[k], name=f"{name}.held{k}.abs")
-                    at = ops.less_equal(edge, held, name=f"{name}.held{k}")
-                    ok = ops.logical_or(ok, at, name=f"{name}.carried{k}")
+            for k, x in _held(e, xs):
+                held = ops.abs(x, name=f"{name}.held{k}.abs")
+                at = ops.less_equal(edge, held, name=f"{name}.held{k}")
+                ok = ops.logical_or(ok, at, name=f"{name}.carried{k}")
         if g.fresh:
             # float operands only: a select's predicate is boolean (no infinity to inherit)
-            var_ins = [
-                x
-                for x, a in zip(xs, e.inputs, strict=True)
-                if isinstance(a, Var) and a.type.dtype.is_float
-            ]
+            var_ins = [x for k, x in _held(e, xs) if e.inputs[k].type.dtype.is_float]
             finite_ins = [_finite(x, carrier, f"{name}.in{k}") for k, x in enumerate(var_ins)]
             if e.prim.is_unary or e.prim.is_binary:  # elementwise: where operands are finite
                 for k, f in enumerate(finite_ins):
@@ -160,7 +157,9 @@ def _flag(g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node], carrier: type, n
     return ops.logical_not(_all(ok, f"{name}.ok"), name=f"{name}.bad")
 
 
-def _nan_flag(g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node], name: str, c: Scalars) -> Node:
+def _nan_flag(
+    g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node | None], name: str, c: Scalars
+) -> Node:
     """``_flag`` on the stand-in (FP16 carried in f32), as a vector of one f32 that is NaN
     exactly when ``_flag`` is set: each element's check a root (``_roots``: the square root of
     a difference that is negative exactly where the element fails, every end at least 1 in
@@ -186,24 +185,19 @@ def _nan_flag(g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node], name: str, c
         elementwise = e.prim.is_unary or e.prim.is_binary
         if strict and e.prim.is_binary:  # a sentinel carried (|x| >= 65504): excused
             edge = c(_FP16_MAX, "guard.fp16_max")
-            for k, a in enumerate(e.inputs):
-                if isinstance(a, Var):
-                    size = ops.abs(xs[k], name=f"{name}.held{k}.abs")
-                    if g.fresh and a.type.dtype.is_float:
-                        # and an infinite or NaN operand too (below): one test, which both
-                        # fail, for the two excuses
-                        inside = ops.less(size, edge, name=f"{name}.held{k}")
-                        root = ops.select(inside, root, zero, name=f"{name}.or{k}").output(0)
-                        continue
-                    at = ops.less_equal(edge, size, name=f"{name}.held{k}")
-                    root = ops.select(at, zero, root, name=f"{name}.carried{k}").output(0)
+            for k, x in _held(e, xs):
+                size = ops.abs(x, name=f"{name}.held{k}.abs")
+                if g.fresh and e.inputs[k].type.dtype.is_float:
+                    # and an infinite or NaN operand too (below): one test, which both
+                    # fail, for the two excuses
+                    inside = ops.less(size, edge, name=f"{name}.held{k}")
+                    root = ops.select(inside, root, zero, name=f"{name}.or{k}").output(0)
+                    continue
+                at = ops.less_equal(edge, size, name=f"{name}.held{k}")
+                root = ops.select(at, zero, root, name=f"{name}.carried{k}").output(0)
         inherited = []
         if g.fresh and not (strict and e.prim.is_binary):
-            var_ins = [
-                x
-                for x, a in zip(xs, e.inputs, strict=True)
-                if isinstance(a, Var) and a.type.dtype.is_float
-            ]
+            var_ins = [x for k, x in _held(e, xs) if e.inputs[k].type.dtype.is_float]
             for k, x in enumerate(var_ins):
                 if elementwise:  # where operands are finite
                     finite = _finite(x, np.float32, f"{name}.in{k}")
@@ -220,8 +214,19 @@ def _nan_flag(g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node], name: str, c
     return _summed(root, name, c)
 
 
+def _held(e: Eqn, xs: Sequence[Node | None]) -> list[tuple[int, Node]]:
+    """The operands of ``e`` the device holds as values, with their positions: not a literal,
+    and not a value fused into ``e`` (None in ``xs``: a convolution whose bias add ``e`` is,
+    ``poot_planner.fp16.fusion``), which neither excuses the check nor is read by it."""
+    return [
+        (k, x)
+        for k, (a, x) in enumerate(zip(e.inputs, xs, strict=True))
+        if isinstance(a, Var) and x is not None
+    ]
+
+
 def guard_result(
-    checks: Sequence[tuple[RangeCheck, Eqn, Node, Sequence[Node]]],
+    checks: Sequence[tuple[RangeCheck, Eqn, Node, Sequence[Node | None]]],
     carrier: type,
     keep: Sequence[tuple[str, Node]] = (),
     domains: Sequence[tuple[str, Node, DomainBounds]] = (),
