@@ -910,3 +910,26 @@ def test_divisors_the_npu_compiler_would_clamp_get_a_second_use() -> None:
             intel_guard.guard_labels(set(o.get_names())) for o in lower(p, emulate_f16=True).outputs
         ]
     )
+
+
+def test_an_identity_convert_is_its_operand_and_results_sharing_it_keep_their_names() -> None:
+    """In emulation F32 and F16 are both carried as FP16 values in f32: a convert between
+    them is no op of the graph. Two results that are then one value (the argument and its
+    round trip) each keep a tensor of their own name, with the argument's FP16 value."""
+    b = Builder("round_trip")
+    x = b.slot("x", DType.F32, (4,))
+    back = b.convert(b.convert(x, DType.F16), DType.F32)
+    b.output("x", x)
+    b.output("back", back)
+    b.output("twice", b.add(back, back))
+    program = b.build()
+    model = lower(program, emulate_f16=True)
+    assert not [op for op in model.get_ops() if op.get_friendly_name().startswith("e0:convert")]
+    xs = np.array([1.0, 1.0 + 2.0**-12, -70000.0, 3.0e-8], np.float32)
+    got = run(program, {"x": xs}, emulate=True)
+    with np.errstate(over="ignore"):  # the NPU converts F32 to FP16 on entry: -70000 is -inf
+        fp16 = xs.astype(np.float16).astype(np.float32)
+    np.testing.assert_array_equal(got["x"], fp16)
+    np.testing.assert_array_equal(got["back"], fp16)
+    # an add of two values: a DPU task, whose overflow (-inf + -inf) is the PPE's -65504
+    np.testing.assert_array_equal(got["twice"], np.clip(fp16 * 2, -65504.0, 65504.0))
