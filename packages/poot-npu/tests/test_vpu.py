@@ -633,6 +633,36 @@ def test_a_blob_loads_as_its_compiled_model_once_then_from_its_bytes(
         vpu.unload(artifact)
 
 
+def test_a_source_compiles_from_its_model_once_then_from_its_ir(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``compile`` of the source ``lower`` just made takes the model it serialized instead of
+    reading the IR back; any other source (the same bytes, copied) is read from its IR. Both
+    compile to the same ports and the same results."""
+    from poot_npu import openvino_device
+
+    vpu = _vpu(engine)
+    source = vpu.lower(plan(_running_sum(), TARGET.name))
+    reads: list[str] = []
+    real = openvino_device.intel_graph.deserialize
+    monkeypatch.setattr(
+        openvino_device.intel_graph, "deserialize", lambda x, w: reads.append(x) or real(x, w)
+    )
+    kept = vpu.load(vpu.compile(source))
+    assert reads == []
+    again = vpu.load(vpu.compile(ArtifactSource(bytes(bytearray(source.data)), source.signature)))
+    assert len(reads) == 1
+    x, acc = np.arange(8, dtype=np.float16).reshape(2, 4), np.full((2, 4), 0.5, np.float16)
+    results = []
+    for artifact in (kept, again):
+        assert artifact.signature == source.signature
+        request = vpu.compiled_model(artifact).create_infer_request()
+        results.append([np.array(v) for v in request.infer([x, acc]).values()])
+        vpu.unload(artifact)
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_a_layer_the_compiler_rejects_is_compile_failed(engine: Engine) -> None:
     vpu = _vpu(engine)
     xml, weights = intel_graph.serialize(intel_graph.lower(_f32_add()))

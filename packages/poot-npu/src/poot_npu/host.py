@@ -32,7 +32,7 @@ from poot_ir.domains import Interval, NotNaN
 from poot_planner.guards import RESULT, Site
 
 from poot_npu import vpu_identity
-from poot_npu.openvino_device import OpenVinoDevice, frame_ir, port_signature, split_guard
+from poot_npu.openvino_device import OpenVinoDevice, split_guard
 
 if TYPE_CHECKING:
     from poot_planner import Plan
@@ -188,12 +188,10 @@ class HostDevice(OpenVinoDevice):
         model = intel_graph.lower(
             plan.program, emulate_f16=False, domain_guards=device_guards, constants=weights
         )
-        entries, guard = split_guard(model)
+        _, guard = split_guard(model)
         if guard is not None and any(".domain" not in label for label in guard[1]):
             raise UnsupportedDevice(self._name, "a graph with an FP16 guard")  # no F16 admitted
-        return ArtifactSource(
-            frame_ir(*intel_graph.serialize(model)), port_signature(entries, self._name)
-        )
+        return self._source(model)
 
 
 def _mean(divide: Any) -> bool:

@@ -39,8 +39,6 @@ from poot_npu import vpu_identity
 from poot_npu.openvino_device import (
     OpenVinoDevice,
     frame_ir,
-    port_signature,
-    split_guard,
     unframe_ir,
 )
 
@@ -138,6 +136,4 @@ class VpuDevice(OpenVinoDevice):
         model = intel_graph.lower(
             plan.program, emulate_f16=self.stand_in, guards=guards, constants=weights
         )
-        data = frame_ir(*intel_graph.serialize(model))
-        entries, _ = split_guard(model)
-        return ArtifactSource(data, port_signature(entries, self._name))
+        return self._source(model)
