@@ -169,3 +169,20 @@ def test_a_nan_intermediate_is_flagged(engine: Engine) -> None:
         engine.step(entry, {"a": same, "c": same})
     got = engine.step(entry, {"a": same * 2, "c": same})["y"]
     np.testing.assert_array_equal(got, np.full((4, 8), 0.75, np.float32))  # 3/3, exact
+
+
+def test_a_weight_at_65504_excuses_its_sum_and_one_inside_does_not(engine: Engine) -> None:
+    """An add's check is excused where an operand is at 65504 already (a sentinel carried),
+    a baked weight too; a weight whose every element is inside excuses nothing, and the graph
+    leaves out the test of it. 65504 + 1 is 65504 in FP16: kept; 60000 + 6000 saturates."""
+    b = Builder("weight_at_the_edge")
+    x, w = b.slot("x", F32, (2,)), b.weight("w", F32, (2,))
+    b.output("y", b.mul(b.add(x, w), 0.75))
+    program = b.build()
+    at_edge = engine.add_entry(program, engine.load_weights({"w": np.float32([65504, 1])}))
+    got = engine.step(at_edge, {"x": np.float32([1, 1])})["y"]
+    want = (np.float64([65504, 2]) * 0.75).astype(np.float16)  # 49128 is 49120 in FP16
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+    inside = engine.add_entry(program, engine.load_weights({"w": np.float32([60000, 1])}))
+    with pytest.raises(NarrowingRangeIntermediate, match="add"):
+        engine.step(inside, {"x": np.float32([6000, 1])})

@@ -215,14 +215,28 @@ def _nan_flag(
 
 
 def _held(e: Eqn, xs: Sequence[Node | None]) -> list[tuple[int, Node]]:
-    """The operands of ``e`` the device holds as values, with their positions: not a literal,
-    and not a value fused into ``e`` (None in ``xs``: a convolution whose bias add ``e`` is,
-    ``poot_planner.fp16.fusion``), which neither excuses the check nor is read by it."""
+    """The operands of ``e`` that can excuse its check, with their positions: a value the
+    device holds (not a literal; not a value fused into ``e``, None in ``xs``: a convolution
+    whose bias add ``e`` is, ``poot_planner.fp16.fusion``, which the check must not read)
+    that may be at or beyond 65504 or NaN. A baked constant (a bias) whose every element is
+    inside excuses nothing, so its test would be a select that always keeps the check."""
     return [
         (k, x)
         for k, (a, x) in enumerate(zip(e.inputs, xs, strict=True))
-        if isinstance(a, Var) and x is not None
+        if isinstance(a, Var) and x is not None and not _inside_constant(x)
     ]
+
+
+def _inside_constant(x: Node) -> bool:
+    """Whether ``x`` is a Constant (through reshapes, as a spread bias is) whose every element
+    is finite and below 65504 in magnitude."""
+    node = x.get_node() if hasattr(x, "get_node") else x
+    while node.get_type_name() == "Reshape":
+        node = node.input_value(0).get_node()
+    if node.get_type_name() != "Constant":
+        return False
+    with np.errstate(invalid="ignore"):
+        return bool(np.all(np.abs(node.get_data().astype(np.float32)) < _FP16_MAX))
 
 
 def guard_result(
