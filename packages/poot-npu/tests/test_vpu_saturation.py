@@ -186,3 +186,40 @@ def test_a_weight_at_65504_excuses_its_sum_and_one_inside_does_not(engine: Engin
     inside = engine.add_entry(program, engine.load_weights({"w": np.float32([60000, 1])}))
     with pytest.raises(NarrowingRangeIntermediate, match="add"):
         engine.step(inside, {"x": np.float32([6000, 1])})
+
+
+@pytest.mark.parametrize(
+    ("kind", "inside", "past"),
+    [
+        # an add (DPU): 65488 is the tie of 65472 and 65504 and rounds to 65472, in range;
+        # 65488.015625 rounds to 65504, the DPU's clamp: refused
+        ("add", ([65472.0], [16.0]), ([65472.0], [16.015625])),
+        # a matmul (DPU, f32 sums): one f32 step past the tie, 65488 + 2^-8, is refused
+        ("matmul", ([65472.0, 16.0, 0.0], [1.0] * 3), ([65472.0, 16.0, 2.0**-8], [1.0] * 3)),
+        # a multiply (SHAVE): 65508.4375 rounds to 65504, in range; 65520 is infinite
+        ("mul", ([1.0205078125], [64192.0]), ([4680.0], [14.0])),
+    ],
+)
+def test_an_overflow_check_at_its_edge(
+    engine: Engine, kind: str, inside: tuple[list[float], ...], past: tuple[list[float], ...]
+) -> None:
+    """The in-graph check of a rounded value at the last f32 values that round inside FP16's
+    range and the first that do not (the stand-in's check reads the magnitude its rounding
+    took, ``intel.guard``); every operand here is an FP16 value, each result exact in f32."""
+    n = len(inside[0])
+    b = Builder(f"edge_{kind}")
+    x = b.slot("x", F32, (1, n) if kind == "matmul" else (n,))
+    y = b.slot("y", F32, (n, 1) if kind == "matmul" else (n,))
+    value = {"add": b.add, "mul": b.mul, "matmul": b.matmul}[kind](x, y)
+    b.output("out", b.mul(value, 0.75))
+    entry = engine.add_entry(b.build())
+
+    def feed(xs: list[float], ys: list[float]) -> dict[str, np.ndarray]:
+        return {"x": np.float32(xs).reshape(x.shape), "y": np.float32(ys).reshape(y.shape)}
+
+    got = engine.step(entry, feed(*inside))["out"]
+    exact = {"add": np.add, "mul": np.multiply}.get(kind, np.dot)(*map(np.float64, inside))
+    want = (np.float16(np.sum(exact)).astype(np.float64) * 0.75).astype(np.float16)
+    np.testing.assert_array_equal(got.ravel(), np.float32([want]))
+    with pytest.raises(NarrowingRangeIntermediate, match=kind):
+        engine.step(entry, feed(*past))

@@ -105,6 +105,9 @@ class Scalars:
     def __init__(self) -> None:
         self._made: dict[str, tuple[float, Node]] = {}
         self._vectors: dict[str, Node] = {}
+        #: each value ``round_to_f16`` made: the magnitude of the f32 value it rounded and
+        #: whether it saturated, which the stand-in guard's overflow check reads (``intel.guard``)
+        self.magnitudes: dict[Node, tuple[Node, bool]] = {}
 
     def __call__(self, value: float, role: str) -> Node:
         made = self._made.get(role)
@@ -190,7 +193,9 @@ def round_to_f16(
         inf = ops.clamp(x, -65504.0, 65504.0, name=f"{name}.sat")
     else:
         inf = ops.multiply(x, c(np.inf, "inf"), name=f"{name}.inf")
-    return ops.select(big, inf, r, name=f"{name}.out")
+    out = ops.select(big, inf, r, name=f"{name}.out")
+    c.magnitudes[out.output(0)] = (a.output(0), saturate)
+    return out
 
 
 def fix_subnormal_ties(

@@ -57,6 +57,13 @@ GUARD_PREFIX: Final = "poot:guard:"
 _FP16_MAX: Final = 65504.0
 #: the largest FP16 value below 65504: a checked value must be at most this (``OVERFLOW``)
 _BELOW_SATURATION: Final = 65472.0
+#: for each bound, the largest f32 magnitude that rounds to an FP16 value within it
+#: (``_nan_flag``: 65488 is the tie of 65472 and 65504, which goes to 65472; every f32 value
+#: below 65520 rounds to 65504 or less)
+_ROUNDS_WITHIN: Final = {
+    _BELOW_SATURATION: 65488.0,
+    _FP16_MAX: float(np.nextafter(np.float32(65520.0), np.float32(0.0))),
+}
 
 
 def clamped_divisors(program: Program) -> list[tuple[str, Var]]:
@@ -160,13 +167,20 @@ def _flag(
 def _nan_flag(
     g: RangeCheck, e: Eqn, out: Node, xs: Sequence[Node | None], name: str, c: Scalars
 ) -> Node:
-    """``_flag`` on the stand-in (FP16 carried in f32), as a vector of one f32 that is NaN
+    """``_flag`` on the stand-in (FP16 carried in f32), as one f32 element that is NaN
     exactly when ``_flag`` is set: each element's check a root (``_roots``: the square root of
     a difference that is negative exactly where the element fails, every end at least 1 in
     magnitude), an element the check excuses (an operand at +-65504, an infinite operand) a 0
     by select, and the sum over every axis (``_summed``). A flat boolean reduction per check
     made the CPU plugin lay each checked value out again (a reorder from the convolutions'
-    blocked layout) and reduce it with a slow kernel: half of MobileNetV3-small's step."""
+    blocked layout) and reduce it with a slow kernel: half of MobileNetV3-small's step.
+
+    An overflow check of a value the emulation has just rounded reads the magnitude the
+    rounding took of its operand (``Scalars.magnitudes``) instead of taking the rounded
+    value's again: the rounded value is within 65472 exactly when that magnitude is at most
+    65488 (the tie between 65472 and 65504 goes to 65472, the even one), and within 65504
+    exactly when it is below 65520 (at most 65519.996, the f32 value below it); a NaN stays
+    NaN. One op fewer a check, and the same flags."""
     _float(out, name)
     if g.kind is GuardKind.SCORE:
         root = _roots(out, -SCORE_BOUND, SCORE_BOUND, name, c)
@@ -180,7 +194,15 @@ def _nan_flag(
     else:
         strict = saturates(e)
         top = _BELOW_SATURATION if strict else _FP16_MAX
-        root = _roots(out, -top, top, f"{name}.finite", c)
+        before, saturated = c.magnitudes.get(out, (None, False))
+        # a saturating rounding is within 65504 wherever its operand is not NaN: only its
+        # value tells (a check of 65504 on it is the roots of the value, as with no rounding)
+        if before is None or (saturated and top == _FP16_MAX):
+            root = _roots(out, -top, top, f"{name}.finite", c)
+        else:
+            edge = _ROUNDS_WITHIN[top]
+            room = ops.subtract(c(edge, f"guard.before{edge!r}"), before, name=f"{name}.room")
+            root = ops.sqrt(room, name=f"{name}.root").output(0)
         zero = c(0.0, "guard.zero")
         elementwise = e.prim.is_unary or e.prim.is_binary
         if strict and e.prim.is_binary:  # a sentinel carried (|x| >= 65504): excused
@@ -266,7 +288,7 @@ def guard_result(
             else ops.constant(np.zeros(1, np.float32), name=f"guard.{g.label}.empty")
             for g, e, out, xs in checks
         ]
-        total = sums[0] if len(sums) == 1 else ops.concat(sums, 0, name="guard.sums")
+        total = _vector(sums, "guard.sums", c)
         flags.append(ops.not_equal(total, total, name="guard.checks"))
         labels.extend(g.label for g, _, _, _ in checks)
         checks = ()
@@ -321,7 +343,7 @@ def domain_flags(
         return found
     name = "guard.domain"
     sums = [_root_sum(v, b, f"guard.{label}", c) for label, v, b in fast]
-    total = ops.concat(sums, 0, name=f"{name}.sums")
+    total = _vector(sums, f"{name}.sums", c)
     flags = ops.not_equal(total, total, name=name)
     found.append((tuple(label for label, _, _ in fast), flags))
     return found
@@ -339,21 +361,42 @@ def _by_roots(bounds: DomainBounds) -> bool:
 
 
 def _root_sum(value: Node, bounds: DomainBounds, name: str, c: Scalars) -> Node:
-    """The sum of ``_roots(value)`` over every axis, as a vector of one (``_summed``)."""
+    """The sum of ``_roots(value)`` over every axis, one element (``_summed``)."""
     return _summed(_roots(value, bounds.lo, bounds.hi, name, c), name, c)
 
 
 def _summed(roots: Node, name: str, c: Scalars) -> Node:
-    """The sum of ``roots`` over every axis, as a vector of one: NaN exactly when a root is (a
-    sum of values at or above 0, infinities among them, is never NaN otherwise)."""
-    rank = len(roots.get_partial_shape())
+    """The sum of ``roots`` over every axis, one element with the rank kept (a scalar's as a
+    vector of one): NaN exactly when a root is (a sum of values at or above 0, infinities
+    among them, is never NaN otherwise). ``_vector`` puts the sums of a graph in one vector."""
+    rank = _rank(roots)
     if rank == 0:
-        roots = ops.reshape(roots, c.i64((1,), "guard.shape"), False, name=f"{name}.rank1")
-        roots = roots.output(0)
-        rank = 1
+        return ops.reshape(roots, c.i64((1,), "guard.shape"), False, name=f"{name}.rank1")
     axes = c.i64(tuple(range(rank)), "guard.axes")
-    total = ops.reduce_sum(roots, axes, False, name=f"{name}.sum")
-    return ops.reshape(total, c.i64((1,), "guard.shape"), False, name=f"{name}.sum1")
+    return ops.reduce_sum(roots, axes, True, name=f"{name}.sum")
+
+
+def _rank(x: Node) -> int:
+    shape = x.get_partial_shape() if hasattr(x, "get_partial_shape") else None
+    return len(shape if shape is not None else x.get_output_partial_shape(0))
+
+
+def _vector(sums: Sequence[Node], name: str, c: Scalars) -> Node:
+    """One-element values (``_summed``), in order, as one vector: each run of one rank joined
+    and then flattened, so a graph of rank-4 checks has one reshape, not one per check."""
+    runs: list[list[Node]] = []
+    for s in sums:
+        if runs and _rank(runs[-1][0]) == _rank(s):
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    flat = []
+    for k, run in enumerate(runs):
+        joined = run[0] if len(run) == 1 else ops.concat(run, 0, name=f"{name}.run{k}")
+        if _rank(run[0]) != 1:
+            joined = ops.reshape(joined, c.i64((-1,), "guard.flat"), False, name=f"{name}.flat{k}")
+        flat.append(joined)
+    return flat[0] if len(flat) == 1 else ops.concat(flat, 0, name=name)
 
 
 def _roots(value: Node, lo: float, hi: float, name: str, c: Scalars) -> Node:
