@@ -432,6 +432,16 @@ def test_an_input_bound_at_import_picks_its_branch_and_must_be_fed_as_bound() ->
             np.testing.assert_array_equal(sess.run(None, {"x": x, "sr": bound})[0], want)
             with pytest.raises(StepInputError, match=r"sr.*bound at import"):
                 sess.run(None, {"x": x, "sr": np.array(sr + 1, np.int64)})
+            # the same number of another dtype is not the model's input (ONNX Runtime
+            # refuses it too), nor is a Python int
+            with pytest.raises(StepInputError, match=r"sr.*int32 given, the input is int64"):
+                sess.run(None, {"x": x, "sr": np.array(sr, np.int32)})
+            with pytest.raises(StepInputError, match=r"sr.*a Python int, not a numpy array"):
+                sess.run(None, {"x": x, "sr": sr})
+    # bound with a Python int: the value as the model declares it (int64), fed as int64
+    with poot.InferenceSession(branch_model(), constants={"sr": 16000}) as sess:
+        got = sess.run(None, {"x": x, "sr": np.array(16000, np.int64)})[0]
+        np.testing.assert_array_equal(got, x + x)
 
 
 def test_a_model_path_and_its_bytes_make_the_same_session(tmp_path: Any) -> None:

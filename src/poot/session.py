@@ -165,8 +165,9 @@ class InferenceSession:
             )
         del providers  # the device is chosen by device=
         self._imported = import_model(_model(path_or_model), shapes=shapes, constants=constants)
-        # a bound input is a constant of the program now; a feed of it must repeat its value
-        self._bound = {k: np.asarray(v) for k, v in (constants or {}).items()}
+        # a bound input is a constant of the program now; a feed of it must repeat its value,
+        # as the model declares it (its ONNX element type)
+        self._bound = self._imported.bound
         program = self._imported.program
         hosting = host_device(device_info(device).target, host) if partition else None
         try:
@@ -268,9 +269,11 @@ class InferenceSession:
         want = {a.name: a for a in self._inputs}
         for name in set(given) & set(self._bound):  # as an ONNX Runtime script still feeds it
             value, bound = given[name], self._bound[name]
-            if not (isinstance(value, np.ndarray) and value.shape == bound.shape) or not bool(
-                np.all(value == bound)
-            ):
+            if not isinstance(value, np.ndarray):
+                raise StepInputError(f"a Python {type(value).__name__}, not a numpy array", name)
+            if value.dtype != bound.dtype:
+                raise StepInputError(f"{value.dtype} given, the input is {bound.dtype}", name)
+            if value.shape != bound.shape or not bool(np.all(value == bound)):
                 raise StepInputError(
                     f"bound at import to {bound.tolist()!r}: another value needs another "
                     "session (constants=)",
@@ -287,7 +290,7 @@ class InferenceSession:
         for name, arg in want.items():
             value = given[name]
             if not isinstance(value, np.ndarray):
-                raise StepInputError(f"a {type(value).__name__}, not a numpy array", name)
+                raise StepInputError(f"a Python {type(value).__name__}, not a numpy array", name)
             if value.dtype != arg.dtype:
                 raise StepInputError(f"{value.dtype} given, the input is {arg.type}", name)
             if tuple(value.shape) != arg.shape:

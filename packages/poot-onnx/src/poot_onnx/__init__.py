@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -80,8 +80,9 @@ class Blocker:
 class Imported:
     """An imported model: the program, the value of each of its weights by argument name, the
     ONNX names of its slots and outputs (ONNX name -> program name), the ONNX node each
-    equation came from (by equation index: its name and op type), and the ONNX outputs that are
-    int64 (the program computes them as I32)."""
+    equation came from (by equation index: its name and op type), the ONNX outputs that are
+    int64 (the program computes them as I32), and each graph input bound by ``constants=``
+    with its value as the model declares it (its ONNX element type)."""
 
     program: Program
     weights: dict[str, np.ndarray]
@@ -89,6 +90,7 @@ class Imported:
     outputs: dict[str, str]
     origins: dict[int, tuple[str, str]]
     int64_outputs: frozenset[str] = frozenset()
+    bound: dict[str, np.ndarray] = field(default_factory=dict)
 
     def origin(self, eqn: int) -> str:
         """Where equation ``eqn`` came from: "ONNX node 'name' (OpType)", or "" if unknown."""
@@ -172,9 +174,11 @@ def _import(
             raise UnsupportedOnnx(key, "graph input", "model", "constants= binds no graph input")
     given, symbols = _bind_shapes(declared, _mapping(shapes, "shapes"))
     inputs: dict[str, str] = {}
+    values: dict[str, np.ndarray] = {}
     for vi in declared:
         if vi.name in bound:
-            lo.env[vi.name] = Const(vi.name, reading.bound(vi, bound[vi.name]))
+            values[vi.name] = reading.bound(vi, bound[vi.name])
+            lo.env[vi.name] = Const(vi.name, values[vi.name])
             continue
         try:
             _, np_dtype, dtype = reading.elem(vi, "graph input")
@@ -221,7 +225,9 @@ def _import(
     program, kept = b.build_live()
     origins = {new: lo.origins[old] for new, old in enumerate(kept) if old in lo.origins}
     program, weights = _read_weights(program, lo.weights)
-    imported = Imported(program, weights, inputs, outputs, origins, frozenset(int64_outputs))
+    imported = Imported(
+        program, weights, inputs, outputs, origins, frozenset(int64_outputs), values
+    )
     return lo, imported
 
 
