@@ -19,6 +19,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from poot_ir import Prim, Var, evaluate
+from poot_ir.errors import UnsupportedOnnx
 from poot_onnx import import_model
 
 
@@ -391,3 +392,50 @@ def test_a_constant_pad_matches_numpy_at_the_edges(
     want = np.pad(x[crop], grow, constant_values=fill if fill is not None else np_type(0))
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
+
+
+@st.composite
+def _copied_pads(draw: st.DrawFn) -> tuple[tuple[int, ...], list[tuple[int, int]], int, str]:
+    """A shape (an empty or one-element axis among them), per-axis widths from none to
+    past what the mode copies once (reflect: n - 1, wrap: n), a dtype and a mode."""
+    shape = tuple(draw(st.lists(st.integers(0, 5), min_size=1, max_size=3)))
+    widths = [(draw(st.integers(0, d + 1)), draw(st.integers(0, d + 1))) for d in shape]
+    mode = draw(st.sampled_from(["edge", "reflect", "wrap"]))
+    return shape, widths, draw(st.integers(0, len(_PAD_TYPES) - 1)), mode
+
+
+@settings(derandomize=True, max_examples=90, deadline=None)
+@given(case=_copied_pads())
+def test_an_edge_reflect_or_wrap_pad_matches_numpy_and_keeps_its_structure(
+    case: tuple[tuple[int, ...], list[tuple[int, int]], int, str],
+) -> None:
+    """The oracle against ``np.pad`` (onnx's reference) for every mode, width and dtype;
+    where every width is one the mode copies from the axis once, the program is slices,
+    broadcasts and concats, no gather; past it the node is traced, or refused typed where
+    numpy refuses (an empty axis padded)."""
+    shape, widths, kind, mode = case
+    np_type, elem = _PAD_TYPES[kind]
+    pads = [b for b, _ in widths] + [e for _, e in widths]
+    graph = helper.make_graph(
+        [helper.make_node("Pad", ["x", "pads"], ["y"], mode=mode)],
+        "pad",
+        [helper.make_tensor_value_info("x", elem, shape)],
+        [helper.make_tensor_value_info("y", elem, None)],
+        [numpy_helper.from_array(np.array(pads, np.int64), "pads")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    x = np.random.default_rng(sum(shape)).integers(-5, 5, shape).astype(np_type)
+    try:
+        want = np.pad(x, widths, mode=mode)
+    except ValueError:  # padding an empty axis: onnx's reference refuses it too
+        with pytest.raises(UnsupportedOnnx):
+            import_model(model)
+        return
+    imported = import_model(model)
+    got = imported.results(evaluate(imported.program, dict(imported.weights) | {"x": x}))["y"]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    widest = {"edge": lambda d: 99 if d else 0, "reflect": lambda d: d - 1, "wrap": lambda d: d}
+    if all(max(w) <= widest[mode](d) for d, w in zip(shape, widths, strict=True) if max(w)):
+        prims = {e.prim for e in imported.program.eqns}
+        assert Prim.GATHER not in prims and Prim.SELECT not in prims, prims

@@ -6,12 +6,13 @@ A movement op whose every input but the data is known at import is *traced*: onn
 evaluator runs the node on the element numbers of the data (``0 .. N-1`` in its shape), which
 says, for each output element, the input element it copies; the node becomes one ``gather`` of
 the flattened data by those numbers. So the semantics (negative indices, pad modes, the
-coordinate transforms of ``Resize``) are onnx's own. ``Pad`` in its other modes (edge, reflect,
-wrap) is traced too. In constant mode, the most common by far (a convolution's explicit
-padding, TF-style "SAME" exports), it keeps its structure instead: a slice where a width is
-negative, then per padded axis one ``concat`` of the fill broadcast before and after, with no
-index weight the size of the output; +0 padding is remembered (``Lowering.zero_padded``) so a
-``Conv`` that reads it pads by itself.
+coordinate transforms of ``Resize``) are onnx's own. ``Pad`` keeps its structure instead, with
+no index weight the size of the output: in constant mode, the most common by far (a
+convolution's explicit padding, TF-style "SAME" exports), a slice where a width is negative,
+then per padded axis one ``concat`` of the fill broadcast before and after; +0 padding is
+remembered (``Lowering.zero_padded``) so a ``Conv`` that reads it pads by itself. In edge,
+reflect and wrap modes (image models' borders), per padded axis one ``concat`` of slices of
+the axis; a width those modes copy more than once (a reflection past the far end) is traced.
 """
 
 from __future__ import annotations
@@ -79,17 +80,16 @@ def _gather_numbers(lo: Lowering, n: Node, x: Var, numbers: Array) -> None:
 def _pad(lo: Lowering, n: Node) -> None:
     if lo.opset < 11:
         raise lo.fail("attribute", "Pad before opset 11 (pads as an attribute)")
-    if (lo.attr("mode") or "constant") == "constant":
+    mode = str(lo.attr("mode") or "constant")
+    if mode == "constant":
         _pad_constant(lo, n)
-    else:  # edge, reflect, wrap: every output element copies one input element
+    elif not _pad_copied(lo, mode):  # every output element copies one input element
         _moved(lo, n)
 
 
-def _pad_constant(lo: Lowering, n: Node) -> None:
-    """``Pad`` in constant mode: a slice for the negative widths, then one ``concat`` per
-    padded axis with the fill (input 2, else 0) broadcast on either side."""
-    b = lo.b
-    x = lo.var(0)
+def _pad_widths(lo: Lowering, x: Var) -> list[tuple[int, int]]:
+    """A ``Pad``'s (before, after) widths on every axis of ``x`` (input 1, over the axes of
+    input 3 where given)."""
     rank = x.type.rank
     pads = lo.ints(1, "pads")
     axes = tuple(range(rank))
@@ -100,10 +100,79 @@ def _pad_constant(lo: Lowering, n: Node) -> None:
     widths = [(0, 0)] * rank
     for k, a in enumerate(axes):
         widths[a] = (pads[k], pads[k + len(axes)])
+    return widths
+
+
+def _copied_width(mode: str, n: int) -> int:
+    """The widest pad of an axis of ``n`` elements that ``mode`` copies from the axis once
+    (``np.pad``, onnx's reference, reflects or wraps again past it: traced instead); an
+    empty axis gives nothing to copy."""
+    if n == 0:
+        return 0
+    return {"edge": 2**31, "reflect": n - 1, "wrap": n}[mode]
+
+
+def _pad_copied(lo: Lowering, mode: str) -> bool:
+    """``Pad`` in edge, reflect or wrap mode as slices and concats, one ``concat`` per padded
+    axis (padded in order, as ``np.pad`` pads, so a corner copies the padded edge): edge
+    repeats the end element (a broadcast of a one-wide slice), reflect copies the elements
+    next to the end in mirror order (a one-wide slice each), wrap the other end's block.
+    False, with nothing built, where a width is negative or wider than the axis gives once
+    (``_copied_width``): the node is traced then, onnx's own semantics."""
+    if mode not in ("edge", "reflect", "wrap"):
+        return False
+    x = lo.var(0)
+    widths = _pad_widths(lo, x)
+    for d, (before, after) in zip(x.shape, widths, strict=True):
+        if min(before, after) < 0:
+            return False
+        if max(before, after) > 0 and max(before, after) > _copied_width(mode, d):
+            return False
+    b = lo.b
+    y = x
+    for a, (before, after) in enumerate(widths):
+        if not (before or after):
+            continue
+        m = y.shape[a]
+
+        def cut(start: int, stop: int, y: Var = y, a: int = a) -> Var:
+            lo_ = [0] * y.type.rank
+            hi = list(y.shape)
+            lo_[a], hi[a] = start, stop
+            return b.slice(y, lo_, hi)
+
+        def side(width: int, end: int, y: Var = y, a: int = a, m: int = m) -> list[Var]:
+            """``width`` elements beside the end at ``end`` (0 or m - 1), outermost first
+            for the start (reversed by the caller for the end)."""
+            if mode == "edge":
+                one = cut(end, end + 1)
+                return [b.broadcast_in_dim(one, _widened(y.shape, a, width), range(y.type.rank))]
+            if mode == "wrap":
+                return [cut(m - width, m) if end == 0 else cut(0, width)]
+            step = 1 if end == 0 else -1  # reflect: the elements next to the end, mirrored
+            return [cut(end + step * k, end + step * k + 1) for k in range(width, 0, -1)]
+
+        parts = side(before, 0) if before else []
+        parts.append(y)
+        if after:
+            parts += side(after, m - 1)[::-1] if mode == "reflect" else side(after, m - 1)
+        y = b.concat(parts, a)
+    lo.set(0, y)
+    return True
+
+
+def _pad_constant(lo: Lowering, n: Node) -> None:
+    """``Pad`` in constant mode: a slice for the negative widths, then one ``concat`` per
+    padded axis with the fill (input 2, else 0) broadcast on either side."""
+    b = lo.b
+    x = lo.var(0)
+    rank = x.type.rank
+    widths = _pad_widths(lo, x)
     start = [max(-before, 0) for before, _ in widths]
     limit = [d - max(-after, 0) for d, (_, after) in zip(x.shape, widths, strict=True)]
     if any(hi < lo_ for lo_, hi in zip(start, limit, strict=True)):
-        raise lo.fail("value", f"pads {list(pads)} crop more than the input's {list(x.shape)}")
+        pads = [w for side in zip(*widths, strict=True) for w in side]
+        raise lo.fail("value", f"pads {pads} crop more than the input's {list(x.shape)}")
     src = x if start == [0] * rank and limit == list(x.shape) else b.slice(x, start, limit)
     grow = tuple((max(before, 0), max(after, 0)) for before, after in widths)
     if not any(w for pair in grow for w in pair):  # a crop alone
