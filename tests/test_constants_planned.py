@@ -186,6 +186,54 @@ def test_a_softmax_shift_by_a_maximum_with_an_initial_value_brings_the_mask_back
     assert not refused & {Prim.REDUCE_SUM, Prim.DIV, Prim.MATMUL}  # back in range after it
 
 
+def _flax_masked() -> Program:
+    """Flax's attention masking: ``where(mask > 0, scores, big_neg)`` with ``big_neg`` the
+    folded constant ``finfo(float32).min`` (a weight) broadcast, the predicate a comparison,
+    so on a target with no select legalization writes ``x m + y (1 - m)``; then JAX's softmax
+    and a matmul."""
+    b = Builder("flax_masked")
+    x = b.slot("x", F32, (H, S, S))
+    keep = b.gt(b.slot("mask", F32, (H, S, S)), 0.0)
+    big_neg = b.broadcast_in_dim(b.weight("big_neg", F32, ()), (H, S, S), ())
+    scores = b.select(keep, x, big_neg)
+    top = b.max(float("-inf"), b.reduce_max(scores, 2))
+    e = b.exp(b.sub(scores, b.broadcast_in_dim(top, (H, S, S), (0, 1))))
+    total = b.broadcast_in_dim(b.reduce_sum(e, 2), (H, S, S), (0, 1))
+    b.output("y", b.matmul(b.div(e, total), x))
+    return b.build()
+
+
+def test_a_select_of_a_constant_sentinel_legalized_keeps_its_side(tmp_path: Path) -> None:
+    """The legalized select's products (a branch times its 0/1 mask) keep the constant's
+    side, so the shift and exp bring it back and the rest of the layer stays on the device:
+    before, every equation after the select was refused (a Flax decoder block ran as 26
+    spans on vpu-cpu, 5 now)."""
+    program = _flax_masked()
+    weights = {"big_neg": np.float32(MIN)}
+    p = plan(program, "intel-npu4", constants=weights)
+    hosted = {program.eqns[r.eqn].prim for r in p.refusals}
+    assert {Prim.SELECT, Prim.REDUCE_MAX, Prim.SUB, Prim.EXP} <= hosted
+    assert not hosted & {Prim.REDUCE_SUM, Prim.DIV, Prim.MATMUL}
+    rng = np.random.default_rng(3)
+    inputs = {
+        "x": rng.uniform(-4, 4, (H, S, S)).astype(np.float32),
+        "mask": rng.uniform(-1, 1, (H, S, S)).astype(np.float32),
+        **weights,
+    }
+    inputs["mask"][:, :, 0] = 1.0  # every row keeps one key
+    dev = make_device("vpu-cpu")
+    try:
+        report = run_program(
+            program, dev, "vpu-cpu", inputs=[inputs], partition=True, cache_dir=tmp_path
+        )
+    finally:
+        dev.close()
+    assert report.ok, report.steps[0].worst if report.steps else "no step ran"
+    assert any(
+        s.device and any(program.eqns[i].prim is Prim.MATMUL for i in s.eqns) for s in report.spans
+    )
+
+
 def _maxpool_model() -> onnx.ModelProto:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 2, 9, 9))
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)

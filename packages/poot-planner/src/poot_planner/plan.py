@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
-from poot_ir import DType, Literal, PlanRefused, Program, ReduceParams, TypeCheckError, Var
+from poot_ir import DType, Literal, PlanRefused, Prim, Program, ReduceParams, TypeCheckError, Var
 from poot_ir.numerics import (
     AbsRel,
     BitExact,
@@ -185,7 +185,14 @@ def plan(
     if t.narrowing is not None:  # known weights, and the sentinels the host will keep
         refused = {r.eqn for r in refusals}
         limit = t.narrowing.max_magnitude
-        refusals.extend(constant_refusals(program, constants or {}, limit, refused))
+        # a select legalized as x m + y (1 - m): its products keep their branch's side
+        origin = legal.origin or range(len(program.eqns))  # unlegalized: its own source
+        masked = {
+            i
+            for i, e in enumerate(program.eqns)
+            if e.prim is Prim.MUL and source.eqns[origin[i]].prim is Prim.SELECT
+        }
+        refusals.extend(constant_refusals(program, constants or {}, limit, refused, masked))
 
     laid = LaidOut()
     if claim is not None:

@@ -13,7 +13,11 @@ runs it on the host, and its result is out of range in turn unless it provably r
 FP16's range there. That is followed with the sentinel rule's sides (``fp16.checks``: the sign of
 a value beyond the range): data movement, a gather, a convert and ``reduce_max`` keep the side;
 ``neg`` flips it; an add or subtract of an in-range value keeps it (the device's values are
-within 65504, the constant's are beyond it); ``max`` follows ``fp16.checks``; the softmax shift
+within 65504, the constant's are beyond it); a ``select`` keeps its branches' side, and so does
+a select legalized for a target without one (``x m + y (1 - m)``: each product of a branch and
+its 0/1 mask keeps the branch's side, and their sum follows the add rule: Flax's
+``where(mask, scores, finfo.min)`` with the minimum a folded constant); ``max`` follows
+``fp16.checks``; the softmax shift
 ``x - max(x)`` over the last axis is at most 0 (side -); ``exp`` of a value on the - side is in
 [0, 1] and back in range; a comparison's boolean is in range. Any other reader's result is
 out of range, side unknown. A constant no equation reads is refused for the whole program
@@ -56,7 +60,8 @@ CONSTANT_RULE = (
     "A weight bound when planning (an initializer or a folded constant) with an F32 element "
     "beyond 65504, infinite or NaN is refused when planning, with every equation its values "
     "reach until they provably return into FP16's range (data movement, max, neg, adds of "
-    "in-range values keep them out; the softmax shift x - max(x) and then exp bring a - side "
+    "in-range values and selects keep them out, a select legalized as x m + y (1 - m) too; "
+    "the softmax shift x - max(x) and then exp bring a - side "
     "back): an additive causal or padding mask of -inf or finfo.min runs on the host with its "
     "softmax's add, maximum, shift and exponent under --partition, never refused at upload. "
     "A refused equation reading a float value and a mask sentinel (an F32 literal beyond "
@@ -85,10 +90,13 @@ def constant_refusals(
     constants: Mapping[str, np.ndarray],
     limit: float,
     refused: Collection[int] = (),
+    masked: Collection[int] = (),
 ) -> list[Refusal]:
     """The refusals of ``CONSTANT_RULE`` for the F32 arguments of ``program`` whose values
     ``constants`` holds (by argument name; others are unknown until the run), and for the mask
-    sentinels of the equations ``refused`` already (by index; see the module)."""
+    sentinels of the equations ``refused`` already (by index; see the module). ``masked``:
+    the equations (by index) that multiply a select's branch by its 0/1 mask, where
+    legalization rewrote the select as ``x m + y (1 - m)``: a branch's side is kept there."""
     side: dict[int, int] = {}  # var id -> side of an out-of-range value (0: unknown)
     origin: dict[int, tuple[tuple[str, str | int | float], ...]] = {}
     for a in program.args:
@@ -118,7 +126,7 @@ def constant_refusals(
         on_host.add(i)
         facts = origin[bad[0].id] + (("limit", limit), ("use", "runs on the host (--partition)"))
         refusals.append(Refusal(RefusalKind.NARROWING_RANGE, i, e.prim.value, facts))
-        out = _side(e, side, made)
+        out = _side(e, side, made, i in masked)
         if out is not None:
             side[e.out.id] = out
             origin[e.out.id] = origin[bad[0].id]
@@ -153,10 +161,11 @@ def _host_sentinel(
     return None
 
 
-def _side(e: Eqn, side: dict[int, int], made: dict[int, Eqn]) -> int | None:
+def _side(e: Eqn, side: dict[int, int], made: dict[int, Eqn], masked: bool = False) -> int | None:
     """The side of ``e``'s result, an equation reading an out-of-range value; None when its
     result is back in FP16's range (module docstring). ``SHIFTED`` marks the softmax shift,
-    at most 0, which ``exp`` takes into [0, 1]."""
+    at most 0, which ``exp`` takes into [0, 1]. ``masked``: ``e`` is a legalized select's
+    product of a branch and its mask."""
     sides = [side.get(a.id) if isinstance(a, Var) else None for a in e.inputs]
     known = [s for s in sides if s is not None]
     if e.prim in COMPARISONS or not e.out.dtype.is_float:
@@ -167,6 +176,13 @@ def _side(e: Eqn, side: dict[int, int], made: dict[int, Eqn]) -> int | None:
         return -known[0] if known[0] != SHIFTED else 0
     if e.prim is Prim.EXP:
         return None if known[0] == SHIFTED else 0
+    if e.prim is Prim.SELECT:  # each element one branch's: in range or on its side
+        branches = {_sign(s) for s in sides[1:] if s is not None}
+        return branches.pop() if len(branches) == 1 else 0
+    if e.prim is Prim.MUL and masked and sides[0] is not None and sides[1] is None:
+        # a select's branch times its 0/1 mask (``legalize``: ``x m + y (1 - m)`` on a target
+        # with no select): each element the branch's or a zero
+        return sides[0]
     if e.prim in (Prim.ADD, Prim.SUB):
         if e.prim is Prim.SUB and known[0] == -1 and _softmax_shift(e, made):
             return SHIFTED
