@@ -138,13 +138,7 @@ def test_a_sentinel_the_host_keeps_is_refused_with_the_softmax_it_reaches(tmp_pa
         "mask": (rng.uniform(0, 1, (H, S, S)) < 0.7).astype(np.float32),  # a masked key or more
     }
     inputs["mask"][:, :, 0] = 1.0  # every row keeps one key
-    dev = make_device("vpu-cpu")
-    try:
-        report = run_program(
-            program, dev, "vpu-cpu", inputs=[inputs], partition=True, cache_dir=tmp_path
-        )
-    finally:
-        dev.close()
+    report = _on_vpu_cpu(program, inputs, tmp_path, partition=True)
     assert report.ok, report.steps[0].worst if report.steps else "no step ran"
     assert any(s.device for s in report.spans)
 
@@ -221,13 +215,7 @@ def test_a_select_of_a_constant_sentinel_legalized_keeps_its_side(tmp_path: Path
         **weights,
     }
     inputs["mask"][:, :, 0] = 1.0  # every row keeps one key
-    dev = make_device("vpu-cpu")
-    try:
-        report = run_program(
-            program, dev, "vpu-cpu", inputs=[inputs], partition=True, cache_dir=tmp_path
-        )
-    finally:
-        dev.close()
+    report = _on_vpu_cpu(program, inputs, tmp_path, partition=True)
     assert report.ok, report.steps[0].worst if report.steps else "no step ran"
     assert any(
         s.device and any(program.eqns[i].prim is Prim.MATMUL for i in s.eqns) for s in report.spans
@@ -243,11 +231,16 @@ def _maxpool_model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _on_vpu_cpu(program: Program, inputs: dict[str, np.ndarray], tmp: Path) -> RunReport:
-    """One checked step of ``program`` on the FP16 stand-in."""
+def _on_vpu_cpu(
+    program: Program, inputs: dict[str, np.ndarray], tmp: Path, partition: bool = False
+) -> RunReport:
+    """One checked step of ``program`` on the FP16 stand-in (``partition``: its refused
+    equations on the host)."""
     dev = make_device("vpu-cpu")
     try:
-        return run_program(program, dev, "vpu-cpu", inputs=[inputs], cache_dir=tmp)
+        return run_program(
+            program, dev, "vpu-cpu", inputs=[inputs], partition=partition, cache_dir=tmp
+        )
     finally:
         dev.close()
 

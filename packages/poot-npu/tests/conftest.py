@@ -44,3 +44,21 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     monkeypatch.setitem(sys.modules, "pyxrt", fake_pyxrt)
     monkeypatch.setattr(xdna_module, "_abandoned", [])
     yield fake_pyxrt
+
+
+def _vpu_param(device: str) -> object:
+    return pytest.param(device, marks=pytest.mark.npu_intel) if device == "NPU" else device
+
+
+@pytest.fixture(params=[_vpu_param("CPU"), _vpu_param("NPU")])
+def vpu_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[object]:
+    """An engine on the Intel NPU's CPU stand-in and, marked ``npu_intel``, on the NPU itself
+    (skipped with "hardware unavailable" without one): the same cases on both."""
+    from poot_engine import Engine
+    from poot_npu import VpuDevice
+
+    why = VpuDevice.probe(request.param)
+    if why is not None:
+        pytest.skip(f"hardware unavailable: {why}")
+    with Engine(VpuDevice(request.param), tmp_path / "cache") as e:
+        yield e

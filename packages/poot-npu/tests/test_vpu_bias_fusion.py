@@ -12,10 +12,6 @@ clamp. The expected values are numpy's: float64 sums rounded to float16."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
-
 import numpy as np
 import pytest
 from poot_codegen.intel.graph import lower
@@ -27,26 +23,12 @@ from poot_ir import (
     NarrowingRangeResult,
     Program,
 )
-from poot_npu import VpuDevice
 from poot_planner import plan
 from poot_planner.fp16.fusion import bias_fusions
 from poot_planner.fp16.narrowing import intermediate_guards
 
 F32 = DType.F32
 TIE = 2.0**-11  # 1 + TIE is halfway between FP16's 1 and 1 + 2^-10
-
-
-def _param(device: str) -> Any:
-    return pytest.param(device, marks=pytest.mark.npu_intel) if device == "NPU" else device
-
-
-@pytest.fixture(params=[_param("CPU"), _param("NPU")])
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
-    why = VpuDevice.probe(request.param)
-    if why is not None:
-        pytest.skip(f"hardware unavailable: {why}")
-    with Engine(VpuDevice(request.param), tmp_path / "cache") as e:
-        yield e
 
 
 def _conv_bias(
@@ -81,47 +63,49 @@ def _once(x: np.ndarray, bias: float) -> np.ndarray:
     return total.astype(np.float16).astype(np.float32)
 
 
-def test_the_convolution_and_its_bias_round_once(engine: Engine) -> None:
-    entry = engine.add_entry(_conv_bias(), engine.load_weights({**_W, "b": np.float32([TIE / 2])}))
+def test_the_convolution_and_its_bias_round_once(vpu_engine: Engine) -> None:
+    entry = vpu_engine.add_entry(
+        _conv_bias(), vpu_engine.load_weights({**_W, "b": np.float32([TIE / 2])})
+    )
     x = _inputs(1.0, TIE)
-    got = engine.step(entry, {"x": x})["y"]
+    got = vpu_engine.step(entry, {"x": x})["y"]
     np.testing.assert_array_equal(got, _once(x, TIE / 2))
     assert got[0, 0, 0, 0] == 1.0 + 2 * TIE  # twice: round(1 + 2^-11) = 1, then 1 + 2^-12 = 1
 
 
-def test_a_convolution_past_fp16s_range_is_not_clamped_before_its_bias(engine: Engine) -> None:
-    weights = engine.load_weights({**_W, "b": np.float32([-16384.0])})
-    entry = engine.add_entry(_conv_bias(), weights)
+def test_a_convolution_past_fp16s_range_is_not_clamped_before_its_bias(vpu_engine: Engine) -> None:
+    weights = vpu_engine.load_weights({**_W, "b": np.float32([-16384.0])})
+    entry = vpu_engine.add_entry(_conv_bias(), weights)
     x = _inputs(32768.0, 32768.0)  # 65536: the DPU would clamp it to 65504 alone
-    got = engine.step(entry, {"x": x})["y"]
+    got = vpu_engine.step(entry, {"x": x})["y"]
     np.testing.assert_array_equal(got, _once(x, -16384.0))
     assert got[0, 0, 0, 0] == 49152.0
 
 
 @pytest.mark.parametrize("scaled", [True, False], ids=["intermediate", "result"])
-def test_an_overflow_of_the_fused_sum_is_refused(engine: Engine, scaled: bool) -> None:
+def test_an_overflow_of_the_fused_sum_is_refused(vpu_engine: Engine, scaled: bool) -> None:
     """81920 clamped to 65504: the in-graph guard names the add; as the program's result,
     the host's result check refuses it."""
-    weights = engine.load_weights({**_W, "b": np.float32([16384.0])})
-    entry = engine.add_entry(_conv_bias(scaled=scaled), weights)
+    weights = vpu_engine.load_weights({**_W, "b": np.float32([16384.0])})
+    entry = vpu_engine.add_entry(_conv_bias(scaled=scaled), weights)
     refusal = NarrowingRangeIntermediate if scaled else NarrowingRangeResult
     with pytest.raises(refusal, match="add" if scaled else "result 'y'"):
-        engine.step(entry, {"x": _inputs(32768.0, 32768.0)})
+        vpu_engine.step(entry, {"x": _inputs(32768.0, 32768.0)})
 
 
 @pytest.mark.parametrize("kind", ["conv_read_twice", "bias_slot"])
-def test_an_unfused_convolution_rounds_before_its_bias(engine: Engine, kind: str) -> None:
+def test_an_unfused_convolution_rounds_before_its_bias(vpu_engine: Engine, kind: str) -> None:
     """The compiler fuses only a convolution read by its bias add alone, with a constant
     bias: otherwise the convolution's FP16 value exists, rounded, and the add rounds again."""
     if kind == "bias_slot":
         program = _conv_bias(bias_slot=True)
-        entry, feed = engine.add_entry(program, engine.load_weights(_W)), {"b": [TIE / 2]}
+        entry, feed = vpu_engine.add_entry(program, vpu_engine.load_weights(_W)), {"b": [TIE / 2]}
     else:
         program = _conv_bias(conv_read_twice=True)
-        weights = engine.load_weights({**_W, "b": np.float32([TIE / 2])})
-        entry, feed = engine.add_entry(program, weights), {}
+        weights = vpu_engine.load_weights({**_W, "b": np.float32([TIE / 2])})
+        entry, feed = vpu_engine.add_entry(program, weights), {}
     x = _inputs(1.0, TIE)
-    got = engine.step(entry, {"x": x, **{k: np.float32(v) for k, v in feed.items()}})["y"]
+    got = vpu_engine.step(entry, {"x": x, **{k: np.float32(v) for k, v in feed.items()}})["y"]
     conv = x.astype(np.float64).sum(axis=1, keepdims=True).astype(np.float16)
     twice = (conv.astype(np.float64) + TIE / 2).astype(np.float16)
     np.testing.assert_array_equal(got, twice.astype(np.float32))

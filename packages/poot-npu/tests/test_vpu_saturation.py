@@ -12,8 +12,6 @@ refused, which on the NPU shows whether its LessEqual kernel flags NaN."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,19 +27,6 @@ from poot_ir import (
 from poot_npu import VpuDevice
 
 F32 = DType.F32
-
-
-def _param(device: str) -> Any:
-    return pytest.param(device, marks=pytest.mark.npu_intel) if device == "NPU" else device
-
-
-@pytest.fixture(params=[_param("CPU"), _param("NPU")])
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
-    why = VpuDevice.probe(request.param)
-    if why is not None:
-        pytest.skip(f"hardware unavailable: {why}")
-    with Engine(VpuDevice(request.param), tmp_path / "cache") as e:
-        yield e
 
 
 def _halved(kind: str) -> Program:
@@ -71,51 +56,53 @@ _INPUTS = {
 
 
 @pytest.mark.parametrize("kind", list(_INPUTS))
-def test_an_overflow_the_dpu_saturates_is_refused(engine: Engine, kind: str) -> None:
+def test_an_overflow_the_dpu_saturates_is_refused(vpu_engine: Engine, kind: str) -> None:
     program = _halved(kind)
-    entry = engine.add_entry(program)
+    entry = vpu_engine.add_entry(program)
     shapes = {a.name: a.var.shape for a in program.args}
     ins = {k: np.full(shapes[k], v, np.float32) for k, v in _INPUTS[kind].items()}
     with pytest.raises(NarrowingRangeIntermediate):
-        engine.step(entry, ins)
+        vpu_engine.step(entry, ins)
 
 
-def test_65504_itself_is_taken_for_a_saturated_overflow(engine: Engine) -> None:
+def test_65504_itself_is_taken_for_a_saturated_overflow(vpu_engine: Engine) -> None:
     # an exact 65504 cannot be told from a saturated overflow: refused in the graph (a value
     # another equation reads) and on the host (a result); before, both were returned
-    entry = engine.add_entry(_halved("add"))
+    entry = vpu_engine.add_entry(_halved("add"))
     at = {"a": np.full((4, 8), 32752.0, np.float32), "c": np.full((4, 8), 32752.0, np.float32)}
     with pytest.raises(NarrowingRangeIntermediate):
-        engine.step(entry, at)
+        vpu_engine.step(entry, at)
 
 
-def test_a_matmul_result_of_65504_is_refused_on_the_host(engine: Engine) -> None:
+def test_a_matmul_result_of_65504_is_refused_on_the_host(vpu_engine: Engine) -> None:
     # the host holds a matmul's or reduce_sum's result below 65504 (not an add's: the host
     # cannot tell a saturation from a mask sentinel carried through a select)
     b = Builder("product")
     b.output("y", b.matmul(b.slot("a", F32, (4, 8)), b.slot("m", F32, (8, 4))))
-    entry = engine.add_entry(b.build())
+    entry = vpu_engine.add_entry(b.build())
     ones = np.ones((8, 4), np.float32)
     with pytest.raises(NarrowingRangeResult):
-        engine.step(entry, {"a": np.full((4, 8), 8188.0, np.float32), "m": ones})  # 65504
-    got = engine.step(entry, {"a": np.full((4, 8), 8184.0, np.float32), "m": ones})["y"]
+        vpu_engine.step(entry, {"a": np.full((4, 8), 8188.0, np.float32), "m": ones})  # 65504
+    got = vpu_engine.step(entry, {"a": np.full((4, 8), 8184.0, np.float32), "m": ones})["y"]
     assert np.all(got == 65472.0)  # the largest FP16 below 65504
 
 
 @pytest.mark.parametrize("axis", [0, 1])
-def test_reduce_sum_rounding_on_each_axis(engine: Engine, axis: int, record_property: Any) -> None:
+def test_reduce_sum_rounding_on_each_axis(
+    vpu_engine: Engine, axis: int, record_property: Any
+) -> None:
     """Measured: one FP16 rounding of the sum, or AvgPool's mean rounded then times N rounded
     again. The stand-in assumes axis 1 is the channel (one rounding) and axis 0 pooled (two);
     on the NPU either is accepted and the answer recorded (``rounding``)."""
     b = Builder(f"sum_{axis}")
     x = b.slot("x", DType.F16, (3, 3))
     b.output("y", b.reduce_sum(x, axis))
-    entry = engine.add_entry(b.build())
+    entry = vpu_engine.add_entry(b.build())
     col = np.array([1656.0, 1515.0, 1387.0])
     xs = (col[:, None] * np.ones(3) if axis == 0 else col[None, :] * np.ones((3, 1))).astype(
         np.float16
     )
-    got = engine.step(entry, {"x": xs})["y"].astype(np.float64)
+    got = vpu_engine.step(entry, {"x": xs})["y"].astype(np.float64)
     sums = xs.astype(np.float64).sum(axis=axis)
     once = sums.astype(np.float16).astype(np.float64)
     twice = (sums / 3).astype(np.float16).astype(np.float64) * 3
@@ -124,13 +111,13 @@ def test_reduce_sum_rounding_on_each_axis(engine: Engine, axis: int, record_prop
     found = "once" if np.array_equal(got, once) else "twice" if np.array_equal(got, twice) else ""
     assert found, (got, once, twice)
     record_property("rounding", found)
-    device = engine.device
+    device = vpu_engine.device
     if isinstance(device, VpuDevice) and device.stand_in:
         assert found == ("twice" if axis == 0 else "once")
 
 
 @pytest.mark.parametrize("kind", ["add", "conv"])
-def test_an_f16_programs_saturated_result_is_refused(engine: Engine, kind: str) -> None:
+def test_an_f16_programs_saturated_result_is_refused(vpu_engine: Engine, kind: str) -> None:
     """A program written in F16 meets the same clamp: its DPU result at 65504 (an add of two
     40000s, a convolution whose sum overflows) is refused on the host, typed, where the oracle's
     overflow is an infinity (it came back as 65504, unflagged)."""
@@ -148,13 +135,13 @@ def test_an_f16_programs_saturated_result_is_refused(engine: Engine, kind: str) 
             "k": np.ones((1, 1, 2, 2), np.float16),
         }
     b.output("y", y)
-    entry = engine.add_entry(b.build())
+    entry = vpu_engine.add_entry(b.build())
     with pytest.raises(NarrowingRangeResult) as err:
-        engine.step(entry, feed)
+        vpu_engine.step(entry, feed)
     assert err.value.argument == "y" and abs(err.value.value) == 65504.0
 
 
-def test_a_nan_intermediate_is_flagged(engine: Engine) -> None:
+def test_a_nan_intermediate_is_flagged(vpu_engine: Engine) -> None:
     """The overflow check flags NaN only if ``abs(v) <= limit`` is false for it, which on the
     NPU is the SHAVE ``eltwise_less_equal`` kernel (a prebuilt binary) and the PPE's handling
     of NaN, neither of which upstream documents. ``(a - c) / (a - c)`` at a = c is 0/0 from
@@ -163,15 +150,15 @@ def test_a_nan_intermediate_is_flagged(engine: Engine) -> None:
     b = Builder("zero_over_zero")
     z = b.sub(b.slot("a", F32, (4, 8)), b.slot("c", F32, (4, 8)))
     b.output("y", b.mul(b.div(z, z), 0.75))
-    entry = engine.add_entry(b.build())
+    entry = vpu_engine.add_entry(b.build())
     same = np.full((4, 8), 3.0, np.float32)
     with pytest.raises(NarrowingRangeIntermediate, match="div"):
-        engine.step(entry, {"a": same, "c": same})
-    got = engine.step(entry, {"a": same * 2, "c": same})["y"]
+        vpu_engine.step(entry, {"a": same, "c": same})
+    got = vpu_engine.step(entry, {"a": same * 2, "c": same})["y"]
     np.testing.assert_array_equal(got, np.full((4, 8), 0.75, np.float32))  # 3/3, exact
 
 
-def test_a_weight_at_65504_excuses_its_sum_and_one_inside_does_not(engine: Engine) -> None:
+def test_a_weight_at_65504_excuses_its_sum_and_one_inside_does_not(vpu_engine: Engine) -> None:
     """An add's check is excused where an operand is at 65504 already (a sentinel carried),
     a baked weight too; a weight whose every element is inside excuses nothing, and the graph
     leaves out the test of it. 65504 + 1 is 65504 in FP16: kept; 60000 + 6000 saturates."""
@@ -179,13 +166,13 @@ def test_a_weight_at_65504_excuses_its_sum_and_one_inside_does_not(engine: Engin
     x, w = b.slot("x", F32, (2,)), b.weight("w", F32, (2,))
     b.output("y", b.mul(b.add(x, w), 0.75))
     program = b.build()
-    at_edge = engine.add_entry(program, engine.load_weights({"w": np.float32([65504, 1])}))
-    got = engine.step(at_edge, {"x": np.float32([1, 1])})["y"]
+    at_edge = vpu_engine.add_entry(program, vpu_engine.load_weights({"w": np.float32([65504, 1])}))
+    got = vpu_engine.step(at_edge, {"x": np.float32([1, 1])})["y"]
     want = (np.float64([65504, 2]) * 0.75).astype(np.float16)  # 49128 is 49120 in FP16
     np.testing.assert_array_equal(got, want.astype(np.float32))
-    inside = engine.add_entry(program, engine.load_weights({"w": np.float32([60000, 1])}))
+    inside = vpu_engine.add_entry(program, vpu_engine.load_weights({"w": np.float32([60000, 1])}))
     with pytest.raises(NarrowingRangeIntermediate, match="add"):
-        engine.step(inside, {"x": np.float32([6000, 1])})
+        vpu_engine.step(inside, {"x": np.float32([6000, 1])})
 
 
 @pytest.mark.parametrize(
@@ -201,7 +188,7 @@ def test_a_weight_at_65504_excuses_its_sum_and_one_inside_does_not(engine: Engin
     ],
 )
 def test_an_overflow_check_at_its_edge(
-    engine: Engine, kind: str, inside: tuple[list[float], ...], past: tuple[list[float], ...]
+    vpu_engine: Engine, kind: str, inside: tuple[list[float], ...], past: tuple[list[float], ...]
 ) -> None:
     """The in-graph check of a rounded value at the last f32 values that round inside FP16's
     range and the first that do not (the stand-in's check reads the magnitude its rounding
@@ -212,14 +199,14 @@ def test_an_overflow_check_at_its_edge(
     y = b.slot("y", F32, (n, 1) if kind == "matmul" else (n,))
     value = {"add": b.add, "mul": b.mul, "matmul": b.matmul}[kind](x, y)
     b.output("out", b.mul(value, 0.75))
-    entry = engine.add_entry(b.build())
+    entry = vpu_engine.add_entry(b.build())
 
     def feed(xs: list[float], ys: list[float]) -> dict[str, np.ndarray]:
         return {"x": np.float32(xs).reshape(x.shape), "y": np.float32(ys).reshape(y.shape)}
 
-    got = engine.step(entry, feed(*inside))["out"]
+    got = vpu_engine.step(entry, feed(*inside))["out"]
     exact = {"add": np.add, "mul": np.multiply}.get(kind, np.dot)(*map(np.float64, inside))
     want = (np.float16(np.sum(exact)).astype(np.float64) * 0.75).astype(np.float16)
     np.testing.assert_array_equal(got.ravel(), np.float32([want]))
     with pytest.raises(NarrowingRangeIntermediate, match=kind):
-        engine.step(entry, feed(*past))
+        vpu_engine.step(entry, feed(*past))
