@@ -83,7 +83,7 @@ def _pad(lo: Lowering, n: Node) -> None:
     mode = str(lo.attr("mode") or "constant")
     if mode == "constant":
         _pad_constant(lo, n)
-    elif not _pad_copied(lo, mode):  # every output element copies one input element
+    elif not _pad_copied(lo, n, mode):  # every output element copies one input element
         _moved(lo, n)
 
 
@@ -112,11 +112,12 @@ def _copied_width(mode: str, n: int) -> int:
     return {"edge": 2**31, "reflect": n - 1, "wrap": n}[mode]
 
 
-def _pad_copied(lo: Lowering, mode: str) -> bool:
-    """``Pad`` in edge, reflect or wrap mode as slices and concats, one ``concat`` per padded
-    axis (padded in order, as ``np.pad`` pads, so a corner copies the padded edge): edge
-    repeats the end element (a broadcast of a one-wide slice), reflect copies the elements
-    next to the end in mirror order (a one-wide slice each), wrap the other end's block.
+def _pad_copied(lo: Lowering, n: Node, mode: str) -> bool:
+    """``Pad`` in edge, reflect or wrap mode as one ``concat`` per padded axis (padded in
+    order, as ``np.pad`` pads, so a corner copies the padded edge): edge repeats the end
+    element (a broadcast of a one-wide slice), wrap copies the other end's block (a slice),
+    reflect the elements next to the end in mirror order (a one-wide slice, or a ``gather``
+    along the axis by an index as long as the width: Silero's STFT pads 64 of them).
     False, with nothing built, where a width is negative or wider than the axis gives once
     (``_copied_width``): the node is traced then, onnx's own semantics."""
     if mode not in ("edge", "reflect", "wrap"):
@@ -149,13 +150,20 @@ def _pad_copied(lo: Lowering, mode: str) -> bool:
                 return [b.broadcast_in_dim(one, _widened(y.shape, a, width), range(y.type.rank))]
             if mode == "wrap":
                 return [cut(m - width, m) if end == 0 else cut(0, width)]
-            step = 1 if end == 0 else -1  # reflect: the elements next to the end, mirrored
-            return [cut(end + step * k, end + step * k + 1) for k in range(width, 0, -1)]
+            # reflect: the elements next to the end, outermost first on either side
+            step = 1 if end == 0 else -1
+            if width == 1:
+                return [cut(end + step, end + step + 1)]
+            picked = np.arange(end + step * width, end, -step, dtype=np.int32)
+            if end:
+                picked = picked[::-1]
+            where = lo.weight(f"{n.outputs[0]}.reflect{a}.{'after' if end else 'before'}", picked)
+            return [b.gather(y, where, a)]
 
         parts = side(before, 0) if before else []
         parts.append(y)
         if after:
-            parts += side(after, m - 1)[::-1] if mode == "reflect" else side(after, m - 1)
+            parts += side(after, m - 1)
         y = b.concat(parts, a)
     lo.set(0, y)
     return True
