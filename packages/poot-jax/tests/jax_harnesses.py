@@ -86,10 +86,12 @@ type poot lacks (uint8/int8/int16 indices or results, complex64, bitwise logic o
 f32); "refused (other)": an i32 convolution accumulating in i32 (poot's `conv` is float).
 
 Real models written in JAX (`packages/poot-jax/tests/jax_models.py`, random init, seed 0): a
-Flax MLP, a Flax transformer encoder block (LayerNorm, 4-head self-attention, GELU MLP) and a
-`softmax`/`layer_norm`/`gelu` chain, each on the oracle against `jax.jit`, planned for xdna2 and
-intel-npu4 and run partitioned on xdna-host and vpu-cpu, every step within the plan's contract
-(`test_jax_models.py`). `poot_jax.jit(fn, device=...)` runs them the same way from Python.
+Flax MLP, a Flax transformer encoder block (LayerNorm, 4-head self-attention, GELU MLP), the
+same block as a causal decoder (its mask's `finfo.min` refused with the softmax, on the host), a
+Flax CNN (channels-last convolutions and pools) and a `softmax`/`layer_norm`/`gelu` chain, each
+on the oracle against `jax.jit`, planned for xdna2 and intel-npu4 and run partitioned on
+xdna-host and vpu-cpu, every step within the plan's contract (`test_jax_models.py`).
+`poot_jax.jit(fn, device=...)` runs them the same way from Python.
 """
 
 

@@ -1,6 +1,7 @@
 """The real models written in JAX that the tests and the benchmark share (random init, seeded):
-a Flax MLP, a Flax transformer encoder block, a Flax CNN (channels-last convolutions and pools,
-as Flax writes them) and a ``softmax``/``layer_norm``/``gelu`` chain.
+a Flax MLP, a Flax transformer encoder block and a decoder block (causal), a Flax CNN
+(channels-last convolutions and pools, as Flax writes them) and a ``softmax``/``layer_norm``/
+``gelu`` chain.
 Each is ``fn(params, x)`` with its ``params`` (bound as weights) and an example ``x``."""
 
 from __future__ import annotations
@@ -75,6 +76,26 @@ def encoder_block(seed: int = 0, shape: tuple[int, int, int] = (2, 8, 32)) -> Ja
     return JaxModel("flax_encoder_block", _apply(model), variables, x)
 
 
+def decoder_block(seed: int = 0, shape: tuple[int, int, int] = (2, 8, 32)) -> JaxModel:
+    """The encoder block with Flax's causal mask: its attention selects ``finfo.min`` where a
+    key is masked (``where(mask, scores, big_neg)``), a constant the importer binds."""
+    from flax import linen as nn
+
+    class DecoderBlock(nn.Module):  # type: ignore[misc]
+        @nn.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            mask = nn.make_causal_mask(jnp.ones(x.shape[:2]))
+            h = nn.LayerNorm()(x)
+            x = x + nn.MultiHeadDotProductAttention(num_heads=4)(h, h, mask=mask)
+            h = nn.LayerNorm()(x)
+            return x + nn.Dense(shape[-1])(nn.gelu(nn.Dense(2 * shape[-1])(h)))
+
+    model = DecoderBlock()
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    variables = model.init(jax.random.key(seed), x)
+    return JaxModel("flax_decoder_block", _apply(model), variables, x)
+
+
 def cnn(seed: int = 0) -> JaxModel:
     """Flax's NHWC: a strided SAME convolution and batch norm, a depthwise one, a padded max
     pool, a dilated convolution, an average pool, a global mean and a classifier."""
@@ -109,5 +130,6 @@ MODELS: dict[str, Callable[[], JaxModel]] = {
     "chain": chain,
     "flax_mlp": mlp,
     "flax_encoder_block": encoder_block,
+    "flax_decoder_block": decoder_block,
     "flax_cnn": cnn,
 }

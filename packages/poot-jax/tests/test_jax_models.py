@@ -1,5 +1,5 @@
-"""The real models written in JAX (``jax_models``: a Flax MLP, a Flax transformer encoder block,
-a Flax CNN, a softmax/layer_norm/gelu chain): on the oracle against ``jax.jit`` on XLA:CPU, planned for both
+"""The real models written in JAX (``jax_models``: a Flax MLP, a Flax transformer encoder block
+and a causal decoder block, a Flax CNN, a softmax/layer_norm/gelu chain): on the oracle against ``jax.jit`` on XLA:CPU, planned for both
 NPU targets, and run partitioned on both stand-ins (xdna-host: xdna2; vpu-cpu: intel-npu4), each
 step checked against the oracle under the plan's contract (``poot_engine.run``)."""
 
@@ -73,3 +73,17 @@ def test_a_flax_cnn_keeps_its_structure_and_plans_whole_on_intel() -> None:
     assert p.admitted, p.refusals
     named = {rw.rule.name for rw in p.rewrites}
     assert "a channels-last window, transposed to channels-first" in named
+
+
+def test_a_flax_decoders_causal_mask_runs_on_the_host_with_its_softmax_alone() -> None:
+    # Flax masks by where(mask, scores, finfo.min), the minimum a bound constant; intel-npu4
+    # has no select, so legalization writes x m + y (1 - m): its products keep the constant's
+    # side, and the softmax's shift and exp bring it back into FP16's range (before, every
+    # equation after the select was refused: 26 spans on vpu-cpu)
+    from poot_ir import Prim
+
+    imp, _ = _imported("flax_decoder_block")
+    p = plan(imp.program, "intel-npu4", constants=imp.weights)
+    refused = {imp.program.eqns[r.eqn].prim for r in p.refusals if r.eqn >= 0}
+    assert {Prim.SELECT, Prim.EXP} <= refused
+    assert not refused & {Prim.MATMUL, Prim.DIV, Prim.SQRT, Prim.TANH}, refused
