@@ -265,7 +265,7 @@ def lower(
     for dg in domain_guards:
         by_eqn.setdefault(dg.eqn, []).append(dg)
     domain_flags: list[tuple[str, Node, DomainBounds]] = []
-    checks: list[tuple[RangeCheck, Eqn, Node, list[Node]]] = []
+    checks: list[tuple[RangeCheck, Eqn, Node, list[Node | None]]] = []
     params = []
     baked: set[str] = set()
     for a in program.args:
