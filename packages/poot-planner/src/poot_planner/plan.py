@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
-from poot_ir import DType, Literal, PlanRefused, Prim, Program, ReduceParams, TypeCheckError, Var
+from poot_ir import DType, Literal, PlanRefused, Program, ReduceParams, TypeCheckError, Var
 from poot_ir.numerics import (
     AbsRel,
     BitExact,
@@ -57,6 +57,7 @@ from poot_planner.guards import (
     place_guards,
     score_checks,
 )
+from poot_planner.legalize.expanders import select_products
 from poot_planner.legalize.rewrite import Legalized, Rewrite, legalize
 from poot_planner.refusal import Refusal, RefusalKind, limit_refusal
 from poot_planner.target import KernelClass, LaidOut, NarrowingContract, Target
@@ -186,12 +187,7 @@ def plan(
         refused = {r.eqn for r in refusals}
         limit = t.narrowing.max_magnitude
         # a select legalized as x m + y (1 - m): its products keep their branch's side
-        origin = legal.origin or range(len(program.eqns))  # unlegalized: its own source
-        masked = {
-            i
-            for i, e in enumerate(program.eqns)
-            if e.prim is Prim.MUL and source.eqns[origin[i]].prim is Prim.SELECT
-        }
+        masked = select_products(program, legal.rewrites)
         refusals.extend(constant_refusals(program, constants or {}, limit, refused, masked))
 
     laid = LaidOut()
