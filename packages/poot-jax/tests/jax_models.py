@@ -60,40 +60,32 @@ def mlp(seed: int = 0) -> JaxModel:
 
 
 def encoder_block(seed: int = 0, shape: tuple[int, int, int] = (2, 8, 32)) -> JaxModel:
-    from flax import linen as nn
-
-    class EncoderBlock(nn.Module):  # type: ignore[misc]
-        @nn.compact
-        def __call__(self, x: jax.Array) -> jax.Array:
-            h = nn.LayerNorm()(x)
-            x = x + nn.MultiHeadDotProductAttention(num_heads=4)(h, h)
-            h = nn.LayerNorm()(x)
-            return x + nn.Dense(shape[-1])(nn.gelu(nn.Dense(2 * shape[-1])(h)))
-
-    model = EncoderBlock()
-    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-    variables = model.init(jax.random.key(seed), x)
-    return JaxModel("flax_encoder_block", _apply(model), variables, x)
+    return _attention_block("flax_encoder_block", False, seed, shape)
 
 
 def decoder_block(seed: int = 0, shape: tuple[int, int, int] = (2, 8, 32)) -> JaxModel:
     """The encoder block with Flax's causal mask: its attention selects ``finfo.min`` where a
     key is masked (``where(mask, scores, big_neg)``), a constant the importer binds."""
+    return _attention_block("flax_decoder_block", True, seed, shape)
+
+
+def _attention_block(name: str, causal: bool, seed: int, shape: tuple[int, int, int]) -> JaxModel:
+    """A pre-norm transformer block: LayerNorm, 4-head self-attention (``causal``: with
+    ``nn.make_causal_mask``), a residual, LayerNorm, a GELU MLP, a residual."""
     from flax import linen as nn
 
-    class DecoderBlock(nn.Module):  # type: ignore[misc]
+    class Block(nn.Module):  # type: ignore[misc]
         @nn.compact
         def __call__(self, x: jax.Array) -> jax.Array:
-            mask = nn.make_causal_mask(jnp.ones(x.shape[:2]))
+            mask = nn.make_causal_mask(jnp.ones(x.shape[:2])) if causal else None
             h = nn.LayerNorm()(x)
             x = x + nn.MultiHeadDotProductAttention(num_heads=4)(h, h, mask=mask)
             h = nn.LayerNorm()(x)
             return x + nn.Dense(shape[-1])(nn.gelu(nn.Dense(2 * shape[-1])(h)))
 
-    model = DecoderBlock()
+    model = Block()
     x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-    variables = model.init(jax.random.key(seed), x)
-    return JaxModel("flax_decoder_block", _apply(model), variables, x)
+    return JaxModel(name, _apply(model), model.init(jax.random.key(seed), x), x)
 
 
 def cnn(seed: int = 0) -> JaxModel:

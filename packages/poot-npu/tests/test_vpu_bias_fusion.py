@@ -114,12 +114,14 @@ def test_an_unfused_convolution_rounds_before_its_bias(vpu_engine: Engine, kind:
 
 def test_the_npu_graph_keeps_the_pattern_its_compiler_fuses() -> None:
     """In the graph handed to the NPU compiler the bias is a [1, C, 1, 1] value and the
-    convolution's result has one reader, the add: its guard does not read the convolution."""
+    convolution's result has one reader, the add, though the graph has a guard (the sum is an
+    intermediate, checked): the guard does not read the convolution."""
     weights = {**_W, "b": np.float32([0.5])}
-    planned = plan(_conv_bias(), "intel-npu4", constants=weights)
+    planned = plan(_conv_bias(scaled=True), "intel-npu4", constants=weights)
     assert [f.source for f in bias_fusions(planned.program, weights)] == ["b"]
     assert planned.narrowing is not None
     guards = intermediate_guards(planned.legalized, planned.narrowing, planned.score_bound)
+    assert guards
     model = lower(planned.program, guards=guards, constants=weights)
     (conv,) = [op for op in model.get_ops() if op.get_type_name() == "Convolution"]
     (reader,) = conv.output(0).get_target_inputs()

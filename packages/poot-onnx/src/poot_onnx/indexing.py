@@ -11,8 +11,9 @@ no index weight the size of the output: in constant mode, the most common by far
 convolution's explicit padding, TF-style "SAME" exports), a slice where a width is negative,
 then per padded axis one ``concat`` of the fill broadcast before and after; +0 padding is
 remembered (``Lowering.zero_padded``) so a ``Conv`` that reads it pads by itself. In edge,
-reflect and wrap modes (image models' borders), per padded axis one ``concat`` of slices of
-the axis; a width those modes copy more than once (a reflection past the far end) is traced.
+reflect and wrap modes (image models' borders), per padded axis one ``concat`` of what the
+mode copies from the axis (a broadcast end, a slice, a gather along the axis by the mirrored
+index); a width those modes copy more than once (a reflection past the far end) is traced.
 """
 
 from __future__ import annotations

@@ -19,9 +19,11 @@ it), and the stand-in rounds the pair once, saturating. A derived contract
 (``fp16.contract``) counts a rounding for each of the two equations; one rounding fewer keeps
 the result within it.
 
-Like ``saturation``, this takes every convolution for a DPU task (the compiler keeps one whose
-kernel the NCE cannot run on SHAVE, unfused); a transposed convolution (an input dilation) is
-not taken, since the compiler fuses it only where it runs it as a strided-DMA convolution.
+Like ``saturation``, this takes every convolution for a DPU task (a convolution whose kernel
+the NCE cannot run goes to SHAVE, where ``FuseConvAndBias`` leaves its bias add apart); a
+transposed convolution (an input dilation) is not taken, since the compiler fuses it only
+where it runs it as an SEP (storage-element-pointer) convolution
+(``VPU::isSupportedSEPTransposedConv``).
 """
 
 from __future__ import annotations
