@@ -9,6 +9,11 @@ input is a convolution's result with no other use becomes that convolution's bia
 is not the only user of its operand" refuses it otherwise). The DPU adds the bias to the
 FP32 accumulator and the PPE then rounds and clamps once: the pair's FP16 result is the
 rounding of ``conv + bias``, and the convolution's own FP16 value never exists on the device.
+NPU40XX's IE pipeline runs the first (``src/vpux_compiler/src/NPU40XX/dialect/IE/transforms/
+pipelines.cpp``), the second is a canonicalization of ScaleShift. Read in npu_compiler as of
+December 2024 (a fetched snapshot) and at a 2025 commit (``0ccf9bf``), which agree; the
+compiler of the pinned driver (1.38.0) is a prebuilt package whose source is not here, so the
+``npu_intel`` tests (``test_vpu_bias_fusion.py``) are what settles it.
 
 ``bias_fusions`` finds each such pair in a narrowed program as the ONNX importer writes a
 Conv with a bias (``add(conv(x, w), broadcast_in_dim(convert(b), dims=(1,)))``), where ``b``
