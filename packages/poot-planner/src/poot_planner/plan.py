@@ -57,8 +57,7 @@ from poot_planner.guards import (
     place_guards,
     score_checks,
 )
-from poot_planner.legalize.expanders import select_products
-from poot_planner.legalize.rewrite import Legalized, Rewrite, legalize
+from poot_planner.legalize.rewrite import Legalized, Rewrite, legalize, select_products
 from poot_planner.refusal import Refusal, RefusalKind, limit_refusal
 from poot_planner.target import KernelClass, LaidOut, NarrowingContract, Target
 from poot_planner.targets import get_target
@@ -187,7 +186,7 @@ def plan(
         refused = {r.eqn for r in refusals}
         limit = t.narrowing.max_magnitude
         # a select legalized as x m + y (1 - m): its products keep their branch's side
-        masked = select_products(program, legal.rewrites)
+        masked = select_products(legal)
         refusals.extend(constant_refusals(program, constants or {}, limit, refused, masked))
 
     laid = LaidOut()

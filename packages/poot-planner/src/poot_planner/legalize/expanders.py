@@ -6,10 +6,8 @@ replace one equation, or returns False where the rule does not apply to it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from poot_ir import ConvertParams, DType, Eqn, Literal, Prim, Program, Var
+from poot_ir import ConvertParams, DType, Eqn, Literal, Prim, Var
 
 from poot_planner.emit import Emit, RuleContext, readers_through_movement
 from poot_planner.legalize.steps import (
@@ -21,9 +19,6 @@ from poot_planner.legalize.steps import (
     nan_guarded,
     predicate_and_literal,
 )
-
-if TYPE_CHECKING:
-    from poot_planner.legalize.rewrite import Rewrite
 
 __all__ = [
     "expand_abs",
@@ -39,7 +34,6 @@ __all__ = [
     "expand_recip",
     "expand_scaled_sum",
     "expand_select",
-    "select_products",
 ]
 
 
@@ -96,23 +90,6 @@ def expand_select(em: Emit, e: Eqn, ctx: RuleContext) -> bool:
         return False
     em.add(em.mul(bx, m), em.mul(by, em.sub(1.0, m)), out=e.out)
     return True
-
-
-def select_products(program: Program, rewrites: Sequence[Rewrite]) -> frozenset[int]:
-    """The equations of the legalized ``program`` that multiply a select's branch by its 0/1
-    mask: ``expand_select``'s two products (``x m`` and ``y (1 - m)``, the branch first), read
-    by the add that ends its rewrite. Each element of one is the branch's or a zero, which
-    ``fp16.constants`` relies on to follow an out-of-range branch through the select."""
-    made = {e.out.id: i for i, e in enumerate(program.eqns)}
-    found: set[int] = set()
-    for rw in rewrites:
-        if rw.rule.expand is not expand_select:
-            continue
-        for a in program.eqns[rw.last].inputs:
-            i = made.get(a.id) if isinstance(a, Var) else None
-            if i is not None and rw.first <= i <= rw.last and program.eqns[i].prim is Prim.MUL:
-                found.add(i)
-    return frozenset(found)
 
 
 def expand_nan_guard(em: Emit, e: Eqn, ctx: RuleContext) -> bool:

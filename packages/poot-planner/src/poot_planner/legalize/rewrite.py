@@ -36,11 +36,12 @@ from poot_planner.admission import PlanMemo, admit
 from poot_planner.emit import Emit
 from poot_planner.fp16.narrowing import literal_refusals, needs_narrowing, operating_dtype
 from poot_planner.legalize.bounds import Derivation, derive
+from poot_planner.legalize.expanders import expand_select
 from poot_planner.legalize.rules import Rule, RuleContext, rules_for
 from poot_planner.refusal import Refusal
 from poot_planner.target import Target
 
-__all__ = ["Legalized", "Rewrite", "legalize"]
+__all__ = ["Legalized", "Rewrite", "legalize", "select_products"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,24 @@ class Legalized:
     program: Program
     rewrites: tuple[Rewrite, ...]
     origin: tuple[int, ...]
+
+
+def select_products(legal: Legalized) -> frozenset[int]:
+    """The equations of ``legal``'s program that multiply a select's branch by its 0/1
+    mask: ``expand_select``'s two products (``x m`` and ``y (1 - m)``, the branch first), read
+    by the add that ends its rewrite. Each element of one is the branch's or a zero, which
+    ``fp16.constants`` relies on to follow an out-of-range branch through the select."""
+    program = legal.program
+    made = {e.out.id: i for i, e in enumerate(program.eqns)}
+    found: set[int] = set()
+    for rw in legal.rewrites:
+        if rw.rule.expand is not expand_select:
+            continue
+        for a in program.eqns[rw.last].inputs:
+            i = made.get(a.id) if isinstance(a, Var) else None
+            if i is not None and rw.first <= i <= rw.last and program.eqns[i].prim is Prim.MUL:
+                found.add(i)
+    return frozenset(found)
 
 
 def _dtype(e: Eqn) -> DType:
